@@ -1,0 +1,1 @@
+"""genie's per-host agent: control loop, data-plane transports, measurement."""

@@ -1,0 +1,7 @@
+"""Allow ``python -m genie``."""
+
+import sys
+
+from genie.cli import main
+
+sys.exit(main())

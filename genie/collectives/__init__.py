@@ -1,0 +1,1 @@
+"""Collective algorithms lowered to per-rank step programs, their executors and cost model."""

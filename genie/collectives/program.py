@@ -1,0 +1,111 @@
+"""Step programs: what each rank of a collective does on the wire, as plain data.
+
+A ``Program`` is the plan of one collective on a group of ranks. It is described by a small
+``ProgramSpec`` (collective, algorithm, group size, bytes, chunks, options) and the steps of a
+rank are built from the spec on demand, deterministically. So a program is shipped to agents as
+its spec (a few hundred bytes) and no process ever holds all ranks' steps at once: a 1,024-rank
+ring all-reduce costs memory for one rank's steps at a time, not n^2.
+
+Step semantics (shared by every executor: data, cost, TCP/RDMA agents):
+
+* each rank owns one working buffer of ``Program.buffer_bytes(rank)`` bytes;
+* ``SEND(peer, offset, nbytes, tag)`` sends ``buffer[offset:offset+nbytes]`` to group rank ``peer``;
+* ``RECV(peer, nbytes, tag)`` receives ``nbytes`` from ``peer`` into a scratch area of its own;
+  SEND and RECV pair by (sender, receiver, tag) in order;
+* ``REDUCE(src, offset, nbytes)`` adds the scratch of RECV step ``src`` element-wise into
+  ``buffer[offset:offset+nbytes]``; ``COPY(src, offset, nbytes)`` copies it there;
+* ``deps`` are indices of earlier steps of the same rank that must finish before this one starts;
+  steps with no pending deps may run concurrently.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator, Sequence
+from functools import lru_cache
+
+import msgspec
+
+
+class Op(enum.IntEnum):
+    """The kind of a step."""
+
+    SEND = 0
+    RECV = 1
+    REDUCE = 2
+    COPY = 3
+
+
+class Step(msgspec.Struct, frozen=True, array_like=True):
+    """One step of one rank; see the module docstring for the meaning of each field."""
+
+    op: Op
+    peer: int = -1
+    nbytes: int = 0
+    tag: int = 0
+    offset: int = 0
+    src: int = -1
+    deps: tuple[int, ...] = ()
+    chunk: int = 0
+
+
+class ProgramSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything needed to rebuild a program anywhere: the unit shipped to agents."""
+
+    collective: str
+    algorithm: str
+    n_ranks: int
+    size: int
+    chunks: int = 1
+    root: int = 0
+    options: dict[str, int] = {}
+    ranks: tuple[int, ...] = ()  # global rank of each group rank; empty means 0..n-1
+    ranks_per_host: int = 1  # for hierarchical algorithms: group ranks i*k..i*k+k-1 share a host
+
+    def global_rank(self, group_rank: int) -> int:
+        """Map a group-local rank to its global rank."""
+        return self.ranks[group_rank] if self.ranks else group_rank
+
+
+StepBuilder = Callable[[ProgramSpec, int], list[Step]]
+
+
+class Program:
+    """A collective planned per rank; steps come from the spec through the algorithm's builder."""
+
+    __slots__ = ("_builder", "_cached", "spec")
+
+    def __init__(self, spec: ProgramSpec, builder: StepBuilder) -> None:
+        self.spec = spec
+        self._builder = builder
+        self._cached = lru_cache(maxsize=64)(self._build)
+
+    def _build(self, rank: int) -> tuple[Step, ...]:
+        return tuple(self._builder(self.spec, rank))
+
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks in the group."""
+        return self.spec.n_ranks
+
+    def steps(self, rank: int) -> Sequence[Step]:
+        """The ordered steps of group rank ``rank`` (built once, then cached)."""
+        if not 0 <= rank < self.spec.n_ranks:
+            raise IndexError(f"rank {rank} outside group of {self.spec.n_ranks}")
+        return self._cached(rank)
+
+    def iter_ranks(self) -> Iterator[tuple[int, Sequence[Step]]]:
+        """Yield (rank, steps) for every rank, one rank's steps alive at a time."""
+        for r in range(self.spec.n_ranks):
+            yield r, self._build(r)
+
+    def to_bytes(self) -> bytes:
+        """Serialise the program (its spec) for shipping."""
+        return msgspec.msgpack.encode(self.spec)
+
+    def __repr__(self) -> str:
+        s = self.spec
+        return (
+            f"Program({s.collective}/{s.algorithm}, n={s.n_ranks}, size={s.size}, "
+            f"chunks={s.chunks})"
+        )

@@ -1,0 +1,1 @@
+"""Command modules of the ``genie`` CLI; each defines ``register(subparsers)``."""

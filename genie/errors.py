@@ -1,0 +1,75 @@
+"""The one exception tree of genie: every error a user can cause is a GenieError.
+
+The CLI catches GenieError, prints its one-line message and exits with ``exit_code``
+(2 for bad input), so a user never sees a traceback for a mistake of theirs.
+"""
+
+from __future__ import annotations
+
+
+class GenieError(Exception):
+    """Root of every error genie raises on purpose."""
+
+    exit_code: int = 2
+
+
+class UsageError(GenieError):
+    """A command-line argument or option is wrong."""
+
+
+class UnitError(UsageError):
+    """A size, rate or duration string could not be parsed."""
+
+
+class WorkloadError(GenieError):
+    """A workload (Chakra ET files or their JSON form) is unreadable or invalid."""
+
+
+class TraceFormatError(WorkloadError):
+    """An ET file is truncated or corrupt; the message names the file and byte offset."""
+
+
+class ValidationError(WorkloadError):
+    """A workload parsed but breaks a rule (cycle, dangling dependency, missing attribute...)."""
+
+
+class CollectiveError(GenieError):
+    """A collective cannot be planned (unknown algorithm, bad group, bad size...)."""
+
+
+class DeadlockError(CollectiveError):
+    """A program or workload cannot make progress; the message names the ranks and steps."""
+
+
+class TopologyError(GenieError):
+    """A topology description is inconsistent."""
+
+
+class TestbedError(GenieError):
+    """A testbed file is invalid, or building/removing a testbed failed."""
+
+    __test__ = False  # not a pytest test class
+
+
+class RuntimeFault(GenieError):
+    """A job on the agents failed (agent lost, data error, timeout...)."""
+
+    exit_code = 1
+
+
+class ProtocolError(GenieError):
+    """A control-channel message was malformed, stale or unexpected."""
+
+
+class StoreError(GenieError):
+    """The run store cannot be read or written, or a run id does not exist."""
+
+
+class TransportError(RuntimeFault):
+    """A data-plane transport (TCP, RDMA) failed or is unavailable."""
+
+
+class DeployError(GenieError):
+    """Deploying to, or checking, a lab host failed."""
+
+    exit_code = 1

@@ -1,0 +1,18 @@
+"""Shared pytest fixtures: paths to the repository and to the shared Chakra samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_SAMPLES = REPO.parent / "shared" / "et-samples"
+
+
+@pytest.fixture
+def et_samples() -> Path:
+    """The shared real Chakra traces; skip when this clone has no ../shared beside it."""
+    if not SHARED_SAMPLES.is_dir():
+        pytest.skip(f"shared Chakra samples not found at {SHARED_SAMPLES} (user clones lack them)")
+    return SHARED_SAMPLES
