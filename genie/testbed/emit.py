@@ -1,0 +1,52 @@
+"""Write a Testbed as TOML text that ``loads_testbed`` reads back to an equal Testbed."""
+
+from __future__ import annotations
+
+import json
+
+from genie.testbed.model import DEFAULT_NETNS_PREFIX, Testbed
+
+
+def _str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+def _rate(bytes_per_s: float) -> str:
+    """A rate in bit/s: ``"10gbit"`` when exact, else the number of bit/s."""
+    bits = bytes_per_s * 8
+    for unit, scale in (("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bits >= scale and float(int(bits / scale)) * scale == bits:
+            return _str(f"{int(bits / scale)}{unit}")
+    if bits == int(bits):
+        return str(int(bits))
+    return repr(bits)
+
+
+def dumps_testbed(tb: Testbed) -> str:
+    """TOML text of ``tb`` in expanded form (explicit hosts, switches and links)."""
+    out = [f"# genie testbed {tb.name!r}, written by genie (rates in bit/s)", "", "[testbed]"]
+    out.append(f"name = {_str(tb.name)}")
+    out.append(f"kind = {_str(tb.kind)}")
+    out.append(f"transport = {_str(tb.transport)}")
+    if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
+        out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
+    out += ["", "[intra_host]"]
+    out.append(f"bandwidth = {_rate(tb.intra_host.bandwidth)}")
+    out.append(f"latency = {tb.intra_host.latency!r}")
+    for h in tb.hosts:
+        out += ["", "[[hosts]]", f"name = {_str(h.name)}", f"control = {_str(h.control)}"]
+        out.append(f"data_addr = {_str(h.data_addr)}")
+        out.append(f"ranks = {h.ranks}")
+        if h.nic is not None:
+            out.append(f"nic = {_str(h.nic)}")
+        if h.rdma_device is not None:
+            out.append(f"rdma_device = {_str(h.rdma_device)}")
+    for s in tb.switches:
+        out += ["", "[[switches]]", f"name = {_str(s.name)}"]
+    for lk in tb.links:
+        out += ["", "[[links]]", f"a = {_str(lk.a)}", f"b = {_str(lk.b)}"]
+        out.append(f"rate = {_rate(lk.rate)}")
+        out.append(f"mtu = {lk.mtu}")
+        if lk.queue_limit is not None:
+            out.append(f"queue_limit = {lk.queue_limit}")
+    return "\n".join(out) + "\n"

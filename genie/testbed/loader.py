@@ -1,0 +1,509 @@
+"""Read a testbed TOML file into a validated Testbed; every error names file, line and key."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from pathlib import Path as FsPath
+from typing import Any
+
+from genie.errors import TestbedError, UnitError
+from genie.testbed import addressing, shapes
+from genie.testbed.model import (
+    DEFAULT_CONTROL_PORT,
+    DEFAULT_INTRA_BW,
+    DEFAULT_INTRA_LAT,
+    DEFAULT_MTU,
+    DEFAULT_NETNS_PREFIX,
+    Host,
+    IntraHost,
+    Link,
+    Switch,
+    Testbed,
+)
+from genie.testbed.toml_lines import Path, format_path, key_lines, line_of
+from genie.units import parse_duration, parse_rate, parse_size
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+_PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
+_TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links"}
+_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port"}
+_HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
+_LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit"}
+_TOPO_KEYS = {
+    "shape",
+    "hosts",
+    "leaves",
+    "spines",
+    "hosts_per_leaf",
+    "oversubscription",
+    "rate",
+    "uplink_rate",
+    "mtu",
+    "queue_limit",
+    "ranks_per_host",
+}
+_PLACEHOLDER = re.compile(r"<[^<>]*>")
+_MISSING = object()
+
+
+class _Ctx:
+    """Where errors point: the source name and the key-to-line map of its text."""
+
+    def __init__(self, source: str, text: str) -> None:
+        self.source = source
+        self.lines = key_lines(text)
+
+    def error(self, path: Path, message: str) -> TestbedError:
+        line = line_of(self.lines, path)
+        where = f"{self.source}:{line}" if line else self.source
+        key = format_path(path)
+        return TestbedError(f"{where}: {key}: {message}" if key else f"{where}: {message}")
+
+    def table(self, value: Any, path: Path) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(path, f"must be a table, got {type(value).__name__}")
+        return value
+
+    def array_of_tables(self, value: Any, path: Path) -> list[dict[str, Any]]:
+        if not isinstance(value, list):
+            raise self.error(path, f"must be an array of tables ([[{format_path(path)}]])")
+        return [self.table(item, (*path, i)) for i, item in enumerate(value)]
+
+    def check_keys(self, table: dict[str, Any], allowed: set[str], path: Path) -> None:
+        for key in table:
+            if key not in allowed:
+                hint = ", ".join(sorted(allowed))
+                raise self.error((*path, key), f"unknown key (known: {hint})")
+
+    def get(
+        self,
+        table: dict[str, Any],
+        key: str,
+        path: Path,
+        types: tuple[type, ...],
+        default: Any = _MISSING,
+    ) -> Any:
+        if key not in table:
+            if default is _MISSING:
+                raise self.error((*path, key), "is required")
+            return default
+        value = table[key]
+        ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+        if not ok:
+            want = " or ".join(t.__name__ for t in types)
+            raise self.error((*path, key), f"must be {want}, got {value!r}")
+        if isinstance(value, str) and _PLACEHOLDER.search(value):
+            raise self.error((*path, key), f"still holds a placeholder: {value!r}; fill it in")
+        return value
+
+    def get_int(
+        self, table: dict[str, Any], key: str, path: Path, default: Any = _MISSING, lo: int = 0
+    ) -> Any:
+        value = self.get(table, key, path, (int,), default)
+        if value is not default and value < lo:
+            raise self.error((*path, key), f"must be >= {lo}, got {value}")
+        return value
+
+    def get_choice(
+        self, table: dict[str, Any], key: str, path: Path, choices: tuple[str, ...], default: Any
+    ) -> Any:
+        value = self.get(table, key, path, (str,), default)
+        if value not in choices and value is not default:
+            raise self.error((*path, key), f"must be one of {', '.join(choices)}; got {value!r}")
+        return value
+
+    def get_rate(self, table: dict[str, Any], key: str, path: Path, default: Any = _MISSING) -> Any:
+        value = self.get(table, key, path, (str, int, float), default)
+        if value is default:
+            return value
+        try:
+            return parse_rate(value)
+        except UnitError as exc:
+            raise self.error((*path, key), str(exc)) from None
+
+    def get_size(self, table: dict[str, Any], key: str, path: Path, default: Any = _MISSING) -> Any:
+        value = self.get(table, key, path, (str, int), default)
+        if value is default:
+            return value
+        try:
+            size = parse_size(value)
+        except UnitError as exc:
+            raise self.error((*path, key), str(exc)) from None
+        if size <= 0:
+            raise self.error((*path, key), "must be positive")
+        return size
+
+    def get_duration(
+        self, table: dict[str, Any], key: str, path: Path, default: Any = _MISSING
+    ) -> Any:
+        value = self.get(table, key, path, (str, int, float), default)
+        if value is default:
+            return value
+        try:
+            return parse_duration(value)
+        except UnitError as exc:
+            raise self.error((*path, key), str(exc)) from None
+
+    def get_mtu(self, table: dict[str, Any], path: Path, default: int) -> int:
+        mtu = self.get_int(table, "mtu", path, default, lo=68)
+        if mtu > 65535:
+            raise self.error((*path, "mtu"), f"must be <= 65535, got {mtu}")
+        return mtu
+
+
+def load_testbed(path: str | FsPath) -> Testbed:
+    """Read and validate the testbed TOML file at ``path``."""
+    p = FsPath(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TestbedError(f"{p}: cannot read testbed file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise TestbedError(f"{p}: testbed file is not UTF-8 text") from None
+    return loads_testbed(text, source=str(p))
+
+
+def loads_testbed(text: str, source: str = "<testbed>") -> Testbed:
+    """Parse and validate testbed TOML ``text``; ``source`` names it in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column \d+\)", msg)
+        if m:
+            raise TestbedError(
+                f"{source}:{m.group(1)}: invalid TOML: {msg[: m.start()].strip()}"
+            ) from None
+        raise TestbedError(f"{source}: invalid TOML: {msg}") from None
+    return _parse(_Ctx(source, text), data)
+
+
+def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
+    ctx.check_keys(data, _TOP_KEYS, ())
+    if "testbed" not in data:
+        raise ctx.error((), "missing the [testbed] table (name, kind)")
+    tb = ctx.table(data["testbed"], ("testbed",))
+    ctx.check_keys(tb, _TESTBED_KEYS, ("testbed",))
+    name = ctx.get(tb, "name", ("testbed",), (str,))
+    if not _NAME.match(name):
+        raise ctx.error(("testbed", "name"), f"must be 1-32 of A-Z a-z 0-9 _ -; got {name!r}")
+    kind = ctx.get_choice(tb, "kind", ("testbed",), ("static", "netns"), _MISSING)
+    transport = ctx.get_choice(tb, "transport", ("testbed",), ("tcp", "rdma"), "tcp")
+    prefix = ctx.get(tb, "netns_prefix", ("testbed",), (str,), DEFAULT_NETNS_PREFIX)
+    if not _PREFIX.match(prefix):
+        raise ctx.error(
+            ("testbed", "netns_prefix"),
+            f"must be 'genie-' or 'genie-TAG-' with TAG 1-4 of a-z 0-9; got {prefix!r}",
+        )
+    control_port = ctx.get_int(tb, "control_port", ("testbed",), DEFAULT_CONTROL_PORT, lo=1)
+    if control_port > 65535:
+        raise ctx.error(("testbed", "control_port"), f"must be <= 65535, got {control_port}")
+    if kind == "netns" and transport == "rdma":
+        raise ctx.error(
+            ("testbed", "transport"), "netns testbeds have no RDMA devices; use transport = 'tcp'"
+        )
+    if kind != "netns" and "netns_prefix" in tb:
+        raise ctx.error(("testbed", "netns_prefix"), "only meaningful for kind = 'netns'")
+
+    intra = IntraHost()
+    if "intra_host" in data:
+        it = ctx.table(data["intra_host"], ("intra_host",))
+        ctx.check_keys(it, {"bandwidth", "latency"}, ("intra_host",))
+        intra = IntraHost(
+            bandwidth=ctx.get_rate(it, "bandwidth", ("intra_host",), DEFAULT_INTRA_BW),
+            latency=ctx.get_duration(it, "latency", ("intra_host",), DEFAULT_INTRA_LAT),
+        )
+
+    raw_hosts = ctx.array_of_tables(data["hosts"], ("hosts",)) if "hosts" in data else []
+    topo = ctx.table(data["topology"], ("topology",)) if "topology" in data else None
+    if topo is not None:
+        for key in ("switches", "links"):
+            if key in data:
+                raise ctx.error(
+                    (key,), "cannot be given together with [topology] (the shorthand makes them)"
+                )
+        host_names, switch_names, links, default_ranks = _expand(ctx, topo, raw_hosts)
+    else:
+        if not raw_hosts:
+            raise ctx.error(("hosts",), "no hosts: give [[hosts]] entries or a [topology]")
+        host_names = []
+        for i, h in enumerate(raw_hosts):
+            host_names.append(ctx.get(h, "name", ("hosts", i), (str,)))
+        raw_sw = ctx.array_of_tables(data["switches"], ("switches",)) if "switches" in data else []
+        switch_names = []
+        for i, s in enumerate(raw_sw):
+            ctx.check_keys(s, {"name"}, ("switches", i))
+            switch_names.append(ctx.get(s, "name", ("switches", i), (str,)))
+        raw_links = ctx.array_of_tables(data["links"], ("links",)) if "links" in data else []
+        links = [_link(ctx, lk, ("links", i)) for i, lk in enumerate(raw_links)]
+        default_ranks = 1
+
+    _check_names(ctx, host_names, switch_names, topo is not None)
+    hosts = _hosts(ctx, kind, prefix, control_port, raw_hosts, host_names, default_ranks)
+    switches = [
+        Switch(name=s, netns=f"{prefix}{s}" if kind == "netns" else None) for s in switch_names
+    ]
+    _check_links(ctx, kind, hosts, switch_names, links, topo is not None)
+    return Testbed(
+        name=name,
+        kind=kind,
+        transport=transport,
+        hosts=hosts,
+        switches=switches,
+        links=links,
+        intra_host=intra,
+        netns_prefix=prefix,
+    )
+
+
+def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:
+    ctx.check_keys(lk, _LINK_KEYS, path)
+    return Link(
+        a=ctx.get(lk, "a", path, (str,)),
+        b=ctx.get(lk, "b", path, (str,)),
+        rate=ctx.get_rate(lk, "rate", path),
+        mtu=ctx.get_mtu(lk, path, DEFAULT_MTU),
+        queue_limit=ctx.get_size(lk, "queue_limit", path, None),
+    )
+
+
+def _expand(
+    ctx: _Ctx, topo: dict[str, Any], raw_hosts: list[dict[str, Any]]
+) -> tuple[list[str], list[str], list[Link], int]:
+    path: Path = ("topology",)
+    ctx.check_keys(topo, _TOPO_KEYS, path)
+    shape = ctx.get_choice(topo, "shape", path, ("star", "leafspine", "ring"), _MISSING)
+    rate = ctx.get_rate(topo, "rate", path)
+    mtu = ctx.get_mtu(topo, path, DEFAULT_MTU)
+    queue_limit = ctx.get_size(topo, "queue_limit", path, None)
+    ranks = ctx.get_int(topo, "ranks_per_host", path, 1, lo=1)
+    allowed = {
+        "star": {"hosts"},
+        "ring": {"hosts"},
+        "leafspine": {"leaves", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate"},
+    }[shape]
+    for key in ("hosts", "leaves", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate"):
+        if key in topo and key not in allowed:
+            raise ctx.error((*path, key), f"does not apply to shape = {shape!r}")
+    if shape == "leafspine":
+        leaves = ctx.get_int(topo, "leaves", path, lo=1)
+        spines = ctx.get_int(topo, "spines", path, 1, lo=1)
+        per_leaf = ctx.get_int(topo, "hosts_per_leaf", path, lo=1)
+        n = leaves * per_leaf
+    else:
+        default_n = len(raw_hosts) if raw_hosts else _MISSING
+        n = ctx.get_int(topo, "hosts", path, default_n, lo=1)
+        if shape == "ring" and n < 2:
+            raise ctx.error((*path, "hosts"), "a ring needs at least 2 hosts")
+    if n > addressing.MAX_HOSTS:
+        raise ctx.error(path, f"{n} hosts; at most {addressing.MAX_HOSTS}")
+    if raw_hosts and len(raw_hosts) != n:
+        raise ctx.error(
+            ("hosts",), f"{len(raw_hosts)} [[hosts]] entries but the {shape} topology has {n}"
+        )
+    names = [
+        ctx.get(h, "name", ("hosts", i), (str,), f"h{i}") if raw_hosts else f"h{i}"
+        for i, h in enumerate(raw_hosts or [{}] * n)
+    ]
+    if shape == "star":
+        ex = shapes.star(names, rate, mtu, queue_limit)
+    elif shape == "ring":
+        ex = shapes.ring(names, rate, mtu, queue_limit)
+    else:
+        over = ctx.get(topo, "oversubscription", path, (int, float, str), 1.0)
+        if isinstance(over, str):
+            m = re.fullmatch(r"\s*([0-9.]+)\s*:\s*([0-9.]+)\s*", over)
+            try:
+                over = float(m.group(1)) / float(m.group(2)) if m else None
+            except (ValueError, ZeroDivisionError):
+                over = None
+            if over is None:
+                raise ctx.error((*path, "oversubscription"), "must be a number or 'A:B'")
+        if not over > 0:
+            raise ctx.error((*path, "oversubscription"), "must be positive")
+        default_up = shapes.leafspine_uplink_rate(per_leaf, spines, rate, float(over))
+        uplink = ctx.get_rate(topo, "uplink_rate", path, default_up)
+        ex = shapes.leafspine(names, leaves, spines, rate, uplink, mtu, queue_limit)
+    return ex.hosts, ex.switches, ex.links, ranks
+
+
+def _check_names(ctx: _Ctx, hosts: list[str], switches: list[str], generated: bool) -> None:
+    seen: set[str] = set()
+    for kind, names in (("hosts", hosts), ("switches", switches)):
+        for i, n in enumerate(names):
+            if not _NAME.match(n):
+                raise ctx.error((kind, i, "name"), f"must be 1-32 of A-Z a-z 0-9 _ -; got {n!r}")
+            if n in seen:
+                raise ctx.error((kind, i, "name"), f"duplicate name {n!r}")
+            seen.add(n)
+
+
+def _parse_control(ctx: _Ctx, value: str, path: Path) -> tuple[str, int]:
+    ip, sep, port = value.rpartition(":")
+    ip = ip.strip("[]")
+    try:
+        ipaddress.ip_address(ip)
+        port_n = int(port)
+    except ValueError:
+        port_n = -1
+    if not sep or not 1 <= port_n <= 65535:
+        raise ctx.error(path, f"must be 'IP:PORT' (e.g. 10.0.0.1:7000); got {value!r}")
+    return ip, port_n
+
+
+def _hosts(
+    ctx: _Ctx,
+    kind: str,
+    prefix: str,
+    control_port: int,
+    raw: list[dict[str, Any]],
+    names: list[str],
+    default_ranks: int,
+) -> list[Host]:
+    hosts: list[Host] = []
+    seen_control: dict[str, int] = {}
+    seen_data: dict[str, int] = {}
+    for i, name in enumerate(names):
+        h = raw[i] if raw else {}
+        path: Path = ("hosts", i)
+        ctx.check_keys(h, _HOST_KEYS, path)
+        control = ctx.get(h, "control", path, (str,), None)
+        data_addr = ctx.get(h, "data_addr", path, (str,), None)
+        if kind == "netns":
+            if control is None:
+                control = f"{addressing.control_pair(i)[1]}:{control_port}"
+            if data_addr is None:
+                data_addr = addressing.data_ip(i)
+        elif control is None:
+            raise ctx.error((*path, "control"), "is required for static testbeds ('IP:PORT')")
+        cip, _ = _parse_control(ctx, control, (*path, "control"))
+        if data_addr is None:
+            data_addr = cip
+        try:
+            ipaddress.ip_address(data_addr)
+        except ValueError:
+            raise ctx.error((*path, "data_addr"), f"not an IP address: {data_addr!r}") from None
+        if kind == "netns":
+            for key, ip in (("control", cip), ("data_addr", data_addr)):
+                if not addressing.in_emulation_net(ip):
+                    raise ctx.error(
+                        (*path, key), f"netns testbeds use 198.18.0.0/15 only; got {ip}"
+                    )
+            if h.get("nic") is not None or h.get("rdma_device") is not None:
+                key = "nic" if "nic" in h else "rdma_device"
+                raise ctx.error((*path, key), "netns hosts get their interfaces from genie")
+        if control in seen_control:
+            raise ctx.error(
+                (*path, "control"), f"{control} is also host {seen_control[control]}'s address"
+            )
+        seen_control[control] = i
+        if kind == "netns":
+            if data_addr in seen_data:
+                raise ctx.error(
+                    (*path, "data_addr"),
+                    f"{data_addr} is also host {seen_data[data_addr]}'s address",
+                )
+            seen_data[data_addr] = i
+        hosts.append(
+            Host(
+                name=name,
+                control=control,
+                data_addr=data_addr,
+                ranks=ctx.get_int(h, "ranks", path, default_ranks, lo=1),
+                nic=ctx.get(h, "nic", path, (str,), None),
+                rdma_device=ctx.get(h, "rdma_device", path, (str,), None),
+                netns=f"{prefix}{name}" if kind == "netns" else None,
+            )
+        )
+    return hosts
+
+
+def _check_links(
+    ctx: _Ctx,
+    kind: str,
+    hosts: list[Host],
+    switches: list[str],
+    links: list[Link],
+    generated: bool,
+) -> None:
+    host_names = {h.name for h in hosts}
+    nodes = host_names | set(switches)
+    where = ("topology",) if generated else None
+    adj: dict[str, set[str]] = {n: set() for n in nodes}
+    seen: set[frozenset[str]] = set()
+    for i, lk in enumerate(links):
+        path = where or ("links", i)
+        for end in ("a", "b"):
+            val = getattr(lk, end)
+            if val not in nodes:
+                raise ctx.error(
+                    path if generated else (*path, end), f"no host or switch named {val!r}"
+                )
+        if lk.a == lk.b:
+            raise ctx.error(path, f"links {lk.a!r} to itself")
+        pair = frozenset((lk.a, lk.b))
+        if pair in seen:
+            raise ctx.error(path, f"a second link between {lk.a!r} and {lk.b!r}")
+        seen.add(pair)
+        if lk.queue_limit is not None and lk.queue_limit < lk.mtu:
+            raise ctx.error(
+                ("topology", "queue_limit") if generated else (*path, "queue_limit"),
+                f"queue_limit {lk.queue_limit} B is below the MTU {lk.mtu} B",
+            )
+        adj[lk.a].add(lk.b)
+        adj[lk.b].add(lk.a)
+    if kind == "netns":
+        _check_netns_links(ctx, hosts, switches, links, adj, where or ("links",))
+    if len(hosts) > 1:
+        start = hosts[0].name
+        reach = {start}
+        todo = [start]
+        while todo:
+            for nxt in adj[todo.pop()]:
+                if nxt not in reach:
+                    reach.add(nxt)
+                    todo.append(nxt)
+        lost = [i for i, h in enumerate(hosts) if h.name not in reach]
+        if lost:
+            raise ctx.error(
+                where or ("hosts", lost[0]),
+                f"host {hosts[lost[0]].name!r} is not connected to host {start!r} by links",
+            )
+
+
+def _check_netns_links(
+    ctx: _Ctx,
+    hosts: list[Host],
+    switches: list[str],
+    links: list[Link],
+    adj: dict[str, set[str]],
+    path: Path,
+) -> None:
+    """Rules of netns emulation: bridges need a loop-free switch graph, hosts one uplink."""
+    sw = set(switches)
+    for h in hosts:
+        n_sw = len(adj[h.name] & sw)
+        if n_sw > 1:
+            raise ctx.error(path, f"netns host {h.name!r} has {n_sw} switch links; at most 1")
+        if n_sw and adj[h.name] - sw:
+            raise ctx.error(path, f"netns host {h.name!r} links to both a switch and hosts")
+    parent = {s: s for s in switches}
+
+    def root(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for lk in links:
+        if lk.a in sw and lk.b in sw:
+            ra, rb = root(lk.a), root(lk.b)
+            if ra == rb:
+                raise ctx.error(
+                    path,
+                    f"switch link {lk.a}-{lk.b} closes a loop; netns switches are Linux bridges "
+                    "without STP, so they must form a tree (leafspine: spines = 1)",
+                )
+            parent[ra] = rb

@@ -1,0 +1,63 @@
+"""Topology shorthands (star, leafspine, ring) expanded into host names, switches and links."""
+
+from __future__ import annotations
+
+from genie.testbed.model import Link
+
+
+class Expanded:
+    """The result of expanding a shorthand: host names, switch names, links."""
+
+    def __init__(self, hosts: list[str], switches: list[str], links: list[Link]) -> None:
+        self.hosts = hosts
+        self.switches = switches
+        self.links = links
+
+
+def star(
+    host_names: list[str], rate: float, mtu: int, queue_limit: int | None, switch: str = "sw0"
+) -> Expanded:
+    """N hosts each linked to one switch."""
+    links = [Link(a=h, b=switch, rate=rate, mtu=mtu, queue_limit=queue_limit) for h in host_names]
+    return Expanded(list(host_names), [switch], links)
+
+
+def ring(host_names: list[str], rate: float, mtu: int, queue_limit: int | None) -> Expanded:
+    """N hosts linked in a cycle, host i to host i+1 (two hosts: one link)."""
+    n = len(host_names)
+    pairs = [(i, (i + 1) % n) for i in range(n if n > 2 else n - 1)]
+    links = [
+        Link(a=host_names[i], b=host_names[j], rate=rate, mtu=mtu, queue_limit=queue_limit)
+        for i, j in pairs
+    ]
+    return Expanded(list(host_names), [], links)
+
+
+def leafspine_uplink_rate(
+    hosts_per_leaf: int, spines: int, rate: float, oversubscription: float
+) -> float:
+    """Rate of each leaf-to-spine link: host capacity of a leaf / (oversubscription x spines)."""
+    return hosts_per_leaf * rate / (oversubscription * spines)
+
+
+def leafspine(
+    host_names: list[str],
+    leaves: int,
+    spines: int,
+    rate: float,
+    uplink_rate: float,
+    mtu: int,
+    queue_limit: int | None,
+) -> Expanded:
+    """L leaves with len(host_names)/L hosts each, every leaf linked to every spine."""
+    per_leaf = len(host_names) // leaves
+    leaf_names = [f"leaf{i}" for i in range(leaves)]
+    spine_names = [f"spine{i}" for i in range(spines)]
+    links: list[Link] = []
+    for li, leaf in enumerate(leaf_names):
+        for h in host_names[li * per_leaf : (li + 1) * per_leaf]:
+            links.append(Link(a=h, b=leaf, rate=rate, mtu=mtu, queue_limit=queue_limit))
+    for leaf in leaf_names:
+        for spine in spine_names:
+            links.append(Link(a=leaf, b=spine, rate=uplink_rate, mtu=mtu, queue_limit=queue_limit))
+    return Expanded(list(host_names), leaf_names + spine_names, links)
