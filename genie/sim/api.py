@@ -1,0 +1,18 @@
+"""One call from a compiled workload and a backend to a report, with the symmetric shortcut."""
+
+from __future__ import annotations
+
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.engine import RawResult, simulate
+from genie.sim.network import NetworkBackend
+from genie.sim.report import SimReport, build_report
+from genie.sim.symmetry import representatives
+
+
+def replay(
+    cw: CompiledWorkload, backend: NetworkBackend, symmetry: bool = True
+) -> tuple[SimReport, RawResult]:
+    """Replay ``cw`` over ``backend`` (one representative rank when provably symmetric)."""
+    reps = representatives(cw) if symmetry else None
+    raw = simulate(cw, backend, ranks=reps)
+    return build_report(cw, raw, getattr(backend, "standalone", None)), raw

@@ -1,0 +1,392 @@
+"""The simulator's own compact form of a workload: per-rank arrays, CSR deps, comm instances.
+
+The engine never touches the workload module's objects. A ``CompiledWorkload`` holds, per rank,
+numpy arrays of node kind, duration, collective type and size, peer and tag, dependencies as CSR
+index arrays (``dep_ptr``/``dep_idx``: node ``i`` depends on ``dep_idx[dep_ptr[i]:dep_ptr[i+1]]``,
+all indices local to the rank), and the communication *instances* the nodes belong to:
+
+* a collective instance is (group, sequence number of the collective within that group on each
+  member rank, in node order); all members must agree on type and size, else CollectiveError;
+* a point-to-point instance pairs the k-th SEND from s to d with tag t with the k-th RECV on d
+  from s with tag t. An unpaired SEND or RECV keeps an instance with one side only; the engine
+  reports it as a deadlock when it is reached.
+
+``GraphBuilder`` builds this form directly (tests, synthetic benchmarks); ``genie.sim.adapter``
+builds it from a ``genie.workload.Workload``.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from genie.errors import CollectiveError, ValidationError
+
+
+class Kind(enum.IntEnum):
+    """What a compiled node does (mirrors the workload's NodeKind)."""
+
+    COMPUTE = 0
+    COLLECTIVE = 1
+    SEND = 2
+    RECV = 3
+    MEMORY = 4
+    OTHER = 5
+
+
+COMM_KINDS = (Kind.COLLECTIVE, Kind.SEND, Kind.RECV)
+
+# Chakra CollectiveCommType numbering.
+COLL_NAMES = (
+    "all_reduce",
+    "reduce",
+    "all_gather",
+    "gather",
+    "scatter",
+    "broadcast",
+    "all_to_all",
+    "reduce_scatter",
+    "reduce_scatter_block",
+    "barrier",
+)
+P2P = -1  # comm_type of a send/recv instance
+
+
+def coll_type(value: int | str) -> int:
+    """Turn a collective name (``all_reduce``) or Chakra number into the Chakra number."""
+    if isinstance(value, str):
+        key = value.strip().lower().replace("-", "_")
+        if key not in COLL_NAMES:
+            raise CollectiveError(f"unknown collective {value!r}; known: {', '.join(COLL_NAMES)}")
+        return COLL_NAMES.index(key)
+    v = int(value)
+    if not 0 <= v < len(COLL_NAMES):
+        raise CollectiveError(f"collective type {v} outside Chakra's 0..{len(COLL_NAMES) - 1}")
+    return v
+
+
+def coll_name(ctype: int) -> str:
+    """Name of a Chakra collective number, or ``send_recv`` for point-to-point."""
+    return "send_recv" if ctype == P2P else COLL_NAMES[ctype]
+
+
+@dataclass
+class CompiledRank:
+    """One rank's graph as flat arrays (see the module docstring)."""
+
+    kind: np.ndarray  # int8
+    duration: np.ndarray  # float64 seconds
+    dep_ptr: np.ndarray  # int64, n + 1
+    dep_idx: np.ndarray  # int64
+    comm_type: np.ndarray  # int16, Chakra number, P2P for send/recv, -2 for non-comm
+    comm_size: np.ndarray  # int64 bytes
+    group: np.ndarray  # int32 group id for collectives, -1 otherwise
+    peer: np.ndarray  # int32 global peer rank for send/recv, -1 otherwise
+    tag: np.ndarray  # int64
+    node_ids: np.ndarray  # int64 ids in the source workload
+    names: list[str] | None = None
+    instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # iid or -1
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes of this rank."""
+        return len(self.kind)
+
+    def name(self, i: int) -> str:
+        """Name of node ``i`` (its source id when names were not kept)."""
+        if self.names is not None and self.names[i]:
+            return self.names[i]
+        return f"node{int(self.node_ids[i])}"
+
+    def signature(self) -> bytes:
+        """A digest of everything that decides this rank's timeline (not names, not peers)."""
+        h = hashlib.blake2b(digest_size=16)
+        for arr in (
+            self.kind,
+            self.duration,
+            self.dep_ptr,
+            self.dep_idx,
+            self.comm_type,
+            self.comm_size,
+            self.group,
+        ):
+            h.update(np.ascontiguousarray(arr).tobytes())
+            h.update(b"|")
+        return h.digest()
+
+
+@dataclass
+class Instances:
+    """Communication instances across ranks: one per collective call and per send/recv pair."""
+
+    comm_type: np.ndarray  # int16 (P2P for send/recv)
+    size: np.ndarray  # int64 bytes
+    group: np.ndarray  # int32 gid or -1
+    seq: np.ndarray  # int64 sequence within group (collectives) or pair index (p2p)
+    src: np.ndarray  # int32 p2p sender or -1
+    dst: np.ndarray  # int32 p2p receiver or -1
+    tag: np.ndarray  # int64
+    members: list[list[tuple[int, int]]]  # (rank, node) of each participant
+
+    def __len__(self) -> int:
+        return len(self.size)
+
+
+@dataclass
+class CompiledWorkload:
+    """Every rank compiled, plus the groups and communication instances."""
+
+    ranks: list[CompiledRank]
+    group_names: list[str]
+    group_ranks: list[tuple[int, ...]]
+    instances: Instances
+    name: str = "workload"
+
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks."""
+        return len(self.ranks)
+
+    @property
+    def n_nodes(self) -> int:
+        """Total nodes over all ranks."""
+        return sum(r.n_nodes for r in self.ranks)
+
+    def instance_ranks(self, iid: int) -> tuple[int, ...]:
+        """Global ranks taking part in instance ``iid`` (the group, or (src, dst))."""
+        g = int(self.instances.group[iid])
+        if g >= 0:
+            return self.group_ranks[g]
+        return (int(self.instances.src[iid]), int(self.instances.dst[iid]))
+
+
+def _csr(deps: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(deps) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(d) for d in deps]) if deps else []
+    flat = [d for ds in deps for d in ds]
+    return ptr, np.asarray(flat, np.int64)
+
+
+def finish(
+    ranks: list[CompiledRank],
+    group_names: list[str],
+    group_ranks: list[tuple[int, ...]],
+    name: str = "workload",
+) -> CompiledWorkload:
+    """Assign communication instances, check that collectives agree across ranks, and pack."""
+    n = len(ranks)
+    i_type: list[int] = []
+    i_size: list[int] = []
+    i_group: list[int] = []
+    i_seq: list[int] = []
+    i_src: list[int] = []
+    i_dst: list[int] = []
+    i_tag: list[int] = []
+    members: list[list[tuple[int, int]]] = []
+    coll_iid: dict[tuple[int, int], int] = {}
+    p2p_sends: dict[tuple[int, int, int], list[int]] = {}
+    p2p_recvs: dict[tuple[int, int, int], list[int]] = {}
+    member_sets = [frozenset(g) for g in group_ranks]
+    for r, cr in enumerate(ranks):
+        seq = [0] * len(group_ranks)
+        comm_nodes = np.flatnonzero((cr.kind >= Kind.COLLECTIVE) & (cr.kind <= Kind.RECV))
+        for i in comm_nodes.tolist():
+            k = int(cr.kind[i])
+            if k == Kind.COLLECTIVE:
+                g = int(cr.group[i])
+                if not 0 <= g < len(group_ranks):
+                    raise ValidationError(f"rank {r} node {cr.name(i)}: unknown group id {g}")
+                if r not in member_sets[g]:
+                    raise ValidationError(
+                        f"rank {r} node {cr.name(i)} calls a collective on group "
+                        f"{group_names[g]!r} {list(group_ranks[g])} that it is not a member of"
+                    )
+                key = (g, seq[g])
+                seq[g] += 1
+                iid = coll_iid.get(key)
+                ctype, size = int(cr.comm_type[i]), int(cr.comm_size[i])
+                if iid is None:
+                    iid = len(i_size)
+                    coll_iid[key] = iid
+                    i_type.append(ctype)
+                    i_size.append(size)
+                    i_group.append(g)
+                    i_seq.append(key[1])
+                    i_src.append(-1)
+                    i_dst.append(-1)
+                    i_tag.append(0)
+                    members.append([])
+                elif (i_type[iid], i_size[iid]) != (ctype, size):
+                    r0, n0 = members[iid][0]
+                    raise CollectiveError(
+                        f"collective #{key[1]} of group {group_names[g]!r} does not match across "
+                        f"ranks: rank {r0} node {ranks[r0].name(n0)} is {coll_name(i_type[iid])} "
+                        f"of {i_size[iid]} B, rank {r} node {cr.name(i)} is {coll_name(ctype)} "
+                        f"of {size} B"
+                    )
+                members[iid].append((r, i))
+            else:
+                peer = int(cr.peer[i])
+                if not 0 <= peer < n:
+                    raise ValidationError(
+                        f"rank {r} node {cr.name(i)}: peer {peer} outside 0..{n - 1}"
+                    )
+                chan = (r, peer, int(cr.tag[i])) if k == Kind.SEND else (peer, r, int(cr.tag[i]))
+                book = p2p_sends if k == Kind.SEND else p2p_recvs
+                book.setdefault(chan, []).append(i)
+    # pair sends and recvs per channel, in order
+    for chan in sorted(set(p2p_sends) | set(p2p_recvs)):
+        s, d, t = chan
+        sends = p2p_sends.get(chan, [])
+        recvs = p2p_recvs.get(chan, [])
+        for k in range(max(len(sends), len(recvs))):
+            iid = len(i_size)
+            mem: list[tuple[int, int]] = []
+            size = -1
+            if k < len(sends):
+                mem.append((s, sends[k]))
+                size = int(ranks[s].comm_size[sends[k]])
+            if k < len(recvs):
+                mem.append((d, recvs[k]))
+                rsize = int(ranks[d].comm_size[recvs[k]])
+                if size >= 0 and rsize != size:
+                    raise CollectiveError(
+                        f"send rank {s} node {ranks[s].name(sends[k])} ({size} B) and recv rank "
+                        f"{d} node {ranks[d].name(recvs[k])} ({rsize} B), tag {t}, differ in size"
+                    )
+                size = rsize
+            i_type.append(P2P)
+            i_size.append(size)
+            i_group.append(-1)
+            i_seq.append(k)
+            i_src.append(s)
+            i_dst.append(d)
+            i_tag.append(t)
+            members.append(mem)
+    for cr in ranks:
+        cr.instance = np.full(cr.n_nodes, -1, np.int64)
+    for iid, mem in enumerate(members):
+        for rr, nn in mem:
+            ranks[rr].instance[nn] = iid
+    instances = Instances(
+        comm_type=np.asarray(i_type, np.int16),
+        size=np.asarray(i_size, np.int64),
+        group=np.asarray(i_group, np.int32),
+        seq=np.asarray(i_seq, np.int64),
+        src=np.asarray(i_src, np.int32),
+        dst=np.asarray(i_dst, np.int32),
+        tag=np.asarray(i_tag, np.int64),
+        members=members,
+    )
+    return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def make_rank(
+    kind: Sequence[int],
+    duration: Sequence[float],
+    deps: Sequence[Sequence[int]],
+    comm_type: Sequence[int] | None = None,
+    comm_size: Sequence[int] | None = None,
+    group: Sequence[int] | None = None,
+    peer: Sequence[int] | None = None,
+    tag: Sequence[int] | None = None,
+    node_ids: Sequence[int] | None = None,
+    names: list[str] | None = None,
+) -> CompiledRank:
+    """Pack one rank's per-node lists into a CompiledRank (deps are local node indices)."""
+    n = len(kind)
+    ptr, idx = _csr(deps)
+    if len(idx) and (idx.min() < 0 or idx.max() >= n):
+        raise ValidationError(f"dependency index outside 0..{n - 1}")
+
+    def arr(v, dtype, fill):
+        return np.full(n, fill, dtype) if v is None else np.asarray(v, dtype)
+
+    return CompiledRank(
+        kind=np.asarray(kind, np.int8),
+        duration=np.asarray(duration, np.float64),
+        dep_ptr=ptr,
+        dep_idx=idx,
+        comm_type=arr(comm_type, np.int16, -2),
+        comm_size=arr(comm_size, np.int64, 0),
+        group=arr(group, np.int32, -1),
+        peer=arr(peer, np.int32, -1),
+        tag=arr(tag, np.int64, 0),
+        node_ids=arr(node_ids, np.int64, 0) if node_ids is not None else np.arange(n),
+        names=names,
+    )
+
+
+class GraphBuilder:
+    """Build a CompiledWorkload node by node: for tests, examples and synthetic benchmarks."""
+
+    def __init__(self, n_ranks: int, name: str = "workload") -> None:
+        self.n_ranks = n_ranks
+        self.name = name
+        self._nodes: list[list[tuple]] = [[] for _ in range(n_ranks)]
+        self.group_names: list[str] = []
+        self.group_ranks: list[tuple[int, ...]] = []
+
+    def group(self, name: str, ranks: Sequence[int] | None = None) -> int:
+        """Declare a process group (default: every rank) and return its id."""
+        members = tuple(range(self.n_ranks)) if ranks is None else tuple(ranks)
+        if name in self.group_names:
+            return self.group_names.index(name)
+        self.group_names.append(name)
+        self.group_ranks.append(members)
+        return len(self.group_names) - 1
+
+    def _add(self, rank: int, row: tuple) -> int:
+        self._nodes[rank].append(row)
+        return len(self._nodes[rank]) - 1
+
+    def compute(self, rank: int, duration: float, deps: Sequence[int] = (), name: str = "") -> int:
+        """Add a compute node taking ``duration`` seconds; return its local index."""
+        return self._add(rank, (Kind.COMPUTE, duration, tuple(deps), -2, 0, -1, -1, 0, name))
+
+    def memory(self, rank: int, duration: float, deps: Sequence[int] = (), name: str = "") -> int:
+        """Add a memory node (a delay that does not hold the compute stream)."""
+        return self._add(rank, (Kind.MEMORY, duration, tuple(deps), -2, 0, -1, -1, 0, name))
+
+    def collective(
+        self,
+        rank: int,
+        ctype: int | str,
+        size: int,
+        group: int | str = 0,
+        deps: Sequence[int] = (),
+        name: str = "",
+    ) -> int:
+        """Add a collective call of ``size`` bytes on ``group`` (id or name)."""
+        g = self.group_names.index(group) if isinstance(group, str) else group
+        row = (Kind.COLLECTIVE, 0.0, tuple(deps), coll_type(ctype), size, g, -1, 0, name)
+        return self._add(rank, row)
+
+    def send(
+        self, rank: int, peer: int, size: int, tag: int = 0, deps: Sequence[int] = (), name=""
+    ) -> int:
+        """Add a send of ``size`` bytes to global rank ``peer``."""
+        return self._add(rank, (Kind.SEND, 0.0, tuple(deps), P2P, size, -1, peer, tag, name))
+
+    def recv(
+        self, rank: int, peer: int, size: int, tag: int = 0, deps: Sequence[int] = (), name=""
+    ) -> int:
+        """Add a receive of ``size`` bytes from global rank ``peer``."""
+        return self._add(rank, (Kind.RECV, 0.0, tuple(deps), P2P, size, -1, peer, tag, name))
+
+    def build(self) -> CompiledWorkload:
+        """Compile every rank and match the communication."""
+        if not self.group_ranks:
+            self.group("world")
+        ranks = []
+        for rows in self._nodes:
+            cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(9)]
+            kind, dur, deps, ct, cs, g, peer, tag, names = cols
+            ranks.append(
+                make_rank(kind, dur, deps, ct, cs, g, peer, tag, names=list(names) or None)
+            )
+        return finish(ranks, self.group_names, self.group_ranks, self.name)

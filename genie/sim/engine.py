@@ -1,0 +1,292 @@
+"""Discrete-event replay of every rank's DAG over a network backend.
+
+Semantics:
+
+* a node becomes ready when all its data deps have finished (time 0 for nodes without deps);
+* COMPUTE nodes run on the rank's one compute stream, serially, in the order they became ready
+  (ties in event order, which is deterministic); each takes its compiled duration;
+* MEMORY and OTHER nodes are delays of their duration that do not hold the compute stream;
+* a COLLECTIVE node *arrives* when ready; the instance starts on the network when every member
+  rank has arrived (the arrival of each rank is kept, so the wait is reported as such); SEND and
+  RECV pair (see ``compiled``) and start together when both have arrived (rendezvous); every
+  participating node finishes when the backend says the instance completes. Communication never
+  holds the compute stream, so it overlaps compute;
+* when no event is left but nodes are unfinished, the workload cannot progress: DeadlockError
+  names, per stuck rank, the communication node it is blocked in and the ranks it waits for.
+
+``simulate(cw, backend, ranks=...)`` may replay only a subset of ranks (see ``symmetry``): an
+instance then starts when its members *in the subset* have arrived, and is still priced for its
+whole group.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from genie.errors import DeadlockError
+from genie.sim.compiled import P2P, CompiledWorkload, Kind, coll_name
+from genie.sim.network import NetworkBackend, Transfer
+
+_COMPUTE = int(Kind.COMPUTE)
+_COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
+
+
+@dataclass
+class RawResult:
+    """Per-node and per-instance times of one replay (seconds); flat over the simulated ranks."""
+
+    sim_ranks: list[int]
+    offsets: np.ndarray  # node index of rank sim_ranks[k] starts at offsets[k]
+    ready: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    inst_first_arrival: np.ndarray
+    inst_last_arrival: np.ndarray
+    inst_start: np.ndarray
+    inst_end: np.ndarray
+    makespan: float
+    wall_s: float
+    events: int
+    backend: str
+    notes: list[str] = field(default_factory=list)
+
+    def rank_slice(self, k: int) -> slice:
+        """Slice of the flat arrays holding simulated rank number ``k``."""
+        return slice(int(self.offsets[k]), int(self.offsets[k + 1]))
+
+
+def _successors(dep_ptr: np.ndarray, dep_idx: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    counts = np.diff(dep_ptr)
+    owner = np.repeat(np.arange(n, dtype=np.int64), counts)
+    order = np.argsort(dep_idx, kind="stable")
+    succ = owner[order]
+    sptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(dep_idx, minlength=n), out=sptr[1:])
+    return sptr, succ, counts
+
+
+def simulate(
+    cw: CompiledWorkload, backend: NetworkBackend, ranks: list[int] | None = None
+) -> RawResult:
+    """Replay ``cw`` (or only ``ranks`` of it) over ``backend``; see the module docstring."""
+    t0 = time.perf_counter()
+    sim_ranks = list(range(cw.n_ranks)) if ranks is None else sorted(ranks)
+    offsets = np.zeros(len(sim_ranks) + 1, np.int64)
+    kinds, durs, sptrs, succs, pend, insts, rank_of = [], [], [], [], [], [], []
+    for k, r in enumerate(sim_ranks):
+        cr = cw.ranks[r]
+        n = cr.n_nodes
+        off = int(offsets[k])
+        offsets[k + 1] = off + n
+        sptr, succ, counts = _successors(cr.dep_ptr, cr.dep_idx, n)
+        kinds.append(cr.kind)
+        durs.append(cr.duration)
+        sptrs.append(sptr[:-1] + int(sum(len(s) for s in succs)))
+        succs.append(succ + off)
+        pend.append(counts)
+        insts.append(cr.instance)
+        rank_of.append(np.full(n, k, np.int64))
+    total = int(offsets[-1])
+    cat = np.concatenate if sim_ranks else (lambda xs: np.zeros(0))
+    kind = cat(kinds).astype(np.int64).tolist()
+    dur = cat(durs).astype(np.float64).tolist()
+    succ_all = np.concatenate(succs) if succs else np.zeros(0, np.int64)
+    sptr_all = np.append(cat(sptrs).astype(np.int64), len(succ_all)).tolist()
+    succ_l = succ_all.tolist()
+    pending = cat(pend).astype(np.int64).tolist()
+    inst = cat(insts).astype(np.int64).tolist()
+    rnk = cat(rank_of).astype(np.int64).tolist()
+
+    ins = cw.instances
+    n_inst = len(ins)
+    pos = {r: k for k, r in enumerate(sim_ranks)}
+    need = [0] * n_inst
+    members: list[list[int]] = [[] for _ in range(n_inst)]
+    for iid, mem in enumerate(ins.members):
+        gm = [int(offsets[pos[r]]) + nd for r, nd in mem if r in pos]
+        members[iid] = gm
+        need[iid] = len(gm)
+    # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
+    group_sizes = [len(g) for g in cw.group_ranks]
+    for iid, g in enumerate(ins.group.tolist()):
+        if len(ins.members[iid]) < (group_sizes[g] if g >= 0 else 2):
+            need[iid] = total + 1
+
+    inst_type = ins.comm_type.tolist()
+    inst_size = ins.size.tolist()
+    inst_group = ins.group.tolist()
+    arrived = [0] * n_inst
+    first_arr = [math.inf] * n_inst
+    last_arr = [-math.inf] * n_inst
+    istart = [math.nan] * n_inst
+    iend = [math.nan] * n_inst
+
+    ready = [math.nan] * total
+    start = [math.nan] * total
+    end = [math.nan] * total
+    busy = [False] * len(sim_ranks)
+    queues = [deque() for _ in sim_ranks]
+    heap: list[tuple[float, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+    net_next = backend.next_time()
+    done = 0
+    events = 0
+    inf = math.inf
+
+    # worklist of (node, time) that became ready
+    work = [g for g in range(total) if pending[g] == 0]
+    now = 0.0
+
+    def release(g: int, t: float) -> None:
+        """Mark ``g`` ready at ``t`` and start it if it can start."""
+        nonlocal net_next
+        ready[g] = t
+        k = kind[g]
+        if k == _COMPUTE:
+            r = rnk[g]
+            if busy[r]:
+                queues[r].append(g)
+            else:
+                busy[r] = True
+                start[g] = t
+                push(heap, (t + dur[g], g))
+        elif k in (_COLL, _SEND, _RECV):
+            iid = inst[g]
+            a = arrived[iid] + 1
+            arrived[iid] = a
+            if t < first_arr[iid]:
+                first_arr[iid] = t
+            last_arr[iid] = t
+            if a == need[iid]:
+                istart[iid] = t
+                for m in members[iid]:
+                    start[m] = t
+                grp = inst_group[iid]
+                granks = cw.group_ranks[grp] if grp >= 0 else (int(ins.src[iid]), int(ins.dst[iid]))
+                backend.start(Transfer(iid, inst_type[iid], inst_size[iid], granks, grp), t)
+                net_next = backend.next_time()
+        else:
+            start[g] = t
+            push(heap, (t + dur[g], g))
+
+    for g in work:
+        release(g, 0.0)
+
+    while True:
+        t_ev = heap[0][0] if heap else inf
+        if net_next <= t_ev:
+            if net_next == inf:
+                break
+            now = net_next
+            finished = []
+            for iid in backend.pop(now):
+                iend[iid] = now
+                finished.extend(members[iid])
+            net_next = backend.next_time()
+            events += 1
+        else:
+            now, g0 = pop(heap)
+            finished = [g0]
+            events += 1
+        for g in finished:
+            end[g] = now
+            done += 1
+            if kind[g] == _COMPUTE:
+                r = rnk[g]
+                q = queues[r]
+                if q:
+                    nxt = q.popleft()
+                    start[nxt] = now
+                    push(heap, (now + dur[nxt], nxt))
+                else:
+                    busy[r] = False
+            for j in range(sptr_all[g], sptr_all[g + 1]):
+                s = succ_l[j]
+                p = pending[s] - 1
+                pending[s] = p
+                if p == 0:
+                    release(s, now)
+
+    if done < total:
+        raise DeadlockError(
+            _deadlock_message(cw, sim_ranks, offsets, end, ready, inst, arrived, members)
+        )
+    return RawResult(
+        sim_ranks=sim_ranks,
+        offsets=offsets,
+        ready=np.asarray(ready),
+        start=np.asarray(start),
+        end=np.asarray(end),
+        inst_first_arrival=np.asarray(first_arr),
+        inst_last_arrival=np.asarray(last_arr),
+        inst_start=np.asarray(istart),
+        inst_end=np.asarray(iend),
+        makespan=max(end) if end else 0.0,
+        wall_s=time.perf_counter() - t0,
+        events=events,
+        backend=backend.name,
+        notes=list(getattr(backend, "notes", [])),
+    )
+
+
+def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst, arrived, members) -> str:
+    """Name, per stuck rank, the comm node it is blocked in and whom it waits for."""
+    lines = []
+    ins = cw.instances
+    stuck_ranks = []
+    pos = {r: k for k, r in enumerate(sim_ranks)}
+    for k, r in enumerate(sim_ranks):
+        lo, hi = int(offsets[k]), int(offsets[k + 1])
+        unfinished = [g for g in range(lo, hi) if math.isnan(end[g])]
+        if not unfinished:
+            continue
+        stuck_ranks.append(r)
+        cr = cw.ranks[r]
+        blocked = [g for g in unfinished if not math.isnan(ready[g]) and inst[g] >= 0]
+        parts = []
+        for g in blocked[:3]:
+            i = g - lo
+            iid = inst[g]
+            if int(ins.comm_type[iid]) == P2P:
+                s, d, tag = int(ins.src[iid]), int(ins.dst[iid]), int(ins.tag[iid])
+                other = d if r == s else s
+                what = "send to" if r == s else "recv from"
+                parts.append(
+                    f"node {cr.name(i)} ({what} rank {other}, tag {tag}, {int(ins.size[iid])} B) "
+                    f"has no matching {'recv' if r == s else 'send'} reached on rank {other}"
+                )
+            else:
+                grp = int(ins.group[iid])
+                present = {
+                    rr
+                    for rr, nd in ins.members[iid]
+                    if rr in pos and not math.isnan(ready[int(offsets[pos[rr]]) + nd])
+                }
+                missing = [x for x in cw.group_ranks[grp] if x not in present]
+                parts.append(
+                    f"node {cr.name(i)} ({coll_name(int(ins.comm_type[iid]))} "
+                    f"#{int(ins.seq[iid])} of group {cw.group_names[grp]!r}) waits for ranks "
+                    f"{_short(missing)}"
+                )
+        if not parts:
+            first = unfinished[0] - lo
+            parts.append(f"{len(unfinished)} nodes never ready, first {cr.name(first)}")
+        lines.append(f"rank {r}: " + "; ".join(parts))
+    head = (
+        f"workload cannot progress: {len(stuck_ranks)} of {len(sim_ranks)} ranks stuck "
+        f"({_short(stuck_ranks)})"
+    )
+    body = " | ".join(lines[:8])
+    if len(lines) > 8:
+        body += f" | ... {len(lines) - 8} more ranks"
+    return f"{head}: {body}"
+
+
+def _short(xs: list[int]) -> str:
+    return "[" + ", ".join(map(str, xs[:8])) + (", ..." if len(xs) > 8 else "") + "]"

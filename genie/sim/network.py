@@ -1,0 +1,187 @@
+"""Network backends: the one small interface the engine drives, and the fluid analytical one.
+
+The engine hands a backend a ``Transfer`` when every participant of a collective (or both ends
+of a send/recv) has arrived, with ``start(transfer, now)``; it asks ``next_time()`` for the
+earliest completion and collects the finished instance ids with ``pop(now)``. Times are seconds.
+
+``AnalyticalBackend`` prices each transfer with a *pricer* (``price(transfer) -> Demand``): the
+bytes it puts on each link of a topology and its latency term. Alone, a transfer moves its bytes
+in ``W = max(bytes_l / capacity_l)`` and then finishes ``latency`` later (bytes first, then the
+latency tail, which does not hold links). Transfers in flight at the same time share links with
+weighted max-min fairness (progressive filling): each transfer runs at a fraction ``r <= 1`` of
+its standalone speed, its demand on link ``l`` being ``r * bytes_l / W``, and rates are
+recomputed whenever a transfer starts or its bytes finish. Two equal transfers on one link thus
+take twice as long as one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Transfer:
+    """One communication instance handed to a backend."""
+
+    iid: int
+    comm_type: int  # Chakra number, or compiled.P2P for send/recv
+    size: int  # bytes
+    ranks: tuple[int, ...]  # the group's global ranks, or (src, dst)
+    group: int  # group id, -1 for send/recv
+
+
+@dataclass(slots=True)
+class Demand:
+    """What a transfer asks of the network: bytes per link and a latency term."""
+
+    latency: float
+    links: np.ndarray  # int64 link ids
+    nbytes: np.ndarray  # float64 bytes per link
+
+
+class Pricer(Protocol):
+    """Turns a transfer into link loads on a fixed set of links."""
+
+    def capacity(self) -> np.ndarray:
+        """Bandwidth of every link, bytes/s."""
+        ...
+
+    def price(self, transfer: Transfer) -> Demand:
+        """Bytes per link and latency of one transfer."""
+        ...
+
+
+class NetworkBackend(Protocol):
+    """The interface the engine drives (see the module docstring)."""
+
+    name: str
+    notes: list[str]
+
+    def start(self, transfer: Transfer, now: float) -> None:
+        """Begin ``transfer`` at time ``now``."""
+        ...
+
+    def next_time(self) -> float:
+        """Earliest completion time of a transfer in flight (``inf`` when none)."""
+        ...
+
+    def pop(self, now: float) -> list[int]:
+        """Instance ids that complete at ``now`` (which must be ``next_time()``)."""
+        ...
+
+
+_REL = 1e-12
+
+
+class AnalyticalBackend:
+    """Fluid link-sharing model over a pricer (see the module docstring)."""
+
+    def __init__(self, pricer: Pricer, name: str = "analytical") -> None:
+        self.name = name
+        self.pricer = pricer
+        self.cap = np.asarray(pricer.capacity(), np.float64)
+        self.notes: list[str] = []
+        # iid -> [remaining standalone seconds, rate, W, links, demand bytes/s, latency]
+        self._active: dict[int, list] = {}
+        self._tails: list[tuple[float, int]] = []
+        self._last = 0.0
+        self._next = math.inf
+        self.standalone: dict[int, float] = {}  # iid -> time it would take alone
+        self.shared_count = 0  # rate recomputations where links were contended
+
+    def _advance(self, now: float) -> None:
+        dt = now - self._last
+        if dt > 0:
+            for st in self._active.values():
+                st[0] -= st[1] * dt
+        self._last = now
+
+    def start(self, transfer: Transfer, now: float) -> None:
+        """Begin a transfer: price it, then share links with those in flight."""
+        dem = self.pricer.price(transfer)
+        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+        self.standalone[transfer.iid] = w + dem.latency
+        self._advance(now)
+        if w <= 0.0:
+            heapq.heappush(self._tails, (now + dem.latency, transfer.iid))
+        else:
+            self._active[transfer.iid] = [w, 1.0, w, dem.links, dem.nbytes / w, dem.latency]
+            self._rates()
+        self._next = self._compute_next()
+
+    def _rates(self) -> None:
+        act = self._active
+        if len(act) <= 1:
+            for st in act.values():
+                st[1] = 1.0
+            return
+        states = list(act.values())
+        links = np.concatenate([st[3] for st in states])
+        demand = np.concatenate([st[4] for st in states])
+        owner = np.repeat(np.arange(len(states)), [len(st[3]) for st in states])
+        uniq, inv = np.unique(links, return_inverse=True)
+        cap = self.cap[uniq]
+        load = np.bincount(inv, weights=demand, minlength=len(uniq))
+        if np.all(load <= cap * (1 + _REL)):
+            for st in states:
+                st[1] = 1.0
+            return
+        self.shared_count += 1
+        k = len(states)
+        rate = np.zeros(k)
+        frozen = np.zeros(k, bool)
+        rem = cap.copy()
+        level = 0.0
+        while not frozen.all():
+            live = ~frozen[owner]
+            load = np.bincount(inv[live], weights=demand[live], minlength=len(uniq))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                theta_l = np.where(load > 0, rem / np.where(load > 0, load, 1), np.inf)
+            theta = min(float(theta_l.min()), 1.0 - level)
+            level += theta
+            rem -= theta * load
+            if level >= 1.0 - _REL:
+                newly = ~frozen
+            else:
+                sat = (load > 0) & (rem <= _REL * cap)
+                newly = np.zeros(k, bool)
+                newly[owner[live & sat[inv]]] = True
+                newly &= ~frozen
+                if not newly.any():  # numerical safety: freeze the tightest
+                    newly[owner[live][int(np.argmin(theta_l[inv[live]]))]] = True
+            rate[newly] = level
+            frozen |= newly
+        for st, r in zip(states, rate.tolist(), strict=True):
+            st[1] = r
+
+    def _compute_next(self) -> float:
+        t = self._tails[0][0] if self._tails else math.inf
+        last = self._last
+        for st in self._active.values():
+            t = min(t, last + st[0] / st[1])
+        return t
+
+    def next_time(self) -> float:
+        """Earliest completion (bytes done or latency tail over)."""
+        return self._next
+
+    def pop(self, now: float) -> list[int]:
+        """Finish what ends at ``now``: bytes-done transfers enter their latency tail."""
+        self._advance(now)
+        finished = [iid for iid, st in self._active.items() if st[0] <= _REL * st[2] * 16 + 1e-18]
+        for iid in finished:
+            st = self._active.pop(iid)
+            heapq.heappush(self._tails, (now + st[5], iid))
+        if finished:
+            self._rates()
+        done: list[int] = []
+        tails = self._tails
+        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
+            done.append(heapq.heappop(tails)[1])
+        self._next = self._compute_next()
+        return done

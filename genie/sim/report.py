@@ -1,0 +1,265 @@
+"""Reports of a replay: iteration time, per-rank breakdown, per-collective table, trace, JSON.
+
+Per rank the iteration splits into four parts that add up to the iteration time:
+``compute`` (the compute stream busy), ``exposed_comm`` (a transfer of this rank in flight while
+the compute stream is idle), ``wait`` (a communication node arrived but its peers had not, with
+nothing else running) and ``idle`` (the rest, including the tail after the rank finished).
+Bandwidths follow nccl-tests and are in GB/s = 10^9 B/s: algbw = S / t, busbw = algbw x factor,
+with S the whole buffer (n x comm_size for all-gather, whose comm_size is the per-rank shard).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from genie.sim.compiled import COMM_KINDS, P2P, CompiledWorkload, Kind, coll_name
+from genie.sim.engine import RawResult
+
+
+def bus_factor(name: str, n: int) -> float:
+    """nccl-tests bus bandwidth factor of a collective over ``n`` ranks."""
+    if n <= 1:
+        return 0.0 if name != "send_recv" else 1.0
+    if name == "all_reduce":
+        return 2 * (n - 1) / n
+    if name in ("reduce_scatter", "reduce_scatter_block", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    if name in ("gather", "scatter"):
+        return (n - 1) / n
+    if name == "barrier":
+        return 0.0
+    return 1.0
+
+
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by the union of intervals [starts, ends)."""
+    if len(starts) == 0:
+        return 0.0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    prev = np.concatenate([[-np.inf], reach[:-1]])
+    return float(np.sum(np.maximum(0.0, e - np.maximum(s, prev))))
+
+
+@dataclass
+class RankBreakdown:
+    """Where one rank's iteration time went (seconds)."""
+
+    rank: int
+    compute: float
+    exposed_comm: float
+    wait: float
+    idle: float
+    comm_total: float
+    finish: float
+
+
+@dataclass
+class CollectiveRow:
+    """One communication instance: when it ran and at what bandwidth."""
+
+    collective: str
+    group: str
+    seq: int
+    ranks: int
+    size: int  # comm_size as in the trace, bytes
+    first_arrival: float
+    start: float  # when the last member arrived
+    end: float
+    time: float
+    algbw_gbps: float  # GB/s = 1e9 B/s
+    busbw_gbps: float
+    standalone: float | None = None  # time alone on the network, when the backend knows it
+
+
+@dataclass
+class SimReport:
+    """Everything one replay found, ready for text, JSON or trace output."""
+
+    workload: str
+    backend: str
+    n_ranks: int
+    iteration_s: float
+    ranks: list[RankBreakdown]
+    collectives: list[CollectiveRow]
+    nodes: int
+    nodes_replayed: int
+    events: int
+    wall_s: float
+    symmetric: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s)."""
+        d = asdict(self)
+        d["units"] = {"time": "s", "size": "bytes", "bandwidth": "GB/s = 1e9 bytes/s"}
+        return d
+
+    def mean(self, attr: str) -> float:
+        """Mean of one breakdown field over ranks."""
+        return float(np.mean([getattr(r, attr) for r in self.ranks])) if self.ranks else 0.0
+
+
+def _breakdown(cw: CompiledWorkload, raw: RawResult, k: int, makespan: float) -> RankBreakdown:
+    r = raw.sim_ranks[k]
+    sl = raw.rank_slice(k)
+    kind = cw.ranks[r].kind
+    st, en, rd = raw.start[sl], raw.end[sl], raw.ready[sl]
+    comp = kind == Kind.COMPUTE
+    comm = np.isin(kind, COMM_KINDS)
+    p_s, p_e = st[comp], en[comp]
+    c_s, c_e = st[comm], en[comm]
+    w_s, w_e = rd[comm], st[comm]
+    compute = union_length(p_s, p_e)
+    pc = union_length(np.concatenate([p_s, c_s]), np.concatenate([p_e, c_e]))
+    pcw = union_length(np.concatenate([p_s, c_s, w_s]), np.concatenate([p_e, c_e, w_e]))
+    finish = float(en.max()) if len(en) else 0.0
+    return RankBreakdown(
+        rank=r,
+        compute=compute,
+        exposed_comm=pc - compute,
+        wait=pcw - pc,
+        idle=max(0.0, makespan - pcw),
+        comm_total=union_length(c_s, c_e),
+        finish=finish,
+    )
+
+
+def build_report(
+    cw: CompiledWorkload, raw: RawResult, standalone: dict[int, float] | None = None
+) -> SimReport:
+    """Turn a RawResult into a SimReport; ranks not replayed copy their representative."""
+    makespan = raw.makespan
+    simulated = {r: _breakdown(cw, raw, k, makespan) for k, r in enumerate(raw.sim_ranks)}
+    symmetric = len(raw.sim_ranks) < cw.n_ranks
+    rep = simulated[raw.sim_ranks[0]] if raw.sim_ranks else None
+    ranks = []
+    for r in range(cw.n_ranks):
+        b = simulated.get(r)
+        if b is None and rep is not None:
+            b = RankBreakdown(**{**asdict(rep), "rank": r})
+        if b is not None:
+            ranks.append(b)
+    ins = cw.instances
+    rows = []
+    for iid in range(len(ins)):
+        start, end = float(raw.inst_start[iid]), float(raw.inst_end[iid])
+        if math.isnan(start):
+            continue
+        ctype = int(ins.comm_type[iid])
+        name = coll_name(ctype)
+        g = int(ins.group[iid])
+        n = len(cw.group_ranks[g]) if g >= 0 else 2
+        size = int(ins.size[iid])
+        total = size * n if name == "all_gather" else size
+        t = end - start
+        algbw = total / t / 1e9 if t > 0 else 0.0
+        rows.append(
+            CollectiveRow(
+                collective=name,
+                group=cw.group_names[g] if g >= 0 else f"p2p {ins.src[iid]}->{ins.dst[iid]}",
+                seq=int(ins.seq[iid]),
+                ranks=n,
+                size=size,
+                first_arrival=float(raw.inst_first_arrival[iid]),
+                start=start,
+                end=end,
+                time=t,
+                algbw_gbps=algbw,
+                busbw_gbps=algbw * bus_factor(name, n) if ctype != P2P else algbw,
+                standalone=None if standalone is None else standalone.get(iid),
+            )
+        )
+    notes = list(raw.notes)
+    if symmetric:
+        notes.append(
+            f"symmetric ranks: replayed {len(raw.sim_ranks)} representative rank(s) for "
+            f"{cw.n_ranks}; the others are proven identical (genie.sim.symmetry)"
+        )
+    return SimReport(
+        workload=cw.name,
+        backend=raw.backend,
+        n_ranks=cw.n_ranks,
+        iteration_s=makespan,
+        ranks=ranks,
+        collectives=rows,
+        nodes=cw.n_nodes,
+        nodes_replayed=len(raw.start),
+        events=raw.events,
+        wall_s=raw.wall_s,
+        symmetric=symmetric,
+        notes=notes,
+    )
+
+
+_TID = {
+    int(Kind.COMPUTE): 0,
+    int(Kind.COLLECTIVE): 1,
+    int(Kind.SEND): 1,
+    int(Kind.RECV): 1,
+    int(Kind.MEMORY): 3,
+    int(Kind.OTHER): 3,
+}
+_TRACK_NAMES = {0: "compute", 1: "comm", 2: "wait", 3: "memory/other"}
+
+
+def chrome_trace(cw: CompiledWorkload, raw: RawResult, path: str | Path) -> int:
+    """Write a Chrome-trace / Perfetto JSON timeline (one process per rank); return event count."""
+    events: list[dict] = []
+    by_rank = {r: k for k, r in enumerate(raw.sim_ranks)}
+    for r in range(cw.n_ranks):
+        k = by_rank.get(r, 0)
+        if not raw.sim_ranks:
+            break
+        src = raw.sim_ranks[k]
+        cr = cw.ranks[src]
+        sl = raw.rank_slice(k)
+        st, en, rd = raw.start[sl], raw.end[sl], raw.ready[sl]
+        events.append({"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"rank {r}"}})
+        for tid, tname in _TRACK_NAMES.items():
+            events.append(
+                {"ph": "M", "pid": r, "tid": tid, "name": "thread_name", "args": {"name": tname}}
+            )
+        kinds = cr.kind.tolist()
+        for i in range(cr.n_nodes):
+            k_i = kinds[i]
+            dur_us = (en[i] - st[i]) * 1e6
+            name = cr.name(i)
+            args: dict = {}
+            if k_i in (Kind.COLLECTIVE, Kind.SEND, Kind.RECV):
+                iid = int(cr.instance[i])
+                args = {"bytes": int(cw.instances.size[iid]), "instance": iid}
+                name = name if cr.names else coll_name(int(cw.instances.comm_type[iid]))
+                if st[i] > rd[i]:
+                    events.append(
+                        {
+                            "ph": "X",
+                            "pid": r,
+                            "tid": 2,
+                            "name": f"wait {name}",
+                            "ts": rd[i] * 1e6,
+                            "dur": (st[i] - rd[i]) * 1e6,
+                        }
+                    )
+            if dur_us <= 0 and k_i == Kind.OTHER:
+                continue
+            events.append(
+                {
+                    "ph": "X",
+                    "pid": r,
+                    "tid": _TID[k_i],
+                    "name": name,
+                    "ts": st[i] * 1e6,
+                    "dur": dur_us,
+                    "args": args,
+                }
+            )
+    doc = {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"backend": raw.backend}}
+    Path(path).write_bytes(msgspec.json.encode(doc))
+    return len(events)
