@@ -1,0 +1,258 @@
+"""The control protocol between controller and agents: one flat set of typed messages.
+
+Every message is a msgspec struct in one tagged union (field ``t`` names the type), encoded as
+msgpack in a single ZeroMQ frame. Every message carries ``job`` (the job id, "" outside a job) and
+``epoch`` (the controller's counter for that job): an agent answers a message whose job/epoch do
+not match its current job with an ``Error`` and changes nothing; a controller drops replies for
+another job or epoch.
+
+Direction and meaning:
+
+========================  ======  =========================================================
+message                   dir     meaning
+========================  ======  =========================================================
+Hello                     c->a    claim the agent (controller id, protocol version)
+HelloReply                a->c    agent id, genie version, protocol, host facts, data port
+Heartbeat                 both    liveness; missed beats are counted on both sides
+TimeProbe / TimeReply     c<->a   NTP-style clock sample (t0 controller, t1/t2 agent)
+Prepare                   c->a    programs (as specs), placement, peers, data-plane options
+Prepared                  a->c    connections made, buffers allocated
+Go                        c->a    run program k: iterations, warm-up, start time, timeout
+Result                    a->c    per rank, per iteration (and per step) monotonic times
+Error                     a->c    something was refused or failed; ``code`` says what
+Abort / Release           c->a    stop and drop the job / drop a finished job (back to idle)
+Ack                       a->c    Abort/Release done, agent idle
+Quit                      c->a    stop the agent process
+Bye                       c->a    the controller leaves; the agent is free again
+========================  ======  =========================================================
+
+Sizes in a message are checked against ``Limits`` before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from genie.errors import ProtocolError
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 << 20  # a control frame larger than this is refused before decoding
+
+
+class Msg(msgspec.Struct, tag_field="t", kw_only=True, forbid_unknown_fields=True):
+    """Base of every control message: the job and epoch it belongs to."""
+
+    job: str = ""
+    epoch: int = 0
+
+
+class HostFacts(msgspec.Struct, kw_only=True):
+    """What an agent reports about its host (from psutil)."""
+
+    hostname: str = ""
+    cpus_logical: int = 0
+    cpus_physical: int = 0
+    memory_bytes: int = 0
+    nics: list[dict[str, str | int | bool | list[str]]] = []
+    python: str = ""
+    platform: str = ""
+
+
+class Hello(Msg, tag="hello"):
+    """Controller claims the agent."""
+
+    controller: str
+    version: str
+    protocol: int = PROTOCOL_VERSION
+
+
+class HelloReply(Msg, tag="hello_reply"):
+    """Agent introduces itself."""
+
+    agent: str
+    version: str
+    protocol: int
+    facts: HostFacts
+    data_addr: str
+    data_port: int
+    pid: int = 0
+
+
+class Heartbeat(Msg, tag="heartbeat"):
+    """Liveness beat; ``seq`` counts beats of the sender."""
+
+    seq: int = 0
+    sender: str = ""
+
+
+class TimeProbe(Msg, tag="time_probe"):
+    """Clock sample request; ``t0`` is the controller's clock at send (ns)."""
+
+    t0: int
+
+
+class TimeReply(Msg, tag="time_reply"):
+    """Clock sample answer: agent clock at receipt (t1) and at reply (t2), ns."""
+
+    t0: int
+    t1: int
+    t2: int
+
+
+class DataOptions(msgspec.Struct, kw_only=True):
+    """Data-plane settings for one job."""
+
+    streams: int = 1  # TCP connections per rank pair; a large step is split across them
+    sndbuf: int = 0  # SO_SNDBUF in bytes; 0 keeps the kernel's autotuning
+    rcvbuf: int = 0  # SO_RCVBUF in bytes; 0 keeps the kernel's autotuning
+    verify: bool = True  # checksum every message and check its header on receipt
+    min_part: int = 65536  # a step is split across streams only in parts at least this big
+    token: str = ""  # per-job secret a data connection must present
+    connect_timeout_s: float = 10.0
+
+
+class Prepare(Msg, tag="prepare"):
+    """Set up a job: rebuild programs, connect the data plane, allocate buffers."""
+
+    programs: list[bytes]  # each a ProgramSpec as Program.to_bytes()
+    placement: list[str]  # global rank -> agent id
+    endpoints: dict[str, str]  # agent id -> "IP:PORT" of its data listener
+    options: DataOptions = msgspec.field(default_factory=DataOptions)
+
+
+class Prepared(Msg, tag="prepared"):
+    """Job set up on this agent."""
+
+    ranks: list[int]
+    connections: int
+    setup_s: float
+
+
+class Go(Msg, tag="go"):
+    """Run program ``program`` warmup+iters times, starting at a controller-clock instant."""
+
+    program: int = 0
+    iters: int = 1
+    warmup: int = 0
+    start_at: int = 0  # controller clock, ns
+    offset: int = 0  # estimated (agent clock - controller clock), ns
+    timeout_s: float = 30.0  # bound for one iteration
+    record_steps: bool = False
+
+
+class RankResult(msgspec.Struct, kw_only=True, array_like=True):
+    """Times of one rank, agent monotonic clock in ns; index = iteration (warm-up first)."""
+
+    rank: int
+    start: list[int]
+    end: list[int]
+    step_start: list[list[int]] = []  # [iteration][step], when record_steps
+    step_end: list[list[int]] = []
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    messages_verified: int = 0
+
+
+class Result(Msg, tag="result"):
+    """The outcome of one Go on this agent."""
+
+    program: int
+    warmup: int
+    ranks: list[RankResult]
+    start_lateness_ns: int = 0  # how late the agent began relative to the requested start
+
+
+class Error(Msg, tag="error"):
+    """A refusal or failure; ``code`` is one of ERROR_CODES."""
+
+    code: str
+    message: str
+    about: str = ""  # tag of the message this answers, if any
+
+
+class Abort(Msg, tag="abort"):
+    """Stop the running job and release it."""
+
+    reason: str = ""
+
+
+class Release(Msg, tag="release"):
+    """Drop a finished (prepared) job: close its connections and free its buffers."""
+
+
+class Ack(Msg, tag="ack"):
+    """Abort/Release/Quit done."""
+
+    what: str
+
+
+class Quit(Msg, tag="quit"):
+    """Stop the agent process."""
+
+
+class Bye(Msg, tag="bye"):
+    """The controller leaves: release any job and free the agent for another controller."""
+
+
+ERROR_CODES = (
+    "malformed",  # frame could not be decoded
+    "stale",  # job/epoch does not match the agent's current job
+    "state",  # message not valid in the agent's current state
+    "busy",  # another controller holds the agent
+    "version",  # protocol version mismatch
+    "limit",  # a size or count in the message is beyond the agent's limits
+    "program",  # a program could not be rebuilt
+    "prepare",  # data-plane setup failed
+    "run",  # a run failed (transport error, timeout, data check)
+    "direction",  # a message only the agent sends arrived at the agent
+)
+
+Message = (
+    Hello
+    | HelloReply
+    | Heartbeat
+    | TimeProbe
+    | TimeReply
+    | Prepare
+    | Prepared
+    | Go
+    | Result
+    | Error
+    | Abort
+    | Release
+    | Ack
+    | Quit
+    | Bye
+)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def encode(msg: Msg) -> bytes:
+    """Encode one message as a msgpack frame."""
+    return _encoder.encode(msg)
+
+
+def decode(frame: bytes | memoryview) -> Msg:
+    """Decode one frame; raise ProtocolError (never anything else) if it is not a valid message."""
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"control frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+    try:
+        return _decoder.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ProtocolError(f"malformed control frame: {exc}") from None
+    except Exception as exc:  # msgspec raises only the above; belt and braces for odd input
+        raise ProtocolError(f"malformed control frame: {type(exc).__name__}: {exc}") from None
+
+
+class Limits(msgspec.Struct, kw_only=True):
+    """Bounds an agent checks before allocating anything a message asks for."""
+
+    max_ranks: int = 4096
+    max_programs: int = 256
+    max_rank_bytes: int = 8 << 30  # buffer + scratch of one rank of one program
+    max_agent_bytes: int = 12 << 30  # all buffers of all programs on this agent
+    max_streams: int = 64
+    max_iters: int = 100_000
+    max_steps: int = 1_000_000  # steps of one rank of one program

@@ -1,0 +1,329 @@
+"""The agent's control logic as a pure state machine: idle -> preparing -> prepared -> running.
+
+``AgentCore`` takes decoded control frames and data-plane events and returns the messages to
+send; it owns no socket and reads time only from an injected clock, so tests drive it without
+sleeping. The data plane (``DataPlane``) does the slow work (connecting, running) elsewhere and
+reports back with ``Event``s, which the shell feeds to ``on_event`` on the control thread.
+
+Rules: a frame that does not decode is answered with ``Error(malformed)``; a job message whose
+job/epoch is not the current one with ``Error(stale)``; a message not valid in the current state
+with ``Error(state)``. None of these change anything. A controller silent for
+``MISSED_BEATS_LIMIT`` heartbeat intervals while a job is held is considered lost: the job is
+released and the agent returns to idle, free for the next controller.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from agents.clock import Clock
+from agents.plan import AgentPlan, plan_agent
+from agents.programs import rebuild
+from agents.protocol import (
+    PROTOCOL_VERSION,
+    Abort,
+    Ack,
+    Bye,
+    Error,
+    Go,
+    Heartbeat,
+    Hello,
+    HelloReply,
+    HostFacts,
+    Limits,
+    Msg,
+    Prepare,
+    Prepared,
+    Quit,
+    Release,
+    Result,
+    TimeProbe,
+    TimeReply,
+    decode,
+)
+from genie import __version__
+from genie.errors import GenieError, ProtocolError
+
+HEARTBEAT_INTERVAL_S = 0.5  # both sides beat this often
+MISSED_BEATS_LIMIT = 3  # a peer silent for this many intervals is lost
+
+
+class State(enum.Enum):
+    """Where the agent is in a job's life."""
+
+    IDLE = "idle"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    RUNNING = "running"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A data-plane outcome: kind is prepared, prepare_failed, result or run_failed."""
+
+    kind: str
+    job: str
+    epoch: int
+    msg: Msg | None = None
+    error: str = ""
+
+
+class DataPlane(Protocol):
+    """What the state machine asks of a data plane (TCP, RDMA, or a fake in tests)."""
+
+    def endpoint(self) -> tuple[str, int]:
+        """(address, port) of this agent's data listener."""
+        ...
+
+    def prepare(self, plan: AgentPlan, prep: Prepare, post: Callable[[Event], None]) -> None:
+        """Start setting up ``plan`` in the background; post prepared/prepare_failed."""
+        ...
+
+    def go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
+        """Start running in the background; post result/run_failed."""
+        ...
+
+    def release(self) -> None:
+        """Stop anything running, close the job's connections and free its buffers (blocking)."""
+        ...
+
+
+class AgentCore:
+    """Pure control logic of one agent."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        data_plane: DataPlane,
+        clock: Clock,
+        post: Callable[[Event], None],
+        facts: HostFacts | None = None,
+        limits: Limits | None = None,
+        heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
+        missed_beats_limit: int = MISSED_BEATS_LIMIT,
+    ) -> None:
+        self.agent_id = agent_id
+        self.dp = data_plane
+        self.clock = clock
+        self.post = post
+        self.facts = facts or HostFacts()
+        self.limits = limits or Limits()
+        self.interval_ns = int(heartbeat_interval_s * 1e9)
+        self.missed_limit = missed_beats_limit
+        self.state = State.IDLE
+        self.controller: str | None = None
+        self.job = ""
+        self.epoch = 0
+        self.last_epoch = 0
+        self.plan: AgentPlan | None = None
+        self.last_heard = clock.now()
+        self.next_beat = self.last_heard + self.interval_ns
+        self.beats = 0
+        self.quit = False
+        self._silent = 0
+        self.log: list[str] = []  # refusals and losses, newest last (the shell prints them)
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _err(self, code: str, message: str, about: Msg | None = None) -> Error:
+        self.log.append(f"{code}: {message}")
+        return Error(
+            job=self.job,
+            epoch=self.epoch,
+            code=code,
+            message=message,
+            about=type(about).__name__ if about is not None else "",
+        )
+
+    def _current(self, msg: Msg) -> bool:
+        return bool(self.job) and msg.job == self.job and msg.epoch == self.epoch
+
+    def _drop_job(self) -> None:
+        if self.state is not State.IDLE:
+            self.dp.release()
+        self.state = State.IDLE
+        self.plan = None
+        self.job = ""
+
+    def missed_beats(self) -> int:
+        """Whole heartbeat intervals since the controller was last heard."""
+        return max(0, (self.clock.now() - self.last_heard) // self.interval_ns)
+
+    # ---- inputs --------------------------------------------------------------------------
+    def handle(self, frame: bytes) -> list[Msg]:
+        """Handle one control frame; return the replies."""
+        try:
+            msg = decode(frame)
+        except ProtocolError as exc:
+            return [self._err("malformed", str(exc))]
+        self._silent = self.missed_beats()
+        self.last_heard = self.clock.now()
+        try:
+            return self._dispatch(msg)
+        except GenieError as exc:  # bad program, over limits...: refuse, change nothing
+            code = "limit" if isinstance(exc, ProtocolError) else "program"
+            return [self._err(code, str(exc), msg)]
+
+    def _dispatch(self, msg: Msg) -> list[Msg]:
+        if isinstance(msg, Hello):
+            return self._on_hello(msg)
+        if isinstance(msg, Heartbeat):
+            return []
+        if isinstance(msg, TimeProbe):
+            t1 = self.clock.now()
+            return [TimeReply(job=msg.job, epoch=msg.epoch, t0=msg.t0, t1=t1, t2=self.clock.now())]
+        if isinstance(msg, Prepare):
+            return self._on_prepare(msg)
+        if isinstance(msg, Go):
+            return self._on_go(msg)
+        if isinstance(msg, Abort | Release):
+            return self._on_abort(msg)
+        if isinstance(msg, Bye):
+            self._drop_job()
+            self.controller = None
+            return [Ack(job=msg.job, epoch=msg.epoch, what="bye")]
+        if isinstance(msg, Quit):
+            self._drop_job()
+            self.quit = True
+            return [Ack(what="quit")]
+        return [self._err("direction", f"{type(msg).__name__} is not sent to agents", msg)]
+
+    def _on_hello(self, msg: Hello) -> list[Msg]:
+        if msg.protocol != PROTOCOL_VERSION:
+            return [
+                self._err(
+                    "version",
+                    f"controller speaks protocol {msg.protocol}, agent {PROTOCOL_VERSION}",
+                    msg,
+                )
+            ]
+        held = self.controller not in (None, msg.controller)
+        if held and self._silent < self.missed_limit:
+            return [self._err("busy", f"agent is held by controller {self.controller}", msg)]
+        if held:
+            self.log.append(
+                f"takeover: controller {self.controller} silent, {msg.controller} claims"
+            )
+            self._drop_job()
+        if self.controller != msg.controller:
+            self.last_epoch = 0
+        self.controller = msg.controller
+        addr, port = self.dp.endpoint()
+        return [
+            HelloReply(
+                agent=self.agent_id,
+                version=__version__,
+                protocol=PROTOCOL_VERSION,
+                facts=self.facts,
+                data_addr=addr,
+                data_port=port,
+                pid=os.getpid(),
+            )
+        ]
+
+    def _on_prepare(self, msg: Prepare) -> list[Msg]:
+        if self.controller is None:
+            return [self._err("state", "prepare before hello", msg)]
+        if msg.epoch <= self.last_epoch or not msg.job:
+            return [self._err("stale", f"epoch {msg.epoch} is not after {self.last_epoch}", msg)]
+        if self.state is not State.IDLE:
+            return [self._err("state", f"prepare while {self.state.value}", msg)]
+        if msg.options.streams < 1 or msg.options.streams > self.limits.max_streams:
+            raise ProtocolError(f"{msg.options.streams} streams; limit {self.limits.max_streams}")
+        programs = [rebuild(b) for b in msg.programs]
+        plan = plan_agent(self.agent_id, programs, msg.placement, self.limits)
+        missing = {a for a in msg.placement if a not in msg.endpoints}
+        if missing:
+            raise ProtocolError(f"no data endpoint for {sorted(missing)}")
+        self.job, self.epoch, self.last_epoch = msg.job, msg.epoch, msg.epoch
+        self.plan = plan
+        self.state = State.PREPARING
+        self.dp.prepare(plan, msg, self.post)
+        return []
+
+    def _on_go(self, msg: Go) -> list[Msg]:
+        if not self._current(msg):
+            return [self._err("stale", f"go for {msg.job}/{msg.epoch}, not the current job", msg)]
+        if self.state is not State.PREPARED or self.plan is None:
+            return [self._err("state", f"go while {self.state.value}", msg)]
+        if not 0 <= msg.program < len(self.plan.programs):
+            return [self._err("limit", f"no program {msg.program}", msg)]
+        if not (
+            msg.iters >= 1 and msg.warmup >= 0 and msg.iters + msg.warmup <= self.limits.max_iters
+        ):
+            return [self._err("limit", f"bad iteration counts {msg.iters}+{msg.warmup}", msg)]
+        self.state = State.RUNNING
+        self.dp.go(msg, msg.start_at + msg.offset, self.post)
+        return []
+
+    def _on_abort(self, msg: Abort | Release) -> list[Msg]:
+        what = "abort" if isinstance(msg, Abort) else "release"
+        if not self._current(msg):
+            return [
+                self._err("stale", f"{what} for {msg.job}/{msg.epoch}, not the current job", msg)
+            ]
+        if isinstance(msg, Release) and self.state is State.RUNNING:
+            return [self._err("state", "release while running (use abort)", msg)]
+        job, epoch = self.job, self.epoch
+        self._drop_job()
+        return [Ack(job=job, epoch=epoch, what=what)]
+
+    def on_event(self, ev: Event) -> list[Msg]:
+        """Handle a data-plane event; events of a job no longer current are dropped."""
+        if ev.job != self.job or ev.epoch != self.epoch:
+            return []
+        if ev.kind == "prepared" and self.state is State.PREPARING:
+            self.state = State.PREPARED
+            return [ev.msg] if ev.msg else []
+        if ev.kind == "result" and self.state is State.RUNNING:
+            self.state = State.PREPARED
+            return [ev.msg] if ev.msg else []
+        if ev.kind in ("prepare_failed", "run_failed"):
+            code = "prepare" if ev.kind == "prepare_failed" else "run"
+            err = self._err(code, ev.error)
+            self._drop_job()
+            return [err]
+        return []
+
+    def tick(self) -> list[Msg]:
+        """Time passes: beat if due; release the job if the controller is lost."""
+        out: list[Msg] = []
+        now = self.clock.now()
+        if self.controller is not None and self.missed_beats() >= self.missed_limit:
+            if self.state is not State.IDLE:
+                out.append(
+                    self._err(
+                        "run",
+                        f"controller {self.controller} lost after {self.missed_beats()} beats",
+                    )
+                )
+                self._drop_job()
+            self.log.append(f"lost: controller {self.controller}")
+            self.controller = None
+            self.last_epoch = 0
+        if self.controller is not None and now >= self.next_beat:
+            self.beats += 1
+            out.append(
+                Heartbeat(job=self.job, epoch=self.epoch, seq=self.beats, sender=self.agent_id)
+            )
+            self.next_beat = now + self.interval_ns
+        return out
+
+    def next_deadline(self) -> int:
+        """When ``tick`` next has something to do (ns)."""
+        return min(self.next_beat, self.last_heard + self.missed_limit * self.interval_ns)
+
+
+__all__ = [
+    "HEARTBEAT_INTERVAL_S",
+    "MISSED_BEATS_LIMIT",
+    "AgentCore",
+    "DataPlane",
+    "Event",
+    "Prepared",
+    "Result",
+    "State",
+]

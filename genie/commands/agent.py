@@ -1,0 +1,41 @@
+"""``genie agent``: run the per-host agent daemon (control over ZeroMQ, TCP data plane)."""
+
+from __future__ import annotations
+
+import argparse
+
+from genie.errors import UsageError
+
+
+def _split_addr(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--listen wants IP:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agents.daemon import run_agent
+
+    host, port = _split_addr(args.listen)
+    data_addr = args.data_addr or host
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return run_agent(listen, args.id, data_addr, args.data_port, heartbeat_s=args.heartbeat)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``agent`` command."""
+    p = sub.add_parser(
+        "agent",
+        help="run the agent daemon on this host",
+        description="Run a genie agent: the controller connects to --listen (ZeroMQ); data "
+        "flows over TCP on --data-addr.",
+    )
+    p.add_argument("--listen", required=True, metavar="IP:PORT", help="control address to bind")
+    p.add_argument("--id", required=True, metavar="NAME", help="agent id (the testbed host name)")
+    p.add_argument(
+        "--data-addr", metavar="IP", help="address for data listeners (default: --listen IP)"
+    )
+    p.add_argument("--data-port", type=int, default=0, help="data listener port (default: any)")
+    p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="heartbeat interval")
+    p.set_defaults(func=_run)

@@ -1,0 +1,221 @@
+"""Agent state machine, driven with an injected clock and a fake data plane (no sleeping)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import protocol as p
+from agents.clock import FakeClock
+from agents.state import MISSED_BEATS_LIMIT, AgentCore, Event, State
+from genie.collectives.program import ProgramSpec
+
+INTERVAL_NS = 500_000_000
+
+
+class FakeDataPlane:
+    """Records what the core asks for; the test posts the outcomes."""
+
+    def __init__(self) -> None:
+        self.prepared: list[p.Prepare] = []
+        self.gos: list[tuple[p.Go, int]] = []
+        self.releases = 0
+
+    def endpoint(self) -> tuple[str, int]:
+        return "127.0.0.1", 4242
+
+    def prepare(self, plan, prep, post) -> None:
+        self.prepared.append(prep)
+        self.plan = plan
+
+    def go(self, go, start_local_ns, post) -> None:
+        self.gos.append((go, start_local_ns))
+
+    def release(self) -> None:
+        self.releases += 1
+
+
+def p2p(size: int = 1024) -> bytes:
+    return msgspec_spec(ProgramSpec(collective="p2p", algorithm="oneway", n_ranks=2, size=size))
+
+
+def msgspec_spec(spec: ProgramSpec) -> bytes:
+    import msgspec
+
+    return msgspec.msgpack.encode(spec)
+
+
+@pytest.fixture
+def agent():
+    clock = FakeClock()
+    dp = FakeDataPlane()
+    posted: list[Event] = []
+    core = AgentCore("a0", dp, clock, posted.append)
+    return core, dp, clock
+
+
+def send(core: AgentCore, msg: p.Msg) -> list[p.Msg]:
+    return core.handle(p.encode(msg))
+
+
+def prepare_msg(epoch: int = 1, job: str = "job1", programs=None) -> p.Prepare:
+    return p.Prepare(
+        job=job,
+        epoch=epoch,
+        programs=programs or [p2p()],
+        placement=["a0", "a1"],
+        endpoints={"a0": "127.0.0.1:1", "a1": "127.0.0.1:2"},
+    )
+
+
+def claim(core: AgentCore) -> None:
+    (reply,) = send(core, p.Hello(controller="ctl-1", version="0.1.0"))
+    assert isinstance(reply, p.HelloReply) and reply.agent == "a0" and reply.data_port == 4242
+
+
+def to_prepared(core: AgentCore, epoch: int = 1) -> None:
+    claim(core)
+    assert send(core, prepare_msg(epoch)) == []
+    assert core.state is State.PREPARING
+    ok = p.Prepared(job="job1", epoch=epoch, ranks=[0], connections=1, setup_s=0.0)
+    assert core.on_event(Event("prepared", "job1", epoch, ok)) == [ok]
+    assert core.state is State.PREPARED
+
+
+def test_full_cycle_idle_prepared_running_idle(agent) -> None:
+    core, dp, _clock = agent
+    to_prepared(core)
+    assert dp.prepared[0].job == "job1"
+    assert dp.plan.ranks == [0] and dp.plan.outgoing == [(0, 1)]
+    go = p.Go(job="job1", epoch=1, iters=2, start_at=5_000, offset=-1_000)
+    assert send(core, go) == []
+    assert core.state is State.RUNNING
+    assert dp.gos[0][1] == 4_000  # start converted to the agent clock
+    res = p.Result(job="job1", epoch=1, program=0, warmup=0, ranks=[])
+    assert core.on_event(Event("result", "job1", 1, res)) == [res]
+    assert core.state is State.PREPARED
+    (ack,) = send(core, p.Release(job="job1", epoch=1))
+    assert isinstance(ack, p.Ack) and core.state is State.IDLE and dp.releases == 1
+
+
+def test_stale_epoch_and_job_are_refused_without_change(agent) -> None:
+    core, dp, _ = agent
+    to_prepared(core, epoch=5)
+    for bad in (
+        p.Go(job="job1", epoch=4),
+        p.Go(job="other", epoch=5),
+        p.Abort(job="job1", epoch=6),
+    ):
+        (err,) = send(core, bad)
+        assert isinstance(err, p.Error) and err.code == "stale"
+        assert core.state is State.PREPARED and not dp.gos and dp.releases == 0
+    send(core, p.Release(job="job1", epoch=5))
+    (err,) = send(core, prepare_msg(epoch=5))  # an epoch already used
+    assert err.code == "stale" and core.state is State.IDLE
+
+
+def test_late_event_of_an_aborted_job_is_dropped(agent) -> None:
+    core, dp, _ = agent
+    to_prepared(core)
+    send(core, p.Go(job="job1", epoch=1))
+    (ack,) = send(core, p.Abort(job="job1", epoch=1, reason="test"))
+    assert ack.what == "abort" and core.state is State.IDLE and dp.releases == 1
+    res = p.Result(job="job1", epoch=1, program=0, warmup=0, ranks=[])
+    assert core.on_event(Event("result", "job1", 1, res)) == []
+    assert core.state is State.IDLE
+
+
+def test_malformed_and_wrong_direction_frames_are_answered(agent) -> None:
+    core, _, _ = agent
+    claim(core)
+    for frame in (b"garbage", b"", b"\x92\x01\x02"):
+        (err,) = core.handle(frame)
+        assert err.code == "malformed"
+    (err,) = send(core, p.Ack(what="x"))
+    assert err.code == "direction"
+    assert core.state is State.IDLE and not core.quit
+
+
+def test_go_before_prepare_and_prepare_before_hello(agent) -> None:
+    core, dp, _ = agent
+    (err,) = send(core, prepare_msg())
+    assert err.code == "state" and not dp.prepared
+    claim(core)
+    (err,) = send(core, p.Go(job="", epoch=0))
+    assert err.code == "stale"
+
+
+def test_limits_checked_before_any_allocation(agent) -> None:
+    core, dp, _ = agent
+    claim(core)
+    huge = p2p(size=1 << 40)
+    (err,) = send(core, prepare_msg(programs=[huge]))
+    assert err.code == "limit" and "limit" in err.message
+    assert not dp.prepared and core.state is State.IDLE
+    (err,) = send(core, prepare_msg(programs=[b"not a spec"]))
+    assert err.code == "limit" and not dp.prepared
+    bad = prepare_msg()
+    bad.options.streams = 10_000
+    (err,) = send(core, bad)
+    assert err.code == "limit"
+
+
+def test_unknown_collective_is_a_program_error(agent) -> None:
+    core, dp, _ = agent
+    claim(core)
+    spec = msgspec_spec(ProgramSpec(collective="nope", algorithm="nope", n_ranks=2, size=8))
+    (err,) = send(core, prepare_msg(programs=[spec]))
+    assert err.code in ("program", "limit") and not dp.prepared
+
+
+def test_version_mismatch(agent) -> None:
+    core, _, _ = agent
+    (err,) = send(core, p.Hello(controller="c", version="9", protocol=99))
+    assert err.code == "version" and core.controller is None
+
+
+def test_second_controller_refused_until_first_is_silent(agent) -> None:
+    core, dp, clock = agent
+    to_prepared(core)
+    (err,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"))
+    assert err.code == "busy" and "ctl-1" in err.message and core.state is State.PREPARED
+    clock.advance(MISSED_BEATS_LIMIT * INTERVAL_NS)
+    (reply,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"))
+    assert isinstance(reply, p.HelloReply) and core.controller == "ctl-2"
+    assert core.state is State.IDLE and dp.releases == 1
+
+
+def test_heartbeats_and_missed_beat_counter(agent) -> None:
+    core, dp, clock = agent
+    to_prepared(core)
+    assert core.tick() == []
+    clock.advance(INTERVAL_NS)
+    (beat,) = core.tick()
+    assert isinstance(beat, p.Heartbeat) and beat.seq == 1 and beat.job == "job1"
+    assert core.missed_beats() == 1
+    send(core, p.Heartbeat(job="job1", epoch=1))
+    assert core.missed_beats() == 0
+    clock.advance(MISSED_BEATS_LIMIT * INTERVAL_NS)
+    out = core.tick()
+    assert any(isinstance(m, p.Error) and "lost" in m.message for m in out)
+    assert core.state is State.IDLE and core.controller is None and dp.releases == 1
+
+
+def test_time_probe_uses_the_injected_clock(agent) -> None:
+    core, _, clock = agent
+    (rep,) = send(core, p.TimeProbe(t0=7))
+    assert rep.t0 == 7 and rep.t1 == rep.t2 == clock.now()
+
+
+def test_data_plane_failure_returns_to_idle(agent) -> None:
+    core, dp, _ = agent
+    to_prepared(core)
+    send(core, p.Go(job="job1", epoch=1))
+    (err,) = core.on_event(Event("run_failed", "job1", 1, error="rank 1 closed the link"))
+    assert err.code == "run" and "closed" in err.message
+    assert core.state is State.IDLE and dp.releases == 1
+
+
+def test_quit(agent) -> None:
+    core, _, _ = agent
+    (ack,) = send(core, p.Quit())
+    assert ack.what == "quit" and core.quit
