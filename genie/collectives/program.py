@@ -15,7 +15,17 @@ Step semantics (shared by every executor: data, cost, TCP/RDMA agents):
 * ``REDUCE(src, offset, nbytes)`` adds the scratch of RECV step ``src`` element-wise into
   ``buffer[offset:offset+nbytes]``; ``COPY(src, offset, nbytes)`` copies it there;
 * ``deps`` are indices of earlier steps of the same rank that must finish before this one starts;
-  steps with no pending deps may run concurrently.
+  steps with no pending deps may run concurrently;
+* two steps of a rank that touch overlapping buffer bytes, one of them writing, are always
+  ordered by a chain of deps (the data executor's race check proves it), so running every
+  ready step at once is safe;
+* pairing is by position: the k-th SEND from a to b with tag t (in a's step order) meets the
+  k-th RECV from a on b with tag t (in b's step order), whatever order they run in; a transport
+  that keeps one ordered stream per (peer, tag) must therefore put SENDs to the same (peer, tag)
+  on the wire in step order. The tag is the chunk index.
+
+The buffer layout (size conventions, shards, chunk pieces, where inputs and results live) is
+in ``genie.collectives.layout``; the algorithms are catalogued in ``genie.collectives.registry``.
 """
 
 from __future__ import annotations
@@ -98,6 +108,24 @@ class Program:
         """Yield (rank, steps) for every rank, one rank's steps alive at a time."""
         for r in range(self.spec.n_ranks):
             yield r, self._build(r)
+
+    def buffer_bytes(self, rank: int = 0) -> int:
+        """Bytes of ``rank``'s working buffer (the same on every rank)."""
+        from genie.collectives.layout import buffer_bytes
+
+        return buffer_bytes(self.spec)
+
+    def input_region(self, rank: int) -> tuple[int, int]:
+        """(offset, nbytes) of ``rank``'s buffer that holds its input at the start."""
+        from genie.collectives.layout import input_region
+
+        return input_region(self.spec, rank)
+
+    def result_regions(self, rank: int) -> list[tuple[int, int]]:
+        """(offset, nbytes) parts of ``rank``'s buffer that hold its result at the end."""
+        from genie.collectives.layout import result_regions
+
+        return result_regions(self.spec, rank)
 
     def to_bytes(self) -> bytes:
         """Serialise the program (its spec) for shipping."""

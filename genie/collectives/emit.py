@@ -1,0 +1,103 @@
+"""Helpers the algorithm builders write steps with: one ``Emit`` per chunk, merged per rank.
+
+Each chunk's steps are emitted with chunk-local indices; ``merge`` interleaves the chunks
+round-robin (step i of chunk 0, step i of chunk 1, ...) so an executor that walks the list in
+order pipelines the chunks, and rewrites dependency indices to the merged positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from genie.collectives.layout import Range
+from genie.collectives.program import Op, Step
+
+# a raw step: (op, peer, nbytes, tag, offset, src, deps)
+Raw = tuple[int, int, int, int, int, int, tuple[int, ...]]
+
+
+class Emit:
+    """Collects the raw steps of one chunk of one rank."""
+
+    __slots__ = ("chunk", "steps", "tag")
+
+    def __init__(self, chunk: int) -> None:
+        self.chunk = chunk
+        self.tag = chunk
+        self.steps: list[Raw] = []
+
+    def _add(self, raw: Raw) -> int:
+        self.steps.append(raw)
+        return len(self.steps) - 1
+
+    def send(self, peer: int, rng: Range, deps: Iterable[int] = ()) -> int:
+        """SEND ``rng`` of the buffer to ``peer``."""
+        return self._add((Op.SEND, peer, rng[1], self.tag, rng[0], -1, tuple(deps)))
+
+    def recv(self, peer: int, nbytes: int, deps: Iterable[int] = ()) -> int:
+        """RECV ``nbytes`` from ``peer`` into scratch."""
+        return self._add((Op.RECV, peer, nbytes, self.tag, 0, -1, tuple(deps)))
+
+    def reduce(self, src: int, rng: Range, deps: Iterable[int] = ()) -> int:
+        """REDUCE the scratch of RECV ``src`` into ``rng`` (depends on ``src``)."""
+        return self._add((Op.REDUCE, -1, rng[1], 0, rng[0], src, (src, *deps)))
+
+    def copy(self, src: int, rng: Range, deps: Iterable[int] = ()) -> int:
+        """COPY the scratch of RECV ``src`` into ``rng`` (depends on ``src``)."""
+        return self._add((Op.COPY, -1, rng[1], 0, rng[0], src, (src, *deps)))
+
+    # -- transfers of several ranges (one message per range) -----------------------------
+
+    def send_ranges(self, peer: int, ranges: Sequence[Range], deps: Sequence[int]) -> list[int]:
+        """SEND each range to ``peer``; returns the SEND indices."""
+        return [self.send(peer, r, deps) for r in ranges]
+
+    def recv_into(
+        self, peer: int, ranges: Sequence[Range], deps: Sequence[int], *, reduce: bool
+    ) -> list[int]:
+        """RECV each range from ``peer`` and REDUCE (or COPY) it in; returns those indices."""
+        out = []
+        for r in ranges:
+            src = self.recv(peer, r[1])
+            out.append(self.reduce(src, r, deps) if reduce else self.copy(src, r, deps))
+        return out
+
+    def sinks(self, since: int = 0) -> list[int]:
+        """Indices >= ``since`` that no later step depends on (the tail of a phase)."""
+        used = set()
+        for raw in self.steps[since:]:
+            used.update(raw[6])
+        return [i for i in range(since, len(self.steps)) if i not in used]
+
+
+def merge(chunks: Sequence[Emit]) -> list[Step]:
+    """Interleave per-chunk steps round-robin into one rank's step list."""
+    if len(chunks) == 1:
+        c = chunks[0].chunk
+        return [Step(Op(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], c) for r in chunks[0].steps]
+    lists = [e.steps for e in chunks]
+    longest = max((len(s) for s in lists), default=0)
+    maps: list[list[int]] = [[0] * len(s) for s in lists]
+    order: list[tuple[int, int]] = []
+    for i in range(longest):
+        for ci, s in enumerate(lists):
+            if i < len(s):
+                maps[ci][i] = len(order)
+                order.append((ci, i))
+    out: list[Step] = []
+    for ci, i in order:
+        op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
+        m = maps[ci]
+        out.append(
+            Step(
+                Op(op),
+                peer,
+                nbytes,
+                tag,
+                offset,
+                m[src] if src >= 0 else -1,
+                tuple(m[d] for d in deps),
+                chunks[ci].chunk,
+            )
+        )
+    return out

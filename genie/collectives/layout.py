@@ -1,0 +1,110 @@
+"""Where a collective's bytes live: buffer size, shards, chunk pieces, input and result regions.
+
+Sizes follow ASTRA-sim by default: ``size`` is the whole buffer for every collective except
+all-gather, where it is the per-rank shard (the buffer is ``n * size``). With the nccl-tests
+convention (option ``nccl=1``) ``size`` is always the whole buffer. Shards of a buffer that does
+not divide by n are uneven: the first ``units % n`` shards hold one element more. An element is
+``elem`` bytes (option, default 1), so shard edges fall on element boundaries.
+
+Chunking splits a collective into C independent sub-collectives: for reduce-scatter, all-gather
+and all-to-all chunk c is piece c of every shard (so each rank's shard stays its own); for the
+other collectives chunk c is the c-th contiguous piece of the buffer, split into n shards.
+"""
+
+from __future__ import annotations
+
+from genie.collectives.program import ProgramSpec
+
+Range = tuple[int, int]  # (offset, nbytes)
+
+SHARD_PIECE = frozenset({"reduce_scatter", "all_gather", "all_to_all"})
+
+
+def split(offset: int, nbytes: int, parts: int, elem: int = 1) -> list[Range]:
+    """Split ``nbytes`` at ``offset`` into ``parts`` ranges on element edges, larger ones first."""
+    units = nbytes // elem
+    base, rem = divmod(units, parts)
+    out: list[Range] = []
+    pos = offset
+    for j in range(parts):
+        n = (base + (1 if j < rem else 0)) * elem
+        out.append((pos, n))
+        pos += n
+    if out:  # bytes below one element (only when nbytes % elem != 0) go to the last range
+        last_off, last_n = out[-1]
+        out[-1] = (last_off, last_n + nbytes - units * elem)
+    return out
+
+
+def elem_of(spec: ProgramSpec) -> int:
+    """Element size in bytes."""
+    return spec.options.get("elem", 1)
+
+
+def buffer_bytes(spec: ProgramSpec) -> int:
+    """Bytes of every rank's working buffer."""
+    if spec.collective == "all_gather" and not spec.options.get("nccl", 0):
+        return spec.size * spec.n_ranks
+    return spec.size
+
+
+def a2a_block(spec: ProgramSpec) -> int:
+    """Bytes of one all-to-all block; the tail beyond ``n * block`` stays where it is."""
+    e = elem_of(spec)
+    return (spec.size // e // spec.n_ranks) * e
+
+
+def shards(spec: ProgramSpec) -> list[Range]:
+    """The n shards of the whole buffer (all-to-all: the n blocks)."""
+    n = spec.n_ranks
+    if spec.collective == "all_to_all":
+        b = a2a_block(spec)
+        return [(j * b, b) for j in range(n)]
+    return split(0, buffer_bytes(spec), n, elem_of(spec))
+
+
+def chunk_range(spec: ProgramSpec, c: int) -> Range:
+    """Contiguous piece ``c`` of the buffer (for collectives chunked by contiguous pieces)."""
+    return split(0, buffer_bytes(spec), spec.chunks, elem_of(spec))[c]
+
+
+def chunk_segments(spec: ProgramSpec, c: int) -> list[Range]:
+    """For chunk ``c``: the range of shard j, for each j in 0..n-1."""
+    e = elem_of(spec)
+    if spec.collective in SHARD_PIECE:
+        return [split(off, nb, spec.chunks, e)[c] for off, nb in shards(spec)]
+    off, nb = chunk_range(spec, c)
+    return split(off, nb, spec.n_ranks, e)
+
+
+def input_region(spec: ProgramSpec, rank: int) -> Range:
+    """The part of ``rank``'s buffer that holds its input when the collective starts."""
+    if spec.collective == "all_gather":
+        return shards(spec)[rank]
+    return (0, buffer_bytes(spec))
+
+
+def result_regions(spec: ProgramSpec, rank: int) -> list[Range]:
+    """The parts of ``rank``'s buffer that hold its result when the collective ends."""
+    coll, whole = spec.collective, (0, buffer_bytes(spec))
+    if coll == "reduce_scatter":
+        return [shards(spec)[rank]]
+    if coll == "reduce":
+        return [whole] if rank == spec.root else []
+    if coll == "send_recv" and spec.options.get("oneway", 0):
+        return [whole] if rank == (spec.root + 1) % spec.n_ranks else []
+    if coll == "all_to_all":
+        b = a2a_block(spec)
+        return [(0, b * spec.n_ranks)]
+    return [whole]
+
+
+def merge_ranges(ranges: list[Range]) -> list[Range]:
+    """Join adjacent ranges (kept in order) so a transfer uses as few messages as possible."""
+    out: list[Range] = []
+    for off, nb in ranges:
+        if out and out[-1][0] + out[-1][1] == off:
+            out[-1] = (out[-1][0], out[-1][1] + nb)
+        else:
+            out.append((off, nb))
+    return out

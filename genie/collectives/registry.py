@@ -1,0 +1,261 @@
+"""The catalogue of (collective, algorithm) pairs and ``build_program``, the one way to plan.
+
+Collective names are genie's (all_reduce, reduce_scatter, all_gather, all_to_all, broadcast,
+reduce, send_recv); Chakra's CollectiveCommType names and numbers map onto them. Algorithm names
+follow ASTRA-sim (ring, direct, halvingDoubling, doubleBinaryTree) plus tree (binomial),
+pairwise and hierarchical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from genie.collectives import direct, halving_doubling, hierarchical, ring, trees
+from genie.collectives.emit import Emit, merge
+from genie.collectives.program import Program, ProgramSpec, Step
+from genie.errors import CollectiveError
+
+ChunkBuilder = Callable[[ProgramSpec, int, Emit], None]
+
+_BUILDERS: dict[tuple[str, str], ChunkBuilder] = {
+    ("all_reduce", "ring"): ring.all_reduce,
+    ("all_reduce", "direct"): direct.all_reduce,
+    ("all_reduce", "halvingDoubling"): halving_doubling.all_reduce,
+    ("all_reduce", "doubleBinaryTree"): trees.double_binary_tree,
+    ("all_reduce", "tree"): trees.tree_all_reduce,
+    ("all_reduce", "hierarchical"): hierarchical.all_reduce,
+    ("reduce_scatter", "ring"): ring.reduce_scatter,
+    ("reduce_scatter", "direct"): direct.reduce_scatter,
+    ("reduce_scatter", "halvingDoubling"): halving_doubling.reduce_scatter,
+    ("reduce_scatter", "hierarchical"): hierarchical.reduce_scatter,
+    ("all_gather", "ring"): ring.all_gather,
+    ("all_gather", "direct"): direct.all_gather,
+    ("all_gather", "halvingDoubling"): halving_doubling.all_gather,
+    ("all_gather", "hierarchical"): hierarchical.all_gather,
+    ("all_to_all", "direct"): direct.all_to_all,
+    ("broadcast", "tree"): trees.broadcast,
+    ("reduce", "tree"): trees.reduce,
+    ("send_recv", "pairwise"): direct.send_recv,
+}
+
+COLLECTIVES = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "all_to_all",
+    "broadcast",
+    "reduce",
+    "send_recv",
+)
+
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    c: tuple(a for (cc, a) in _BUILDERS if cc == c) for c in COLLECTIVES
+}
+
+DEFAULT_ALGORITHM = {
+    "all_reduce": "ring",
+    "reduce_scatter": "ring",
+    "all_gather": "ring",
+    "all_to_all": "direct",
+    "broadcast": "tree",
+    "reduce": "tree",
+    "send_recv": "pairwise",
+}
+
+# Programs whose rank r is rank 0 with every peer shifted by r (offsets aside): all ranks time
+# alike on a symmetric network, so the cost model may simulate one rank.
+ROTATION_SYMMETRIC = frozenset(
+    {
+        ("all_reduce", "ring"),
+        ("reduce_scatter", "ring"),
+        ("all_gather", "ring"),
+        ("all_reduce", "direct"),
+        ("reduce_scatter", "direct"),
+        ("all_gather", "direct"),
+        ("all_to_all", "direct"),
+        ("send_recv", "pairwise"),
+    }
+)
+
+_COLL_ALIASES = {
+    "allreduce": "all_reduce",
+    "reducescatter": "reduce_scatter",
+    "reducescatterblock": "reduce_scatter",
+    "allgather": "all_gather",
+    "alltoall": "all_to_all",
+    "alltoallv": "all_to_all",
+    "broadcast": "broadcast",
+    "bcast": "broadcast",
+    "reduce": "reduce",
+    "sendrecv": "send_recv",
+    "send": "send_recv",
+    "recv": "send_recv",
+    "commsend": "send_recv",
+    "commrecv": "send_recv",
+    "p2p": "send_recv",
+}
+
+# Chakra CollectiveCommType numbers (see design.md); GATHER, SCATTER, BARRIER have no plan here.
+CHAKRA_COMM_TYPES = {
+    0: "all_reduce",
+    1: "reduce",
+    2: "all_gather",
+    5: "broadcast",
+    6: "all_to_all",
+    7: "reduce_scatter",
+    8: "reduce_scatter",
+}
+
+_ALGO_ALIASES = {
+    "ring": "ring",
+    "direct": "direct",
+    "halvingdoubling": "halvingDoubling",
+    "hd": "halvingDoubling",
+    "rabenseifner": "halvingDoubling",
+    "doublebinarytree": "doubleBinaryTree",
+    "dbt": "doubleBinaryTree",
+    "tree": "tree",
+    "binomial": "tree",
+    "binomialtree": "tree",
+    "pairwise": "pairwise",
+    "hierarchical": "hierarchical",
+}
+
+SIZE_CONVENTIONS = ("astra-sim", "nccl")
+
+
+def canonical_collective(name: str | int) -> str:
+    """Map a collective name (genie's, Chakra's name or number, camel/snake case) to genie's."""
+    if isinstance(name, int):
+        if name not in CHAKRA_COMM_TYPES:
+            raise CollectiveError(f"Chakra collective type {name} has no plan in genie")
+        return CHAKRA_COMM_TYPES[name]
+    key = name.strip().lower().replace("_", "").replace("-", "")
+    if key in ("gather", "scatter", "barrier"):
+        raise CollectiveError(f"collective {name!r} has no plan in genie")
+    out = _COLL_ALIASES.get(key)
+    if out is None:
+        raise CollectiveError(f"unknown collective {name!r}; known: {', '.join(COLLECTIVES)}")
+    return out
+
+
+def canonical_algorithm(collective: str, name: str) -> str:
+    """Map an algorithm name (any case, with or without underscores) to its ASTRA-sim spelling."""
+    algo = _ALGO_ALIASES.get(name.strip().lower().replace("_", "").replace("-", ""))
+    if algo is None or (collective, algo) not in _BUILDERS:
+        offered = ", ".join(ALGORITHMS[collective])
+        raise CollectiveError(f"no algorithm {name!r} for {collective}; offered: {offered}")
+    return algo
+
+
+def build_steps(spec: ProgramSpec, rank: int) -> list[Step]:
+    """Build the steps of ``rank`` from a spec: every chunk, interleaved."""
+    builder = _BUILDERS.get((spec.collective, spec.algorithm))
+    if builder is None:
+        raise CollectiveError(f"no builder for {spec.collective}/{spec.algorithm}")
+    emits = []
+    for c in range(spec.chunks):
+        e = Emit(c)
+        builder(spec, rank, e)
+        emits.append(e)
+    return merge(emits)
+
+
+def _check_int(name: str, value: object, lo: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < lo:
+        raise CollectiveError(f"{name} must be an integer >= {lo}: {value!r}")
+    return value
+
+
+def build_program(
+    collective: str | int,
+    algorithm: str | None,
+    n_ranks: int,
+    size: int,
+    *,
+    chunks: int = 1,
+    root: int = 0,
+    ranks_per_host: int = 1,
+    size_convention: str = "astra-sim",
+    window: int | None = None,
+    ranks: Sequence[int] = (),
+    elem: int = 1,
+    oneway: bool = False,
+) -> Program:
+    """Plan one collective on ``n_ranks`` ranks; ``size`` in bytes as ``size_convention`` says."""
+    coll = canonical_collective(collective)
+    algo = canonical_algorithm(coll, algorithm or DEFAULT_ALGORITHM[coll])
+    _check_int("n_ranks", n_ranks, 1)
+    _check_int("size", size, 0)
+    _check_int("chunks", chunks, 1)
+    _check_int("ranks_per_host", ranks_per_host, 1)
+    _check_int("elem", elem, 1)
+    if not 0 <= root < n_ranks:
+        raise CollectiveError(f"root {root} outside the group 0..{n_ranks - 1}")
+    if size % elem:
+        raise CollectiveError(f"size {size} is not a multiple of the element size {elem}")
+    if size_convention not in SIZE_CONVENTIONS:
+        raise CollectiveError(
+            f"size convention {size_convention!r}: use one of {', '.join(SIZE_CONVENTIONS)}"
+        )
+    if ranks and (len(ranks) != n_ranks or len(set(ranks)) != n_ranks):
+        raise CollectiveError(f"ranks must list {n_ranks} distinct global ranks, got {ranks!r}")
+    if algo == "hierarchical" and n_ranks % ranks_per_host:
+        raise CollectiveError(
+            f"hierarchical needs the group size ({n_ranks}) to be a multiple of "
+            f"ranks_per_host ({ranks_per_host})"
+        )
+    if coll == "send_recv" and n_ranks < 2 and size:
+        raise CollectiveError("send_recv needs at least 2 ranks")
+    options: dict[str, int] = {}
+    if size_convention == "nccl":
+        options["nccl"] = 1
+    if window is not None:
+        _check_int("window", window, 1)
+        options["window"] = window
+    if elem != 1:
+        options["elem"] = elem
+    if oneway:
+        options["oneway"] = 1
+    spec = ProgramSpec(
+        collective=coll,
+        algorithm=algo,
+        n_ranks=n_ranks,
+        size=size,
+        chunks=chunks,
+        root=root,
+        options=options,
+        ranks=tuple(ranks),
+        ranks_per_host=ranks_per_host,
+    )
+    return Program(spec, build_steps)
+
+
+def program_from_spec(spec: ProgramSpec) -> Program:
+    """A Program for a decoded spec (checked like ``build_program`` checks its arguments)."""
+    o = spec.options
+    return build_program(
+        spec.collective,
+        spec.algorithm,
+        spec.n_ranks,
+        spec.size,
+        chunks=spec.chunks,
+        root=spec.root,
+        ranks_per_host=spec.ranks_per_host,
+        size_convention="nccl" if o.get("nccl") else "astra-sim",
+        window=o.get("window"),
+        ranks=spec.ranks,
+        elem=o.get("elem", 1),
+        oneway=bool(o.get("oneway")),
+    )
+
+
+def program_from_bytes(data: bytes) -> Program:
+    """Rebuild a Program from ``Program.to_bytes()``."""
+    try:
+        spec = msgspec.msgpack.decode(data, type=ProgramSpec)
+    except msgspec.DecodeError as exc:
+        raise CollectiveError(f"not a serialised program: {exc}") from exc
+    return program_from_spec(spec)

@@ -1,0 +1,338 @@
+"""Network topologies for the cost model: named hosts and switches joined by directed links.
+
+A link carries ``bandwidth`` bytes/s after ``latency`` seconds. Routes are shortest paths in
+hops; among equal-cost next hops one is picked by a fixed hash of (source, destination), so the
+same pair always takes the same path and different pairs spread over parallel links (ECMP).
+Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
+``intra_latency``) that is modelled as one private egress port per sending rank.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from genie.errors import TopologyError
+
+
+class Link(msgspec.Struct, frozen=True):
+    """A directed link between two named nodes."""
+
+    src: str
+    dst: str
+    bandwidth: float  # bytes/s
+    latency: float  # s
+
+
+LinkLike = Link | tuple[str, str, float, float]
+
+
+def _check_rate(what: str, bandwidth: float, latency: float) -> None:
+    if not (isinstance(bandwidth, int | float) and math.isfinite(bandwidth) and bandwidth > 0):
+        raise TopologyError(f"{what}: bandwidth must be a positive number of bytes/s: {bandwidth}")
+    if not (isinstance(latency, int | float) and math.isfinite(latency) and latency >= 0):
+        raise TopologyError(f"{what}: latency must be a non-negative number of seconds: {latency}")
+
+
+class Topology:
+    """Hosts, switches and directed links; routes between hosts are computed on demand."""
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        switches: Sequence[str],
+        links: Iterable[LinkLike],
+        *,
+        intra_bandwidth: float | None = None,
+        intra_latency: float = 0.0,
+        kind: str = "custom",
+    ) -> None:
+        self.hosts: tuple[str, ...] = tuple(hosts)
+        self.switches: tuple[str, ...] = tuple(switches)
+        self.kind = kind
+        if not self.hosts:
+            raise TopologyError("a topology needs at least one host")
+        names = self.hosts + self.switches
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise TopologyError(f"node names must be unique; repeated: {', '.join(dup)}")
+        self._node_index = {name: i for i, name in enumerate(names)}
+        self.links: tuple[Link, ...] = tuple(
+            lk if isinstance(lk, Link) else Link(*lk) for lk in links
+        )
+        self._out: list[list[int]] = [[] for _ in names]
+        self._in: list[list[int]] = [[] for _ in names]
+        for lid, lk in enumerate(self.links):
+            for end in (lk.src, lk.dst):
+                if end not in self._node_index:
+                    raise TopologyError(f"link {lk.src}->{lk.dst}: unknown node {end!r}")
+            if lk.src == lk.dst:
+                raise TopologyError(f"link {lk.src}->{lk.dst} loops to itself")
+            _check_rate(f"link {lk.src}->{lk.dst}", lk.bandwidth, lk.latency)
+            self._out[self._node_index[lk.src]].append(lid)
+            self._in[self._node_index[lk.dst]].append(lid)
+        if intra_bandwidth is None:
+            intra_bandwidth = max((lk.bandwidth for lk in self.links), default=1e12)
+        _check_rate("intra-host path", intra_bandwidth, intra_latency)
+        self.intra_bandwidth = float(intra_bandwidth)
+        self.intra_latency = float(intra_latency)
+        self._dist_cache: dict[int, list[int]] = {}
+        self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_parts(
+        cls,
+        hosts: Sequence[str],
+        switches: Sequence[str],
+        links: Iterable[LinkLike],
+        *,
+        bidirectional: bool = True,
+        intra_bandwidth: float | None = None,
+        intra_latency: float = 0.0,
+    ) -> Topology:
+        """Build a topology from explicit hosts, switches and links (each link both ways)."""
+        out: list[Link] = []
+        for lk in links:
+            link = lk if isinstance(lk, Link) else Link(*lk)
+            out.append(link)
+            if bidirectional:
+                out.append(Link(link.dst, link.src, link.bandwidth, link.latency))
+        return cls(
+            hosts,
+            switches,
+            out,
+            intra_bandwidth=intra_bandwidth,
+            intra_latency=intra_latency,
+        )
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def n_hosts(self) -> int:
+        """Number of hosts."""
+        return len(self.hosts)
+
+    def host_index(self, host: int | str) -> int:
+        """The index of a host given by index or name."""
+        if isinstance(host, str):
+            idx = self._node_index.get(host)
+            if idx is None or idx >= len(self.hosts):
+                raise TopologyError(f"unknown host {host!r}")
+            return idx
+        if not 0 <= host < len(self.hosts):
+            raise TopologyError(f"host index {host} outside 0..{len(self.hosts) - 1}")
+        return int(host)
+
+    def link_name(self, lid: int) -> str:
+        """A readable name for link ``lid``, e.g. ``h0->sw0``."""
+        lk = self.links[lid]
+        return f"{lk.src}->{lk.dst}"
+
+    def route(self, src_host: int | str, dst_host: int | str) -> tuple[int, ...]:
+        """The link ids from one host to another (empty for the same host); deterministic."""
+        s, d = self.host_index(src_host), self.host_index(dst_host)
+        if s == d:
+            return ()
+        key = (s, d)
+        r = self._route_cache.get(key)
+        if r is None:
+            r = self._compute_route(s, d)
+            self._route_cache[key] = r
+        return r
+
+    def route_latency(self, route: Sequence[int]) -> float:
+        """Sum of link latencies along a route (the intra-host latency for an empty one)."""
+        if not route:
+            return self.intra_latency
+        return sum(self.links[i].latency for i in route)
+
+    def route_bandwidth(self, route: Sequence[int]) -> float:
+        """The narrowest link bandwidth along a route (intra-host bandwidth for an empty one)."""
+        if not route:
+            return self.intra_bandwidth
+        return min(self.links[i].bandwidth for i in route)
+
+    @property
+    def symmetry(self) -> str | None:
+        """'star', 'full' or 'ring' when every host sees the same uniform network, else None."""
+        return self.kind if self.kind in ("star", "full", "ring") else None
+
+    def describe(self) -> str:
+        """One line: kind, host/switch/link counts."""
+        return (
+            f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
+            f"{len(self.links)} links"
+        )
+
+    # -- routing -------------------------------------------------------------------------
+
+    def _dist_to(self, dst: int) -> list[int]:
+        dist = self._dist_cache.get(dst)
+        if dist is not None:
+            return dist
+        dist = [-1] * len(self._out)
+        dist[dst] = 0
+        queue = deque([dst])
+        while queue:
+            v = queue.popleft()
+            for lid in self._in[v]:
+                u = self._node_index[self.links[lid].src]
+                if dist[u] < 0:
+                    dist[u] = dist[v] + 1
+                    queue.append(u)
+        self._dist_cache[dst] = dist
+        return dist
+
+    def _compute_route(self, s: int, d: int) -> tuple[int, ...]:
+        dist = self._dist_to(d)
+        if dist[s] < 0:
+            raise TopologyError(f"no path from host {self.hosts[s]} to host {self.hosts[d]}")
+        path: list[int] = []
+        v = s
+        spread = (s * 2654435761 + d * 40503) & 0xFFFFFFFF
+        while v != d:
+            cands = [
+                lid
+                for lid in self._out[v]
+                if dist[self._node_index[self.links[lid].dst]] == dist[v] - 1
+            ]
+            lid = cands[spread % len(cands)] if len(cands) > 1 else cands[0]
+            path.append(lid)
+            v = self._node_index[self.links[lid].dst]
+        return tuple(path)
+
+
+class _RingTopology(Topology):
+    """A bidirectional ring of hosts; the shorter way round, clockwise on a tie."""
+
+    def _compute_route(self, s: int, d: int) -> tuple[int, ...]:
+        n = len(self.hosts)
+        if n == 2:  # two hosts: one link each way (ids 0 and 1)
+            return (s,)
+        cw = (d - s) % n
+        if cw <= n - cw:  # link 2i: i -> i+1, link 2i+1: i+1 -> i
+            return tuple(2 * ((s + k) % n) for k in range(cw))
+        return tuple(2 * ((s - k - 1) % n) + 1 for k in range(n - cw))
+
+
+def _hosts(n: int) -> list[str]:
+    if not isinstance(n, int) or n < 1:
+        raise TopologyError(f"number of hosts must be a positive integer: {n}")
+    return [f"h{i}" for i in range(n)]
+
+
+def switch(
+    n_hosts: int,
+    bandwidth: float,
+    latency: float,
+    *,
+    intra_bandwidth: float | None = None,
+    intra_latency: float = 0.0,
+) -> Topology:
+    """One switch with every host attached by an up link (id 2i) and a down link (id 2i+1)."""
+    hosts = _hosts(n_hosts)
+    links: list[Link] = []
+    for h in hosts:
+        links.append(Link(h, "sw0", bandwidth, latency))
+        links.append(Link("sw0", h, bandwidth, latency))
+    return Topology(
+        hosts,
+        ["sw0"],
+        links,
+        intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency,
+        kind="star",
+    )
+
+
+def ring(
+    n_hosts: int,
+    bandwidth: float,
+    latency: float,
+    *,
+    intra_bandwidth: float | None = None,
+    intra_latency: float = 0.0,
+) -> Topology:
+    """Hosts in a bidirectional ring: link 2i is h_i -> h_{i+1}, link 2i+1 is h_{i+1} -> h_i."""
+    hosts = _hosts(n_hosts)
+    if n_hosts < 2:
+        raise TopologyError("a ring needs at least 2 hosts")
+    links: list[Link] = []
+    for i in range(n_hosts):
+        a, b = hosts[i], hosts[(i + 1) % n_hosts]
+        links.append(Link(a, b, bandwidth, latency))
+        links.append(Link(b, a, bandwidth, latency))
+    if n_hosts == 2:  # both "ways round" are the same pair of links
+        links = links[:2]
+    return _RingTopology(
+        hosts, [], links, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency, kind="ring"
+    )
+
+
+def fully_connected(
+    n_hosts: int,
+    bandwidth: float,
+    latency: float,
+    *,
+    intra_bandwidth: float | None = None,
+    intra_latency: float = 0.0,
+) -> Topology:
+    """A direct link from every host to every other host."""
+    hosts = _hosts(n_hosts)
+    links = [Link(a, b, bandwidth, latency) for a in hosts for b in hosts if a != b]
+    return Topology(
+        hosts, [], links, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency, kind="full"
+    )
+
+
+def leaf_spine(
+    leaves: int,
+    spines: int,
+    hosts_per_leaf: int,
+    bandwidth: float,
+    latency: float,
+    oversubscription: float = 1.0,
+    *,
+    intra_bandwidth: float | None = None,
+    intra_latency: float = 0.0,
+) -> Topology:
+    """Two-level Clos: hosts on leaves, each leaf wired to every spine, uplinks oversubscribed.
+
+    Each leaf's total uplink bandwidth is ``hosts_per_leaf * bandwidth / oversubscription``,
+    split evenly over its ``spines`` uplinks.
+    """
+    for name, v in (("leaves", leaves), ("spines", spines), ("hosts_per_leaf", hosts_per_leaf)):
+        if not isinstance(v, int) or v < 1:
+            raise TopologyError(f"{name} must be a positive integer: {v}")
+    if not (math.isfinite(oversubscription) and oversubscription > 0):
+        raise TopologyError(f"oversubscription must be positive: {oversubscription}")
+    hosts = _hosts(leaves * hosts_per_leaf)
+    leaf_names = [f"leaf{i}" for i in range(leaves)]
+    spine_names = [f"spine{i}" for i in range(spines)]
+    up_bw = hosts_per_leaf * bandwidth / oversubscription / spines
+    parts: list[Link] = []
+    for i, h in enumerate(hosts):
+        parts.append(Link(h, leaf_names[i // hosts_per_leaf], bandwidth, latency))
+    if leaves > 1:
+        for lf in leaf_names:
+            for sp in spine_names:
+                parts.append(Link(lf, sp, up_bw, latency))
+    switches = leaf_names + (spine_names if leaves > 1 else [])
+    topo = Topology.from_parts(
+        hosts, switches, parts, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency
+    )
+    topo.kind = "leaf_spine"
+    return topo
+
+
+FACTORIES = {
+    "switch": switch,
+    "ring": ring,
+    "fully_connected": fully_connected,
+    "leaf_spine": leaf_spine,
+}
