@@ -49,4 +49,6 @@ def dumps_testbed(tb: Testbed) -> str:
         out.append(f"mtu = {lk.mtu}")
         if lk.queue_limit is not None:
             out.append(f"queue_limit = {lk.queue_limit}")
+        if lk.latency:
+            out.append(f"latency = {lk.latency!r}")
     return "\n".join(out) + "\n"

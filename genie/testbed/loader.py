@@ -30,7 +30,7 @@ _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
 _TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links"}
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
-_LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit"}
+_LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
 _TOPO_KEYS = {
     "shape",
     "hosts",
@@ -42,6 +42,7 @@ _TOPO_KEYS = {
     "uplink_rate",
     "mtu",
     "queue_limit",
+    "latency",
     "ranks_per_host",
 }
 _PLACEHOLDER = re.compile(r"<[^<>]*>")
@@ -266,6 +267,7 @@ def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:
         rate=ctx.get_rate(lk, "rate", path),
         mtu=ctx.get_mtu(lk, path, DEFAULT_MTU),
         queue_limit=ctx.get_size(lk, "queue_limit", path, None),
+        latency=ctx.get_duration(lk, "latency", path, 0.0),
     )
 
 
@@ -278,6 +280,8 @@ def _expand(
     rate = ctx.get_rate(topo, "rate", path)
     mtu = ctx.get_mtu(topo, path, DEFAULT_MTU)
     queue_limit = ctx.get_size(topo, "queue_limit", path, None)
+    latency = ctx.get_duration(topo, "latency", path, 0.0)
+    template = Link(a="", b="", rate=rate, mtu=mtu, queue_limit=queue_limit, latency=latency)
     ranks = ctx.get_int(topo, "ranks_per_host", path, 1, lo=1)
     allowed = {
         "star": {"hosts"},
@@ -308,9 +312,9 @@ def _expand(
         for i, h in enumerate(raw_hosts or [{}] * n)
     ]
     if shape == "star":
-        ex = shapes.star(names, rate, mtu, queue_limit)
+        ex = shapes.star(names, template)
     elif shape == "ring":
-        ex = shapes.ring(names, rate, mtu, queue_limit)
+        ex = shapes.ring(names, template)
     else:
         over = ctx.get(topo, "oversubscription", path, (int, float, str), 1.0)
         if isinstance(over, str):
@@ -325,7 +329,7 @@ def _expand(
             raise ctx.error((*path, "oversubscription"), "must be positive")
         default_up = shapes.leafspine_uplink_rate(per_leaf, spines, rate, float(over))
         uplink = ctx.get_rate(topo, "uplink_rate", path, default_up)
-        ex = shapes.leafspine(names, leaves, spines, rate, uplink, mtu, queue_limit)
+        ex = shapes.leafspine(names, leaves, spines, template, uplink)
     return ex.hosts, ex.switches, ex.links, ranks
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from genie.errors import TestbedError
 from genie.testbed import shapes
-from genie.testbed.model import Host, Switch, Testbed
+from genie.testbed.model import Host, Link, Switch, Testbed
 
 LOOPBACK_BASE_PORT = 7700
 LOOPBACK_NOMINAL_RATE = 10e9 / 8  # bytes/s; loopback is not shaped, this only feeds the model
@@ -28,7 +28,8 @@ def loopback_testbed(
         )
         for i, n in enumerate(names)
     ]
-    ex = shapes.star(names, LOOPBACK_NOMINAL_RATE, 65535, None) if n_agents > 1 else None
+    template = Link(a="", b="", rate=LOOPBACK_NOMINAL_RATE, mtu=65535)
+    ex = shapes.star(names, template) if n_agents > 1 else None
     return Testbed(
         name=f"loopback{n_agents}",
         kind="static",

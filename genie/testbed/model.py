@@ -58,6 +58,7 @@ class Link(msgspec.Struct, frozen=True, kw_only=True):
     rate: float  # bytes/s, each direction
     mtu: int = DEFAULT_MTU
     queue_limit: int | None = None  # bytes queued at each end before drops; None: chosen by genie
+    latency: float = 0.0  # s, per direction; for the cost model only (netns adds no delay)
 
 
 class IntraHost(msgspec.Struct, frozen=True, kw_only=True):

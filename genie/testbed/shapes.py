@@ -1,6 +1,11 @@
-"""Topology shorthands (star, leafspine, ring) expanded into host names, switches and links."""
+"""Topology shorthands (star, leafspine, ring) expanded into host names, switches and links.
+
+Each takes a template Link whose rate, MTU, queue limit and latency every made link copies.
+"""
 
 from __future__ import annotations
+
+from msgspec.structs import replace
 
 from genie.testbed.model import Link
 
@@ -14,22 +19,17 @@ class Expanded:
         self.links = links
 
 
-def star(
-    host_names: list[str], rate: float, mtu: int, queue_limit: int | None, switch: str = "sw0"
-) -> Expanded:
+def star(host_names: list[str], template: Link, switch: str = "sw0") -> Expanded:
     """N hosts each linked to one switch."""
-    links = [Link(a=h, b=switch, rate=rate, mtu=mtu, queue_limit=queue_limit) for h in host_names]
+    links = [replace(template, a=h, b=switch) for h in host_names]
     return Expanded(list(host_names), [switch], links)
 
 
-def ring(host_names: list[str], rate: float, mtu: int, queue_limit: int | None) -> Expanded:
+def ring(host_names: list[str], template: Link) -> Expanded:
     """N hosts linked in a cycle, host i to host i+1 (two hosts: one link)."""
     n = len(host_names)
     pairs = [(i, (i + 1) % n) for i in range(n if n > 2 else n - 1)]
-    links = [
-        Link(a=host_names[i], b=host_names[j], rate=rate, mtu=mtu, queue_limit=queue_limit)
-        for i, j in pairs
-    ]
+    links = [replace(template, a=host_names[i], b=host_names[j]) for i, j in pairs]
     return Expanded(list(host_names), [], links)
 
 
@@ -41,13 +41,7 @@ def leafspine_uplink_rate(
 
 
 def leafspine(
-    host_names: list[str],
-    leaves: int,
-    spines: int,
-    rate: float,
-    uplink_rate: float,
-    mtu: int,
-    queue_limit: int | None,
+    host_names: list[str], leaves: int, spines: int, template: Link, uplink_rate: float
 ) -> Expanded:
     """L leaves with len(host_names)/L hosts each, every leaf linked to every spine."""
     per_leaf = len(host_names) // leaves
@@ -56,8 +50,8 @@ def leafspine(
     links: list[Link] = []
     for li, leaf in enumerate(leaf_names):
         for h in host_names[li * per_leaf : (li + 1) * per_leaf]:
-            links.append(Link(a=h, b=leaf, rate=rate, mtu=mtu, queue_limit=queue_limit))
+            links.append(replace(template, a=h, b=leaf))
     for leaf in leaf_names:
         for spine in spine_names:
-            links.append(Link(a=leaf, b=spine, rate=uplink_rate, mtu=mtu, queue_limit=queue_limit))
+            links.append(replace(template, a=leaf, b=spine, rate=uplink_rate))
     return Expanded(list(host_names), leaf_names + spine_names, links)

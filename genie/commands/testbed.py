@@ -1,0 +1,199 @@
+"""``genie testbed``: show testbed files, and build/remove emulated (netns) testbeds."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+
+from genie.errors import TestbedError
+from genie.units import format_bytes
+
+NO_DELAY_NOTE = (
+    "note: links are rate-limited with tc tbf; no delay is emulated (this kernel has no netem)"
+)
+
+
+def _rich_console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _gbit(rate: float) -> str:
+    return f"{rate * 8 / 1e9:g} Gbit/s"
+
+
+def _show(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from genie.testbed import dumps_testbed, load_testbed
+
+    tb = load_testbed(args.file)
+    if args.toml:
+        print(dumps_testbed(tb), end="")
+        return 0
+    con = _rich_console()
+    con.print(
+        f"testbed [bold]{tb.name}[/bold]: kind {tb.kind}, transport {tb.transport}, "
+        f"{len(tb.hosts)} hosts, {tb.n_ranks} ranks, {len(tb.switches)} switches, "
+        f"{len(tb.links)} links"
+    )
+    hosts = Table("host", "control", "data_addr", "ranks", "nic", "rdma", "netns")
+    for h in tb.hosts:
+        hosts.add_row(
+            h.name, h.control, h.data_addr, str(h.ranks), h.nic or "-", h.rdma_device or "-",
+            h.netns or "-",
+        )  # fmt: skip
+    con.print(hosts)
+    links = Table("a", "b", "rate (10^9 bit/s)", "mtu", "queue")
+    for lk in tb.links:
+        q = format_bytes(lk.queue_limit) if lk.queue_limit else "auto"
+        links.add_row(lk.a, lk.b, _gbit(lk.rate), str(lk.mtu), q)
+    con.print(links)
+    ih = tb.intra_host
+    con.print(f"intra-host: {ih.bandwidth / 1e9:g} GB/s (10^9 B/s), {ih.latency * 1e6:g} us")
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from genie.testbed import load_testbed
+    from genie.testbed.netns_plan import plan_up
+
+    plan = plan_up(load_testbed(args.file))
+    for cmd in plan.commands:
+        print(shlex.join(cmd.argv))
+    return 0
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        raise TestbedError("netns testbeds need root (CAP_NET_ADMIN): run with sudo")
+
+
+def _up(args: argparse.Namespace) -> int:
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from genie.testbed import load_testbed, netns
+
+    tb = load_testbed(args.file)
+    if tb.kind != "netns":
+        raise TestbedError(f"{args.file}: kind is {tb.kind!r}; only netns testbeds are built")
+    _need_root()
+    with Progress(TextColumn("{task.description}"), BarColumn(), transient=True) as prog:
+        task = prog.add_task("building", total=None)
+
+        def step(i: int, total: int, what: str) -> None:
+            prog.update(task, completed=i, total=total, description=what[:40])
+
+        plan = netns.up(tb, source=str(args.file), progress=step)
+    con = _rich_console()
+    con.print(
+        f"testbed {tb.name} is up: {len(tb.hosts)} host and {len(tb.switches)} switch "
+        f"namespaces, {len(tb.links)} shaped links ({len(plan.commands)} commands)"
+    )
+    con.print(NO_DELAY_NOTE)
+    if args.agents:
+        try:
+            started = netns.start_agents(tb, timeout=args.agent_timeout)
+        except TestbedError:
+            netns.down(tb)
+            raise
+        for line in started:
+            con.print(f"agent {line}")
+    for h in tb.hosts:
+        con.print(f"  {h.name}: netns {h.netns}, control {h.control}, data {h.data_addr}")
+    return 0
+
+
+def _down(args: argparse.Namespace) -> int:
+    from genie.testbed import load_testbed, netns
+
+    tb = load_testbed(args.file)
+    if tb.kind != "netns":
+        raise TestbedError(f"{args.file}: kind is {tb.kind!r}; nothing was built for it")
+    _need_root()
+    removed = netns.down(tb)
+    print(f"testbed {tb.name} is down" + (f": removed {', '.join(removed)}" if removed else ""))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from genie.testbed import netns, state
+
+    namespaces = netns.list_namespaces()
+    links = netns.list_root_links()
+    records = state.load_all()
+    if not (namespaces or links or records):
+        print("no genie testbed is up")
+        return 0
+    for path, st in records:
+        if st is None:
+            print(f"unreadable record {path}")
+            continue
+        up = [n for n in st.namespaces if n in namespaces]
+        alive = [a for a in st.agents if netns.agent_alive(a)]
+        print(
+            f"testbed {st.name} ({st.source or 'no file'}): {len(up)}/{len(st.namespaces)} "
+            f"namespaces, {len(alive)}/{len(st.agents)} agents alive"
+        )
+        for a in st.agents:
+            mark = "alive" if a in alive else "gone"
+            print(f"  agent {a.host} pid {a.pid} {a.listen} {mark} (log {a.log})")
+    known = {n for _, st in records if st for n in st.namespaces}
+    stray = [n for n in namespaces if n not in known]
+    if stray:
+        print(f"namespaces without a record: {', '.join(stray)} (genie testbed clean removes them)")
+    if links:
+        print(f"root links: {', '.join(links)}")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from genie.testbed import netns
+
+    _need_root()
+    removed = netns.clean()
+    print(f"removed {', '.join(removed)}" if removed else "nothing to clean")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``testbed`` command and its subcommands."""
+    p = sub.add_parser(
+        "testbed",
+        help="show testbed files; build and remove emulated (netns) testbeds",
+        description="Testbeds are TOML files (see testbed/*.toml). netns testbeds are built "
+        "on this machine from network namespaces, veth pairs, bridges and tc tbf shaping. "
+        "No delay is emulated (no netem on this kernel).",
+    )
+    tsub = p.add_subparsers(dest="testbed_command", metavar="SUBCOMMAND", required=True)
+
+    s = tsub.add_parser("show", help="validate a testbed file and print what it describes")
+    s.add_argument("file")
+    s.add_argument("--toml", action="store_true", help="print the expanded file as TOML")
+    s.set_defaults(func=_show)
+
+    s = tsub.add_parser("plan", help="print the ip/tc commands `up` would run (no root needed)")
+    s.add_argument("file")
+    s.set_defaults(func=_plan)
+
+    s = tsub.add_parser("up", help="build a netns testbed (root)")
+    s.add_argument("file")
+    s.add_argument("--agents", action="store_true", help="start a genie agent in each host")
+    s.add_argument(
+        "--agent-timeout", type=float, default=15.0, metavar="S", help="wait for agents (s)"
+    )
+    s.set_defaults(func=_up)
+
+    s = tsub.add_parser("down", help="remove a netns testbed and its agents (root)")
+    s.add_argument("file")
+    s.set_defaults(func=_down)
+
+    s = tsub.add_parser("status", help="list genie namespaces, links and agents on this machine")
+    s.set_defaults(func=_status)
+
+    s = tsub.add_parser(
+        "clean", help="remove every genie namespace, root link and recorded agent (root)"
+    )
+    s.set_defaults(func=_clean)

@@ -1,0 +1,242 @@
+"""Plan a netns testbed as data: the ``ip``/``tc`` argv lists that build it, in order.
+
+Pure functions only: nothing here runs a command, so every plan is testable as strings without
+root. ``genie.testbed.netns`` applies a plan in one place. Layout of what gets built:
+
+- one namespace per host (``<prefix><host>``) and per switch (``<prefix><switch>``);
+- a switch is a Linux bridge ``br0`` in its namespace, its links are ports ``p0``, ``p1`` ...;
+- a host's data links are ``eth0``, ``eth1`` ...; its control link is ``ctl0``, a veth whose
+  other end (``genie-<tag>c<i>``) is in the root namespace where the controller runs;
+- every data link is a veth pair shaped at both ends with ``tc tbf`` (rate, burst, queue
+  limit). No delay is added: this kernel has no netem.
+- ring testbeds (host-to-host links) route over neighbours: the data address sits on ``lo`` as
+  a /32, hosts forward, and each host has /32 routes the short way round.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from genie.errors import TestbedError
+from genie.testbed import addressing
+from genie.testbed.model import Link, Testbed
+
+BRIDGE = "br0"
+CONTROL_IF = "ctl0"
+TBF_BURST_SECONDS = 0.001  # bucket: 1 ms of line rate (at least a few MTUs)
+QUEUE_SECONDS = 0.016  # default queue: 16 ms of line rate (4 ms drops GSO bursts: 0.88 vs 0.95)
+
+
+class Command(msgspec.Struct, frozen=True):
+    """One command to run (argv, no shell), with what it is for and optional stdin."""
+
+    argv: list[str]
+    what: str
+    stdin: str | None = None
+
+
+class Port(msgspec.Struct, frozen=True):
+    """One end of a data link: namespace, interface name, rate, MTU, queue."""
+
+    netns: str
+    ifname: str
+    rate: float
+    mtu: int
+    queue_limit: int | None
+
+
+class Plan(msgspec.Struct, frozen=True):
+    """Everything ``up`` builds: the namespaces and root links it creates, and the commands."""
+
+    testbed: str
+    prefix: str
+    namespaces: list[str]
+    root_links: list[str]
+    commands: list[Command]
+    ports: list[Port]
+
+
+def ip(netns: str | None, *args: str) -> list[str]:
+    """``ip [-n NS] ARGS``."""
+    return ["ip", *(["-n", netns] if netns else []), *args]
+
+
+def netns_add(name: str) -> list[str]:
+    """Create a namespace."""
+    return ["ip", "netns", "add", name]
+
+
+def netns_del(name: str) -> list[str]:
+    """Delete a namespace (and with it every interface inside)."""
+    return ["ip", "netns", "del", name]
+
+
+def veth_pair(a_name: str, a_ns: str | None, b_name: str, b_ns: str | None) -> list[str]:
+    """Create a veth pair with each end directly in its namespace (None: the root one)."""
+    argv = ["ip", "link", "add", a_name]
+    if a_ns:
+        argv += ["netns", a_ns]
+    argv += ["type", "veth", "peer", "name", b_name]
+    if b_ns:
+        argv += ["netns", b_ns]
+    return argv
+
+
+def tbf_params(rate: float, mtu: int, queue_limit: int | None) -> tuple[int, int, int]:
+    """(rate bit/s, burst bytes, limit bytes) for a tbf shaping ``rate`` bytes/s."""
+    bits = round(rate * 8)
+    burst = max(4 * (mtu + 14), round(rate * TBF_BURST_SECONDS))
+    limit = queue_limit if queue_limit is not None else round(rate * QUEUE_SECONDS)
+    limit = max(limit, 2 * (mtu + 14))
+    return bits, burst, limit
+
+
+def tbf(netns: str, dev: str, rate: float, mtu: int, queue_limit: int | None) -> list[str]:
+    """Shape ``dev``'s egress to ``rate`` bytes/s with a token bucket filter."""
+    bits, burst, limit = tbf_params(rate, mtu, queue_limit)
+    return [
+        "tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf",
+        "rate", f"{bits}bit", "burst", str(burst), "limit", str(limit),
+    ]  # fmt: skip
+
+
+def sysctl(netns: str, key: str, value: str) -> list[str]:
+    """Set a sysctl inside a namespace."""
+    return ["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"]
+
+
+def _ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
+    """Both ends of every link, with interface names assigned per namespace."""
+    counters: dict[str, int] = {}
+    switches = set(tb.switch_names())
+    ns_of = {h.name: h.netns for h in tb.hosts} | {s.name: s.netns for s in tb.switches}
+    out: dict[int, tuple[Port, Port]] = {}
+
+    def port(node: str, lk: Link) -> Port:
+        ns = ns_of[node]
+        if ns is None:
+            raise TestbedError(f"{node!r} has no namespace: not a netns testbed")
+        k = counters.get(node, 0)
+        counters[node] = k + 1
+        name = f"p{k}" if node in switches else f"eth{k}"
+        return Port(netns=ns, ifname=name, rate=lk.rate, mtu=lk.mtu, queue_limit=lk.queue_limit)
+
+    for i, lk in enumerate(tb.links):
+        out[i] = (port(lk.a, lk), port(lk.b, lk))
+    return out
+
+
+def ring_routes(tb: Testbed) -> dict[str, list[tuple[str, str, str]]]:
+    """For host-to-host (ring) links: per host, (destination, via, dev) the short way round."""
+    names = [h.name for h in tb.hosts]
+    n = len(names)
+    ports = _ports(tb)
+    nbr_dev: dict[tuple[str, str], str] = {}
+    for i, lk in enumerate(tb.links):
+        pa, pb = ports[i]
+        nbr_dev[(lk.a, lk.b)] = pa.ifname
+        nbr_dev[(lk.b, lk.a)] = pb.ifname
+    addr = {h.name: h.data_addr for h in tb.hosts}
+    routes: dict[str, list[tuple[str, str, str]]] = {}
+    for i, src in enumerate(names):
+        rs = []
+        for j, dst in enumerate(names):
+            if i == j:
+                continue
+            fwd = (j - i) % n
+            step = 1 if fwd <= n - fwd else -1
+            nxt = names[(i + step) % n]
+            rs.append((addr[dst], addr[nxt], nbr_dev[(src, nxt)]))
+        routes[src] = rs
+    return routes
+
+
+def plan_up(tb: Testbed) -> Plan:
+    """The ordered commands that build ``tb`` as namespaces, veths, bridges and tbf shapers."""
+    if tb.kind != "netns":
+        raise TestbedError(f"testbed {tb.name!r} is kind {tb.kind!r}; only netns testbeds build")
+    if len(tb.hosts) > addressing.MAX_HOSTS:
+        raise TestbedError(f"{len(tb.hosts)} hosts; at most {addressing.MAX_HOSTS}")
+    switches = set(tb.switch_names())
+    is_ring = any(lk.a not in switches and lk.b not in switches for lk in tb.links)
+    cmds: list[Command] = []
+    namespaces = [h.netns for h in tb.hosts if h.netns] + [s.netns for s in tb.switches if s.netns]
+    root_links: list[str] = []
+
+    def add(argv: list[str], what: str, stdin: str | None = None) -> None:
+        cmds.append(Command(argv=argv, what=what, stdin=stdin))
+
+    for ns in namespaces:
+        add(netns_add(ns), f"namespace {ns}")
+        add(ip(ns, "link", "set", "lo", "up"), f"loopback up in {ns}")
+    for i, h in enumerate(tb.hosts):
+        ns = h.netns or ""
+        root_if = addressing.root_control_ifname(tb.netns_prefix, i)
+        if len(root_if) > addressing.IFNAMSIZ:
+            raise TestbedError(f"interface name {root_if!r} longer than 15 characters")
+        root_ip, host_ip = addressing.control_pair(i)
+        if h.control_ip != host_ip:
+            raise TestbedError(
+                f"host {h.name!r}: netns control address must be {host_ip} (got {h.control_ip})"
+            )
+        root_links.append(root_if)
+        add(veth_pair(root_if, None, CONTROL_IF, ns), f"control link of {h.name}")
+        add(ip(None, "addr", "add", f"{root_ip}/30", "dev", root_if), "control address (root)")
+        add(ip(None, "link", "set", root_if, "up"), "control link up (root)")
+        add(ip(ns, "addr", "add", f"{host_ip}/30", "dev", CONTROL_IF), f"control address {h.name}")
+        add(ip(ns, "link", "set", CONTROL_IF, "up"), f"control link up in {h.name}")
+    for s in tb.switches:
+        add(
+            ip(s.netns, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0"),
+            f"switch {s.name}",
+        )
+        add(ip(s.netns, "link", "set", BRIDGE, "up"), f"bridge up in {s.name}")
+    ports = _ports(tb)
+    all_ports: list[Port] = []
+    sw_ns = {s.netns for s in tb.switches}
+    for i, lk in enumerate(tb.links):
+        pa, pb = ports[i]
+        add(veth_pair(pa.ifname, pa.netns, pb.ifname, pb.netns), f"link {lk.a}-{lk.b}")
+        for p in (pa, pb):
+            all_ports.append(p)
+            add(ip(p.netns, "link", "set", p.ifname, "mtu", str(p.mtu)), f"mtu of {p.ifname}")
+            if p.netns in sw_ns:
+                add(ip(p.netns, "link", "set", p.ifname, "master", BRIDGE), f"port {p.ifname}")
+            add(tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit), f"shape {p.ifname}")
+            add(ip(p.netns, "link", "set", p.ifname, "up"), f"{p.ifname} up")
+    for h in tb.hosts:
+        ns = h.netns or ""
+        if is_ring:
+            add(ip(ns, "addr", "add", f"{h.data_addr}/32", "dev", "lo"), f"data address {h.name}")
+            add(sysctl(ns, "net.ipv4.ip_forward", "1"), f"forwarding in {h.name}")
+        else:
+            dev = next(p.ifname for p in all_ports if p.netns == ns)
+            add(
+                ip(ns, "addr", "add", f"{h.data_addr}/{addressing.DATA_PREFIXLEN}", "dev", dev),
+                f"data address {h.name}",
+            )
+    if is_ring:
+        for h in tb.hosts:
+            for dst, via, dev in ring_routes(tb)[h.name]:
+                add(
+                    ip(h.netns, "route", "add", f"{dst}/32", "via", via, "dev", dev, "onlink",
+                       "src", h.data_addr),
+                    f"route {h.name} -> {dst}",
+                )  # fmt: skip
+    return Plan(
+        testbed=tb.name,
+        prefix=tb.netns_prefix,
+        namespaces=namespaces,
+        root_links=root_links,
+        commands=cmds,
+        ports=all_ports,
+    )
+
+
+def plan_down(namespaces: list[str], root_links: list[str]) -> list[Command]:
+    """Commands that remove the given (existing) namespaces and root links."""
+    cmds = [Command(argv=netns_del(ns), what=f"remove namespace {ns}") for ns in namespaces]
+    cmds += [
+        Command(argv=ip(None, "link", "del", ln), what=f"remove link {ln}") for ln in root_links
+    ]
+    return cmds
