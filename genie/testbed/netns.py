@@ -25,6 +25,7 @@ import psutil
 
 from genie.errors import TestbedError
 from genie.testbed import state
+from genie.testbed.addressing import prefix_tag
 from genie.testbed.model import Testbed
 from genie.testbed.netns_plan import Command, Plan, plan_down, plan_up
 
@@ -85,8 +86,10 @@ def list_root_links(runner: Runner = run_command, prefix: str = NS_PREFIX) -> li
     if res.returncode != 0:
         raise TestbedError(f"`ip -j link show` failed: {res.stderr.strip()}")
     names = [e.get("ifname", "") for e in json.loads(res.stdout or "[]")]
-    tag_prefix = "genie-" + prefix[len("genie-") :].strip("-")
-    return [n for n in names if ROOT_LINK.match(n) and n.startswith(tag_prefix)]
+    if prefix == NS_PREFIX:
+        return [n for n in names if ROOT_LINK.match(n)]
+    mine = re.compile(rf"^genie-{re.escape(prefix_tag(prefix))}c\d+$")
+    return [n for n in names if mine.match(n)]
 
 
 def _fail(cmd: Command, res: Result) -> TestbedError:
@@ -209,17 +212,23 @@ def down(tb: Testbed, runner: Runner = run_command) -> list[str]:
     return removed + gone
 
 
-def clean(runner: Runner = run_command) -> list[str]:
-    """Sweep every recorded agent, genie-prefixed namespace and genie root link."""
+def clean(runner: Runner = run_command, prefix: str = NS_PREFIX) -> list[str]:
+    """Sweep every recorded agent, namespace and genie root link under ``prefix`` (all genie)."""
+    if not prefix.startswith(NS_PREFIX):
+        raise TestbedError(f"clean only sweeps genie names; prefix {prefix!r} lacks {NS_PREFIX!r}")
     removed: list[str] = []
-    records = state.load_all()
+    records = [
+        (path, st)
+        for path, st in state.load_all()
+        if prefix == NS_PREFIX or (st is not None and st.prefix == prefix)
+    ]
     for _, st in records:
         if st is not None:
             n = stop_agents(st.agents)
             if n:
                 removed.append(f"{n} agent(s) of {st.name}")
-    namespaces = list_namespaces(runner)
-    links = list_root_links(runner)
+    namespaces = list_namespaces(runner, prefix)
+    links = list_root_links(runner, prefix)
     errors = _remove(namespaces, links, runner)
     for path, _ in records:
         state.remove(path)
