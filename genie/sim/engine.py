@@ -79,6 +79,7 @@ def simulate(
     sim_ranks = list(range(cw.n_ranks)) if ranks is None else sorted(ranks)
     offsets = np.zeros(len(sim_ranks) + 1, np.int64)
     kinds, durs, sptrs, succs, pend, insts, rank_of = [], [], [], [], [], [], []
+    n_succ = 0
     for k, r in enumerate(sim_ranks):
         cr = cw.ranks[r]
         n = cr.n_nodes
@@ -87,8 +88,9 @@ def simulate(
         sptr, succ, counts = _successors(cr.dep_ptr, cr.dep_idx, n)
         kinds.append(cr.kind)
         durs.append(cr.duration)
-        sptrs.append(sptr[:-1] + int(sum(len(s) for s in succs)))
+        sptrs.append(sptr[:-1] + n_succ)
         succs.append(succ + off)
+        n_succ += len(succ)
         pend.append(counts)
         insts.append(cr.instance)
         rank_of.append(np.full(n, k, np.int64))
@@ -135,7 +137,6 @@ def simulate(
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
     net_next = backend.next_time()
-    done = 0
     events = 0
     inf = math.inf
 
@@ -178,41 +179,72 @@ def simulate(
     for g in work:
         release(g, 0.0)
 
+    def complete(g: int, t: float) -> None:
+        """Finish a communication node at ``t`` and release its successors."""
+        end[g] = t
+        for j in range(sptr_all[g], sptr_all[g + 1]):
+            s = succ_l[j]
+            p = pending[s] - 1
+            pending[s] = p
+            if p == 0:
+                release(s, t)
+
+    # hot loop: compute/memory completions come from the heap, comm ones from the backend
     while True:
-        t_ev = heap[0][0] if heap else inf
-        if net_next <= t_ev:
-            if net_next == inf:
-                break
+        if heap:
+            now, g = heap[0]
+            if net_next <= now:
+                now = net_next
+                for iid in backend.pop(now):
+                    iend[iid] = now
+                    for m in members[iid]:
+                        complete(m, now)
+                net_next = backend.next_time()
+                events += 1
+                continue
+            pop(heap)
+        elif net_next < inf:
             now = net_next
-            finished = []
             for iid in backend.pop(now):
                 iend[iid] = now
-                finished.extend(members[iid])
+                for m in members[iid]:
+                    complete(m, now)
             net_next = backend.next_time()
             events += 1
+            continue
         else:
-            now, g0 = pop(heap)
-            finished = [g0]
-            events += 1
-        for g in finished:
-            end[g] = now
-            done += 1
-            if kind[g] == _COMPUTE:
-                r = rnk[g]
-                q = queues[r]
-                if q:
-                    nxt = q.popleft()
-                    start[nxt] = now
-                    push(heap, (now + dur[nxt], nxt))
+            break
+        events += 1
+        end[g] = now
+        if kind[g] == _COMPUTE:
+            r = rnk[g]
+            q = queues[r]
+            if q:
+                nxt = q.popleft()
+                start[nxt] = now
+                push(heap, (now + dur[nxt], nxt))
+            else:
+                busy[r] = False
+        for j in range(sptr_all[g], sptr_all[g + 1]):
+            s = succ_l[j]
+            p = pending[s] - 1
+            pending[s] = p
+            if p:
+                continue
+            ready[s] = now
+            if kind[s] == _COMPUTE:
+                r = rnk[s]
+                if busy[r]:
+                    queues[r].append(s)
                 else:
-                    busy[r] = False
-            for j in range(sptr_all[g], sptr_all[g + 1]):
-                s = succ_l[j]
-                p = pending[s] - 1
-                pending[s] = p
-                if p == 0:
-                    release(s, now)
+                    busy[r] = True
+                    start[s] = now
+                    push(heap, (now + dur[s], s))
+            else:
+                release(s, now)
 
+    end_a = np.array(end, dtype=np.float64)
+    done = total - int(np.count_nonzero(np.isnan(end_a)))
     if done < total:
         raise DeadlockError(
             _deadlock_message(cw, sim_ranks, offsets, end, ready, inst, arrived, members)
@@ -220,14 +252,14 @@ def simulate(
     return RawResult(
         sim_ranks=sim_ranks,
         offsets=offsets,
-        ready=np.asarray(ready),
-        start=np.asarray(start),
-        end=np.asarray(end),
-        inst_first_arrival=np.asarray(first_arr),
-        inst_last_arrival=np.asarray(last_arr),
-        inst_start=np.asarray(istart),
-        inst_end=np.asarray(iend),
-        makespan=max(end) if end else 0.0,
+        ready=np.array(ready, dtype=np.float64),
+        start=np.array(start, dtype=np.float64),
+        end=end_a,
+        inst_first_arrival=np.array(first_arr, dtype=np.float64),
+        inst_last_arrival=np.array(last_arr, dtype=np.float64),
+        inst_start=np.array(istart, dtype=np.float64),
+        inst_end=np.array(iend, dtype=np.float64),
+        makespan=float(end_a.max()) if total else 0.0,
         wall_s=time.perf_counter() - t0,
         events=events,
         backend=backend.name,

@@ -56,6 +56,36 @@ def parse_bandwidth(text: str | float) -> float:
     return parse_rate(text)
 
 
+def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
+    """(src, dst, bytes per edge, steps) of one collective under the algorithms above."""
+    n = len(ranks)
+    name = "send_recv" if ctype == P2P else COLL_NAMES[ctype]
+    ring = np.roll(ranks, -1)
+    if name in ("all_reduce",):
+        return ranks, ring, 2 * (n - 1) / n * size, 2 * (n - 1)
+    if name in ("reduce_scatter", "reduce_scatter_block"):
+        return ranks, ring, (n - 1) / n * size, n - 1
+    if name == "all_gather":
+        return ranks, ring, (n - 1) * size, n - 1
+    if name == "all_to_all":
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        mask = i != j
+        return ranks[i[mask]], ranks[j[mask]], size / n, 1
+    if name in ("broadcast", "reduce"):
+        chain_src, chain_dst = ranks[:-1], ranks[1:]
+        if name == "reduce":
+            chain_src, chain_dst = chain_dst, chain_src
+        return chain_src, chain_dst, float(size), n - 1
+    if name in ("gather", "scatter"):
+        root, others = ranks[:1].repeat(n - 1), ranks[1:]
+        if name == "gather":
+            return others, root, size / n, 1
+        return root, others, size / n, 1
+    if name == "barrier":
+        return ranks[:0], ranks[:0], 0.0, math.ceil(math.log2(n))
+    raise TopologyError(f"no algorithm for {name}")
+
+
 class NetModel:
     """A topology, a placement and the algorithms above, as a pricer for AnalyticalBackend."""
 
@@ -121,35 +151,6 @@ class NetModel:
         links = np.concatenate([up, down])
         return links, inter
 
-    def _edges(self, ctype: int, ranks: np.ndarray, size: int) -> tuple:
-        """(src, dst, bytes per edge, steps) of one collective under the algorithms above."""
-        n = len(ranks)
-        name = "send_recv" if ctype == P2P else COLL_NAMES[ctype]
-        ring = np.roll(ranks, -1)
-        if name in ("all_reduce",):
-            return ranks, ring, 2 * (n - 1) / n * size, 2 * (n - 1)
-        if name in ("reduce_scatter", "reduce_scatter_block"):
-            return ranks, ring, (n - 1) / n * size, n - 1
-        if name == "all_gather":
-            return ranks, ring, (n - 1) * size, n - 1
-        if name == "all_to_all":
-            i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-            mask = i != j
-            return ranks[i[mask]], ranks[j[mask]], size / n, 1
-        if name in ("broadcast", "reduce"):
-            chain_src, chain_dst = ranks[:-1], ranks[1:]
-            if name == "reduce":
-                chain_src, chain_dst = chain_dst, chain_src
-            return chain_src, chain_dst, float(size), n - 1
-        if name in ("gather", "scatter"):
-            root, others = ranks[:1].repeat(n - 1), ranks[1:]
-            if name == "gather":
-                return others, root, size / n, 1
-            return root, others, size / n, 1
-        if name == "barrier":
-            return ranks[:0], ranks[:0], 0.0, math.ceil(math.log2(n))
-        raise TopologyError(f"no algorithm for {name}")
-
     def price(self, transfer: Transfer) -> Demand:
         """Bytes per link and latency of one transfer (cached per type, size and group)."""
         key = (transfer.comm_type, transfer.size, transfer.group, transfer.ranks)
@@ -164,7 +165,7 @@ class NetModel:
         elif len(ranks) <= 1:
             src, dst, per_edge, steps = ranks[:0], ranks[:0], 0.0, 0
         else:
-            src, dst, per_edge, steps = self._edges(transfer.comm_type, ranks, transfer.size)
+            src, dst, per_edge, steps = algorithm_edges(transfer.comm_type, ranks, transfer.size)
         if len(src) and np.any(src == dst):
             keep = src != dst
             src, dst = src[keep], dst[keep]

@@ -94,6 +94,12 @@ class AnalyticalBackend:
         self.standalone: dict[int, float] = {}  # iid -> time it would take alone
         self.shared_count = 0  # rate recomputations where links were contended
 
+    def alone(self, transfer: Transfer) -> float:
+        """Time ``transfer`` would take with the network to itself (no state change)."""
+        dem = self.pricer.price(transfer)
+        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+        return w + dem.latency
+
     def _advance(self, now: float) -> None:
         dt = now - self._last
         if dt > 0:

@@ -220,7 +220,7 @@ def chrome_trace(cw: CompiledWorkload, raw: RawResult, path: str | Path) -> int:
         src = raw.sim_ranks[k]
         cr = cw.ranks[src]
         sl = raw.rank_slice(k)
-        st, en, rd = raw.start[sl], raw.end[sl], raw.ready[sl]
+        st, en, rd = raw.start[sl].tolist(), raw.end[sl].tolist(), raw.ready[sl].tolist()
         events.append({"ph": "M", "pid": r, "name": "process_name", "args": {"name": f"rank {r}"}})
         for tid, tname in _TRACK_NAMES.items():
             events.append(

@@ -1,0 +1,308 @@
+"""``genie simulate``: replay a workload over one or more network backends and report.
+
+Networks: ``analytical`` (fluid link sharing on the testbed's topology or a target topology)
+and ``measured:RUN`` (per-collective times of a ``genie bench`` run, or a JSON file of rows),
+side by side when several are given. Bandwidths print in GB/s = 10^9 B/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from genie.errors import UsageError
+from genie.sim.adapter import ComputeModel, compile_workload, load_workload
+from genie.sim.api import replay
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.measured import MeasuredBackend, MeasuredTable
+from genie.sim.netmodel import TOPOLOGIES, NetModel, closed_form, parse_bandwidth
+from genie.sim.network import AnalyticalBackend
+from genie.sim.report import SimReport, chrome_trace
+from genie.units import format_bytes, format_seconds, parse_duration
+
+EXTRA_TOPOLOGIES = ("ring", "leaf_spine")
+_FORMULA = {
+    "all_reduce": "2(n-1)(alpha + S/(nB)) = ",
+    "reduce_scatter": "(n-1)(alpha + S/(nB)) = ",
+    "all_gather": "(n-1)(alpha + S/B) = ",
+    "all_to_all": "alpha + (n-1)S/(nB) = ",
+}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``genie simulate``."""
+    p = sub.add_parser(
+        "simulate",
+        help="replay a Chakra workload over analytical / measured network backends",
+        description=__doc__,
+    )
+    p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
+    p.add_argument("--testbed", help="testbed TOML: topology and rank placement")
+    p.add_argument(
+        "--topology",
+        choices=[*TOPOLOGIES, *EXTRA_TOPOLOGIES],
+        help="target topology when no testbed is given (default switch)",
+    )
+    p.add_argument(
+        "--bandwidth",
+        default="50GiB/s",
+        help="link bandwidth: 50GiB/s (2^30 B/s, ASTRA-sim's 'GB/s'), 50GB/s (10^9 B/s), "
+        "100Gb/s or 400gbit (bits)",
+    )
+    p.add_argument(
+        "--latency",
+        default="500ns",
+        help="per-message latency, end to end (switch, fully_connected) or per link (ring, "
+        "leaf_spine)",
+    )
+    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks placed on each host")
+    p.add_argument("--intra-bandwidth", help="bandwidth between ranks of one host")
+    p.add_argument("--intra-latency", default="0", help="latency between ranks of one host")
+    p.add_argument("--leaves", type=int, default=2, help="leaf_spine: leaf switches")
+    p.add_argument("--spines", type=int, default=1, help="leaf_spine: spine switches")
+    p.add_argument("--oversubscription", type=float, default=1.0, help="leaf_spine uplinks")
+    p.add_argument(
+        "--network",
+        default="analytical",
+        help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
+    )
+    p.add_argument("--store", help="run store file (default: genie's)")
+    p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
+    p.add_argument("--peak-flops", type=float, help="roofline: peak FLOP/s (e.g. 989e12)")
+    p.add_argument("--efficiency", type=float, default=1.0, help="roofline: fraction of peak")
+    p.add_argument("--memory-bandwidth", help="roofline: memory bandwidth, e.g. 3.35TB/s")
+    p.add_argument(
+        "--no-symmetry",
+        action="store_true",
+        help="replay every rank even when ranks are provably identical",
+    )
+    p.add_argument("--trace", help="write a Chrome-trace/Perfetto JSON timeline here")
+    p.add_argument("--rows", type=int, default=20, help="collective rows shown per backend")
+    p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.set_defaults(func=run)
+
+
+def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
+    """The analytical pricer and what the closed form needs (or {} if not comparable)."""
+    intra_bw = parse_bandwidth(args.intra_bandwidth) if args.intra_bandwidth else None
+    intra_lat = parse_duration(args.intra_latency)
+    if args.ranks_per_host < 1:
+        raise UsageError("--ranks-per-host must be at least 1")
+    if args.testbed:
+        if args.topology:
+            raise UsageError("give either --testbed or --topology, not both")
+        from genie.sim.topo_pricer import TopologyPricer
+        from genie.testbed import load_testbed
+
+        tb = load_testbed(args.testbed)
+        topo = tb.to_topology()
+        placement = tb.rank_hosts()
+        if args.ranks_per_host > 1 or len(placement) < n_ranks:
+            k = max(args.ranks_per_host, math.ceil(n_ranks / max(1, len(tb.hosts))))
+            placement = [min(r // k, len(tb.hosts) - 1) for r in range(n_ranks)]
+        pricer = TopologyPricer(topo, placement, n_ranks)
+        closed = {}
+        if getattr(topo, "kind", "") == "star" and len(set(placement[:n_ranks])) == n_ranks:
+            route = topo.route(0, 1) if len(topo.hosts) > 1 else ()
+            closed = {
+                "bandwidth": topo.route_bandwidth(route),
+                "latency": topo.route_latency(route),
+            }
+        return pricer, closed
+    bw = parse_bandwidth(args.bandwidth)
+    lat = parse_duration(args.latency)
+    kind = args.topology or "switch"
+    if kind in TOPOLOGIES:
+        model = NetModel(
+            n_ranks,
+            bw,
+            lat,
+            topology=kind,
+            ranks_per_host=args.ranks_per_host,
+            intra_bandwidth=intra_bw,
+            intra_latency=intra_lat,
+        )
+        closed = {"bandwidth": bw, "latency": lat} if args.ranks_per_host == 1 else {}
+        if kind != "switch":
+            closed = {}
+        return model, closed
+    from genie.collectives import topology as ctopo
+    from genie.sim.topo_pricer import TopologyPricer
+
+    n_hosts = math.ceil(n_ranks / args.ranks_per_host)
+    extra = {"intra_bandwidth": intra_bw, "intra_latency": intra_lat}
+    if kind == "ring":
+        topo = ctopo.ring(max(2, n_hosts), bw, lat, **extra)
+    else:
+        per_leaf = math.ceil(n_hosts / args.leaves)
+        topo = ctopo.leaf_spine(
+            args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
+        )
+    placement = [r // args.ranks_per_host for r in range(n_ranks)]
+    return TopologyPricer(topo, placement, n_ranks), {}
+
+
+def _describe(pricer: Any) -> str:
+    return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__
+
+
+def _backends(args: argparse.Namespace, pricer: Any) -> list:
+    out = []
+    for spec in [s.strip() for s in args.network.split(",") if s.strip()]:
+        if spec == "analytical":
+            out.append(AnalyticalBackend(pricer))
+        elif spec.startswith("measured:"):
+            table = MeasuredTable.from_store(spec.split(":", 1)[1], args.store)
+            alone = AnalyticalBackend(pricer)
+            out.append(MeasuredBackend(table, model=alone.alone, name=spec))
+        elif spec in ("testbed", "emulate"):
+            raise UsageError("the testbed backend runs through `genie emulate` (not built yet)")
+        else:
+            raise UsageError(f"unknown network backend {spec!r} (analytical, measured:RUN_ID)")
+    if not out:
+        raise UsageError("--network names no backend")
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``genie simulate``."""
+    err = Console(stderr=True)
+    compute = ComputeModel(
+        mode=args.compute,
+        peak_flops=args.peak_flops,
+        efficiency=args.efficiency,
+        memory_bandwidth=parse_bandwidth(args.memory_bandwidth) if args.memory_bandwidth else None,
+    )
+    if args.compute == "roofline" and not (args.peak_flops or args.memory_bandwidth):
+        raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")
+    with err.status("loading workload", spinner="dots") as status:
+        wl = load_workload(args.workload)
+        status.update(f"compiling {wl.n_ranks} ranks")
+        cw = compile_workload(wl, compute)
+        pricer, closed = _network_model(args, cw.n_ranks)
+        backends = _backends(args, pricer)
+        reports: list[SimReport] = []
+        raws = []
+        for be in backends:
+            status.update(f"replaying {cw.n_nodes} nodes over {be.name}")
+            rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
+            if isinstance(be, MeasuredBackend):
+                rep.notes.append(be.summary())
+            reports.append(rep)
+            raws.append(raw)
+    if args.trace:
+        n = chrome_trace(cw, raws[0], args.trace)
+        err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}")
+    network = _describe(pricer)
+    if args.json:
+        doc = {
+            "workload": cw.name,
+            "network": network,
+            "reports": [_with_closed(r.to_dict(), closed) for r in reports],
+        }
+        json.dump(doc, sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
+        sys.stdout.write("\n")
+        return 0
+    _print(
+        Console(width=None if sys.stdout.isatty() else 120), cw, network, reports, closed, args.rows
+    )
+    return 0
+
+
+def _nan_safe(o: Any) -> Any:
+    return str(o)
+
+
+def _with_closed(d: dict, closed: dict) -> dict:
+    for row in d["collectives"]:
+        row["closed_form_s"] = _closed_for(row, closed)
+        if row["first_arrival"] == math.inf:
+            row["first_arrival"] = None
+    return d
+
+
+def _closed_for(row: dict, closed: dict) -> float | None:
+    if not closed or row["collective"] == "send_recv":
+        return None
+    return closed_form(
+        row["collective"], row["ranks"], row["size"], closed["bandwidth"], closed["latency"]
+    )
+
+
+def _print(
+    con: Console,
+    cw: CompiledWorkload,
+    network: str,
+    reports: list[SimReport],
+    closed: dict,
+    rows: int,
+) -> None:
+    con.print(
+        f"[bold]workload[/] {cw.name}: {cw.n_ranks} ranks, {cw.n_nodes} nodes, "
+        f"{len(cw.instances)} communication instances"
+    )
+    con.print(f"[bold]network[/]  {network}")
+    summary = Table(title="iteration (per-rank means)", title_justify="left")
+    for col in ("backend", "iteration", "compute", "exposed comm", "wait", "idle", "replay"):
+        summary.add_column(col, justify="right" if col != "backend" else "left")
+    for r in reports:
+        summary.add_row(
+            r.backend,
+            format_seconds(r.iteration_s),
+            format_seconds(r.mean("compute")),
+            format_seconds(r.mean("exposed_comm")),
+            format_seconds(r.mean("wait")),
+            format_seconds(r.mean("idle")),
+            format_seconds(r.wall_s) + (" (sym)" if r.symmetric else ""),
+        )
+    con.print(summary)
+    for r in reports:
+        t = Table(
+            title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
+            title_justify="left",
+        )
+        cols = ["#", "collective", "group", "n", "size", "start", "time", "algbw", "busbw"]
+        if closed:
+            cols += ["closed form", "ratio"]
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("collective", "group") else "right")
+        for row in r.collectives[:rows]:
+            cells = [
+                str(row.seq),
+                row.collective,
+                row.group,
+                str(row.ranks),
+                format_bytes(row.size),
+                format_seconds(row.start),
+                format_seconds(row.time),
+                f"{row.algbw_gbps:.2f}",
+                f"{row.busbw_gbps:.2f}",
+            ]
+            if closed:
+                cf = _closed_for({**row.__dict__}, closed)
+                cells += [
+                    format_seconds(cf) if cf is not None else "-",
+                    f"{row.time / cf:.4f}" if cf else "-",
+                ]
+            t.add_row(*cells)
+        con.print(t)
+        if len(r.collectives) > rows:
+            con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
+        if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
+            row = r.collectives[0]
+            cf = _closed_for({**row.__dict__}, closed)
+            if cf:
+                con.print(
+                    f"{row.collective} of {row.size} B on {row.ranks} ranks: {r.backend} "
+                    f"{row.time * 1e6:.4f} us, closed form {_FORMULA.get(row.collective, '')}"
+                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns, B "
+                    f"{closed['bandwidth'] / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
+                )
+        for note in r.notes:
+            con.print(f"note ({r.backend}): {note}")

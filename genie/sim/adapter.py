@@ -1,0 +1,176 @@
+"""Adapter from ``genie.workload`` objects to the simulator's compiled form.
+
+Reads only the documented node fields (id, name, kind, duration_s, num_ops, tensor_size,
+comm_type, comm_size, pg_name, peer, tag, data_deps), so the engine stays independent of the
+workload module's layout. Data deps to ids missing from the rank are dropped (the workload
+loader reports them); ctrl_deps are not scheduled on, as the design says.
+
+Compute time: the trace's duration, or with a ``ComputeModel`` a roofline
+``max(num_ops / (peak x efficiency), tensor_size / memory_bandwidth)`` (``mode="roofline"``:
+always when num_ops is known; ``mode="trace"``: only for nodes whose duration is 0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from genie.errors import ValidationError, WorkloadError
+from genie.sim.compiled import P2P, CompiledWorkload, Kind, finish, make_rank
+
+_KIND = {
+    "compute": Kind.COMPUTE,
+    "collective": Kind.COLLECTIVE,
+    "send": Kind.SEND,
+    "recv": Kind.RECV,
+    "memory": Kind.MEMORY,
+    "other": Kind.OTHER,
+}
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """How compute and memory node durations are obtained (see the module docstring)."""
+
+    mode: str = "trace"  # "trace" or "roofline"
+    peak_flops: float | None = None  # FLOP/s
+    efficiency: float = 1.0
+    memory_bandwidth: float | None = None  # bytes/s
+
+    def roofline(self, num_ops: float | None, tensor_size: float | None) -> float | None:
+        """Roofline time of one node, or None when the model cannot price it."""
+        t = None
+        if num_ops and self.peak_flops:
+            t = float(num_ops) / (self.peak_flops * self.efficiency)
+        if tensor_size and self.memory_bandwidth:
+            tm = float(tensor_size) / self.memory_bandwidth
+            t = tm if t is None else max(t, tm)
+        return t
+
+
+def _kind_of(node: Any) -> Kind:
+    k = node.kind
+    key = getattr(k, "value", k)
+    if isinstance(key, str):
+        return _KIND[key.lower()]
+    return Kind(int(key))
+
+
+def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWorkload:
+    """Compile a ``genie.workload.Workload`` (ranks of nodes, groups by name) for the engine."""
+    compute = compute or ComputeModel()
+    groups: dict[str, tuple[int, ...]] = dict(getattr(wl, "groups", {}) or {})
+    group_names = list(groups)
+    group_ranks = [tuple(int(x) for x in groups[g]) for g in group_names]
+    gid = {g: i for i, g in enumerate(group_names)}
+    world = tuple(range(wl.n_ranks))
+    ranks = []
+    for r, rg in enumerate(wl.ranks):
+        nodes = rg.nodes
+        index = {}
+        for i, nd in enumerate(nodes):
+            index.setdefault(nd.id, i)
+        n = len(nodes)
+        kind = np.empty(n, np.int8)
+        dur = np.zeros(n)
+        ctype = np.full(n, -2, np.int16)
+        csize = np.zeros(n, np.int64)
+        grp = np.full(n, -1, np.int32)
+        peer = np.full(n, -1, np.int32)
+        tag = np.zeros(n, np.int64)
+        ids = np.empty(n, np.int64)
+        deps: list[list[int]] = []
+        names: list[str] = []
+        for i, nd in enumerate(nodes):
+            k = _kind_of(nd)
+            kind[i] = k
+            ids[i] = nd.id
+            names.append(nd.name or "")
+            deps.append([index[d] for d in nd.data_deps if d in index and index[d] != i])
+            if k in (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER):
+                d = float(nd.duration_s or 0.0)
+                if k != Kind.OTHER and (compute.mode == "roofline" or d == 0.0):
+                    t = compute.roofline(
+                        getattr(nd, "num_ops", None) if k == Kind.COMPUTE else None,
+                        getattr(nd, "tensor_size", None),
+                    )
+                    if t is not None:
+                        d = t
+                dur[i] = d
+                continue
+            if nd.comm_size is None:
+                raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_size")
+            csize[i] = int(nd.comm_size)
+            if k == Kind.COLLECTIVE:
+                if nd.comm_type is None:
+                    raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_type")
+                ctype[i] = int(nd.comm_type)
+                pg = nd.pg_name or ""
+                if pg not in gid:
+                    if pg:
+                        raise ValidationError(
+                            f"rank {r} node {nd.id} {nd.name!r}: process group {pg!r} has no "
+                            f"known members (known: {sorted(gid)})"
+                        )
+                    gid[pg] = len(group_names)
+                    group_names.append(pg)
+                    group_ranks.append(world)
+                grp[i] = gid[pg]
+            else:
+                if nd.peer is None:
+                    raise ValidationError(
+                        f"rank {r} node {nd.id} {nd.name!r}: send/recv has no peer"
+                    )
+                ctype[i] = P2P
+                peer[i] = int(nd.peer)
+                tag[i] = int(nd.tag or 0)
+        cr = make_rank(kind, dur, deps, ctype, csize, grp, peer, tag, ids, names)
+        ranks.append(cr)
+    name = getattr(wl, "name", "") or "workload"
+    return finish(ranks, [g or "world" for g in group_names], group_ranks, name)
+
+
+def load_workload(prefix: str | Path) -> Any:
+    """Load ``<prefix>.<rank>.et`` with genie.workload (its loader when present)."""
+    try:
+        from genie.workload import load_workload as wl_load  # type: ignore[attr-defined]
+    except ImportError:
+        wl_load = None
+    if wl_load is not None:
+        return wl_load(prefix)
+    return _load_fallback(Path(prefix))
+
+
+def _load_fallback(prefix: Path) -> Any:
+    """Until the workload loader lands: read the rank files with its codec and model."""
+    from genie.workload.et_codec import read_trace
+    from genie.workload.model import RankGraph, Workload
+
+    if prefix.is_dir():
+        files = sorted(prefix.glob("*.et")) + sorted(prefix.glob("*.et.gz"))
+        stems = {re.sub(r"\.\d+\.et(\.gz)?$", "", f.name) for f in files}
+        if len(stems) != 1:
+            raise WorkloadError(
+                f"{prefix}: expected one workload's .et files, found {sorted(stems)}"
+            )
+        prefix = prefix / stems.pop()
+    pat = re.compile(re.escape(prefix.name) + r"\.(\d+)\.et(\.gz)?$")
+    found = {}
+    for f in prefix.parent.glob(prefix.name + ".*.et*"):
+        m = pat.fullmatch(f.name)
+        if m:
+            found[int(m.group(1))] = f
+    if not found:
+        raise WorkloadError(f"no rank files {prefix}.<rank>.et found")
+    missing = [i for i in range(max(found) + 1) if i not in found]
+    if missing:
+        raise WorkloadError(f"{prefix}: rank files missing for ranks {missing}")
+    ranks = []
+    for r in range(len(found)):
+        meta, nodes, _notes = read_trace(found[r])
+        ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
+    return Workload(ranks=ranks, name=prefix.name)

@@ -1,0 +1,198 @@
+"""The ``measured`` backend: collective times from a ``genie bench`` run, interpolated.
+
+A ``MeasuredTable`` holds, per (collective, number of ranks), measured sizes and times (the
+median over repetitions). A size between two measured sizes is priced by linear interpolation
+in log(size)-log(time). Outside the measured sizes, or for a (collective, ranks) never measured,
+the analytical model is used, scaled at the nearest measured size so the curve is continuous;
+every such use is counted and reported as extrapolated. This backend does not model sharing:
+each instance takes its measured time even when others are in flight (said in its notes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from genie.errors import StoreError
+from genie.sim.compiled import coll_name
+from genie.sim.network import Transfer
+
+
+class MeasuredTable:
+    """Measured (size, time) points per (collective, ranks); see the module docstring."""
+
+    def __init__(self, rows: Iterable[tuple[str, int, int, float]], source: str = "") -> None:
+        pts: dict[tuple[str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for coll, n, size, t in rows:
+            if size > 0 and t > 0:
+                pts[(coll, int(n))][int(size)].append(float(t))
+        self.source = source
+        self.curves: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]] = {}
+        for key, by_size in pts.items():
+            sizes = np.array(sorted(by_size), dtype=np.float64)
+            times = np.array([float(np.median(by_size[int(s)])) for s in sizes])
+            self.curves[key] = (sizes, times)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s, _ in self.curves.values())
+
+    def lookup(self, collective: str, n: int, size: int) -> tuple[float | None, str]:
+        """(time, how): how is 'measured', 'interpolated', 'below', 'above' or 'missing'."""
+        curve = self.curves.get((collective, n))
+        if curve is None:
+            return None, "missing"
+        sizes, times = curve
+        if size <= 0:
+            return float(times[0]), "below"
+        exact = np.flatnonzero(sizes == size)
+        if len(exact):
+            return float(times[exact[0]]), "measured"
+        if size < sizes[0]:
+            return float(times[0]), "below"
+        if size > sizes[-1]:
+            return float(times[-1]), "above"
+        t = np.exp(np.interp(np.log(size), np.log(sizes), np.log(times)))
+        return float(t), "interpolated"
+
+    def nearest_size(self, collective: str, n: int, size: int) -> int:
+        """The measured size closest to ``size`` in log scale (for scaling the model)."""
+        sizes, _ = self.curves[(collective, n)]
+        return int(sizes[0] if size < sizes[0] else sizes[-1])
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> MeasuredTable:
+        """Rows from a JSON list of {collective, n_ranks, size, time_s} (or a bench --json)."""
+        p = Path(path)
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot read measured times from {p}: {exc}") from exc
+        items = doc.get("results", doc.get("rows", [])) if isinstance(doc, dict) else doc
+        rows = []
+        for it in items:
+            try:
+                t = it.get("time_s", it.get("time_p50_s", it.get("p50_s")))
+                n = it.get("n_ranks", it.get("ranks"))
+                rows.append((str(it["collective"]), int(n), int(it["size"]), float(t)))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreError(f"{p}: bad measured row {it!r}: {exc}") from exc
+        if not rows:
+            raise StoreError(f"{p}: no measured collective times in it")
+        return cls(rows, source=str(p))
+
+    @classmethod
+    def from_store(cls, run_id: str, store_path: str | Path | None = None) -> MeasuredTable:
+        """Rows of one ``genie bench`` run from the run store (or a JSON file path)."""
+        if run_id.endswith(".json") or Path(run_id).is_file():
+            return cls.from_json(run_id)
+        try:
+            from genie import store  # type: ignore[attr-defined]
+        except ImportError as exc:
+            raise StoreError(
+                "the run store (genie.store) is not available in this build; pass a JSON file "
+                "of measured rows as measured:FILE.json"
+            ) from exc
+        rows = _rows_from_store(store, run_id, store_path)
+        if not rows:
+            raise StoreError(f"run {run_id!r} has no per-collective times in the store")
+        return cls(rows, source=f"run {run_id}")
+
+
+def _rows_from_store(store, run_id: str, store_path) -> list[tuple[str, int, int, float]]:
+    """Adapter to the run store: per-collective-instance rows of one run."""
+    fn = getattr(store, "collective_times", None)
+    if fn is None:
+        raise StoreError("genie.store has no collective_times(run_id); cannot read measured runs")
+    out = []
+    for row in fn(run_id, store_path) if store_path else fn(run_id):
+        get = row.get if isinstance(row, dict) else (lambda k, d=None, r=row: getattr(r, k, d))
+        out.append(
+            (
+                str(get("collective")),
+                int(get("n_ranks")),
+                int(get("size")),
+                float(get("time_s")),
+            )
+        )
+    return out
+
+
+Fallback = Callable[[Transfer], float]
+
+
+class MeasuredBackend:
+    """Each instance takes its measured (interpolated) time; no link sharing modelled."""
+
+    def __init__(self, table: MeasuredTable, model: Fallback | None = None, name: str = "") -> None:
+        self.name = name or f"measured:{table.source}"
+        self.table = table
+        self.model = model
+        self._heap: list[tuple[float, int]] = []
+        self.standalone: dict[int, float] = {}
+        self.counts: dict[str, int] = defaultdict(int)
+        self.notes: list[str] = [
+            "measured backend: instances in flight together do not slow each other"
+        ]
+
+    def price(self, tr: Transfer) -> float:
+        """Time of one transfer from the table, else the scaled or raw model."""
+        coll = coll_name(tr.comm_type)
+        n = len(tr.ranks)
+        t, how = self.table.lookup(coll, n, tr.size)
+        if how in ("measured", "interpolated"):
+            self.counts[how] += 1
+            return float(t)
+        self.counts["extrapolated"] += 1
+        if self.model is None:
+            if t is None:
+                raise StoreError(
+                    f"no measured times for {coll} on {n} ranks in {self.table.source} and no "
+                    "model to extrapolate with"
+                )
+            sizes, times = self.table.curves[(coll, n)]
+            if len(sizes) >= 2:
+                i = (0, 1) if how == "below" else (-2, -1)
+                slope = (math.log(times[i[1]]) - math.log(times[i[0]])) / (
+                    math.log(sizes[i[1]]) - math.log(sizes[i[0]])
+                )
+                ref = sizes[i[0]] if how == "below" else sizes[i[1]]
+                tref = times[i[0]] if how == "below" else times[i[1]]
+                return float(tref * (max(tr.size, 1) / ref) ** slope)
+            return float(t * max(tr.size, 1) / sizes[0])
+        modeled = self.model(tr)
+        if t is None:
+            return modeled
+        ref = self.table.nearest_size(coll, n, tr.size)
+        ref_model = self.model(Transfer(tr.iid, tr.comm_type, ref, tr.ranks, tr.group))
+        return modeled * (t / ref_model) if ref_model > 0 else modeled
+
+    def start(self, transfer: Transfer, now: float) -> None:
+        """Schedule the instance's completion at its measured time."""
+        t = self.price(transfer)
+        self.standalone[transfer.iid] = t
+        heapq.heappush(self._heap, (now + t, transfer.iid))
+
+    def next_time(self) -> float:
+        """Earliest completion."""
+        return self._heap[0][0] if self._heap else math.inf
+
+    def pop(self, now: float) -> list[int]:
+        """Instances completing at ``now``."""
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[1])
+        return out
+
+    def summary(self) -> str:
+        """How many instances were measured, interpolated or extrapolated."""
+        c = self.counts
+        return (
+            f"{c['measured']} at measured sizes, {c['interpolated']} interpolated (log-log), "
+            f"{c['extrapolated']} EXTRAPOLATED outside measured sizes"
+        )
