@@ -1,0 +1,406 @@
+"""The read hot path: a hand-written decoder for canonical Chakra Node frames.
+
+Frames are split and decoded in one pass over the bytes. Each AttributeProto body is decoded
+once and memoised (real traces repeat the same few attrs on every node). Anything this decoder
+does not expect (unknown or unpacked fields, list attrs, bad bytes) makes it hand that one frame
+to protobuf's own parser, so the result is always protobuf's reading of the frame; a frame
+protobuf also rejects becomes a TraceFormatError naming the byte offset.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from google.protobuf.message import DecodeError
+
+from genie.errors import TraceFormatError
+from genie.workload import et_schema
+from genie.workload.model import DERIVED_INDEX, NO_DERIVED, Attr, IOInfo, Node
+
+_SLOT_OF_ATTR = DERIVED_INDEX
+
+_U64 = 1 << 64
+_UNPACK_D = struct.Struct("<d").unpack_from
+_UNPACK_F = struct.Struct("<f").unpack_from
+_UNPACK = {
+    "fixed32": struct.Struct("<I").unpack_from,
+    "sfixed32": struct.Struct("<i").unpack_from,
+    "fixed64": struct.Struct("<Q").unpack_from,
+    "sfixed64": struct.Struct("<q").unpack_from,
+}
+_WIRE_OF = {
+    "double": 1,
+    "float": 5,
+    "fixed32": 5,
+    "sfixed32": 5,
+    "fixed64": 1,
+    "sfixed64": 1,
+    "string": 2,
+    "bytes": 2,
+}
+# field number -> (scalar kind, wire type) for the *_val members of AttributeProto's oneof
+_VAL_FIELDS = {num: (kind, _WIRE_OF.get(kind, 0)) for kind, num, _l, _t in et_schema.SCALAR_KINDS}
+
+
+class _Fallback(Exception):
+    """This frame needs protobuf's parser."""
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    v = 0
+    shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if b < 0x80:
+            return v, pos
+        shift += 7
+        if shift > 63:
+            raise _Fallback
+
+
+def _decode_attr(body: bytes) -> Attr:
+    """Decode one AttributeProto body with a scalar (or no) value."""
+    pos = 0
+    end = len(body)
+    name = doc = ""
+    kind = None
+    value = None
+    while pos < end:
+        key, pos = _varint(body, pos)
+        number = key >> 3
+        wire = key & 7
+        if number in (1, 2) and wire == 2:
+            ln, pos = _varint(body, pos)
+            s = body[pos : pos + ln].decode("utf-8")
+            pos += ln
+            if number == 1:
+                name = s
+            else:
+                doc = s
+            continue
+        spec = _VAL_FIELDS.get(number)
+        if spec is None or spec[1] != wire:
+            raise _Fallback  # a list, an unknown field or a wrong wire type
+        base = spec[0]
+        kind = base + "_val"
+        if wire == 0:
+            v, pos = _varint(body, pos)
+            if base in ("int32", "int64"):
+                if v >= 1 << 63:
+                    v -= _U64
+                if base == "int32":
+                    v = ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
+            elif base in ("sint32", "sint64"):
+                v = (v >> 1) ^ -(v & 1)
+            elif base == "bool":
+                v = v != 0
+            elif base == "uint32":
+                v &= 0xFFFFFFFF
+            value = v
+        elif wire == 2:
+            ln, pos = _varint(body, pos)
+            raw = body[pos : pos + ln]
+            pos += ln
+            value = raw.decode("utf-8") if base == "string" else raw
+        elif base == "double":
+            value = _UNPACK_D(body, pos)[0]
+            pos += 8
+        elif base == "float":
+            value = _UNPACK_F(body, pos)[0]
+            pos += 4
+        else:
+            value = _UNPACK[base](body, pos)[0]
+            pos += 8 if wire == 1 else 4
+    if pos != end:
+        raise _Fallback
+    return Attr(name, kind, value, doc)
+
+
+def _attr_from_pb(a) -> Attr:
+    k = a.WhichOneof("value")
+    if k is None:
+        v = None
+    elif k.endswith("_list"):
+        v = list(getattr(a, k).values)
+    else:
+        v = getattr(a, k)
+    return Attr(a.name, k, v, a.doc_string)
+
+
+def node_from_pb(m) -> Node:
+    n = Node(
+        m.id,
+        m.name,
+        m.type,
+        data_deps=list(m.data_deps),
+        ctrl_deps=list(m.ctrl_deps),
+        start_time_micros=m.start_time_micros,
+        duration_micros=m.duration_micros,
+        inputs=IOInfo(m.inputs.values, m.inputs.shapes, m.inputs.types)
+        if m.HasField("inputs")
+        else None,
+        outputs=IOInfo(m.outputs.values, m.outputs.shapes, m.outputs.types)
+        if m.HasField("outputs")
+        else None,
+        attrs=[_attr_from_pb(a) for a in m.attr],
+    )
+    return n
+
+
+class AttrCache:
+    """Memo of decoded AttributeProto bodies: bytes -> (Attr, derived-slot index or None)."""
+
+    def __init__(self, limit: int = 200_000) -> None:
+        self.memo: dict[bytes, tuple[Attr, int | None]] = {}
+        self.limit = limit
+
+    def get(self, body: bytes) -> tuple[Attr, int | None]:
+        """Decode (or recall) one attr body; lists go through protobuf."""
+        try:
+            a = _decode_attr(body)
+        except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
+            pb = et_schema.AttributeProto()
+            pb.ParseFromString(body)  # DecodeError propagates
+            if pb.SerializeToString() != body:
+                raise _Fallback from None  # unknown or non-canonical: decode the whole node
+            a = _attr_from_pb(pb)
+        from genie.workload.et_codec import encode_attr
+
+        if encode_attr(a) != body:
+            raise _Fallback  # non-canonical bytes: let the node path count it
+        hit = (a, _SLOT_OF_ATTR.get(a.name))
+        if type(a.value) is not list:
+            if len(self.memo) >= self.limit:
+                self.memo.clear()
+            self.memo[body] = hit
+        return hit
+
+
+_NO_DERIVED = NO_DERIVED
+
+
+def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tuple:
+    """Decode the run of attr fields (field 10) that ends a canonical node."""
+    attrs = []
+    d = list(_NO_DERIVED)
+    memo = cache.memo
+    while pos < end:
+        if data[pos] != 0x52:
+            raise _Fallback  # a lower field after the attrs: not canonical
+        pos += 1
+        alen, pos = _varint(data, pos)
+        stop = pos + alen
+        if stop > end:
+            raise _Fallback
+        body = data[pos:stop]
+        pos = stop
+        hit = memo.get(body)
+        if hit is None:
+            hit = cache.get(body)
+        attrs.append(hit[0])
+        if hit[1] is not None:
+            d[hit[1]] = hit[0].value
+    if d[2] is None:
+        d[2] = ""
+    return tuple(attrs), tuple(d), all(type(a.value) is not list for a in attrs)
+
+
+def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
+    """Decode a packed uint64 list body starting at its length; return the new offset."""
+    plen, pos = _varint(data, pos)
+    stop = pos + plen
+    if stop > end or not plen:
+        raise _Fallback
+    while pos < stop:
+        v, pos = _varint(data, pos)
+        if data[pos - 1] == 0 and v > 0x7F:
+            raise _Fallback
+        out.append(v)
+    if pos != stop:
+        raise _Fallback
+    return pos
+
+
+def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[list[Node], int, int]:
+    """Decode every Node frame from ``pos`` to the end.
+
+    Returns the nodes, the count of frames whose re-encoding differs (non-canonical bytes or
+    unknown fields), and the count of zero-length frames.
+    """
+    from genie.workload.et_codec import encode_node
+
+    out: list[Node] = []
+    append = out.append
+    new = Node.__new__
+    cache = AttrCache()
+    tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (attrs, derived, hashable)
+    size = len(data)
+    odd = 0
+    zero = 0
+    while pos < size:
+        frame = pos
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+            ln = b
+        else:
+            ln = 0
+            shift = 0
+            while True:
+                if pos >= size:
+                    raise TraceFormatError(
+                        f"{source}: truncated frame length at byte offset {frame}{note}"
+                    )
+                if shift > 28:
+                    raise TraceFormatError(
+                        f"{source}: corrupt frame length at byte offset {frame}{note} "
+                        "(varint too long)"
+                    )
+                b = data[pos]
+                pos += 1
+                ln |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    break
+        end = pos + ln
+        if end > size:
+            raise TraceFormatError(
+                f"{source}: truncated frame at byte offset {frame}{note}: needs {ln} bytes, "
+                f"{size - pos} left"
+            )
+        if ln == 0:
+            zero += 1
+        try:
+            nid = 0
+            name = ""
+            typ = 0
+            ctrl: list[int] = []
+            deps: list[int] = []
+            st = dur = 0
+            tail = None
+            t = data[pos] if pos < end else 0
+            # Canonical order: each field at most once, ascending, attrs (10) last.
+            if t == 0x08:
+                b = data[pos + 1]
+                if b < 0x80:
+                    nid = b
+                    pos += 2
+                else:
+                    nid, pos = _varint(data, pos + 1)
+                    if data[pos - 1] == 0:
+                        raise _Fallback
+                if not nid:
+                    raise _Fallback
+                t = data[pos] if pos < end else 0
+            if t == 0x12:
+                b = data[pos + 1]
+                if b < 0x80:
+                    pos += 2
+                    slen = b
+                else:
+                    slen, pos = _varint(data, pos + 1)
+                stop = pos + slen
+                if stop > end or not slen:
+                    raise _Fallback
+                name = data[pos:stop].decode("utf-8")
+                pos = stop
+                t = data[pos] if pos < end else 0
+            if t == 0x18:
+                typ = data[pos + 1]
+                pos += 2
+                if not typ or typ >= 0x80:
+                    raise _Fallback
+                t = data[pos] if pos < end else 0
+            if t == 0x22:
+                pos = _packed(data, pos + 1, end, ctrl)
+                t = data[pos] if pos < end else 0
+            if t == 0x2A:
+                plen, pos = _varint(data, pos + 1)
+                stop = pos + plen
+                if stop > end or not plen:
+                    raise _Fallback
+                while pos < stop:
+                    b = data[pos]
+                    pos += 1
+                    if b < 0x80:
+                        deps.append(b)
+                    else:
+                        v = b & 0x7F
+                        shift = 7
+                        while True:
+                            b = data[pos]
+                            pos += 1
+                            v |= (b & 0x7F) << shift
+                            if b < 0x80:
+                                break
+                            shift += 7
+                        if not b or shift > 63:
+                            raise _Fallback
+                        deps.append(v)
+                if pos != stop:
+                    raise _Fallback
+                t = data[pos] if pos < end else 0
+            if t == 0x30:
+                st, pos = _varint(data, pos + 1)
+                if not st or (data[pos - 1] == 0 and st > 0x7F):
+                    raise _Fallback
+                t = data[pos] if pos < end else 0
+            if t == 0x38:
+                dur, pos = _varint(data, pos + 1)
+                if not dur or (data[pos - 1] == 0 and dur > 0x7F):
+                    raise _Fallback
+                t = data[pos] if pos < end else 0
+            if pos < end:
+                if t != 0x52:
+                    raise _Fallback  # IOInfo, unpacked deps, unknown or out-of-order fields
+                key = data[pos:end]
+                tail = tails.get(key)
+                if tail is None:
+                    tail = _decode_attr_tail(data, pos, end, cache)
+                    if tail[2]:
+                        if len(tails) >= 100_000:
+                            tails.clear()
+                        tails[key] = tail
+                attrs = list(tail[0])
+                derived = tail[1]
+            else:
+                attrs = []
+                derived = _NO_DERIVED
+            if nid >= _U64 or st >= _U64 or dur >= _U64:
+                raise _Fallback
+            pos = end
+            n = new(Node)
+            n.id = nid
+            n.name = name
+            n.type = typ
+            n.raw_ctrl_deps = n.ctrl_deps = ctrl
+            n.data_deps = deps
+            n.start_time_micros = st
+            n.duration_micros = dur
+            n.inputs = None
+            n.outputs = None
+            n.attrs = attrs
+            n._d = derived
+            if tail is not None and not tail[2]:
+                # list values are mutable: give this node its own copies
+                n.attrs = [
+                    Attr(a[0], a[1], list(a[2]), a[3]) if type(a[2]) is list else a for a in attrs
+                ]
+        except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
+            pos = end
+            start = end - ln
+            m = et_schema.Node()
+            try:
+                m.ParseFromString(data[start:end])
+            except DecodeError as exc:
+                raise TraceFormatError(
+                    f"{source}: corrupt Node frame at byte offset {frame}{note}: "
+                    f"{exc or 'bad protobuf'}"
+                ) from None
+            n = node_from_pb(m)
+            if encode_node(n) != data[start:end]:
+                odd += 1
+        append(n)
+    return out, odd, zero

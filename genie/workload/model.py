@@ -1,0 +1,328 @@
+"""The workload model: N ranks, each an ordered DAG of typed Chakra nodes.
+
+A ``Node`` keeps every raw Chakra field (attrs in file order with their protobuf value kind) so
+a read-then-write is byte-identical, and exposes the fields the simulator needs, computed once
+from the attrs: ``kind``, ``duration_s``, ``comm_type``, ``comm_size``, ``pg_name``, ``peer``,
+``tag``, ``num_ops``, ``tensor_size``. Change attrs with ``Node.set_attr`` so those stay in step.
+
+Process groups: ``Workload.groups`` maps a group name to a tuple of global ranks; the name ``""``
+(a node without ``pg_name``) is the default group of all ranks. See ``genie.workload.io`` for how
+groups are stored on disk.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from genie.errors import ValidationError
+
+DEFAULT_VERSION = "0.0.4"
+DEFAULT_GROUP = ""
+
+
+class NodeType(enum.IntEnum):
+    """Chakra's NodeType enum, with its numbering."""
+
+    INVALID_NODE = 0
+    METADATA_NODE = 1
+    MEM_LOAD_NODE = 2
+    MEM_STORE_NODE = 3
+    COMP_NODE = 4
+    COMM_SEND_NODE = 5
+    COMM_RECV_NODE = 6
+    COMM_COLL_NODE = 7
+
+
+class NodeKind(enum.Enum):
+    """What a node does, as the simulator sees it."""
+
+    COMPUTE = "compute"
+    COLLECTIVE = "collective"
+    SEND = "send"
+    RECV = "recv"
+    MEMORY = "memory"
+    OTHER = "other"
+
+
+class CollectiveType(enum.IntEnum):
+    """Chakra's CollectiveCommType, with its numbering (ALL_REDUCE is 0)."""
+
+    ALL_REDUCE = 0
+    REDUCE = 1
+    ALL_GATHER = 2
+    GATHER = 3
+    SCATTER = 4
+    BROADCAST = 5
+    ALL_TO_ALL = 6
+    REDUCE_SCATTER = 7
+    REDUCE_SCATTER_BLOCK = 8
+    BARRIER = 9
+
+
+KIND_OF_TYPE: dict[int, NodeKind] = {
+    NodeType.COMP_NODE: NodeKind.COMPUTE,
+    NodeType.COMM_COLL_NODE: NodeKind.COLLECTIVE,
+    NodeType.COMM_SEND_NODE: NodeKind.SEND,
+    NodeType.COMM_RECV_NODE: NodeKind.RECV,
+    NodeType.MEM_LOAD_NODE: NodeKind.MEMORY,
+    NodeType.MEM_STORE_NODE: NodeKind.MEMORY,
+}
+
+SCALAR_KINDS = (
+    "double",
+    "float",
+    "int32",
+    "int64",
+    "uint32",
+    "uint64",
+    "sint32",
+    "sint64",
+    "fixed32",
+    "fixed64",
+    "sfixed32",
+    "sfixed64",
+    "bool",
+    "string",
+    "bytes",
+)
+#: Every AttributeProto value kind, named as its protobuf oneof field.
+VALUE_KINDS = tuple(f"{k}_val" for k in SCALAR_KINDS) + tuple(f"{k}_list" for k in SCALAR_KINDS)
+
+
+class Attr(NamedTuple):
+    """One Chakra AttributeProto: ``kind`` is the oneof field name (``int64_val``...) or None."""
+
+    name: str
+    kind: str | None
+    value: Any
+    doc_string: str = ""
+
+
+@dataclass(slots=True)
+class IOInfo:
+    """Chakra's IOInfo (inputs/outputs of a node): three strings."""
+
+    values: str = ""
+    shapes: str = ""
+    types: str = ""
+
+
+#: attr name -> index in a Node's derived tuple
+DERIVED_INDEX = {
+    "comm_type": 0,
+    "comm_size": 1,
+    "pg_name": 2,
+    "comm_tag": 3,
+    "num_ops": 4,
+    "tensor_size": 5,
+    "comm_src": 6,
+    "comm_dst": 7,
+}
+NO_DERIVED = (None, None, DEFAULT_GROUP, None, None, None, None, None)
+
+
+class Node:
+    """One Chakra node: raw fields for round trip plus the derived fields the simulator reads."""
+
+    __slots__ = (
+        "_d",
+        "attrs",
+        "ctrl_deps",
+        "data_deps",
+        "duration_micros",
+        "id",
+        "inputs",
+        "name",
+        "outputs",
+        "raw_ctrl_deps",
+        "start_time_micros",
+        "type",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        name: str = "",
+        type: int = NodeType.INVALID_NODE,
+        *,
+        data_deps: list[int] | None = None,
+        ctrl_deps: list[int] | None = None,
+        start_time_micros: int = 0,
+        duration_micros: int = 0,
+        inputs: IOInfo | None = None,
+        outputs: IOInfo | None = None,
+        attrs: list[Attr] | None = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.type = type
+        self.data_deps = data_deps if data_deps is not None else []
+        self.raw_ctrl_deps = ctrl_deps if ctrl_deps is not None else []
+        self.ctrl_deps = self.raw_ctrl_deps
+        self.start_time_micros = start_time_micros
+        self.duration_micros = duration_micros
+        self.inputs = inputs
+        self.outputs = outputs
+        self.attrs = attrs if attrs is not None else []
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Recompute the derived fields from ``attrs`` (the last attr of a name wins)."""
+        d = list(NO_DERIVED)
+        for a in self.attrs:
+            i = DERIVED_INDEX.get(a.name)
+            if i is not None:
+                d[i] = a.value
+        if d[2] is None:
+            d[2] = DEFAULT_GROUP
+        self._d = tuple(d)
+
+    comm_type = property(lambda self: self._d[0], doc="Collective type number (attr comm_type).")
+    comm_size = property(lambda self: self._d[1], doc="Bytes communicated (attr comm_size).")
+    pg_name = property(lambda self: self._d[2], doc="Process group name ('' = all ranks).")
+    tag = property(lambda self: self._d[3], doc="Send/recv tag (attr comm_tag).")
+    num_ops = property(lambda self: self._d[4], doc="Compute operations (attr num_ops).")
+    tensor_size = property(lambda self: self._d[5], doc="Bytes touched (attr tensor_size).")
+    comm_src = property(lambda self: self._d[6], doc="Source rank of a recv (attr comm_src).")
+    comm_dst = property(lambda self: self._d[7], doc="Destination rank of a send (comm_dst).")
+
+    @property
+    def kind(self) -> NodeKind:
+        """The node's kind (compute, collective, send, recv, memory, other)."""
+        return KIND_OF_TYPE.get(self.type, NodeKind.OTHER)
+
+    @property
+    def duration_s(self) -> float:
+        """Duration in seconds (Chakra stores whole microseconds)."""
+        return self.duration_micros * 1e-6
+
+    @property
+    def collective(self) -> CollectiveType | None:
+        """The collective type as an enum, or None when ``comm_type`` is absent or unknown."""
+        try:
+            return CollectiveType(self.comm_type) if self.comm_type is not None else None
+        except ValueError:
+            return None
+
+    @property
+    def peer(self) -> int | None:
+        """The other rank of a send (``comm_dst``) or recv (``comm_src``)."""
+        if self.type == NodeType.COMM_SEND_NODE:
+            return self.comm_dst
+        if self.type == NodeType.COMM_RECV_NODE:
+            return self.comm_src
+        return None
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The value of the last attr called ``name``, or ``default``."""
+        for a in reversed(self.attrs):
+            if a.name == name:
+                return a.value
+        return default
+
+    def set_attr(self, name: str, kind: str, value: Any) -> None:
+        """Set (replace or append) an attr and refresh the derived fields."""
+        if kind not in VALUE_KINDS:
+            raise ValidationError(f"unknown attribute value kind {kind!r} for {name!r}")
+        new = Attr(name, kind, value)
+        for i, a in enumerate(self.attrs):
+            if a.name == name:
+                self.attrs[i] = new
+                break
+        else:
+            self.attrs.append(new)
+        self.refresh()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Node):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__ if s != "_d")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Node(id={self.id}, name={self.name!r}, type={NodeType(self.type).name})"
+
+    def label(self) -> str:
+        """A short human name: ``id 12 'layer3.fwd'``."""
+        return f"id {self.id} {self.name!r}" if self.name else f"id {self.id}"
+
+
+@dataclass
+class Metadata:
+    """Chakra's GlobalMetadata: the version string and attrs."""
+
+    version: str = DEFAULT_VERSION
+    attrs: list[Attr] = field(default_factory=list)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        """The value of the last attr called ``name``, or ``default``."""
+        for a in reversed(self.attrs):
+            if a.name == name:
+                return a.value
+        return default
+
+
+@dataclass
+class RankGraph:
+    """One rank's trace: metadata, nodes in file order, and an id index."""
+
+    rank: int
+    nodes: list[Node]
+    metadata: Metadata = field(default_factory=Metadata)
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        self._by_id: dict[int, Node] | None = None
+        self._indexed = -1
+
+    @property
+    def by_id(self) -> dict[int, Node]:
+        """Nodes keyed by id (rebuilt when the node list changed length; first duplicate wins)."""
+        if self._by_id is None or self._indexed != len(self.nodes):
+            idx: dict[int, Node] = {}
+            for n in reversed(self.nodes):
+                idx[n.id] = n
+            self._by_id = idx
+            self._indexed = len(self.nodes)
+        return self._by_id
+
+    def topological_order(self) -> list[Node]:
+        """Nodes ordered so each comes after its data_deps (stable on file order)."""
+        from genie.workload.graph import topological_order
+
+        return topological_order(self)
+
+
+@dataclass
+class Workload:
+    """A workload of ``n_ranks`` ranks, process groups, and the non-fatal problems found."""
+
+    ranks: list[RankGraph]
+    groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.groups.setdefault(DEFAULT_GROUP, tuple(range(len(self.ranks))))
+
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks."""
+        return len(self.ranks)
+
+    def group(self, pg_name: str | None) -> tuple[int, ...]:
+        """The global ranks of a process group (the default group for ``""``/None)."""
+        key = pg_name or DEFAULT_GROUP
+        if key not in self.groups:
+            raise ValidationError(
+                f"process group {key!r} is used but its members are unknown "
+                f"(known: {sorted(self.groups)})"
+            )
+        return self.groups[key]
+
+    def node_count(self) -> int:
+        """Total nodes over all ranks."""
+        return sum(len(r.nodes) for r in self.ranks)
