@@ -71,6 +71,8 @@ class IntraHost(msgspec.Struct, frozen=True, kw_only=True):
 class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     """A whole testbed: what runs where and how it is connected."""
 
+    __test__ = False  # not a pytest test class
+
     name: str
     kind: Kind
     transport: Transport = "tcp"
