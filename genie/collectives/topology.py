@@ -220,6 +220,20 @@ class _RingTopology(Topology):
         return tuple(2 * ((s - k - 1) % n) + 1 for k in range(n - cw))
 
 
+class _StarTopology(Topology):
+    """One switch: host i's up link is 2i and its down link 2i+1."""
+
+    def _compute_route(self, s: int, d: int) -> tuple[int, ...]:
+        return (2 * s, 2 * d + 1)
+
+
+class _FullTopology(Topology):
+    """Every host linked to every other: link a*(n-1) + (b if b < a else b-1) is a -> b."""
+
+    def _compute_route(self, s: int, d: int) -> tuple[int, ...]:
+        return (s * (len(self.hosts) - 1) + (d if d < s else d - 1),)
+
+
 def _hosts(n: int) -> list[str]:
     if not isinstance(n, int) or n < 1:
         raise TopologyError(f"number of hosts must be a positive integer: {n}")
@@ -240,7 +254,7 @@ def switch(
     for h in hosts:
         links.append(Link(h, "sw0", bandwidth, latency))
         links.append(Link("sw0", h, bandwidth, latency))
-    return Topology(
+    return _StarTopology(
         hosts,
         ["sw0"],
         links,
@@ -285,7 +299,7 @@ def fully_connected(
     """A direct link from every host to every other host."""
     hosts = _hosts(n_hosts)
     links = [Link(a, b, bandwidth, latency) for a in hosts for b in hosts if a != b]
-    return Topology(
+    return _FullTopology(
         hosts, [], links, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency, kind="full"
     )
 

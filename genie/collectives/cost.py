@@ -1,0 +1,343 @@
+"""The analytical cost model: the time of step programs on a topology, with fair link sharing.
+
+Every SEND is a flow along its route; a link divides its bandwidth equally among the flows on
+it and a flow runs at its tightest share; the message lands after the route's latency (the sum
+of its link latencies: ASTRA-sim's hops x latency). Ranks on one host use a private intra-host
+port per sending rank. ``estimate`` prices one program, ``estimate_concurrent`` several in flight
+together on the same links.
+
+Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) with rank i on host i of
+a uniform switch, fully-connected network or ring makes every rank time alike, and the load on
+every link is a rotated copy of rank 0's, so simulating rank 0 alone against link classes gives
+the same answer as the full simulation at 1/n of the work (tests check that both agree).
+
+Also here: closed forms for the classic cases, and nccl-tests' algbw / busbw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import msgspec
+
+from genie.collectives.flowsim import FlowSim, Instance
+from genie.collectives.layout import buffer_bytes
+from genie.collectives.program import Op, Program, Step
+from genie.collectives.registry import ROTATION_SYMMETRIC, canonical_algorithm, canonical_collective
+from genie.collectives.topology import Topology
+from genie.errors import CollectiveError, TopologyError
+
+Placement = Sequence[int | str] | Mapping[int, int | str] | None
+
+
+class Cost(msgspec.Struct, kw_only=True):
+    """What a program costs on a topology."""
+
+    time_s: float  # from the program's start to its last step
+    link_bytes: dict[int, int]  # link id -> bytes carried
+    intra_bytes: int  # bytes between ranks on the same host
+    messages: int  # SENDs in the whole program
+    bytes_sent: int  # bytes of all SENDs
+    steps: int  # steps simulated (one rank's with the shortcut)
+    method: str  # "symmetric" or "event"
+    bottleneck_s: float  # max over links of bytes / bandwidth: a lower bound from bandwidth alone
+    start_s: float = 0.0
+    rank_finish_s: list[float] = []  # per rank, from the program's start (event method only)
+
+
+# -- placement ---------------------------------------------------------------------------
+
+
+def resolve_placement(program: Program, topology: Topology, placement: Placement) -> list[int]:
+    """Host index of each group rank (default: rank i on host i // ranks_per_host)."""
+    n = program.n_ranks
+    if placement is None:
+        k = program.spec.ranks_per_host
+        hosts = [r // k for r in range(n)]
+        if hosts and hosts[-1] >= topology.n_hosts:
+            raise TopologyError(
+                f"{n} ranks at {k} per host need {hosts[-1] + 1} hosts; "
+                f"the topology has {topology.n_hosts}"
+            )
+        return hosts
+    if isinstance(placement, Mapping):
+        missing = [r for r in range(n) if r not in placement]
+        if missing:
+            raise TopologyError(f"placement has no host for ranks {missing[:8]}")
+        return [topology.host_index(placement[r]) for r in range(n)]
+    if len(placement) != n:
+        raise TopologyError(f"placement lists {len(placement)} hosts for {n} ranks")
+    return [topology.host_index(h) for h in placement]
+
+
+def _is_identity(hosts: list[int]) -> bool:
+    return all(h == i for i, h in enumerate(hosts))
+
+
+# -- instances ---------------------------------------------------------------------------
+
+
+def _event_instance(
+    program: Program, topology: Topology, hosts: list[int], start: float, tag: object
+) -> Instance:
+    spec = program.spec
+    links = topology.links
+
+    def route_of(r: int, st: Step):
+        a, b = hosts[r], hosts[st.peer]
+        if a == b:
+            return ((("intra", tag, spec.global_rank(r)), 1.0),), topology.intra_latency
+        route = topology.route(a, b)
+        return tuple((lid, 1.0) for lid in route), sum(links[lid].latency for lid in route)
+
+    steps = [program.steps(r) for r in range(program.n_ranks)]
+    return Instance(
+        steps,
+        route_of,
+        send_key=lambda r, st, k: (r, st.peer, st.tag, k),
+        recv_key=lambda r, st, k: (st.peer, r, st.tag, k),
+        start=start,
+        name=repr(program),
+    )
+
+
+def _capacity(topology: Topology):
+    links = topology.links
+
+    def cap(key):
+        if isinstance(key, int):
+            return links[key].bandwidth
+        return topology.intra_bandwidth
+
+    return cap
+
+
+def _bottleneck(topology: Topology, link_bytes: Mapping[int, int], intra: Mapping) -> float:
+    t = 0.0
+    for lid, b in link_bytes.items():
+        t = max(t, b / topology.links[lid].bandwidth)
+    for b in intra.values():
+        t = max(t, b / topology.intra_bandwidth)
+    return t
+
+
+def _make_cost(program, topology, inst: Instance, link_bytes, intra, method) -> Cost:
+    return Cost(
+        time_s=max(inst.finish) - inst.start if inst.finish else 0.0,
+        link_bytes=dict(link_bytes),
+        intra_bytes=sum(intra.values()),
+        messages=inst.messages,
+        bytes_sent=inst.bytes_sent,
+        steps=inst.total,
+        method=method,
+        bottleneck_s=_bottleneck(topology, link_bytes, intra),
+        start_s=inst.start,
+        rank_finish_s=[f - inst.start for f in inst.finish],
+    )
+
+
+def estimate_concurrent(
+    items: Sequence[tuple[Program, float] | tuple[Program, float, Placement]],
+    topology: Topology,
+    *,
+    compute_bandwidth: float | None = None,
+) -> list[Cost]:
+    """Price programs that run together, each from its start time (s), sharing links fairly."""
+    accounts: list[tuple[dict[int, int], dict]] = []
+    insts: list[Instance] = []
+    by_inst: dict[int, int] = {}
+
+    def on_send(inst: Instance, r: int, st: Step, res) -> None:
+        lb, intra = accounts[by_inst[id(inst)]]
+        for key, _w in res:
+            if isinstance(key, int):
+                lb[key] = lb.get(key, 0) + st.nbytes
+            else:
+                intra[key] = intra.get(key, 0) + st.nbytes
+
+    sim = FlowSim(_capacity(topology), compute_bandwidth, on_send)
+    for j, item in enumerate(items):
+        program, start = item[0], float(item[1])
+        placement = item[2] if len(item) > 2 else None
+        if not (math.isfinite(start) and start >= 0):
+            raise CollectiveError(f"start time must be a non-negative number: {start}")
+        hosts = resolve_placement(program, topology, placement)
+        inst = _event_instance(program, topology, hosts, start, j)
+        by_inst[id(inst)] = j
+        accounts.append(({}, {}))
+        insts.append(inst)
+        sim.add(inst)
+    sim.run()
+    return [
+        _make_cost(items[j][0], topology, inst, *accounts[j], "event")
+        for j, inst in enumerate(insts)
+    ]
+
+
+def estimate(
+    program: Program,
+    topology: Topology,
+    placement: Placement = None,
+    *,
+    compute_bandwidth: float | None = None,
+    symmetric: bool | None = None,
+) -> Cost:
+    """Price one program; uses the exact symmetric shortcut when it applies (unless told not)."""
+    hosts = resolve_placement(program, topology, placement)
+    usable = _symmetric_ok(program, topology, hosts)
+    if symmetric and not usable:
+        raise CollectiveError(f"the symmetric shortcut does not apply to {program!r} here")
+    if usable and symmetric is not False:
+        return _estimate_symmetric(program, topology, compute_bandwidth)
+    return estimate_concurrent(
+        [(program, 0.0, hosts)], topology, compute_bandwidth=compute_bandwidth
+    )[0]
+
+
+# -- the symmetric shortcut ----------------------------------------------------------------
+
+
+def _symmetric_ok(program: Program, topology: Topology, hosts: list[int]) -> bool:
+    spec = program.spec
+    if (spec.collective, spec.algorithm) not in ROTATION_SYMMETRIC or spec.n_ranks < 2:
+        return False
+    if spec.options.get("oneway"):
+        return False
+    kind = topology.symmetry
+    if kind is None or not _is_identity(hosts):
+        return False
+    return not (kind == "ring" and spec.n_ranks != topology.n_hosts)
+
+
+def _estimate_symmetric(program: Program, topology: Topology, compute_bw) -> Cost:
+    n = program.n_ranks
+    kind = topology.symmetry
+    steps = program.steps(0)
+    class_of: dict[int, tuple[tuple[object, float], ...]] = {}
+    lat_of: dict[int, float] = {}
+    cap_of: dict[object, float] = {}
+    for s in {st.peer % n for st in steps if st.op == Op.SEND}:
+        route = topology.route(0, s)
+        bw = topology.route_bandwidth(route)
+        if kind == "star":
+            key, w = "port", 1.0
+        elif kind == "full":
+            key, w = ("pair", s), 1.0
+        else:  # ring: direction of the first hop; each flow loads every link it crosses
+            key, w = ("dir", route[0] % 2), float(len(route))
+        class_of[s] = ((key, w),)
+        lat_of[s] = topology.route_latency(route)
+        cap_of[key] = bw
+
+    def route_of(_r: int, st: Step):
+        s = st.peer % n
+        return class_of[s], lat_of[s]
+
+    inst = Instance(
+        [steps],
+        route_of,
+        send_key=lambda _r, st, k: (st.peer % n, st.tag, k),
+        recv_key=lambda _r, st, k: ((-st.peer) % n, st.tag, k),
+        name=repr(program),
+    )
+    sim = FlowSim(lambda key: cap_of[key], compute_bw)
+    sim.add(inst)
+    sim.run()
+    by_shift: dict[int, int] = {}
+    for st in steps:
+        if st.op == Op.SEND:
+            by_shift[st.peer % n] = by_shift.get(st.peer % n, 0) + st.nbytes
+    link_bytes: dict[int, int] = {}
+    for s, b in by_shift.items():
+        for r in range(n):
+            for lid in topology.route(r, (r + s) % n):
+                link_bytes[lid] = link_bytes.get(lid, 0) + b
+    t = max(inst.finish)
+    return Cost(
+        time_s=t,
+        link_bytes=link_bytes,
+        intra_bytes=0,
+        messages=inst.messages * n,
+        bytes_sent=inst.bytes_sent * n,
+        steps=inst.total,
+        method="symmetric",
+        bottleneck_s=_bottleneck(topology, link_bytes, {}),
+        rank_finish_s=[],
+    )
+
+
+# -- closed forms and nccl-tests figures -------------------------------------------------------
+
+
+def closed_form(
+    collective: str,
+    algorithm: str,
+    n: int,
+    size: int,
+    bandwidth: float,
+    latency: float,
+    *,
+    size_convention: str = "astra-sim",
+    window: int | None = None,
+) -> float:
+    """Textbook time (alpha-beta) of a collective: latency is per message end to end.
+
+    Ring all-reduce 2(n-1)(a + S/(nB)); ring reduce-scatter / all-gather (n-1)(a + S/(nB));
+    halving-doubling (n a power of two) all-reduce 2 log2(n) a + 2 (n-1)/n S/B, reduce-scatter and
+    all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B); direct all-to-all
+    with window K: ceil((n-1)/K) a + (n-1) S/(nB); pairwise send/recv a + S/B. S is the whole
+    buffer (all-gather: n x size under the ASTRA-sim convention).
+    """
+    coll = canonical_collective(collective)
+    algo = canonical_algorithm(coll, algorithm)
+    a, b = latency, bandwidth
+    s = float(size * n if coll == "all_gather" and size_convention != "nccl" else size)
+    if n < 2:
+        return 0.0
+    lg = math.log2(n)
+    key = (coll, algo)
+    if key == ("all_reduce", "ring"):
+        return 2 * (n - 1) * (a + s / (n * b))
+    if key in (("reduce_scatter", "ring"), ("all_gather", "ring")):
+        return (n - 1) * (a + s / (n * b))
+    if algo == "halvingDoubling" and coll in ("all_reduce", "reduce_scatter", "all_gather"):
+        if n & (n - 1):
+            raise CollectiveError("closed form for halvingDoubling needs n a power of two")
+        one = lg * a + (n - 1) / n * s / b
+        return 2 * one if coll == "all_reduce" else one
+    if key in (("broadcast", "tree"), ("reduce", "tree")):
+        return math.ceil(lg) * (a + s / b)
+    if key == ("all_to_all", "direct"):
+        k = window or (n - 1)
+        return math.ceil((n - 1) / k) * a + (n - 1) * s / (n * b)
+    if key == ("send_recv", "pairwise"):
+        return a + s / b
+    raise CollectiveError(f"no closed form for {coll}/{algo}")
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """nccl-tests' busbw factor: 2(n-1)/n all-reduce, (n-1)/n RS/AG/A2A, 1 otherwise."""
+    coll = canonical_collective(collective)
+    if n < 1:
+        raise CollectiveError(f"group size must be positive: {n}")
+    if coll == "all_reduce":
+        return 2 * (n - 1) / n
+    if coll in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def algbw(size: float, t: float) -> float:
+    """Algorithm bandwidth S / t in bytes/s (S the whole buffer, as nccl-tests)."""
+    return size / t if t > 0 else math.inf
+
+
+def busbw(collective: str, n: int, size: float, t: float) -> float:
+    """Bus bandwidth: algbw times the nccl-tests factor, in bytes/s."""
+    return algbw(size, t) * bus_factor(collective, n)
+
+
+def nccl_size(program: Program) -> int:
+    """The size nccl-tests would print for this program: its whole buffer."""
+    return buffer_bytes(program.spec)

@@ -1,0 +1,261 @@
+"""A fluid event simulation of step programs: flows share resources, steps wait on deps.
+
+A SEND becomes a flow over a list of resources (links, or classes of links in the symmetric
+shortcut); a resource of capacity C whose flows weigh W in total gives each of them C / W
+(equal shares when every weight is 1), and a flow runs at its tightest share. When the bytes are
+through, the message arrives after the route latency; the SEND completes then, and so does the
+matching RECV if it is ready (a RECV that becomes ready later completes at once). REDUCE and COPY
+take ``nbytes / compute_bandwidth`` (free when that is None).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Hashable, Sequence
+
+from genie.collectives.program import Op, Step
+from genie.errors import DeadlockError
+
+Resources = tuple[tuple[Hashable, float], ...]  # (resource key, weight)
+# route_of(rank, step) -> (resources, latency s); capacity_of(key) -> bytes/s
+RouteFn = Callable[[int, Step], tuple[Resources, float]]
+KeyFn = Callable[[int, Step, int], Hashable]  # (rank, step, k-th on its channel) -> message key
+
+_FLOW_DONE, _ARRIVE, _COMPUTE, _START = 0, 1, 2, 3
+_EPS_BYTES = 1e-9  # a flow with less than this fraction of its bytes left is done
+
+
+class _Flow:
+    __slots__ = (
+        "inst",
+        "lat",
+        "nbytes",
+        "rank",
+        "rate",
+        "remaining",
+        "res",
+        "step",
+        "t_last",
+        "version",
+    )
+
+    def __init__(self, inst, rank, step, res, nbytes, lat) -> None:
+        self.inst, self.rank, self.step, self.res = inst, rank, step, res
+        self.lat = lat
+        self.nbytes = nbytes
+        self.remaining = float(nbytes)
+        self.rate = 0.0
+        self.t_last = 0.0
+        self.version = 0
+
+
+class Instance:
+    """One program placed in the simulation: its ranks' steps and how their messages route."""
+
+    def __init__(
+        self,
+        rank_steps: Sequence[Sequence[Step]],
+        route_of: RouteFn,
+        send_key: KeyFn,
+        recv_key: KeyFn,
+        start: float = 0.0,
+        name: str = "",
+    ) -> None:
+        self.rank_steps = rank_steps
+        self.route_of = route_of
+        self.start = start
+        self.name = name
+        self.finish = [start] * len(rank_steps)
+        self.pending: list[list[int]] = []
+        self.children: list[list[list[int]]] = []
+        self.keys: list[list[Hashable]] = []
+        for r, sts in enumerate(rank_steps):
+            pend = [0] * len(sts)
+            kids: list[list[int]] = [[] for _ in sts]
+            keys: list[Hashable] = [None] * len(sts)
+            counts: dict[tuple[int, int, int], int] = {}
+            for i, st in enumerate(sts):
+                pend[i] = len(st.deps)
+                for d in st.deps:
+                    kids[d].append(i)
+                if st.op == Op.SEND or st.op == Op.RECV:
+                    ck = (st.op, st.peer, st.tag)
+                    k = counts.get(ck, 0)
+                    counts[ck] = k + 1
+                    keys[i] = (send_key if st.op == Op.SEND else recv_key)(r, st, k)
+            self.pending.append(pend)
+            self.children.append(kids)
+            self.keys.append(keys)
+        self.arrived: dict[Hashable, float] = {}
+        self.waiting: dict[Hashable, tuple[int, int]] = {}
+        self.done = 0
+        self.total = sum(len(s) for s in rank_steps)
+        self.messages = 0
+        self.bytes_sent = 0
+
+
+class FlowSim:
+    """Runs instances to completion on shared resources."""
+
+    def __init__(
+        self,
+        capacity_of: Callable[[Hashable], float],
+        compute_bandwidth: float | None = None,
+        on_send: Callable[[Instance, int, Step, Resources], None] | None = None,
+    ) -> None:
+        self.capacity_of = capacity_of
+        self.compute_bandwidth = compute_bandwidth
+        self.on_send = on_send
+        self.now = 0.0
+        self._heap: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._load: dict[Hashable, float] = {}
+        self._on: dict[Hashable, set[_Flow]] = {}
+        self._cap: dict[Hashable, float] = {}
+        self.instances: list[Instance] = []
+        self.events = 0
+
+    def add(self, inst: Instance) -> None:
+        """Schedule an instance to start at ``inst.start``."""
+        self.instances.append(inst)
+        self._push(inst.start, _START, inst)
+
+    def _push(self, t: float, kind: int, data: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, data))
+
+    def run(self) -> None:
+        """Process events until nothing is left; DeadlockError if an instance is stuck."""
+        heap = self._heap
+        while heap:
+            t, _, kind, data = heapq.heappop(heap)
+            self.now = t
+            self.events += 1
+            if kind == _FLOW_DONE:
+                flow, version = data
+                if version != flow.version:
+                    continue
+                self._end_flow(flow)
+            elif kind == _ARRIVE:
+                inst, rank, i = data
+                self._arrive(inst, rank, i)
+            elif kind == _COMPUTE:
+                inst, rank, i = data
+                self._finish(inst, rank, i)
+            else:
+                inst = data
+                for r, pend in enumerate(inst.pending):
+                    for i, p in enumerate(pend):
+                        if p == 0:
+                            self._start_step(inst, r, i)
+        for inst in self.instances:
+            if inst.done != inst.total:
+                raise DeadlockError(_stuck(inst))
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _start_step(self, inst: Instance, r: int, i: int) -> None:
+        st = inst.rank_steps[r][i]
+        op = st.op
+        if op == Op.SEND:
+            res, lat = inst.route_of(r, st)
+            inst.messages += 1
+            inst.bytes_sent += st.nbytes
+            if self.on_send is not None:
+                self.on_send(inst, r, st, res)
+            if st.nbytes == 0 or not res:
+                self._push(self.now + lat, _ARRIVE, (inst, r, i))
+                return
+            flow = _Flow(inst, r, i, res, st.nbytes, lat)
+            flow.t_last = self.now
+            self._add_flow(flow)
+        elif op == Op.RECV:
+            key = inst.keys[r][i]
+            if key in inst.arrived:
+                del inst.arrived[key]
+                self._finish(inst, r, i)
+            else:
+                inst.waiting[key] = (r, i)
+        else:
+            cb = self.compute_bandwidth
+            if cb and st.nbytes:
+                self._push(self.now + st.nbytes / cb, _COMPUTE, (inst, r, i))
+            else:
+                self._finish(inst, r, i)
+
+    def _finish(self, inst: Instance, r: int, i: int) -> None:
+        inst.done += 1
+        if self.now > inst.finish[r]:
+            inst.finish[r] = self.now
+        pend = inst.pending[r]
+        for k in inst.children[r][i]:
+            pend[k] -= 1
+            if pend[k] == 0:
+                self._start_step(inst, r, k)
+
+    def _arrive(self, inst: Instance, r: int, i: int) -> None:
+        key = inst.keys[r][i]
+        self._finish(inst, r, i)  # the SEND is complete once its message has arrived
+        w = inst.waiting.pop(key, None)
+        if w is None:
+            inst.arrived[key] = self.now
+        else:
+            self._finish(inst, *w)
+
+    # -- flows ---------------------------------------------------------------------------
+
+    def _add_flow(self, flow: _Flow) -> None:
+        """Put a flow on its resources and re-rate everything sharing them."""
+        touched: set[_Flow] = {flow}
+        for key, w in flow.res:
+            if key not in self._cap:
+                self._cap[key] = self.capacity_of(key)
+                self._on[key] = set()
+                self._load[key] = 0.0
+            self._load[key] += w
+            on = self._on[key]
+            on.add(flow)
+            touched |= on
+        self._rerate(touched)
+
+    def _end_flow(self, flow: _Flow) -> None:
+        touched: set[_Flow] = set()
+        for key, w in flow.res:
+            self._load[key] -= w
+            on = self._on[key]
+            on.discard(flow)
+            touched |= on
+        self._push(self.now + flow.lat, _ARRIVE, (flow.inst, flow.rank, flow.step))
+        self._rerate(touched)
+
+    def _rerate(self, flows: set[_Flow]) -> None:
+        now = self.now
+        for f in flows:
+            rate = math.inf
+            for key, _w in f.res:
+                share = self._cap[key] / self._load[key]
+                if share < rate:
+                    rate = share
+            if f.rate:
+                f.remaining -= f.rate * (now - f.t_last)
+                if f.remaining < _EPS_BYTES * f.nbytes:  # float dust: it ends now, with its peers
+                    f.remaining = 0.0
+            f.t_last = now
+            if rate != f.rate:
+                f.rate = rate
+                f.version += 1
+                self._push(now + f.remaining / rate, _FLOW_DONE, (f, f.version))
+
+
+def _stuck(inst: Instance) -> str:
+    parts = []
+    for _key, (r, i) in list(inst.waiting.items())[:8]:
+        st = inst.rank_steps[r][i]
+        parts.append(f"rank {r} step {i} RECV {st.nbytes} B from {st.peer} tag {st.tag}")
+    ranks = sorted({r for r, pend in enumerate(inst.pending) if any(p > 0 for p in pend)})
+    ranks = sorted(set(ranks) | {r for r, _ in inst.waiting.values()})
+    return (
+        f"deadlock in {inst.name or 'program'}: ranks {', '.join(map(str, ranks[:16]))} stuck; "
+        + "; ".join(parts)
+    )
