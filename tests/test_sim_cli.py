@@ -1,0 +1,143 @@
+"""``genie simulate`` end to end: real ASTRA-sim samples, closed form, JSON, trace, errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from genie.cli import main
+from genie.sim.adapter import ComputeModel, compile_workload
+from genie.sim.netmodel import closed_form
+from genie.workload.model import Attr, Node, NodeType, RankGraph, Workload
+
+SAMPLES = "astra-sim/microbenchmarks"
+
+
+def sample(et_samples, coll):
+    return str(et_samples / SAMPLES / coll / "4npus_1MB" / coll)
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_astra_sim_samples_run(et_samples, coll, capsys):
+    rc = main(["simulate", sample(et_samples, coll), "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    (rep,) = doc["reports"]
+    assert rep["n_ranks"] == 4 and len(rep["collectives"]) == 1
+    row = rep["collectives"][0]
+    assert row["collective"] == coll and row["size"] == 2**20 and row["ranks"] == 4
+    assert rep["iteration_s"] == pytest.approx(row["time"]) and row["time"] > 0
+
+
+def test_all_reduce_sample_beside_closed_form(et_samples, capsys):
+    args = ["simulate", sample(et_samples, "all_reduce")]
+    args += ["--topology", "switch", "--bandwidth", "50GiB/s", "--latency", "500ns"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    expected = closed_form("all_reduce", 4, 2**20, 50 * 2**30, 500e-9)
+    assert f"closed form 2(n-1)(alpha + S/(nB)) = {expected * 1e6:.4f} us" in out
+    assert "ratio 1.000000" in out
+    assert main([*args, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
+    assert row["time"] == pytest.approx(row["closed_form_s"], rel=1e-9)
+    assert row["closed_form_s"] == pytest.approx(expected, rel=1e-12)
+
+
+def test_samples_on_the_netns_star_testbed(et_samples, capsys, tmp_path):
+    trace = tmp_path / "trace.json"
+    args = ["simulate", sample(et_samples, "all_gather"), "--testbed", "testbed/netns-star.toml"]
+    assert main([*args, "--json", "--trace", str(trace)]) == 0
+    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
+    # 1 Gbit/s links: ring all-gather of a 1 MiB shard moves 3 MiB through each NIC
+    assert row["time"] == pytest.approx(3 * 2**20 / 125e6, rel=1e-3)
+    ev = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in ev} == {0, 1, 2, 3}
+
+
+def test_two_backends_side_by_side(et_samples, capsys, tmp_path):
+    rows = [{"collective": "all_reduce", "n_ranks": 4, "size": 2**20, "time_s": 100e-6}]
+    f = tmp_path / "bench.json"
+    f.write_text(json.dumps(rows))
+    net = f"analytical,measured:{f}"
+    assert main(["simulate", sample(et_samples, "all_reduce"), "--network", net, "--json"]) == 0
+    reps = json.loads(capsys.readouterr().out)["reports"]
+    assert [r["backend"] for r in reps] == ["analytical", f"measured:{f}"]
+    assert reps[1]["iteration_s"] == pytest.approx(100e-6)
+    assert reps[0]["iteration_s"] != pytest.approx(100e-6)
+
+
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["--network", "magic"], "unknown network backend"),
+        (["--bandwidth", "lots"], "not a"),
+        (["--network", "measured:/nonexistent/run.json"], "cannot read measured times"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(et_samples, capsys, extra, msg):
+    assert main(["simulate", sample(et_samples, "all_reduce"), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("genie: error:") and msg in err[0]
+
+
+def test_missing_workload_is_a_clear_error(tmp_path, capsys):
+    assert main(["simulate", str(tmp_path / "nothing")]) == 2
+    assert "genie: error:" in capsys.readouterr().err
+
+
+def _node(i, ntype, deps=(), dur_us=0, **attrs):
+    kinds = {
+        "comm_type": "int64_val",
+        "comm_size": "int64_val",
+        "pg_name": "string_val",
+        "comm_src": "int32_val",
+        "comm_dst": "int32_val",
+        "comm_tag": "int32_val",
+        "num_ops": "int64_val",
+        "tensor_size": "uint64_val",
+    }
+    return Node(
+        i,
+        f"n{i}",
+        ntype,
+        data_deps=list(deps),
+        duration_micros=dur_us,
+        attrs=[Attr(k, kinds[k], v) for k, v in attrs.items()],
+    )
+
+
+def test_adapter_compiles_workload_objects_with_groups_p2p_and_roofline():
+    ranks = []
+    for r in range(2):
+        nodes = [
+            _node(10, NodeType.COMP_NODE, dur_us=0, num_ops=2 * 10**12),
+            _node(11, NodeType.COMM_COLL_NODE, [10], comm_type=0, comm_size=4096, pg_name="tp"),
+            _node(
+                12,
+                NodeType.COMM_SEND_NODE if r == 0 else NodeType.COMM_RECV_NODE,
+                [11],
+                comm_size=64,
+                comm_tag=3,
+                **({"comm_dst": 1} if r == 0 else {"comm_src": 0}),
+            ),
+            _node(13, NodeType.COMP_NODE, [12, 999], dur_us=5),  # 999: missing id, dropped
+        ]
+        ranks.append(RankGraph(rank=r, nodes=nodes))
+    wl = Workload(ranks=ranks, groups={"tp": (0, 1)})
+    cw = compile_workload(wl, ComputeModel(peak_flops=1e15, efficiency=0.5))
+    r0 = cw.ranks[0]
+    assert r0.duration.tolist() == [pytest.approx(4e-3), 0.0, 0.0, pytest.approx(5e-6)]
+    assert r0.dep_idx.tolist() == [0, 1, 2]
+    assert cw.group_ranks[cw.group_names.index("tp")] == (0, 1)
+    assert len(cw.instances) == 2  # the all-reduce and the send/recv pair
+    assert cw.instances.src.tolist()[1] == 0 and cw.instances.dst.tolist()[1] == 1
+
+
+def test_adapter_rejects_collective_without_type():
+    nodes = [_node(1, NodeType.COMM_COLL_NODE, comm_size=8)]
+    wl = Workload(ranks=[RankGraph(rank=0, nodes=nodes)])
+    from genie.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="no comm_type"):
+        compile_workload(wl)

@@ -1,0 +1,187 @@
+"""Network backends and pricers: fair sharing, units, placements, topologies, measured tables."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from genie.errors import StoreError, TopologyError, UnitError
+from genie.sim.compiled import P2P, coll_type
+from genie.sim.measured import MeasuredBackend, MeasuredTable
+from genie.sim.netmodel import NetModel, closed_form, parse_bandwidth
+from genie.sim.network import AnalyticalBackend, Demand, Transfer
+
+US = 1e-6
+
+
+class FixedPricer:
+    """Explicit link loads per transfer id, for checking the sharing arithmetic by hand."""
+
+    def __init__(self, caps, loads, latency=0.0):
+        self.caps = np.asarray(caps, float)
+        self.loads = loads
+        self.latency = latency
+
+    def capacity(self):
+        return self.caps
+
+    def price(self, tr):
+        links, nbytes = zip(*self.loads[tr.iid], strict=True)
+        return Demand(self.latency, np.asarray(links), np.asarray(nbytes, float))
+
+
+def tr(iid, size=0, ranks=(0, 1)):
+    return Transfer(iid, 0, size, ranks, 0)
+
+
+def drain(be):
+    out = {}
+    while be.next_time() < float("inf"):
+        t = be.next_time()
+        for iid in be.pop(t):
+            out[iid] = t
+    return out
+
+
+def test_two_equal_transfers_on_one_link_take_twice_as_long():
+    be = AnalyticalBackend(FixedPricer([1e9], {0: [(0, 10_000)], 1: [(0, 10_000)]}))
+    be.start(tr(0), 0.0)
+    be.start(tr(1), 0.0)
+    done = drain(be)
+    assert done[0] == pytest.approx(20 * US) and done[1] == pytest.approx(20 * US)
+
+
+def test_max_min_fair_rates_by_progressive_filling():
+    # X on link 0; Y on links 0 and 1; Z on link 1 (4x capacity, 4x bytes). By hand: link 0
+    # saturates at rate 1/2 (X, Y frozen); link 1 then has 4e9 - 0.5 * 5e9 = 1.5e9 left for Z
+    # whose demand is 4e9, so Z runs at 0.5 + 1.5/4 = 0.875.
+    loads = {0: [(0, 10_000)], 1: [(0, 10_000), (1, 10_000)], 2: [(1, 40_000)]}
+    be = AnalyticalBackend(FixedPricer([1e9, 4e9], loads))
+    for i in range(3):
+        be.start(tr(i), 0.0)
+    rates = {iid: st[1] for iid, st in be._active.items()}
+    assert rates == {0: pytest.approx(0.5), 1: pytest.approx(0.5), 2: pytest.approx(0.875)}
+    done = drain(be)
+    assert done[2] == pytest.approx(10 * US / 0.875)
+    assert done[0] == pytest.approx(20 * US) and done[1] == pytest.approx(20 * US)
+
+
+def test_latency_tail_does_not_hold_links():
+    # A: 10 us of bytes + 5 us latency; B starts at 10 us on the same link and runs alone.
+    be = AnalyticalBackend(FixedPricer([1e9], {0: [(0, 10_000)], 1: [(0, 10_000)]}, 5 * US))
+    be.start(tr(0), 0.0)
+    assert be.next_time() == pytest.approx(10 * US)
+    assert be.pop(be.next_time()) == []  # bytes done, latency tail begins
+    be.start(tr(1), 10 * US)
+    done = drain(be)
+    assert done == {0: pytest.approx(15 * US), 1: pytest.approx(25 * US)}
+
+
+def test_parse_bandwidth_units_are_explicit():
+    assert parse_bandwidth("50GiB/s") == 50 * 2**30
+    assert parse_bandwidth("50GB/s") == 50e9
+    assert parse_bandwidth("100Gb/s") == 100e9 / 8
+    assert parse_bandwidth("400gbit") == 400e9 / 8
+    for bad in ("50 furlongs/s", "fast", "-1GB/s"):
+        with pytest.raises(UnitError):
+            parse_bandwidth(bad)
+
+
+@pytest.mark.parametrize(
+    "coll,size",
+    [
+        ("all_reduce", 2**20),
+        ("reduce_scatter", 3 * 2**20),
+        ("all_gather", 4096),
+        ("all_to_all", 2**22),
+        ("broadcast", 2**20),
+    ],
+)
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_switch_model_alone_equals_closed_form(coll, size, n):
+    m = NetModel(n, 25e9, 2 * US)
+    be = AnalyticalBackend(m)
+    t = be.alone(Transfer(0, coll_type(coll), size, tuple(range(n)), 0))
+    assert t == pytest.approx(closed_form(coll, n, size, 25e9, 2 * US), rel=1e-12)
+
+
+def test_ranks_on_one_host_use_the_intra_host_bandwidth():
+    m = NetModel(4, 10e9, 1 * US, ranks_per_host=2, intra_bandwidth=100e9, intra_latency=0.0)
+    be = AnalyticalBackend(m)
+    inside = be.alone(Transfer(0, coll_type("all_reduce"), 2**20, (0, 1), 0))
+    across = be.alone(Transfer(1, coll_type("all_reduce"), 2**20, (0, 2), 1))
+    assert inside == pytest.approx(2**20 / 100e9)  # 2 ranks: each sends S, no latency inside
+    assert across == pytest.approx(2 * US + 2**20 / 10e9)
+    # a 4-rank ring over 2 hosts: each host NIC carries one ring edge each way
+    ring4 = be.alone(Transfer(2, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), 2))
+    assert ring4 == pytest.approx(6 * US + 1.5 * 2**20 / 10e9)
+
+
+def test_topology_pricer_on_a_star_matches_the_switch_model():
+    from genie.collectives import topology
+    from genie.sim.topo_pricer import TopologyPricer
+
+    topo = topology.switch(4, 50 * 2**30, 250e-9)  # 2 links per route: 500 ns per message
+    be = AnalyticalBackend(TopologyPricer(topo, [0, 1, 2, 3]))
+    t = be.alone(Transfer(0, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), 0))
+    assert t == pytest.approx(closed_form("all_reduce", 4, 2**20, 50 * 2**30, 500e-9))
+
+
+def test_oversubscribed_leaf_spine_slows_cross_leaf_traffic():
+    from genie.collectives import topology
+    from genie.sim.topo_pricer import TopologyPricer
+
+    topo = topology.leaf_spine(2, 1, 2, 1e9, 0.0, oversubscription=2.0)
+    be = AnalyticalBackend(TopologyPricer(topo, [0, 1, 2, 3]))
+    same_leaf = be.alone(Transfer(0, P2P, 10**6, (0, 1), -1))
+    # two flows leave leaf 0 at once: its uplink (2 x 1e9 / 2 = 1e9) is shared
+    be.start(Transfer(1, P2P, 10**6, (0, 2), -1), 0.0)
+    be.start(Transfer(2, P2P, 10**6, (1, 3), -1), 0.0)
+    done = drain(be)
+    assert same_leaf == pytest.approx(1e-3)
+    assert done[1] == pytest.approx(2e-3) and done[2] == pytest.approx(2e-3)
+
+
+def test_placement_must_cover_the_ranks():
+    from genie.collectives import topology
+    from genie.sim.topo_pricer import TopologyPricer
+
+    with pytest.raises(TopologyError, match="placement covers 2 ranks"):
+        TopologyPricer(topology.switch(2, 1e9, 0.0), [0, 1], n_ranks=4)
+
+
+def test_measured_table_interpolates_log_log_and_flags_extrapolation(tmp_path):
+    rows = [
+        {"collective": "all_reduce", "n_ranks": 4, "size": 1024, "time_s": 10e-6},
+        {"collective": "all_reduce", "n_ranks": 4, "size": 1024, "time_s": 30e-6},
+        {"collective": "all_reduce", "n_ranks": 4, "size": 1024 * 16, "time_s": 80e-6},
+    ]
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(rows))
+    table = MeasuredTable.from_json(f)
+    # median of 10 and 30 us at 1 KiB is 20 us; midpoint in log size is 4 KiB -> sqrt(20*80)
+    assert table.lookup("all_reduce", 4, 1024) == (pytest.approx(20e-6), "measured")
+    t, how = table.lookup("all_reduce", 4, 4096)
+    assert how == "interpolated" and t == pytest.approx(40e-6)
+    be = MeasuredBackend(table, model=lambda tr: tr.size * 1e-9)
+    be.start(Transfer(0, coll_type("all_reduce"), 4096, (0, 1, 2, 3), 0), 0.0)
+    be.start(Transfer(1, coll_type("all_reduce"), 32768, (0, 1, 2, 3), 0), 0.0)
+    done = drain(be)
+    assert done[0] == pytest.approx(40e-6)
+    # outside: the model (1 ns/B) scaled to the measured point at 16 KiB: 80 us * 2
+    assert done[1] == pytest.approx(160e-6)
+    assert be.counts == {"interpolated": 1, "extrapolated": 1}
+    assert "1 EXTRAPOLATED" in be.summary()
+
+
+def test_measured_without_data_or_model_is_a_clear_error(tmp_path):
+    f = tmp_path / "empty.json"
+    f.write_text("[]")
+    with pytest.raises(StoreError, match="no measured collective times"):
+        MeasuredTable.from_json(f)
+    table = MeasuredTable([("all_gather", 2, 100, 1e-6)])
+    be = MeasuredBackend(table)
+    with pytest.raises(StoreError, match="no measured times for all_reduce on 2 ranks"):
+        be.start(Transfer(0, 0, 100, (0, 1), 0), 0.0)
