@@ -1,9 +1,14 @@
 """The agent process: a thin ZeroMQ shell around ``AgentCore`` and the TCP data plane.
 
-The control socket is a DEALER bound on ``--listen`` with routing id = agent id; the controller's
-ROUTER connects to it. One thread runs the loop: poll the control socket and a wake-up pipe the
-data plane writes to when it posts an event, feed frames and events to the core, send what it
-returns, and tick it for heartbeats. A frame that fails to decode is answered, never fatal.
+The control socket is bound on ``--listen`` with routing id = agent id; the controller's ROUTER
+connects to it. It is a ROUTER, not a DEALER: a DEALER deals its outgoing messages round-robin
+over every connected peer, so a second controller (or any stray connection) would receive the
+first controller's replies; a ROUTER answers the peer that asked, and the core refuses job
+messages from anyone but the holding controller.
+
+One thread runs the loop: poll the control socket and a wake-up pipe the data plane writes to
+when it posts an event, feed frames and events to the core, send what it returns, and tick it
+for heartbeats. A frame that fails to decode is answered, never fatal.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from genie.errors import TransportError, UsageError
 
 
 def make_agent_socket(ctx: zmq.Context, listen: str, agent_id: str) -> zmq.Socket:
-    """Create the agent's control socket: DEALER, routing id = agent id, bound on ``listen``."""
-    sock = ctx.socket(zmq.DEALER)
+    """Create the agent's control socket: ROUTER, routing id = agent id, bound on ``listen``."""
+    sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTING_ID, agent_id.encode())
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.LINGER, 200)
     sock.setsockopt(zmq.SNDHWM, 10_000)
     sock.setsockopt(zmq.MAXMSGSIZE, 32 << 20)  # larger frames are dropped by libzmq itself
@@ -94,10 +100,13 @@ def run_agent(
         ready()
     seen_log = 0
 
-    def send(msgs: list[Msg]) -> None:
+    def send(msgs: list[Msg], peer: bytes | None = None) -> None:
+        dest = peer if peer is not None else core.peer.encode("latin-1")
+        if not dest:
+            return
         for m in msgs:
-            with contextlib.suppress(zmq.Again):
-                ctl.send(encode(m), zmq.NOBLOCK)
+            with contextlib.suppress(zmq.ZMQError):  # peer gone or queue full: drop
+                ctl.send_multipart([dest, encode(m)], zmq.NOBLOCK)
 
     try:
         while not core.quit and not stop["flag"]:
@@ -109,8 +118,10 @@ def run_agent(
                             frames = ctl.recv_multipart(zmq.NOBLOCK)
                         except zmq.Again:
                             break
-                        frame = frames[-1] if frames else b""
-                        send(core.handle(frame))
+                        if len(frames) < 2:
+                            continue
+                        peer, frame = frames[0], frames[-1]
+                        send(core.handle(frame, peer.decode("latin-1")), peer)
                 else:
                     with contextlib.suppress(BlockingIOError):
                         wake_r.recv(4096)

@@ -2,7 +2,7 @@
 
 An agent receives each program as ``Program.to_bytes()`` (its ProgramSpec) and rebuilds the
 steps locally. Collectives come from ``genie.collectives``; the runtime adds two builders of its
-own that the collectives library has no reason to hold: ``p2p/oneway`` (rank i sends ``size``
+own that the collectives library has no reason to hold: ``flow/oneway`` (rank i sends ``size``
 bytes to rank i + n/2, the shape of an iperf3 flow) and ``selftest/ring`` (a chained
 send/recv/reduce/copy pattern that exercises every step kind, for runtime tests).
 """
@@ -18,7 +18,7 @@ from genie.errors import CollectiveError, ProtocolError
 def _p2p_oneway(spec: ProgramSpec, rank: int) -> list[Step]:
     half = spec.n_ranks // 2
     if spec.n_ranks < 2 or spec.n_ranks % 2:
-        raise CollectiveError("p2p/oneway needs an even number of ranks >= 2")
+        raise CollectiveError("flow/oneway needs an even number of ranks >= 2")
     if rank < half:
         return [Step(Op.SEND, peer=rank + half, nbytes=spec.size, tag=0)]
     return [Step(Op.RECV, peer=rank - half, nbytes=spec.size, tag=0)]
@@ -46,7 +46,7 @@ def _selftest_ring(spec: ProgramSpec, rank: int) -> list[Step]:
 
 
 BUILTIN: dict[tuple[str, str], StepBuilder] = {
-    ("p2p", "oneway"): _p2p_oneway,
+    ("flow", "oneway"): _p2p_oneway,
     ("selftest", "ring"): _selftest_ring,
 }
 

@@ -125,6 +125,8 @@ class AgentCore:
         self.beats = 0
         self.quit = False
         self._silent = 0
+        self._sender = ""
+        self.peer = ""  # transport id of the holding controller: events and beats go there
         self.log: list[str] = []  # refusals and losses, newest last (the shell prints them)
 
     # ---- helpers -------------------------------------------------------------------------
@@ -153,14 +155,23 @@ class AgentCore:
         return max(0, (self.clock.now() - self.last_heard) // self.interval_ns)
 
     # ---- inputs --------------------------------------------------------------------------
-    def handle(self, frame: bytes) -> list[Msg]:
-        """Handle one control frame; return the replies."""
+    def handle(self, frame: bytes, sender: str = "") -> list[Msg]:
+        """Handle one control frame from peer ``sender``; return the replies (to ``sender``).
+
+        Only the controller that holds the agent (its peer id) may drive it; from anyone else
+        a job message is refused with ``Error(busy)`` naming the holder.
+        """
         try:
             msg = decode(frame)
         except ProtocolError as exc:
             return [self._err("malformed", str(exc))]
         self._silent = self.missed_beats()
-        self.last_heard = self.clock.now()
+        owner = self.controller is not None and sender == self.peer
+        if not isinstance(msg, Hello | TimeProbe | Quit) and self.controller and not owner:
+            return [self._err("busy", f"agent is held by controller {self.controller}", msg)]
+        if owner:
+            self.last_heard = self.clock.now()
+        self._sender = sender
         try:
             return self._dispatch(msg)
         except GenieError as exc:  # bad program, over limits...: refuse, change nothing
@@ -186,6 +197,8 @@ class AgentCore:
             self.controller = None
             return [Ack(job=msg.job, epoch=msg.epoch, what="bye")]
         if isinstance(msg, Quit):
+            if self.controller and self._sender != self.peer and self._silent < self.missed_limit:
+                return [self._err("busy", f"agent is held by controller {self.controller}", msg)]
             self._drop_job()
             self.quit = True
             return [Ack(what="quit")]
@@ -211,6 +224,8 @@ class AgentCore:
         if self.controller != msg.controller:
             self.last_epoch = 0
         self.controller = msg.controller
+        self.peer = self._sender
+        self.last_heard = self.clock.now()
         addr, port = self.dp.endpoint()
         return [
             HelloReply(

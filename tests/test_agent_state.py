@@ -35,7 +35,7 @@ class FakeDataPlane:
 
 
 def p2p(size: int = 1024) -> bytes:
-    return msgspec_spec(ProgramSpec(collective="p2p", algorithm="oneway", n_ranks=2, size=size))
+    return msgspec_spec(ProgramSpec(collective="flow", algorithm="oneway", n_ranks=2, size=size))
 
 
 def msgspec_spec(spec: ProgramSpec) -> bytes:
@@ -53,8 +53,8 @@ def agent():
     return core, dp, clock
 
 
-def send(core: AgentCore, msg: p.Msg) -> list[p.Msg]:
-    return core.handle(p.encode(msg))
+def send(core: AgentCore, msg: p.Msg, sender: str = "") -> list[p.Msg]:
+    return core.handle(p.encode(msg), sender)
 
 
 def prepare_msg(epoch: int = 1, job: str = "job1", programs=None) -> p.Prepare:
@@ -219,3 +219,14 @@ def test_quit(agent) -> None:
     core, _, _ = agent
     (ack,) = send(core, p.Quit())
     assert ack.what == "quit" and core.quit
+
+
+def test_job_messages_from_another_peer_are_refused(agent) -> None:
+    core, dp, _ = agent
+    to_prepared(core)
+    for msg in (p.Go(job="job1", epoch=1), p.Abort(job="job1", epoch=1), p.Bye(), p.Quit()):
+        (err,) = send(core, msg, sender="intruder")
+        assert err.code == "busy" and "ctl-1" in err.message
+    assert core.state is State.PREPARED and not dp.gos and not core.quit
+    (rep,) = send(core, p.TimeProbe(t0=1), sender="intruder")  # harmless, answered
+    assert isinstance(rep, p.TimeReply)

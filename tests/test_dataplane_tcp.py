@@ -88,14 +88,14 @@ def test_point_to_point_moves_and_checks_every_byte(planes, streams: int) -> Non
     size = 3 * 1024 * 1024 + 17
     prepared, results, start = run_job(
         dps,
-        [spec("p2p", "oneway", 2, size)],
+        [spec("flow", "oneway", 2, size)],
         ["a0", "a1"],
         DataOptions(streams=streams, token=new_token()),
     )
-    assert prepared[0].msg.connections == streams
+    assert [e.msg.connections for e in prepared] == [streams, streams]
     assert all(e.kind == "result" for e in results), results
-    send_rank = results[0].msg.ranks[0]
-    recv_rank = results[1].msg.ranks[0]
+    by_rank = {r.rank: r for e in results for r in e.msg.ranks}
+    send_rank, recv_rank = by_rank[0], by_rank[1]
     assert send_rank.bytes_sent == size * 3  # 1 warm-up + 2 iterations
     assert recv_rank.bytes_received == size * 3
     parts = len(split_parts(size, streams, 65536))
@@ -129,7 +129,7 @@ def _fake_sender(dp: TcpDataPlane, token: str, frames: list[bytes]) -> socket.so
 
 
 def _prepare_receiver(dp: TcpDataPlane, token: str, size: int, timeout: float = 3.0):
-    s = spec("p2p", "oneway", 2, size)
+    s = spec("flow", "oneway", 2, size)
     prep = Prepare(
         job="j1",
         epoch=1,

@@ -1,0 +1,232 @@
+"""A cluster of agent processes on this machine's loopback, and opening a controller on a testbed.
+
+``LocalCluster.start(n)`` launches ``python -m genie agent`` n times on 127.0.0.1 (consecutive
+free control ports, data ports chosen by each agent), waits until each says it listens, and
+writes ``testbed.toml``, ``agents.pids`` and one log per agent in its directory. ``stop()`` ends
+exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from genie.controller.session import Controller, Timeouts
+from genie.controller.transport import ZmqTransport
+from genie.errors import RuntimeFault, TestbedError
+
+PIDFILE = "agents.pids"
+TESTBED_FILE = "testbed.toml"
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 5.0
+
+
+def _ports_free(base: int, n: int) -> bool:
+    for port in range(base, base + n):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        finally:
+            s.close()
+    return True
+
+
+def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
+    """A base port with n consecutive free loopback ports after it."""
+    rnd = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(200):
+        base = rnd.randrange(lo, hi - n)
+        if _ports_free(base, n):
+            return base
+    raise TestbedError(f"no {n} consecutive free loopback ports found")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_our_agent(pid: int) -> bool:
+    """True if ``pid`` is a genie agent process (guards against a recycled pid)."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"agent" in cmd and any(b"genie" in c for c in cmd)
+
+
+def stop_pids(pids: Sequence[int], timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+    """SIGTERM the given agent pids, SIGKILL the ones still alive after ``timeout_s``."""
+    mine = [p for p in pids if _alive(p) and _is_our_agent(p)]
+    for p in mine:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and any(_alive(p) for p in mine):
+        for p in mine:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(p, os.WNOHANG)
+        time.sleep(0.02)
+    for p in mine:
+        if _alive(p):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(p, 0)
+    return mine
+
+
+class LocalCluster:
+    """N agents on loopback, their testbed file and pid file, stoppable by pid."""
+
+    def __init__(self, directory: Path, procs: list[subprocess.Popen], testbed) -> None:
+        self.dir = directory
+        self.procs = procs
+        self.testbed = testbed
+        self.testbed_path = directory / TESTBED_FILE
+
+    @classmethod
+    def start(
+        cls,
+        n_agents: int,
+        directory: str | Path | None = None,
+        *,
+        ranks_per_host: int = 1,
+        base_port: int | None = None,
+        heartbeat_s: float = 0.5,
+        python: str | None = None,
+    ) -> LocalCluster:
+        """Start the agents, wait until all listen, write the testbed; stop all on failure."""
+        from genie.testbed import dumps_testbed, loopback_testbed
+
+        if not 1 <= n_agents <= 256:
+            raise TestbedError(f"--agents must be 1..256, got {n_agents}")
+        d = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="genie-cluster-"))
+        d.mkdir(parents=True, exist_ok=True)
+        old = d / PIDFILE
+        if old.exists() and any(_alive(p) and _is_our_agent(p) for p in read_pids(d)):
+            raise TestbedError(f"a local cluster is already running in {d} (stop it first)")
+        base = base_port or free_port_range(n_agents)
+        tb = loopback_testbed(n_agents, base_port=base, ranks_per_host=ranks_per_host)
+        procs: list[subprocess.Popen] = []
+        logs = []
+        try:
+            for h in tb.hosts:
+                log = open(d / f"agent-{h.name}.log", "wb")  # noqa: SIM115 (closed below)
+                logs.append(log)
+                cmd = [
+                    python or sys.executable,
+                    "-m",
+                    "genie",
+                    "agent",
+                    "--listen",
+                    h.control,
+                    "--id",
+                    h.name,
+                    "--data-addr",
+                    h.data_addr,
+                    "--heartbeat",
+                    str(heartbeat_s),
+                ]
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
+            (d / PIDFILE).write_text(json.dumps([p.pid for p in procs]))
+            cls._wait_listening(d, tb, procs)
+            (d / TESTBED_FILE).write_text(dumps_testbed(tb))
+        except BaseException:
+            stop_pids([p.pid for p in procs])
+            for p in procs:
+                with contextlib.suppress(Exception):
+                    p.wait(timeout=1)
+            raise
+        finally:
+            for log in logs:
+                log.close()
+        return cls(d, procs, tb)
+
+    @staticmethod
+    def _wait_listening(d: Path, tb, procs: list[subprocess.Popen]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        pending = {h.name: p for h, p in zip(tb.hosts, procs, strict=True)}
+        while pending:
+            for name, p in list(pending.items()):
+                text = (d / f"agent-{name}.log").read_text(errors="replace")
+                if "listening on" in text:
+                    del pending[name]
+                elif p.poll() is not None:
+                    last = text.strip().splitlines()[-1] if text.strip() else "no output"
+                    raise TestbedError(f"agent {name} exited with {p.returncode}: {last}")
+            if pending and time.monotonic() > deadline:
+                raise TestbedError(
+                    f"agents {', '.join(sorted(pending))} did not start within {START_TIMEOUT_S}s"
+                )
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        """Stop this cluster's agents by pid and remove the pid file."""
+        stop_pids([p.pid for p in self.procs])
+        for p in self.procs:
+            with contextlib.suppress(Exception):
+                p.wait(timeout=1)
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / PIDFILE).unlink()
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def read_pids(directory: str | Path) -> list[int]:
+    """Pids recorded by a local cluster in ``directory`` (empty if none)."""
+    try:
+        return [int(x) for x in json.loads((Path(directory) / PIDFILE).read_text())]
+    except (FileNotFoundError, ValueError, TypeError):
+        return []
+
+
+def stop_recorded(directory: str | Path) -> list[int]:
+    """Stop the agents recorded in ``directory``'s pid file; return the pids stopped."""
+    pids = read_pids(directory)
+    stopped = stop_pids(pids)
+    with contextlib.suppress(FileNotFoundError):
+        (Path(directory) / PIDFILE).unlink()
+    return stopped
+
+
+def open_controller(testbed, timeouts: Timeouts | None = None, log=None) -> Controller:
+    """A Controller connected (ZeroMQ) to every host of ``testbed``; call ``.connect()`` next."""
+    if not testbed.hosts:
+        raise RuntimeFault(f"testbed {testbed.name} has no hosts")
+    import os
+    import uuid
+
+    endpoints = {h.name: h.control for h in testbed.hosts}
+    cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    tr = ZmqTransport(endpoints, identity=cid)
+    return Controller(tr, list(endpoints), timeouts=timeouts, log=log, controller_id=cid)

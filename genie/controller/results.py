@@ -1,0 +1,104 @@
+"""Turn agents' per-rank times into per-collective completion times, on the controller's clock.
+
+For iteration i: start = earliest rank start, end = last rank end, both converted from each
+agent's monotonic clock with its estimated offset (controller = agent - offset). Warm-up
+iterations are kept but flagged, and left out of the statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import msgspec
+import numpy as np
+
+from agents.protocol import Result
+
+
+class Instance(msgspec.Struct, kw_only=True):
+    """One run of one collective (one iteration), controller clock, ns."""
+
+    iteration: int
+    warmup: bool
+    start_ns: int
+    end_ns: int
+    time_s: float
+    rank_start_ns: list[int]  # by global rank order of ``ranks``
+    rank_end_ns: list[int]
+    ranks: list[int]
+    step0_spread_ns: int = -1  # max - min over ranks of the first step's start, when recorded
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """Percentiles of completion time over the measured (non-warm-up) instances, seconds."""
+
+    n: int
+    p50: float
+    p99: float
+    min: float
+    max: float
+    mean: float
+
+
+def completion_times(results: Mapping[str, Result], offsets: Mapping[str, int]) -> list[Instance]:
+    """Per-iteration completion times from every agent's Result of one Go."""
+    per_rank: list[tuple[int, list[int], list[int], list[int]]] = []
+    warmup = 0
+    for agent, res in results.items():
+        off = offsets.get(agent, 0)
+        warmup = res.warmup
+        for rr in res.ranks:
+            s0 = [row[0] - off for row in rr.step_start if row] if rr.step_start else []
+            per_rank.append((rr.rank, [t - off for t in rr.start], [t - off for t in rr.end], s0))
+    per_rank.sort()
+    if not per_rank:
+        return []
+    n_it = min(len(s) for _, s, _, _ in per_rank)
+    out = []
+    for i in range(n_it):
+        starts = [s[i] for _, s, _, _ in per_rank]
+        ends = [e[i] for _, _, e, _ in per_rank]
+        firsts = [f[i] for _, _, _, f in per_rank if len(f) > i]
+        spread = max(firsts) - min(firsts) if len(firsts) == len(per_rank) else -1
+        st, en = min(starts), max(ends)
+        out.append(
+            Instance(
+                iteration=i,
+                warmup=i < warmup,
+                start_ns=st,
+                end_ns=en,
+                time_s=(en - st) / 1e9,
+                rank_start_ns=starts,
+                rank_end_ns=ends,
+                ranks=[r for r, _, _, _ in per_rank],
+                step0_spread_ns=spread,
+            )
+        )
+    return out
+
+
+def stats(times: Sequence[float]) -> Stats:
+    """p50/p99/min/max/mean of ``times`` (seconds)."""
+    if not times:
+        return Stats(
+            n=0,
+            p50=float("nan"),
+            p99=float("nan"),
+            min=float("nan"),
+            max=float("nan"),
+            mean=float("nan"),
+        )
+    a = np.asarray(times, dtype=float)
+    return Stats(
+        n=len(a),
+        p50=float(np.percentile(a, 50)),
+        p99=float(np.percentile(a, 99)),
+        min=float(a.min()),
+        max=float(a.max()),
+        mean=float(a.mean()),
+    )
+
+
+def measured(instances: Sequence[Instance]) -> list[float]:
+    """Completion times of the non-warm-up instances."""
+    return [x.time_s for x in instances if not x.warmup]

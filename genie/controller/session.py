@@ -1,0 +1,364 @@
+"""The controller: claim agents, sync clocks, prepare a job, start it in sync, gather results.
+
+``Controller`` is transport- and clock-agnostic (see ``transport.py``), so tests drive it with
+in-process agents and a fake clock. Every wait is bounded: by a deadline derived from the plan
+(bytes a rank moves / a slow rate x margin, plus a base), and by the heartbeat rule (an agent
+silent for ``MISSED_BEATS_LIMIT`` intervals is lost). On any failure the job is aborted on every
+agent and a ``RuntimeFault`` names the agent and what was being waited for.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agents.clock import Clock, ClockEstimate, MonotonicClock, estimate_offset
+from agents.protocol import (
+    PROTOCOL_VERSION,
+    Abort,
+    Ack,
+    Bye,
+    DataOptions,
+    Error,
+    Go,
+    Heartbeat,
+    Hello,
+    HelloReply,
+    Msg,
+    Prepare,
+    Prepared,
+    Quit,
+    Release,
+    Result,
+    TimeProbe,
+    TimeReply,
+    decode,
+    encode,
+)
+from agents.state import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
+from agents.transports.tcp import new_token
+from genie import __version__
+from genie.collectives.program import Op, Program, ProgramSpec
+from genie.controller.results import Instance, completion_times
+from genie.controller.transport import Transport
+from genie.errors import GenieError, ProtocolError, RuntimeFault
+
+SLOW_RATE = 20e6  # bytes/s: the slowest a rank's traffic is assumed to move, for timeouts
+TIMEOUT_MARGIN = 4.0
+TIMEOUT_BASE_S = 2.0
+
+
+@dataclass
+class Timeouts:
+    """Bounds of every wait; run/prepare bounds also grow with the plan's bytes."""
+
+    register_s: float = 10.0
+    probe_s: float = 1.0
+    prepare_base_s: float = 10.0
+    slow_rate: float = SLOW_RATE
+    margin: float = TIMEOUT_MARGIN
+    base_s: float = TIMEOUT_BASE_S
+
+
+@dataclass
+class RunOutcome:
+    """What one Go produced: per-iteration completion times and the raw per-agent results."""
+
+    program: ProgramSpec
+    instances: list[Instance]
+    results: dict[str, Result]
+    start_at_ns: int
+    lateness_ns: dict[str, int] = field(default_factory=dict)
+
+    def times(self, include_warmup: bool = False) -> list[float]:
+        """Completion times in seconds."""
+        return [x.time_s for x in self.instances if include_warmup or not x.warmup]
+
+
+def rank_bytes(program: Program) -> int:
+    """Most bytes any rank of ``program`` sends plus receives (for timeouts)."""
+    best = 0
+    for _, steps in program.iter_ranks():
+        best = max(best, sum(s.nbytes for s in steps if s.op in (Op.SEND, Op.RECV)))
+    return best
+
+
+class Controller:
+    """Drives a set of agents through jobs over a Transport."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        agents: Sequence[str],
+        clock: Clock | None = None,
+        *,
+        controller_id: str | None = None,
+        timeouts: Timeouts | None = None,
+        heartbeat_s: float = HEARTBEAT_INTERVAL_S,
+        missed_beats_limit: int = MISSED_BEATS_LIMIT,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.t = transport
+        self.agents = list(agents)
+        self.clock = clock or MonotonicClock()
+        self.id = controller_id or f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.to = timeouts or Timeouts()
+        self.hb_ns = int(heartbeat_s * 1e9)
+        self.missed_limit = missed_beats_limit
+        self.log = log or (lambda _m: None)
+        self.hello: dict[str, HelloReply] = {}
+        self.offsets: dict[str, ClockEstimate] = {}
+        self.job = ""
+        self.epoch = 0
+        self.programs: list[Program] = []
+        self.placement: list[str] = []
+        self.last_heard: dict[str, int] = {}
+        self._next_beat = 0
+        self._beats = 0
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _send(self, agent: str, msg: Msg) -> None:
+        self.t.send(agent, encode(msg))
+
+    def _beat(self, now: int) -> None:
+        if now < self._next_beat:
+            return
+        self._beats += 1
+        for a in self.hello:
+            self._send(
+                a, Heartbeat(job=self.job, epoch=self.epoch, seq=self._beats, sender=self.id)
+            )
+        self._next_beat = now + self.hb_ns
+
+    def _wait(
+        self,
+        want: type[Msg],
+        agents: Sequence[str],
+        timeout_s: float,
+        about: str,
+        match_job: bool = True,
+    ) -> dict[str, Msg]:
+        """Collect one ``want`` from each agent; RuntimeFault on error, timeout or loss."""
+        got: dict[str, Msg] = {}
+        pending = set(agents)
+        start = self.clock.now()
+        deadline = start + int(timeout_s * 1e9)
+        for a in agents:
+            self.last_heard.setdefault(a, start)
+        while pending:
+            now = self.clock.now()
+            if now >= deadline:
+                raise RuntimeFault(
+                    f"timed out after {timeout_s:.3g} s waiting for {about} from "
+                    f"{', '.join(sorted(pending))}"
+                )
+            for a in sorted(pending):
+                silent = (now - self.last_heard.get(a, start)) // self.hb_ns
+                if a in self.hello and silent >= self.missed_limit:
+                    raise RuntimeFault(
+                        f"agent {a} lost: silent for {silent} heartbeat intervals during {about}"
+                    )
+            self._beat(now)
+            wait_ns = min(deadline - now, self.hb_ns, max(0, self._next_beat - now) or self.hb_ns)
+            item = self.t.recv(max(wait_ns, 1) / 1e9)
+            if item is None:
+                continue
+            agent, frame = item
+            self.last_heard[agent] = self.clock.now()
+            try:
+                msg = decode(frame)
+            except ProtocolError as exc:
+                self.log(f"dropped malformed frame from {agent}: {exc}")
+                continue
+            if isinstance(msg, Heartbeat):
+                continue
+            if isinstance(msg, Error):
+                if not match_job or (msg.job, msg.epoch) == (self.job, self.epoch) or not msg.job:
+                    raise RuntimeFault(f"agent {agent} during {about}: {msg.code}: {msg.message}")
+                self.log(f"ignored stale error from {agent}: {msg.message}")
+                continue
+            if match_job and (msg.job, msg.epoch) != (self.job, self.epoch):
+                self.log(f"dropped stale {type(msg).__name__} from {agent}")
+                continue
+            if isinstance(msg, want) and agent in pending:
+                got[agent] = msg
+                pending.discard(agent)
+            else:
+                self.log(f"dropped unexpected {type(msg).__name__} from {agent}")
+        return got
+
+    # ---- phases ---------------------------------------------------------------------------
+    def connect(self) -> dict[str, HelloReply]:
+        """Claim every agent; check protocol versions; return their hellos."""
+        for a in self.agents:
+            self._send(a, Hello(controller=self.id, version=__version__, protocol=PROTOCOL_VERSION))
+        replies = self._wait(HelloReply, self.agents, self.to.register_s, "hello", match_job=False)
+        for a, r in replies.items():
+            assert isinstance(r, HelloReply)
+            if r.protocol != PROTOCOL_VERSION:
+                raise ProtocolError(
+                    f"agent {a} speaks protocol {r.protocol}, not {PROTOCOL_VERSION}"
+                )
+            if r.agent != a:
+                raise ProtocolError(f"agent at the address of {a} says it is {r.agent!r}")
+            if r.version != __version__:
+                self.log(f"agent {a} runs genie {r.version}, controller {__version__}")
+        self.hello = {a: replies[a] for a in self.agents}  # type: ignore[misc]
+        return self.hello
+
+    def sync_clocks(self, rounds: int = 16) -> dict[str, ClockEstimate]:
+        """NTP-style offset of every agent (min-RTT of ``rounds`` probes each)."""
+        for a in self.agents:
+            samples = []
+            for _ in range(rounds):
+                t0 = self.clock.now()
+                self._send(a, TimeProbe(job=self.job, epoch=self.epoch, t0=t0))
+                rep = self._wait(TimeReply, [a], self.to.probe_s, "clock probe", match_job=False)[a]
+                t3 = self.clock.now()
+                assert isinstance(rep, TimeReply)
+                if rep.t0 == t0:
+                    samples.append((t0, rep.t1, rep.t2, t3))
+            if not samples:
+                raise RuntimeFault(f"no clock samples from agent {a}")
+            self.offsets[a] = estimate_offset(samples)
+        return self.offsets
+
+    def prepare(
+        self,
+        programs: Sequence[Program],
+        placement: Sequence[str],
+        options: DataOptions | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """Ship programs (as specs) and placement; wait until every agent has connected."""
+        if not self.hello:
+            raise RuntimeFault("prepare before connect")
+        unknown = sorted(set(placement) - set(self.hello))
+        if unknown:
+            raise RuntimeFault(f"placement names agents not connected: {', '.join(unknown)}")
+        opts = options or DataOptions()
+        if not opts.token:
+            opts.token = new_token()
+        self.epoch += 1
+        self.job = f"{self.id}-j{self.epoch}"
+        self.programs = list(programs)
+        self.placement = list(placement)
+        endpoints = {a: f"{h.data_addr}:{h.data_port}" for a, h in self.hello.items()}
+        prep = dict(
+            job=self.job,
+            epoch=self.epoch,
+            programs=[p.to_bytes() for p in programs],
+            placement=self.placement,
+            endpoints=endpoints,
+            options=opts,
+        )
+        involved = sorted(set(self.placement))
+        for a in involved:
+            self._send(a, Prepare(**prep))
+        total = sum(p.spec.size for p in programs)
+        bound = timeout_s or (self.to.prepare_base_s + opts.connect_timeout_s + total / 1e9)
+        try:
+            self._wait(Prepared, involved, bound, "prepare")
+        except GenieError:
+            self.abort("prepare failed")
+            raise
+        return self.job
+
+    def iteration_timeout(self, program: Program) -> float:
+        """Bound of one iteration: bytes a rank moves / slow rate x margin + base."""
+        return self.to.base_s + rank_bytes(program) / self.to.slow_rate * self.to.margin
+
+    def run(
+        self,
+        program: int = 0,
+        iters: int = 1,
+        warmup: int = 0,
+        *,
+        lead_s: float | None = None,
+        timeout_s: float | None = None,
+        record_steps: bool = False,
+    ) -> RunOutcome:
+        """Start program ``program`` on every agent at one controller instant; gather times."""
+        if not self.job:
+            raise RuntimeFault("run before prepare")
+        prog = self.programs[program]
+        per_iter = timeout_s or self.iteration_timeout(prog)
+        involved = sorted(set(self.placement))
+        lead = lead_s if lead_s is not None else 0.005 + 0.0015 * len(involved)
+        start_at = self.clock.now() + int(lead * 1e9)
+        for a in involved:
+            est = self.offsets.get(a)
+            self._send(
+                a,
+                Go(
+                    job=self.job,
+                    epoch=self.epoch,
+                    program=program,
+                    iters=iters,
+                    warmup=warmup,
+                    start_at=start_at,
+                    offset=est.offset_ns if est else 0,
+                    timeout_s=per_iter,
+                    record_steps=record_steps,
+                ),
+            )
+        bound = lead + per_iter * (iters + warmup) + self.to.base_s
+        try:
+            got = self._wait(Result, involved, bound, f"{prog!r}")
+        except GenieError:
+            self.abort("run failed")
+            raise
+        results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
+        return RunOutcome(
+            program=prog.spec,
+            instances=completion_times(results, offs),
+            results=results,
+            start_at_ns=start_at,
+            lateness_ns={a: r.start_lateness_ns for a, r in results.items()},
+        )
+
+    def release(self) -> None:
+        """Drop the current job on every agent (connections closed, buffers freed)."""
+        if not self.job:
+            return
+        involved = sorted(set(self.placement))
+        for a in involved:
+            self._send(a, Release(job=self.job, epoch=self.epoch))
+        try:
+            self._wait(Ack, involved, self.to.register_s, "release")
+        finally:
+            self.job = ""
+
+    def abort(self, reason: str) -> None:
+        """Abort the current job everywhere (best effort, bounded)."""
+        if not self.job:
+            return
+        involved = sorted(set(self.placement))
+        for a in involved:
+            try:
+                self._send(a, Abort(job=self.job, epoch=self.epoch, reason=reason))
+            except GenieError:
+                continue
+        try:
+            self._wait(Ack, involved, 2.0, "abort")
+        except GenieError as exc:
+            self.log(f"abort incomplete: {exc}")
+        self.job = ""
+
+    def close(self, quit_agents: bool = False) -> None:
+        """Leave the agents (Bye), or stop them (Quit); bounded; never raises."""
+        try:
+            if self.job:
+                self.abort("controller closing")
+            msg: Msg = Quit() if quit_agents else Bye()
+            targets = list(self.hello)
+            for a in targets:
+                self._send(a, msg)
+            self._wait(Ack, targets, 2.0, "bye", match_job=False)
+        except GenieError as exc:
+            self.log(f"close: {exc}")
+        finally:
+            self.hello = {}

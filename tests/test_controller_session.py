@@ -1,0 +1,180 @@
+"""Controller logic against in-process agents (real AgentCore, fake data plane, fake clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agents import protocol as p
+from agents.clock import FakeClock
+from agents.programs import BUILTIN
+from agents.state import AgentCore, Event
+from genie.collectives.program import Program, ProgramSpec
+from genie.controller import Controller, InProcTransport, place_ranks
+from genie.controller.results import stats
+from genie.errors import RuntimeFault, UsageError
+
+SKEWS = {"a0": 0, "a1": 5_000_000, "a2": -3_000_000}  # agent clock - controller clock
+DURATION_NS = 4_000_000
+
+
+class SkewClock:
+    def __init__(self, base: FakeClock, skew: int) -> None:
+        self.base, self.skew = base, skew
+
+    def now(self) -> int:
+        return self.base.t + self.skew
+
+
+class AutoDataPlane:
+    """Completes prepare at once; a Go yields rank r starting r us late, lasting DURATION_NS."""
+
+    def __init__(self, name: str, clock: SkewClock) -> None:
+        self.name, self.clock = name, clock
+        self.pending: list[Event] = []
+        self.fail_run = ""
+        self.hang = False
+        self.releases = 0
+
+    def endpoint(self):
+        return "127.0.0.1", 9000
+
+    def prepare(self, plan, prep, post):
+        self.plan = plan
+        msg = p.Prepared(job=prep.job, epoch=prep.epoch, ranks=plan.ranks, connections=1, setup_s=0)
+        self.pending.append(Event("prepared", prep.job, prep.epoch, msg))
+
+    def go(self, go, start_local_ns, post):
+        if self.hang:
+            return
+        if self.fail_run:
+            self.pending.append(Event("run_failed", go.job, go.epoch, error=self.fail_run))
+            return
+        ranks = []
+        for r in self.plan.ranks:
+            starts, ends = [], []
+            t = start_local_ns + r * 1000
+            for _ in range(go.iters + go.warmup):
+                starts.append(t)
+                ends.append(t + DURATION_NS + r * 100)
+                t += DURATION_NS * 2
+            ranks.append(
+                p.RankResult(
+                    rank=r,
+                    start=starts,
+                    end=ends,
+                    step_start=[[s] for s in starts] if go.record_steps else [],
+                )
+            )
+        res = p.Result(
+            job=go.job, epoch=go.epoch, program=go.program, warmup=go.warmup, ranks=ranks
+        )
+        self.pending.append(Event("result", go.job, go.epoch, res))
+
+    def release(self):
+        self.releases += 1
+
+
+@pytest.fixture
+def rig():
+    base = FakeClock()
+    cores, dps = {}, {}
+    for name, skew in SKEWS.items():
+        clk = SkewClock(base, skew)
+        dps[name] = AutoDataPlane(name, clk)
+        cores[name] = AgentCore(name, dps[name], clk, dps[name].pending.append)
+
+    def handler(name):
+        return lambda frame: [p.encode(m) for m in cores[name].handle(frame)]
+
+    def pump():
+        out = []
+        for name, core in cores.items():
+            while dps[name].pending:
+                out += [(name, p.encode(m)) for m in core.on_event(dps[name].pending.pop(0))]
+            out += [(name, p.encode(m)) for m in core.tick()]
+        return out
+
+    tr = InProcTransport({n: handler(n) for n in cores}, pump, lambda s: base.advance(int(s * 1e9)))
+    ctl = Controller(tr, list(cores), base, controller_id="ctl-test")
+    return ctl, tr, cores, dps, base
+
+
+def ring_program(n: int = 3, size: int = 3000) -> Program:
+    spec = ProgramSpec(collective="selftest", algorithm="ring", n_ranks=n, size=size, chunks=2)
+    return Program(spec, BUILTIN[("selftest", "ring")])
+
+
+def test_connect_sync_prepare_run_converts_every_agent_clock(rig) -> None:
+    ctl, _, cores, dps, _ = rig
+    hellos = ctl.connect()
+    assert sorted(hellos) == ["a0", "a1", "a2"] and hellos["a1"].data_port == 9000
+    est = ctl.sync_clocks(rounds=4)
+    assert {a: e.offset_ns for a, e in est.items()} == SKEWS
+    ctl.prepare([ring_program()], place_ranks([("a0", 1), ("a1", 1), ("a2", 1)]))
+    assert [dps[a].plan.ranks for a in SKEWS] == [[0], [1], [2]]
+    out = ctl.run(iters=3, warmup=2, record_steps=True)
+    assert len(out.instances) == 5 and [x.warmup for x in out.instances] == [True] * 2 + [False] * 3
+    # all agents started at the same controller instant despite their skews, so the collective
+    # lasts the slowest rank's duration plus its late start
+    want = (2 * 1000 + DURATION_NS + 2 * 100) / 1e9
+    assert out.times() == pytest.approx([want] * 3)
+    assert out.instances[0].start_ns == out.start_at_ns
+    assert out.instances[0].step0_spread_ns == 2000
+    assert stats(out.times()).p50 == pytest.approx(want)
+    ctl.release()
+    assert all(c.state.value == "idle" for c in cores.values())
+    ctl.close()
+    assert all(c.controller is None for c in cores.values())
+
+
+def test_agent_error_aborts_job_everywhere_and_names_agent(rig) -> None:
+    ctl, _, cores, dps, _ = rig
+    ctl.connect()
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    dps["a2"].fail_run = "rank 2: CRC mismatch"
+    with pytest.raises(RuntimeFault, match=r"a2.*CRC mismatch"):
+        ctl.run(iters=1)
+    assert all(c.state.value == "idle" for c in cores.values())
+    assert dps["a0"].releases == 1 and dps["a1"].releases == 1
+
+
+def test_lost_agent_detected_within_missed_beats(rig) -> None:
+    ctl, tr, _, _, base = rig
+    ctl.connect()
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    tr.drop.add("a1")
+    t0 = base.t
+    with pytest.raises(RuntimeFault, match="agent a1 lost"):
+        ctl.run(iters=1)
+    assert base.t - t0 <= (3 + 2) * 500_000_000  # detection plus the bounded abort wait
+
+
+def test_hung_run_times_out_at_plan_bound(rig) -> None:
+    ctl, _, _, dps, base = rig
+    ctl.connect()
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    dps["a0"].hang = True
+    t0 = base.t
+    with pytest.raises(RuntimeFault, match=r"timed out.*a0"):
+        ctl.run(iters=2, timeout_s=1.0)
+    assert 2e9 <= base.t - t0 <= 10e9
+
+
+def test_stale_reply_is_dropped(rig) -> None:
+    ctl, tr, _, _, _ = rig
+    ctl.connect()
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    old = p.Result(job="old-job", epoch=0, program=0, warmup=0, ranks=[])
+    tr.inbox.append(("a0", p.encode(old)))
+    tr.inbox.append(("a0", b"garbage"))
+    out = ctl.run(iters=1)
+    assert len(out.instances) == 1
+
+
+def test_placement_modes() -> None:
+    hosts = [("h0", 2), ("h1", 2)]
+    assert place_ranks(hosts) == ["h0", "h0", "h1", "h1"]
+    assert place_ranks(hosts, 4, "round-robin") == ["h0", "h1", "h0", "h1"]
+    assert place_ranks(hosts, 3) == ["h0", "h0", "h1"]
+    with pytest.raises(UsageError):
+        place_ranks(hosts, 5)

@@ -1,0 +1,135 @@
+"""End to end on loopback: real agent processes, every collective/algorithm, checked bytes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from agents import protocol as p
+from genie.collectives import ALGORITHMS, build_program
+from genie.collectives.program import Op
+from genie.controller.local import LocalCluster, open_controller
+from genie.errors import RuntimeFault
+
+N_AGENTS = 4
+ITERS, WARMUP = 2, 1
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cl = LocalCluster.start(N_AGENTS, heartbeat_s=0.2)
+    try:
+        yield cl
+    finally:
+        cl.stop()  # by pid, always
+
+
+@pytest.fixture
+def ctl(cluster):
+    c = open_controller(cluster.testbed)
+    c.connect()
+    c.sync_clocks(rounds=8)
+    try:
+        yield c
+    finally:
+        c.close()
+        c.t.close()
+
+
+PAIRS = [(c, a) for c, algos in ALGORITHMS.items() for a in algos]
+
+
+def _expected_recv(program, rank: int) -> tuple[int, int]:
+    steps = program.steps(rank)
+    recvs = [s for s in steps if s.op == Op.RECV]
+    return len(recvs), sum(s.nbytes for s in recvs)
+
+
+@pytest.mark.parametrize(("collective", "algorithm"), PAIRS, ids=[f"{c}-{a}" for c, a in PAIRS])
+def test_every_collective_moves_checked_bytes(ctl, collective: str, algorithm: str) -> None:
+    hier = algorithm == "hierarchical"
+    placement = ["h0", "h0", "h1", "h1"] if hier else ["h0", "h1", "h2", "h3"]
+    prog = build_program(collective, algorithm, 4, 8192, chunks=2, ranks_per_host=2 if hier else 1)
+    ctl.prepare([prog], placement)
+    out = ctl.run(iters=ITERS, warmup=WARMUP)
+    ctl.release()
+    assert len(out.instances) == ITERS + WARMUP
+    assert all(x.time_s > 0 for x in out.instances)
+    ranks = {r.rank: r for res in out.results.values() for r in res.ranks}
+    assert sorted(ranks) == [0, 1, 2, 3]
+    for rank, rr in ranks.items():
+        n_recv, recv_bytes = _expected_recv(prog, rank)
+        assert rr.messages_verified == n_recv * (ITERS + WARMUP), (rank, rr)
+        assert rr.bytes_received == recv_bytes * (ITERS + WARMUP)
+    assert sum(r.bytes_sent for r in ranks.values()) == sum(
+        r.bytes_received for r in ranks.values()
+    )
+
+
+def test_parallel_streams_and_repeated_gos_reuse_connections(ctl) -> None:
+    from agents.protocol import DataOptions
+
+    progs = [build_program("all_reduce", "ring", 4, s) for s in (1 << 20, 4096)]
+    ctl.prepare(progs, ["h0", "h1", "h2", "h3"], DataOptions(streams=3))
+    a = ctl.run(program=0, iters=2)
+    b = ctl.run(program=1, iters=3, record_steps=True)
+    c = ctl.run(program=0, iters=1)
+    ctl.release()
+    assert [len(x.instances) for x in (a, b, c)] == [2, 3, 1]
+    assert all(x.step0_spread_ns >= 0 for x in b.instances)
+    # 1 MiB ring: each rank receives 2*(n-1) chunks of 256 KiB, each split across 3 streams
+    rr = next(r for res in a.results.values() for r in res.ranks)
+    assert rr.messages_verified == 2 * 6 * 3
+
+
+def test_clock_offsets_are_small_on_one_machine(ctl) -> None:
+    for est in ctl.offsets.values():
+        # one machine, one monotonic clock: the estimate must sit within its own uncertainty
+        # (plus slack for scheduling on a loaded 2-core box)
+        assert abs(est.offset_ns) <= est.uncertainty_ns + 2_000_000
+        assert est.samples == 8
+
+
+def test_malformed_frames_and_stale_epoch_do_not_hurt_a_real_agent(cluster, ctl) -> None:
+    h = cluster.testbed.hosts[0]
+    ctx = zmq.Context.instance()
+    raw = ctx.socket(zmq.ROUTER)
+    raw.setsockopt(zmq.CONNECT_ROUTING_ID, h.name.encode())
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(f"tcp://{h.control}")
+    try:
+        for junk in (b"\xff\x00garbage", b"", p.encode(p.Go(job="nope", epoch=99))):
+            raw.send_multipart([h.name.encode(), junk])
+        codes = []
+        deadline = time.monotonic() + 5
+        while len(codes) < 3 and time.monotonic() < deadline:
+            if raw.poll(200):
+                msg = p.decode(raw.recv_multipart()[-1])
+                if isinstance(msg, p.Error):
+                    codes.append(msg.code)
+    finally:
+        raw.close()
+    # a stranger's job message is refused as busy (it does not hold the agent)
+    assert sorted(codes) == ["busy", "malformed", "malformed"]
+    # the holder's own stale Go is refused as stale
+    ctl._send(h.name, p.Go(job="old-job", epoch=99))
+    item = ctl.t.recv(5.0)
+    while item and isinstance(p.decode(item[1]), p.Heartbeat):
+        item = ctl.t.recv(5.0)
+    assert item is not None and p.decode(item[1]).code == "stale"
+    # the agent is alive and still serves its controller
+    prog = build_program("all_gather", "ring", 4, 1024)
+    ctl.prepare([prog], ["h0", "h1", "h2", "h3"])
+    assert len(ctl.run(iters=1).instances) == 1
+    ctl.release()
+
+
+def test_second_controller_is_refused_naming_the_holder(cluster, ctl) -> None:
+    other = open_controller(cluster.testbed)
+    try:
+        with pytest.raises(RuntimeFault, match=f"busy.*{ctl.id}"):
+            other.connect()
+    finally:
+        other.t.close()
