@@ -263,3 +263,33 @@ def test_key_lines_handles_inline_tables_and_comments() -> None:
     assert lines[("testbed", "links", 1, "b")] == 7
     assert lines[("testbed", "after")] == 9
     assert ("testbed", "k") not in lines
+
+
+def test_to_topology_star_is_symmetric_with_link_rates() -> None:
+    topo = load_testbed(EXAMPLES / "netns-star.toml").to_topology()
+    assert topo.symmetry == "star" and topo.hosts == ("h0", "h1", "h2", "h3")
+    route = topo.route("h1", "h3")
+    assert [topo.link_name(i) for i in route] == ["h1->sw0", "sw0->h3"]
+    assert topo.route_bandwidth(route) == 1e9 / 8
+    assert topo.intra_bandwidth == 300e9
+
+
+def test_to_topology_leafspine_routes_cross_leaf_over_the_uplink() -> None:
+    text = (EXAMPLES / "netns-leafspine.toml").read_text().replace('"2:1"', '"4:1"')
+    topo = loads_testbed(text).to_topology()
+    cross = [topo.link_name(i) for i in topo.route("h0", "h3")]
+    assert cross == ["h0->leaf0", "leaf0->spine0", "spine0->leaf1", "leaf1->h3"]
+    assert topo.route_bandwidth(topo.route("h0", "h3")) == 0.5e9 / 8
+    assert topo.route_bandwidth(topo.route("h0", "h1")) == 1e9 / 8
+
+
+def test_to_topology_ring_and_link_latency() -> None:
+    tb = loads_testbed(
+        '[testbed]\nname = "r"\nkind = "netns"\n[topology]\nshape = "ring"\nhosts = 6\n'
+        'rate = "1gbit"\nlatency = "2us"\n'
+    )
+    topo = tb.to_topology()
+    assert topo.symmetry == "ring"
+    assert len(topo.route(0, 3)) == 3 and len(topo.route(0, 5)) == 1
+    assert topo.route_latency(topo.route(0, 2)) == pytest.approx(4e-6)
+    assert loads_testbed(dumps_testbed(tb)) == tb

@@ -149,6 +149,49 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from genie.testbed import load_testbed, netns
+    from genie.testbed.measure import measure_flows
+    from genie.testbed.netns_plan import plan_up
+
+    tb = load_testbed(args.file)
+    if tb.kind != "netns":
+        raise TestbedError(f"{args.file}: kind is {tb.kind!r}; check measures netns testbeds")
+    _need_root()
+    wanted = set(plan_up(tb).namespaces)
+    missing = wanted - set(netns.list_namespaces(prefix=tb.netns_prefix))
+    if missing:
+        raise TestbedError(f"testbed {tb.name} is not up (no {sorted(missing)[0]}): run `up`")
+    if len(tb.hosts) < 2:
+        raise TestbedError("check needs at least 2 hosts")
+    topo = tb.to_topology()
+    table = Table(
+        "flow", "set (Mbit/s)", "measured (Mbit/s)", "measured/set", "TCP ceiling/set",
+        title="one TCP flow at a time (Mbit = 10^6 bit)",
+    )  # fmt: skip
+    worst = 1.0
+    mtu = min(lk.mtu for lk in tb.links)
+    n = len(tb.hosts)
+    for i in range(n if n > 2 else 1):
+        src, dst = tb.hosts[i].name, tb.hosts[(i + 1) % n].name
+        route = topo.route(src, dst)
+        rate = topo.route_bandwidth(route)
+        nbytes = int(min(args.seconds * rate, 256 * 2**20))
+        (flow,) = measure_flows(tb, [(src, dst)], nbytes)
+        ratio = flow.rate / rate
+        worst = min(worst, ratio)
+        table.add_row(
+            f"{src} -> {dst}", f"{rate * 8 / 1e6:.1f}", f"{flow.rate * 8 / 1e6:.1f}",
+            f"{ratio:.3f}", f"{(mtu - 52) / (mtu + 14):.3f}",
+        )  # fmt: skip
+    con = _rich_console()
+    con.print(table)
+    con.print(NO_DELAY_NOTE)
+    return 0 if worst >= 0.8 else 1
+
+
 def _clean(args: argparse.Namespace) -> int:
     from genie.testbed import netns
 
@@ -189,6 +232,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = tsub.add_parser("down", help="remove a netns testbed and its agents (root)")
     s.add_argument("file")
     s.set_defaults(func=_down)
+
+    s = tsub.add_parser("check", help="measure TCP rates between hosts of an up netns testbed")
+    s.add_argument("file")
+    s.add_argument(
+        "--seconds", type=float, default=1.0, metavar="S", help="about how long each flow runs"
+    )
+    s.set_defaults(func=_check)
 
     s = tsub.add_parser("status", help="list genie namespaces, links and agents on this machine")
     s.set_defaults(func=_status)
