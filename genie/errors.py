@@ -73,3 +73,9 @@ class DeployError(GenieError):
     """Deploying to, or checking, a lab host failed."""
 
     exit_code = 1
+
+
+class DeployConfigError(DeployError):
+    """The deploy settings of a testbed file are invalid (or hold a password)."""
+
+    exit_code = 2
