@@ -1,0 +1,275 @@
+"""``genie workload inspect|convert|generate``: look at, convert and create Chakra workloads."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from genie.errors import UsageError, WorkloadError
+from genie.units import format_bytes, format_seconds
+
+
+def register(subparsers) -> None:
+    """Add the ``workload`` command group."""
+    p = subparsers.add_parser("workload", help="inspect, convert and generate Chakra ET workloads")
+    sub = p.add_subparsers(dest="workload_command", metavar="SUBCOMMAND")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    i = sub.add_parser("inspect", help="summarize a workload (<prefix>.<rank>.et files)")
+    i.add_argument("prefix", help="path prefix, directory or one rank file")
+    i.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    i.set_defaults(func=cmd_inspect)
+
+    c = sub.add_parser("convert", help="convert between .et files and the readable JSON form")
+    c.add_argument("input", help=".et file, workload prefix/directory, or .json file")
+    c.add_argument("output", help=".json file, or .et file / prefix when the input is JSON")
+    c.set_defaults(func=cmd_convert)
+
+    g = sub.add_parser("generate", help="write a synthetic workload as <out>.<rank>.et files")
+    kinds = g.add_subparsers(dest="kind", metavar="KIND")
+    g.set_defaults(func=lambda args: (g.print_help(), 2)[1])
+    for kind, helptext in _KINDS.items():
+        k = kinds.add_parser(kind, help=helptext)
+        k.add_argument("--ranks", type=int, required=True, help="number of ranks (NPUs)")
+        k.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
+        k.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
+        if kind != "microbench":
+            k.add_argument(
+                "--peak-flops", type=float, default=989e12, help="GPU peak FLOP/s (H100 bf16)"
+            )
+            k.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak")
+        _ARGS[kind](k)
+        k.set_defaults(func=cmd_generate)
+
+
+_KINDS = {
+    "microbench": "each collective type over a size sweep",
+    "dp": "data-parallel training step, gradient all-reduce buckets overlapping backward",
+    "llm": "transformer step with tensor, pipeline and data parallelism (optional ZeRO)",
+    "moe": "mixture-of-experts step with all-to-all",
+}
+
+
+def _args_microbench(k: argparse.ArgumentParser) -> None:
+    k.add_argument("--sizes", default="1KiB:16MiB:x4", help="size sweep (MIN:MAX:xF or A,B)")
+    k.add_argument(
+        "--types",
+        default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce",
+        help="comma-separated collective types, or 'all'",
+    )
+    k.add_argument("--iterations", type=int, default=1)
+
+
+def _args_dp(k: argparse.ArgumentParser) -> None:
+    k.add_argument("--layers", type=int, default=12)
+    k.add_argument("--hidden", type=int, default=2048)
+    k.add_argument("--seq", type=int, default=1024)
+    k.add_argument("--batch", type=int, default=8, help="samples per rank")
+    k.add_argument("--bucket", default="25MiB", help="gradient bucket size (PyTorch DDP: 25MiB)")
+
+
+def _args_llm(k: argparse.ArgumentParser) -> None:
+    k.add_argument("--tp", type=int, default=2)
+    k.add_argument("--pp", type=int, default=2)
+    k.add_argument("--layers", type=int, default=8)
+    k.add_argument("--hidden", type=int, default=4096)
+    k.add_argument("--seq", type=int, default=2048)
+    k.add_argument("--micro-batches", type=int, default=4)
+    k.add_argument("--micro-batch-size", type=int, default=1)
+    k.add_argument("--zero", action="store_true", help="reduce-scatter + all-gather (ZeRO/FSDP)")
+
+
+def _args_moe(k: argparse.ArgumentParser) -> None:
+    k.add_argument("--layers", type=int, default=4)
+    k.add_argument("--hidden", type=int, default=2048)
+    k.add_argument("--seq", type=int, default=2048)
+    k.add_argument("--batch", type=int, default=4)
+    k.add_argument("--experts-per-rank", type=int, default=2)
+    k.add_argument("--top-k", type=int, default=2)
+
+
+_ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe": _args_moe}
+
+
+def build_generated(args: argparse.Namespace):
+    """Call the generator named by ``args.kind`` with the parsed options."""
+    from genie.units import parse_size, parse_size_sweep
+    from genie.workload.generators import data_parallel, llm, microbench, moe
+    from genie.workload.model import CollectiveType
+
+    n = args.ranks
+    if args.kind == "microbench":
+        names = [x.strip().upper() for x in args.types.split(",") if x.strip()]
+        if names == ["ALL"]:
+            types = list(CollectiveType)
+        else:
+            try:
+                types = [CollectiveType[x] for x in names]
+            except KeyError as exc:
+                known = ", ".join(t.name.lower() for t in CollectiveType)
+                raise UsageError(
+                    f"unknown collective type {exc.args[0]!r} (known: {known})"
+                ) from None
+        return microbench(n, parse_size_sweep(args.sizes), types, args.iterations)
+    common = {"peak_flops": args.peak_flops, "efficiency": args.efficiency}
+    if args.kind == "dp":
+        return data_parallel(
+            n,
+            args.layers,
+            args.hidden,
+            args.seq,
+            args.batch,
+            bucket_bytes=parse_size(args.bucket),
+            **common,
+        )
+    if args.kind == "llm":
+        return llm(
+            n,
+            args.tp,
+            args.pp,
+            args.layers,
+            args.hidden,
+            args.seq,
+            args.micro_batches,
+            args.micro_batch_size,
+            zero=args.zero,
+            **common,
+        )
+    return moe(
+        n,
+        args.layers,
+        args.hidden,
+        args.seq,
+        args.batch,
+        args.experts_per_rank,
+        args.top_k,
+        **common,
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Generate, validate and write a workload."""
+    from genie.workload import save_workload, validate_workload
+
+    if args.ranks < 1:
+        raise UsageError(f"--ranks must be >= 1, got {args.ranks}")
+    wl = build_generated(args)
+    validate_workload(wl)
+    files = save_workload(wl, args.out, compress=args.gz)
+    ext = ".et.gz" if args.gz else ".et"
+    print(
+        f"wrote {wl.n_ranks} rank files {args.out}.{{0..{wl.n_ranks - 1}}}{ext} "
+        f"({wl.node_count()} nodes)"
+        + (f" and {files[-1]}" if str(files[-1]).endswith(".json") else "")
+    )
+    for p in wl.problems:
+        print(f"note: {p}", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    """Print a workload summary; problems are listed, not fatal."""
+    from genie.workload import load_workload, summarize
+
+    s = summarize(load_workload(args.prefix))
+    if args.json:
+        json.dump(s, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    _render(s)
+    return 0
+
+
+def _render(s: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(
+        f"[bold]{s['name'] or 'workload'}[/]: {s['ranks']} ranks, {s['nodes']} nodes "
+        f"({', '.join(f'{k} {v}' for k, v in s['nodes_by_kind'].items() if v)})"
+    )
+    if s["collectives"]:
+        t = Table(title="Collectives (all ranks)")
+        for col in ("type", "comm_size (bytes)", "MiB (2^20 B)", "group", "nodes"):
+            t.add_column(col, justify="right" if col != "type" else "left")
+        for c in s["collectives"]:
+            t.add_row(
+                c["type"],
+                str(c["comm_size_bytes"]),
+                f"{c['comm_size_MiB']:.3f}",
+                c["pg_name"] or "<default>",
+                str(c["nodes"]),
+            )
+        con.print(t)
+    con.print(
+        f"collective bytes {format_bytes(s['collective_bytes'])}, "
+        f"send bytes {format_bytes(s['send_bytes'])}"
+    )
+    con.print(
+        f"compute time: {format_seconds(s['compute_s_total'])} total over ranks, "
+        f"{format_seconds(s['compute_s_max_rank'])} on the busiest rank"
+    )
+    con.print(
+        f"critical path: {format_seconds(s['critical_path_s'])} ([dim]{s['critical_path_note']}[/])"
+    )
+    named = {k: v for k, v in s["groups"].items() if k != "<default>"}
+    if named:
+        con.print(f"process groups: {len(named)} named besides the default group of all ranks")
+    if s["problems"]:
+        con.print(f"[yellow]problems ({len(s['problems'])}):[/]")
+        for p in s["problems"][:50]:
+            con.print(f"  - {p}", markup=False, highlight=False)
+        if len(s["problems"]) > 50:
+            con.print(f"  ... and {len(s['problems']) - 50} more (see --json)")
+    else:
+        con.print("problems: none (collective sequences match across each group's ranks)")
+
+
+def _is_et_file(p: Path) -> bool:
+    return p.name.endswith(".et") or p.name.endswith(".et.gz")
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert .et -> JSON or JSON -> .et, losslessly."""
+    from genie.workload.et_codec import read_trace, write_trace
+    from genie.workload.json_form import read_json, write_json
+    from genie.workload.loader import _RANK_RE, load_workload, save_workload
+    from genie.workload.model import RankGraph, Workload
+
+    src, dst = Path(args.input), Path(args.output)
+    if src.name.endswith(".json"):
+        wl = read_json(src)
+        if _is_et_file(dst):
+            if len(wl.ranks) != 1:
+                raise UsageError(
+                    f"{src} holds {len(wl.ranks)} ranks; give an output prefix, not one .et file"
+                )
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            write_trace(dst, wl.ranks[0].metadata, wl.ranks[0].nodes)
+            print(f"wrote {dst}")
+        else:
+            files = save_workload(wl, dst)
+            print(f"wrote {len(files)} files: {files[0]} ...")
+        return 0
+    if not dst.name.endswith(".json"):
+        raise UsageError(f"output {dst} must end in .json when the input is Chakra ET")
+    if src.is_file() and _is_et_file(src):
+        meta, nodes, problems = read_trace(src)
+        m = _RANK_RE.match(src.name)
+        rank = int(m.group("rank")) if m else 0
+        wl = Workload(ranks=[], problems=problems, name=m.group("stem") if m else src.stem)
+        wl.ranks.append(RankGraph(rank=rank, nodes=nodes, metadata=meta, source=str(src)))
+        wl.groups = {}
+    else:
+        wl = load_workload(src, validate=False)
+    write_json(wl, dst)
+    for p in wl.problems:
+        print(f"note: {p}", file=sys.stderr)
+    print(f"wrote {dst} ({wl.node_count()} nodes, {len(wl.ranks)} ranks)")
+    return 0
+
+
+__all__ = ["WorkloadError", "cmd_convert", "cmd_inspect", "register"]
