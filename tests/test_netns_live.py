@@ -173,3 +173,35 @@ def test_up_with_agents_then_down_stops_them(tmp_path: Path, capsys) -> None:
             netns.down(tb)
         finally:
             netns.clean(prefix=PREFIX)
+
+
+def test_ring_all_reduce_over_the_shaped_star_moves_checked_bytes(tmp_path: Path, built) -> None:
+    from genie.collectives import build_program
+    from genie.collectives.program import Op
+    from genie.controller.local import open_controller
+
+    tb = built(_star3(tmp_path))
+    netns.start_agents(tb)
+    size = 3 * 2**20
+    prog = build_program("all_reduce", "ring", 3, size)
+    ctl = open_controller(tb)
+    try:
+        ctl.connect()
+        ctl.sync_clocks(rounds=4)
+        ctl.prepare([prog], [h.name for h in tb.hosts])
+        out = ctl.run(iters=1)
+        ctl.release()
+    finally:
+        ctl.close()
+        ctl.t.close()
+    ranks = {r.rank: r for res in out.results.values() for r in res.ranks}
+    assert sorted(ranks) == [0, 1, 2]
+    for rank, rr in ranks.items():
+        recvs = [s for s in prog.steps(rank) if s.op == Op.RECV]
+        assert rr.bytes_received == sum(s.nbytes for s in recvs)
+        assert rr.messages_verified == len(recvs)
+    # each rank sends 2(n-1)/n of the buffer through its 200 Mbit/s link: the emulated link,
+    # not loopback speed, must bound the time
+    floor = size * 2 * 2 / 3 / (RATE_BITS / 8)
+    (t,) = out.times()
+    assert floor * 0.95 <= t <= floor * 3, (t, floor)

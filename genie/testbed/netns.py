@@ -172,6 +172,8 @@ def _alive(rec: state.AgentRecord) -> psutil.Process | None:
         p = psutil.Process(rec.pid)
         if abs(p.create_time() - rec.create_time) > 0.05:
             return None  # the pid now belongs to another process
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return None  # exited, not yet reaped by its parent
         return p
     except psutil.Error:
         return None
