@@ -6,10 +6,12 @@ of its link latencies: ASTRA-sim's hops x latency). Ranks on one host use a priv
 port per sending rank. ``estimate`` prices one program, ``estimate_concurrent`` several in flight
 together on the same links.
 
-Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) with rank i on host i of
-a uniform switch, fully-connected network or ring makes every rank time alike, and the load on
-every link is a rotated copy of rank 0's, so simulating rank 0 alone against link classes gives
-the same answer as the full simulation at 1/n of the work (tests check that both agree).
+Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) whose shards are all the
+same size, with rank i on host i of a uniform switch, fully-connected network or ring, makes
+every rank time alike, and the load on every link is a rotated copy of rank 0's; so simulating
+rank 0 alone against link classes gives the same answer as the full simulation at 1/n of the
+work (tests check that both agree). With uneven shards the full simulation runs instead, unless
+the program is too big for it; then the shortcut is used and the Cost says "symmetric-approx".
 
 Also here: closed forms for the classic cases, and nccl-tests' algbw / busbw.
 """
@@ -22,13 +24,17 @@ from collections.abc import Mapping, Sequence
 import msgspec
 
 from genie.collectives.flowsim import FlowSim, Instance
-from genie.collectives.layout import buffer_bytes
+from genie.collectives.layout import buffer_bytes, chunk_segments
 from genie.collectives.program import Op, Program, Step
 from genie.collectives.registry import ROTATION_SYMMETRIC, canonical_algorithm, canonical_collective
 from genie.collectives.topology import Topology
 from genie.errors import CollectiveError, TopologyError
 
 Placement = Sequence[int | str] | Mapping[int, int | str] | None
+
+# Programs with more steps than this (all ranks) are priced by the symmetric shortcut even when
+# uneven shards make it approximate (method "symmetric-approx"): rank 0 stands for every rank.
+EVENT_STEP_LIMIT = 3_000_000
 
 
 class Cost(msgspec.Struct, kw_only=True):
@@ -189,7 +195,10 @@ def estimate(
     if symmetric and not usable:
         raise CollectiveError(f"the symmetric shortcut does not apply to {program!r} here")
     if usable and symmetric is not False:
-        return _estimate_symmetric(program, topology, compute_bandwidth)
+        exact = uniform_shards(program.spec)
+        too_big = program.n_ranks * len(program.steps(0)) > EVENT_STEP_LIMIT
+        if exact or too_big or symmetric:
+            return _estimate_symmetric(program, topology, compute_bandwidth, exact)
     return estimate_concurrent(
         [(program, 0.0, hosts)], topology, compute_bandwidth=compute_bandwidth
     )[0]
@@ -210,7 +219,18 @@ def _symmetric_ok(program: Program, topology: Topology, hosts: list[int]) -> boo
     return not (kind == "ring" and spec.n_ranks != topology.n_hosts)
 
 
-def _estimate_symmetric(program: Program, topology: Topology, compute_bw) -> Cost:
+def uniform_shards(spec) -> bool:
+    """True when, in every chunk, all n shard pieces have the same size (ranks move equal bytes)."""
+    if spec.collective in ("send_recv", "all_to_all"):
+        return True
+    for c in range(spec.chunks):
+        sizes = {nb for _, nb in chunk_segments(spec, c)}
+        if len(sizes) > 1:
+            return False
+    return True
+
+
+def _estimate_symmetric(program: Program, topology: Topology, compute_bw, exact: bool) -> Cost:
     n = program.n_ranks
     kind = topology.symmetry
     steps = program.steps(0)
@@ -261,7 +281,7 @@ def _estimate_symmetric(program: Program, topology: Topology, compute_bw) -> Cos
         messages=inst.messages * n,
         bytes_sent=inst.bytes_sent * n,
         steps=inst.total,
-        method="symmetric",
+        method="symmetric" if exact else "symmetric-approx",
         bottleneck_s=_bottleneck(topology, link_bytes, {}),
         rank_finish_s=[],
     )

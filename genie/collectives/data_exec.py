@@ -191,20 +191,25 @@ def _check_step(program: Program, r: int, i: int, st: Step, sts, size: int) -> N
 
 
 def _deadlock_message(steps, pending, waiting, mailbox) -> str:
-    stuck_recv = []
-    for (_s, d, _t, k), i in sorted(waiting.items(), key=lambda kv: (kv[0][1], kv[1])):
-        stuck_recv.append(
-            f"{_describe(d, i, steps[d][i])} (#{k} on that channel) has no matching SEND"
-        )
-    ranks = sorted(
-        {r for r in range(len(steps)) if any(p > 0 for p in pending[r])} | {k[1] for k in waiting}
-    )
-    blocked = sum(1 for r in range(len(steps)) for p in pending[r] if p > 0)
+    n = len(steps)
+    stuck = {r for r in range(n) if any(p > 0 for p in pending[r])} | {k[1] for k in waiting}
+    first: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+    for key, i in waiting.items():  # the earliest waiting RECV of each rank
+        d = key[1]
+        if d not in first or i < first[d][0]:
+            first[d] = (i, key)
+    causes, knock_on = [], []
+    for d, (i, (s, _d, _t, k)) in sorted(first.items()):
+        line = f"{_describe(d, i, steps[d][i])} (#{k} on that channel)"
+        if s in stuck:
+            knock_on.append(f"{line} waits on stuck rank {s}")
+        else:
+            causes.append(f"{line} has no matching SEND: rank {s} finished without sending it")
+    ranks = sorted(stuck)
     head = f"deadlock: ranks {', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''}"
-    head += (
-        f" cannot finish ({len(waiting)} RECV(s) waiting, {blocked} step(s) blocked behind them)"
-    )
-    return head + ("; " + "; ".join(stuck_recv[:8]) if stuck_recv else "")
+    head += f" cannot finish ({len(waiting)} RECV(s) waiting)"
+    detail = (causes + knock_on)[:8]
+    return head + ("; " + "; ".join(detail) if detail else "")
 
 
 def _overlaps(offs: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:

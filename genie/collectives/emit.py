@@ -74,9 +74,29 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
     """Interleave per-chunk steps round-robin into one rank's step list."""
     if len(chunks) == 1:
         c = chunks[0].chunk
-        return [Step(Op(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], c) for r in chunks[0].steps]
+        return [Step(r[0], r[1], r[2], r[3], r[4], r[5], r[6], c) for r in chunks[0].steps]
     lists = [e.steps for e in chunks]
-    longest = max((len(s) for s in lists), default=0)
+    n_chunks = len(lists)
+    length = len(lists[0])
+    out: list[Step] = []
+    if all(len(s) == length for s in lists):  # the usual case: position i*C + c
+        for i in range(length):
+            for ci in range(n_chunks):
+                op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
+                out.append(
+                    Step(
+                        op,
+                        peer,
+                        nbytes,
+                        tag,
+                        offset,
+                        src * n_chunks + ci if src >= 0 else -1,
+                        tuple([d * n_chunks + ci for d in deps]) if deps else (),
+                        chunks[ci].chunk,
+                    )
+                )
+        return out
+    longest = max(len(s) for s in lists)
     maps: list[list[int]] = [[0] * len(s) for s in lists]
     order: list[tuple[int, int]] = []
     for i in range(longest):
@@ -84,19 +104,18 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
             if i < len(s):
                 maps[ci][i] = len(order)
                 order.append((ci, i))
-    out: list[Step] = []
     for ci, i in order:
         op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
         m = maps[ci]
         out.append(
             Step(
-                Op(op),
+                op,
                 peer,
                 nbytes,
                 tag,
                 offset,
                 m[src] if src >= 0 else -1,
-                tuple(m[d] for d in deps),
+                tuple([m[d] for d in deps]),
                 chunks[ci].chunk,
             )
         )

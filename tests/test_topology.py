@@ -1,0 +1,97 @@
+"""Topologies: factories, deterministic routes, explicit construction and its errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from genie.collectives import topology as T
+from genie.errors import TopologyError
+
+
+def test_switch_routes_up_then_down():
+    t = T.switch(4, 1e9, 1e-6)
+    assert t.route(1, 3) == (2, 7)
+    assert [t.link_name(i) for i in t.route(1, 3)] == ["h1->sw0", "sw0->h3"]
+    assert t.route(2, 2) == ()
+    assert t.route_latency(t.route(0, 1)) == pytest.approx(2e-6)
+    assert t.route_latency(()) == t.intra_latency
+    assert t.symmetry == "star"
+
+
+def test_fast_routes_equal_generic_shortest_paths():
+    for topo in (T.switch(6, 1e9, 0), T.fully_connected(6, 1e9, 0)):
+        generic = T.Topology(topo.hosts, topo.switches, topo.links)
+        for a in range(6):
+            for b in range(6):
+                assert topo.route(a, b) == generic.route(a, b)
+
+
+def test_ring_takes_the_short_way_clockwise_on_ties():
+    t = T.ring(6, 1e9, 1e-6)
+    assert t.route(0, 2) == (0, 2)
+    assert t.route(0, 3) == (0, 2, 4)  # tie: clockwise
+    assert t.route(4, 1) == (8, 10, 0)
+    assert t.route(0, 5) == (11,)
+    assert [t.link_name(i) for i in t.route(1, 0)] == ["h1->h0"]
+    assert T.ring(2, 1e9, 0).route(1, 0) == (1,)
+
+
+def test_leaf_spine_oversubscription_and_ecmp():
+    t = T.leaf_spine(4, 2, 4, 10e9, 1e-6, oversubscription=2.0)
+    assert t.n_hosts == 16
+    r = t.route(0, 15)
+    names = [t.link_name(i) for i in r]
+    assert names[0] == "h0->leaf0" and names[-1] == "leaf3->h15" and len(r) == 4
+    assert t.links[r[1]].bandwidth == pytest.approx(4 * 10e9 / 2.0 / 2)
+    assert len(t.route(0, 1)) == 2  # same leaf
+    assert t.route(0, 15) == t.route(0, 15)  # deterministic
+    spines = {t.link_name(t.route(a, b)[1]) for a in range(4) for b in range(12, 16)}
+    assert len(spines) == 2  # pairs spread over both spines
+    assert t.symmetry is None
+
+
+def test_explicit_construction_for_testbeds():
+    t = T.Topology.from_parts(
+        ["a", "b", "c"],
+        ["s1", "s2"],
+        [("a", "s1", 1e9, 1e-6), ("b", "s1", 1e9, 1e-6), ("s1", "s2", 5e8, 2e-6),
+         ("c", "s2", 1e9, 1e-6)],
+        intra_bandwidth=5e10,
+        intra_latency=1e-7,
+    )  # fmt: skip
+    r = t.route("a", "c")
+    assert [t.link_name(i) for i in r] == ["a->s1", "s1->s2", "s2->c"]
+    assert t.route_bandwidth(r) == 5e8
+    assert t.route_latency(r) == pytest.approx(4e-6)
+    assert t.host_index("c") == 2
+    assert t.intra_bandwidth == 5e10
+
+
+@pytest.mark.parametrize(
+    ("hosts", "links", "match"),
+    [
+        (["a", "a"], [], "unique"),
+        (["a", "b"], [("a", "x", 1e9, 0)], "unknown node"),
+        (["a", "b"], [("a", "b", 0, 0)], "bandwidth"),
+        (["a", "b"], [("a", "b", 1e9, -1)], "latency"),
+        (["a", "b"], [("a", "a", 1e9, 0)], "loops"),
+        ([], [], "at least one host"),
+    ],
+)
+def test_bad_topologies_are_topology_errors(hosts, links, match):
+    with pytest.raises(TopologyError, match=match):
+        T.Topology.from_parts(hosts, [], links)
+
+
+def test_unreachable_and_unknown_hosts():
+    t = T.Topology.from_parts(["a", "b"], [], [])
+    with pytest.raises(TopologyError, match="no path"):
+        t.route(0, 1)
+    with pytest.raises(TopologyError, match="unknown host"):
+        t.route("a", "zz")
+    with pytest.raises(TopologyError, match="outside"):
+        t.route(0, 5)
+    with pytest.raises(TopologyError, match="positive integer"):
+        T.switch(0, 1e9, 0)
+    with pytest.raises(TopologyError, match="oversubscription"):
+        T.leaf_spine(2, 2, 2, 1e9, 0, oversubscription=0)
