@@ -133,3 +133,80 @@ def test_second_controller_is_refused_naming_the_holder(cluster, ctl) -> None:
             other.connect()
     finally:
         other.t.close()
+
+
+def _bench_cli(argv: list[str]) -> int:
+    import argparse
+
+    from genie.commands import bench
+
+    parser = argparse.ArgumentParser()
+    bench.register(parser.add_subparsers())
+    args = parser.parse_args(["bench", *argv])
+    return args.func(args)
+
+
+def test_bench_cli_prints_rows_and_fills_the_store(cluster, tmp_path, capsys) -> None:
+    import json
+
+    from genie.store import RunStore
+
+    store = tmp_path / "runs.sqlite"
+    rc = _bench_cli(
+        [
+            "--testbed",
+            str(cluster.testbed_path),
+            "--collective",
+            "all_gather",
+            "--algo",
+            "ring",
+            "--sizes",
+            "4KiB,64KiB",
+            "--iters",
+            "3",
+            "--warmup",
+            "2",
+            "--json",
+            "--store",
+            str(store),
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["size"] for r in out["rows"]] == [4096, 65536]
+    for r in out["rows"]:
+        assert r["iterations"] == 3 and r["time_min_s"] <= r["time_p50_s"] <= r["time_max_s"]
+        assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 3 / 4)
+        assert r["modeled_s"] and r["modeled_s"] > 0
+    with RunStore(store) as st:
+        info = st.run(out["run_id"])
+        assert info.status == "ok" and info.instances == 2 * (3 + 2)
+        assert sorted(info.clock_offsets) == ["h0", "h1", "h2", "h3"]
+        assert info.host_facts["h0"]["cpus_logical"] >= 1
+        times = st.size_times(info.run_id, "all_gather", "ring")
+        assert {k: len(v) for k, v in times.items()} == {4096: 3, 65536: 3}
+        assert min(times[4096]) == pytest.approx(out["rows"][0]["time_min_s"])
+
+
+def test_bench_on_a_dead_testbed_fails_cleanly(tmp_path) -> None:
+    from genie.controller.local import free_port_range
+    from genie.testbed import dumps_testbed, loopback_testbed
+
+    tb = tmp_path / "dead.toml"
+    tb.write_text(dumps_testbed(loopback_testbed(2, base_port=free_port_range(2))))
+    from genie.commands.bench import BenchConfig, run_bench
+    from genie.controller.session import Timeouts
+    from genie.store import RunStore
+
+    cfg = BenchConfig(
+        testbed_path=str(tb),
+        store=str(tmp_path / "s.sqlite"),
+        progress=False,
+        timeouts=Timeouts(register_s=0.3),
+    )
+    with pytest.raises(RuntimeFault, match=r"timed out.*hello"):
+        run_bench(cfg)
+
+    with RunStore(tmp_path / "s.sqlite") as st:
+        (info,) = st.list_runs()
+        assert info.status == "failed" and "hello" in info.error

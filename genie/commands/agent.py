@@ -14,7 +14,8 @@ def _split_addr(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _run(args: argparse.Namespace) -> int:
+def run_from_args(args: argparse.Namespace) -> int:
+    """Run the agent the parsed options describe."""
     from agents.daemon import run_agent
 
     host, port = _split_addr(args.listen)
@@ -31,6 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Run a genie agent: the controller connects to --listen (ZeroMQ); data "
         "flows over TCP on --data-addr.",
     )
+    add_agent_arguments(p)
+    p.set_defaults(func=run_from_args)
+
+
+def add_agent_arguments(p: argparse.ArgumentParser) -> None:
+    """The agent's options (shared by ``genie agent`` and ``python -m agents``)."""
     p.add_argument("--listen", required=True, metavar="IP:PORT", help="control address to bind")
     p.add_argument("--id", required=True, metavar="NAME", help="agent id (the testbed host name)")
     p.add_argument(
@@ -38,4 +45,3 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--data-port", type=int, default=0, help="data listener port (default: any)")
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="heartbeat interval")
-    p.set_defaults(func=_run)

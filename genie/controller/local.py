@@ -1,9 +1,9 @@
 """A cluster of agent processes on this machine's loopback, and opening a controller on a testbed.
 
-``LocalCluster.start(n)`` launches ``python -m genie agent`` n times on 127.0.0.1 (consecutive
-free control ports, data ports chosen by each agent), waits until each says it listens, and
-writes ``testbed.toml``, ``agents.pids`` and one log per agent in its directory. ``stop()`` ends
-exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
+``LocalCluster.start(n)`` launches ``python -m agents`` (= ``genie agent``) n times on 127.0.0.1
+(consecutive free control ports, data ports chosen by each agent), waits until each says it
+listens, and writes ``testbed.toml``, ``agents.pids`` and one log per agent in its directory.
+``stop()`` ends exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _is_our_agent(pid: int) -> bool:
         cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return b"agent" in cmd and any(b"genie" in c for c in cmd)
+    return b"agents" in cmd or (b"agent" in cmd and any(b"genie" in c for c in cmd))
 
 
 def stop_pids(pids: Sequence[int], timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
@@ -134,8 +134,7 @@ class LocalCluster:
                 cmd = [
                     python or sys.executable,
                     "-m",
-                    "genie",
-                    "agent",
+                    "agents",
                     "--listen",
                     h.control,
                     "--id",

@@ -1,0 +1,296 @@
+"""``genie bench``: sweep a collective over sizes on a live testbed, nccl-tests style.
+
+Prints, per size, nccl-tests' columns (size, count, type, time, algbw, busbw) with time as the
+p50 over measured iterations, then p99, min, max, the cost model's time and measured/modeled.
+Bandwidths are GB/s = 10^9 bytes/s. Every instance goes to the run store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from genie.errors import GenieError, UsageError
+from genie.store import DEFAULT_STORE, RunStore
+from genie.units import parse_size, parse_size_sweep
+
+
+@dataclass
+class BenchConfig:
+    """Everything one bench run needs (the CLI and ``genie demo`` fill it)."""
+
+    testbed_path: str
+    collective: str = "all_reduce"
+    algorithm: str | None = None
+    sizes: Sequence[int] = (1024,)
+    iters: int = 20
+    warmup: int = 5
+    ranks: int | None = None
+    placement: str = "testbed"
+    chunks: int = 1
+    streams: int = 1
+    sndbuf: int = 0
+    rcvbuf: int = 0
+    verify: bool = True
+    store: str | None = DEFAULT_STORE
+    command: str = ""
+    progress: bool = True
+    timeouts: object = None  # genie.controller.session.Timeouts; None = defaults
+
+
+def run_bench(cfg: BenchConfig, log=None):
+    """Run the sweep; return (run_id or None, rows, clock offsets). Stores as it goes."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agents.protocol import DataOptions
+    from genie.collectives.registry import canonical_algorithm, canonical_collective
+    from genie.controller.bench import plan_sizes, sweep
+    from genie.controller.local import open_controller
+    from genie.controller.placement import place_ranks
+    from genie.testbed import load_testbed
+    from genie.units import format_bytes
+
+    tb = load_testbed(cfg.testbed_path)
+    coll = canonical_collective(cfg.collective)
+    from genie.collectives.registry import DEFAULT_ALGORITHM
+
+    algo = canonical_algorithm(coll, cfg.algorithm or DEFAULT_ALGORITHM[coll])
+    placement = place_ranks([(h.name, h.ranks) for h in tb.hosts], cfg.ranks, cfg.placement)
+    rph = max(h.ranks for h in tb.hosts)
+    programs = plan_sizes(
+        coll, algo, len(placement), cfg.sizes, chunks=cfg.chunks, ranks_per_host=rph
+    )
+    try:
+        topology = tb.to_topology()
+    except (GenieError, ValueError, KeyError):
+        topology = None
+    opts = DataOptions(streams=cfg.streams, sndbuf=cfg.sndbuf, rcvbuf=cfg.rcvbuf, verify=cfg.verify)
+    store = RunStore(cfg.store) if cfg.store else None
+    run_id = None
+    if store:
+        run_id = store.start_run(
+            cfg.command or "genie bench",
+            testbed_name=tb.name,
+            testbed_text=Path(cfg.testbed_path).read_text(errors="replace"),
+            meta={
+                "collective": coll,
+                "algorithm": algo,
+                "sizes": list(cfg.sizes),
+                "iters": cfg.iters,
+                "warmup": cfg.warmup,
+                "placement": placement,
+                "options": msgspec.to_builtins(opts),
+            },
+        )
+    ctl = open_controller(tb, timeouts=cfg.timeouts, log=log)
+    rows = []
+    offsets = {}
+    try:
+        hellos = ctl.connect()
+        offsets = ctl.sync_clocks()
+        if store and run_id:
+            store.update_run(
+                run_id,
+                host_facts={a: msgspec.to_builtins(h.facts) for a, h in hellos.items()},
+                clock_offsets={a: msgspec.to_builtins(e) for a, e in offsets.items()},
+            )
+        con = Console(stderr=True)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} sizes"),
+            TimeElapsedColumn(),
+            console=con,
+            disable=not cfg.progress,
+            transient=True,
+        ) as prog:
+            task = prog.add_task(f"{coll}/{algo} on {len(placement)} ranks", total=len(programs))
+
+            def on_size(row) -> None:
+                if store and run_id:
+                    store.add_instances(
+                        run_id, programs[len(rows)].spec, row.instances, streams=cfg.streams
+                    )
+                rows.append(row)
+                prog.update(
+                    task, advance=1, description=f"{coll}/{algo} {format_bytes(row.size)} done"
+                )
+
+            sweep(
+                ctl,
+                programs,
+                placement,
+                iters=cfg.iters,
+                warmup=cfg.warmup,
+                options=opts,
+                topology=topology,
+                on_size=on_size,
+            )
+        if store and run_id:
+            store.finish_run(run_id, "ok")
+    except KeyboardInterrupt:
+        if store and run_id:
+            store.finish_run(run_id, "interrupted", "interrupted by user")
+        raise
+    except GenieError as exc:
+        if store and run_id:
+            store.finish_run(run_id, "failed", str(exc))
+        raise
+    finally:
+        ctl.close()
+        ctl.t.close()
+        if store:
+            store.close()
+    return run_id, rows, offsets
+
+
+def _us(t: float | None) -> str:
+    return "-" if t is None or not math.isfinite(t) else f"{t * 1e6:.1f}"
+
+
+def print_table(rows, title: str, iters: int, warmup: int, file=None) -> None:
+    """The nccl-tests-like table (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(
+        title=title,
+        caption=f"time = p50 of {iters} iterations after {warmup} warm-up; "
+        "times in us; GB/s = 10^9 bytes/s; model = genie cost model",
+        header_style="bold",
+    )
+    for col in (
+        "size (B)",
+        "count",
+        "type",
+        "time p50",
+        "algbw GB/s",
+        "busbw GB/s",
+        "p99",
+        "min",
+        "max",
+        "model",
+        "meas/model",
+    ):
+        t.add_column(col, justify="right")
+    for r in rows:
+        ratio = r.ratio
+        t.add_row(
+            str(r.size),
+            str(r.count),
+            r.dtype,
+            _us(r.stats.p50),
+            f"{r.algbw / 1e9:.3f}",
+            f"{r.busbw / 1e9:.3f}",
+            _us(r.stats.p99),
+            _us(r.stats.min),
+            _us(r.stats.max),
+            _us(r.modeled_s),
+            "-" if ratio is None else f"{ratio:.2f}",
+        )
+    out = file or sys.stdout
+    width = None if out.isatty() else 160  # never truncate columns when piped
+    Console(file=out, highlight=False, width=width).print(t)
+
+
+def rows_json(rows) -> list[dict]:
+    """Rows as JSON-ready dicts (bytes, seconds, bytes/s)."""
+    return [
+        {
+            "size": r.size,
+            "count": r.count,
+            "type": r.dtype,
+            "n_ranks": r.n_ranks,
+            "time_p50_s": r.stats.p50,
+            "time_p99_s": r.stats.p99,
+            "time_min_s": r.stats.min,
+            "time_max_s": r.stats.max,
+            "iterations": r.stats.n,
+            "algbw_Bps": r.algbw,
+            "busbw_Bps": r.busbw,
+            "modeled_s": r.modeled_s,
+            "measured_over_modeled": r.ratio,
+        }
+        for r in rows
+    ]
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.iters < 1 or args.warmup < 0:
+        raise UsageError("--iters must be >= 1 and --warmup >= 0")
+    cfg = BenchConfig(
+        testbed_path=args.testbed,
+        collective=args.collective,
+        algorithm=args.algo,
+        sizes=parse_size_sweep(args.sizes),
+        iters=args.iters,
+        warmup=args.warmup,
+        ranks=args.ranks,
+        placement=args.placement,
+        chunks=args.chunks,
+        streams=args.streams,
+        sndbuf=parse_size(args.sndbuf),
+        rcvbuf=parse_size(args.rcvbuf),
+        verify=not args.no_verify,
+        store=None if args.no_store else args.store,
+        command="genie " + " ".join(sys.argv[1:]),
+        progress=sys.stderr.isatty(),
+    )
+    if not Path(cfg.testbed_path).is_file():
+        raise UsageError(f"testbed file not found: {cfg.testbed_path}")
+    run_id, rows, offsets = run_bench(cfg)
+    if args.json:
+        json.dump(
+            {
+                "run_id": run_id,
+                "collective": cfg.collective,
+                "algorithm": cfg.algorithm,
+                "units": {"time": "s", "bandwidth": "bytes/s", "size": "bytes"},
+                "clock_offsets": {a: msgspec.to_builtins(e) for a, e in offsets.items()},
+                "rows": rows_json(rows),
+            },
+            sys.stdout,
+            indent=2,
+        )
+        print()
+    else:
+        title = f"genie bench: {args.collective}/{args.algo or 'default'} on {args.testbed}"
+        print_table(rows, title, cfg.iters, cfg.warmup)
+        if run_id:
+            print(f"stored as run {run_id} in {cfg.store}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``bench`` command."""
+    p = sub.add_parser(
+        "bench",
+        help="measure a collective over sizes on a live testbed (nccl-tests style)",
+        description="Run a collective on the testbed's agents for each size and print "
+        "nccl-tests columns plus the cost model's time. GB/s = 10^9 bytes/s.",
+    )
+    p.add_argument("--testbed", required=True, metavar="FILE", help="testbed TOML file")
+    p.add_argument("--collective", default="all_reduce", help="collective (default all_reduce)")
+    p.add_argument("--algo", default=None, help="algorithm (default: the collective's default)")
+    p.add_argument("--sizes", default="1KiB:16MiB:x4", help="MIN:MAX:xF, MIN:MAX:+S or A,B,C")
+    p.add_argument("--iters", type=int, default=20, help="measured iterations per size")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations per size")
+    p.add_argument("--ranks", type=int, default=None, help="ranks (default: the testbed's)")
+    p.add_argument("--placement", default="testbed", choices=["testbed", "round-robin"])
+    p.add_argument("--chunks", type=int, default=1, help="pipeline chunks per collective")
+    p.add_argument("--streams", type=int, default=1, help="TCP connections per rank pair")
+    p.add_argument("--sndbuf", default="0", help="SO_SNDBUF (0 = kernel autotuning)")
+    p.add_argument("--rcvbuf", default="0", help="SO_RCVBUF (0 = kernel autotuning)")
+    p.add_argument("--no-verify", action="store_true", help="skip per-message CRC checks")
+    p.add_argument("--json", action="store_true", help="print JSON instead of the table")
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
+    p.add_argument("--no-store", action="store_true", help="do not record the run")
+    p.set_defaults(func=_run)

@@ -1,0 +1,132 @@
+"""A collective size sweep on a live testbed (nccl-tests for a testbed), beside the cost model.
+
+Per size: plan the program (nccl-tests size convention: ``size`` is the whole buffer), prepare
+it on the agents (connections and buffers), run warm-up + measured iterations starting in sync,
+store every instance, release. Rows carry p50/p99/min/max of completion time, algbw and busbw
+(bytes/s; print them as GB/s = 1e9 B/s) and the cost model's time for the same program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agents.protocol import DataOptions
+from genie.collectives import build_program
+from genie.collectives.cost import algbw, bus_factor, estimate, nccl_size
+from genie.collectives.program import Program
+from genie.controller.results import Instance, Stats, measured, stats
+from genie.controller.session import Controller
+from genie.errors import GenieError
+
+
+@dataclass
+class SizeRow:
+    """One size of a sweep."""
+
+    size: int  # whole buffer, bytes
+    count: int  # elements (uint8)
+    dtype: str
+    n_ranks: int
+    stats: Stats
+    algbw: float  # bytes/s at p50
+    busbw: float  # bytes/s at p50
+    modeled_s: float | None
+    instances: list[Instance] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        """Measured p50 / modeled time."""
+        if not self.modeled_s:
+            return None
+        return self.stats.p50 / self.modeled_s
+
+
+def plan_sizes(
+    collective: str,
+    algorithm: str | None,
+    n_ranks: int,
+    sizes: Sequence[int],
+    *,
+    chunks: int = 1,
+    ranks_per_host: int = 1,
+) -> list[Program]:
+    """One program per size, nccl-tests size convention."""
+    return [
+        build_program(
+            collective,
+            algorithm,
+            n_ranks,
+            s,
+            chunks=chunks,
+            ranks_per_host=ranks_per_host,
+            size_convention="nccl",
+        )
+        for s in sizes
+    ]
+
+
+def modeled_time(program: Program, topology, placement: Sequence[str]) -> float | None:
+    """Cost-model time of ``program`` on ``topology`` (None if the model cannot price it)."""
+    if topology is None:
+        return None
+    try:
+        return float(estimate(program, topology, list(placement[: program.n_ranks])).time_s)
+    except GenieError:
+        return None
+
+
+def run_size(
+    ctl: Controller,
+    program: Program,
+    placement: Sequence[str],
+    *,
+    iters: int,
+    warmup: int,
+    options: DataOptions | None = None,
+    record_steps: bool = False,
+) -> list[Instance]:
+    """Prepare, run and release one program; return all its instances (warm-up flagged)."""
+    ctl.prepare([program], list(placement), options)
+    try:
+        out = ctl.run(0, iters=iters, warmup=warmup, record_steps=record_steps)
+    except BaseException:
+        ctl.abort("interrupted")
+        raise
+    ctl.release()
+    return out.instances
+
+
+def sweep(
+    ctl: Controller,
+    programs: Sequence[Program],
+    placement: Sequence[str],
+    *,
+    iters: int,
+    warmup: int,
+    options: DataOptions | None = None,
+    topology=None,
+    on_size: Callable[[SizeRow], None] | None = None,
+) -> list[SizeRow]:
+    """Run every program in turn; ``on_size`` sees each row as soon as it is measured."""
+    rows = []
+    for prog in programs:
+        inst = run_size(ctl, prog, placement, iters=iters, warmup=warmup, options=options)
+        st = stats(measured(inst))
+        size = nccl_size(prog)
+        bw = algbw(size, st.p50)
+        row = SizeRow(
+            size=size,
+            count=size,
+            dtype="uint8",
+            n_ranks=prog.n_ranks,
+            stats=st,
+            algbw=bw,
+            busbw=bw * bus_factor(prog.spec.collective, prog.n_ranks),
+            modeled_s=modeled_time(prog, topology, placement),
+            instances=inst,
+        )
+        rows.append(row)
+        if on_size:
+            on_size(row)
+    return rows

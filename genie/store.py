@@ -1,0 +1,300 @@
+"""The run store: every measured collective instance, in one SQLite file (WAL mode).
+
+Rows are written as each collective finishes (one transaction per Go), so a crash or Ctrl-C
+keeps everything measured so far; a run left ``running`` was interrupted.
+
+Schema (times in seconds unless the column says ns; sizes in bytes)::
+
+    runs(
+      run_id TEXT PRIMARY KEY,      -- "r" + UTC time + random suffix, e.g. r20260102T101500-3fa2
+      created_at REAL,              -- unix time the run started
+      finished_at REAL,             -- unix time it ended (NULL while running)
+      status TEXT,                  -- running | ok | failed | interrupted
+      command TEXT,                 -- the command line
+      testbed_name TEXT,
+      testbed TEXT,                 -- the testbed file's text (to reproduce the run)
+      genie_version TEXT,
+      host_facts TEXT,              -- JSON: agent -> facts from its hello (CPUs, NICs, MTU...)
+      clock_offsets TEXT,           -- JSON: agent -> {offset_ns, uncertainty_ns, rtt_min_ns}
+      workload_hash TEXT,           -- hash of the workload, when a run replays one
+      meta TEXT,                    -- JSON: anything else (options, placement)
+      error TEXT                    -- the error of a failed run
+    )
+    instances(
+      id INTEGER PRIMARY KEY,
+      run_id TEXT REFERENCES runs,
+      collective TEXT, algorithm TEXT,
+      n_ranks INTEGER,
+      size INTEGER,                 -- whole buffer (nccl-tests' size)
+      chunks INTEGER, streams INTEGER,
+      iteration INTEGER,            -- 0.. within its Go (warm-up first)
+      warmup INTEGER,               -- 1 = warm-up, not part of the statistics
+      start_ns INTEGER, end_ns INTEGER,  -- controller monotonic clock
+      time_s REAL,                  -- end - start: the collective's completion time
+      step0_spread_ns INTEGER,      -- spread of first-step starts over ranks (-1: not recorded)
+      rank_times TEXT,              -- JSON [[rank, start_ns, end_ns], ...]
+      program TEXT                  -- JSON of the ProgramSpec
+    )
+
+``RunStore`` is the API (the simulator can read measured tables through ``size_times``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from genie import __version__
+from genie.errors import StoreError
+
+DEFAULT_STORE = "genie-runs.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+  run_id TEXT PRIMARY KEY, created_at REAL NOT NULL, finished_at REAL, status TEXT NOT NULL,
+  command TEXT, testbed_name TEXT, testbed TEXT, genie_version TEXT, host_facts TEXT,
+  clock_offsets TEXT, workload_hash TEXT, meta TEXT, error TEXT
+);
+CREATE TABLE IF NOT EXISTS instances (
+  id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(run_id),
+  collective TEXT NOT NULL, algorithm TEXT NOT NULL, n_ranks INTEGER NOT NULL,
+  size INTEGER NOT NULL, chunks INTEGER, streams INTEGER, iteration INTEGER NOT NULL,
+  warmup INTEGER NOT NULL, start_ns INTEGER, end_ns INTEGER, time_s REAL NOT NULL,
+  step0_spread_ns INTEGER, rank_times TEXT, program TEXT
+);
+CREATE INDEX IF NOT EXISTS instances_run ON instances(run_id, collective, algorithm, size);
+"""
+
+
+class RunInfo(msgspec.Struct, kw_only=True):
+    """One row of ``runs`` with JSON columns decoded."""
+
+    run_id: str
+    created_at: float
+    finished_at: float | None
+    status: str
+    command: str
+    testbed_name: str
+    testbed: str
+    genie_version: str
+    host_facts: dict[str, Any]
+    clock_offsets: dict[str, Any]
+    workload_hash: str
+    meta: dict[str, Any]
+    error: str
+    instances: int = 0
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+class RunStore:
+    """Read and write runs and their collective instances."""
+
+    def __init__(self, path: str | os.PathLike = DEFAULT_STORE) -> None:
+        self.path = Path(path)
+        try:
+            self.db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+
+    def close(self) -> None:
+        """Close the database."""
+        self.db.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _exec(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(sql, args)
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
+
+    # ---- writing --------------------------------------------------------------------------
+    def start_run(
+        self,
+        command: str,
+        *,
+        testbed_name: str = "",
+        testbed_text: str = "",
+        host_facts: dict[str, Any] | None = None,
+        clock_offsets: dict[str, Any] | None = None,
+        workload_hash: str = "",
+        meta: dict[str, Any] | None = None,
+    ) -> str:
+        """Record a new run (status running) and return its id."""
+        now = time.time()
+        stamp = _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y%m%dT%H%M%S")
+        run_id = f"r{stamp}-{os.urandom(2).hex()}"
+        self._exec(
+            "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id,
+                now,
+                None,
+                "running",
+                command,
+                testbed_name,
+                testbed_text,
+                __version__,
+                _json(host_facts or {}),
+                _json(clock_offsets or {}),
+                workload_hash,
+                _json(meta or {}),
+                "",
+            ),
+        )
+        return run_id
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Set columns of a run (JSON columns take dicts)."""
+        allowed = {"host_facts", "clock_offsets", "meta", "workload_hash", "testbed", "command"}
+        for key, value in fields.items():
+            if key not in allowed:
+                raise StoreError(f"cannot update column {key!r} of a run")
+            v = _json(value) if key in ("host_facts", "clock_offsets", "meta") else value
+            self._exec(f"UPDATE runs SET {key}=? WHERE run_id=?", (v, run_id))
+
+    def finish_run(self, run_id: str, status: str = "ok", error: str = "") -> None:
+        """Mark a run finished with ``status`` (ok, failed, interrupted)."""
+        self._exec(
+            "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?",
+            (status, time.time(), error, run_id),
+        )
+
+    def add_instances(self, run_id: str, spec: Any, instances: Iterable[Any], streams: int = 1):
+        """Store the instances (``genie.controller.results.Instance``) of one Go of ``spec``."""
+        from genie.collectives.layout import buffer_bytes
+
+        size = buffer_bytes(spec) if spec.collective != "flow" else spec.size
+        prog = _json(spec)
+        rows = [
+            (
+                run_id,
+                spec.collective,
+                spec.algorithm,
+                spec.n_ranks,
+                size,
+                spec.chunks,
+                streams,
+                x.iteration,
+                int(x.warmup),
+                x.start_ns,
+                x.end_ns,
+                x.time_s,
+                x.step0_spread_ns,
+                _json(
+                    [
+                        [r, s, e]
+                        for r, s, e in zip(x.ranks, x.rank_start_ns, x.rank_end_ns, strict=True)
+                    ]
+                ),
+                prog,
+            )
+            for x in instances
+        ]
+        try:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.executemany(
+                    "INSERT INTO instances (run_id, collective, algorithm, n_ranks, size, chunks,"
+                    " streams, iteration, warmup, start_ns, end_ns, time_s, step0_spread_ns,"
+                    " rank_times, program) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
+        except sqlite3.Error as exc:
+            raise StoreError(f"run store {self.path}: {exc}") from None
+
+    # ---- reading --------------------------------------------------------------------------
+    def _info(self, row: sqlite3.Row | tuple) -> RunInfo:
+        (rid, created, finished, status, cmd, tbn, tb, ver, facts, offs, wh, meta, err, n) = row
+        return RunInfo(
+            run_id=rid,
+            created_at=created,
+            finished_at=finished,
+            status=status,
+            command=cmd or "",
+            testbed_name=tbn or "",
+            testbed=tb or "",
+            genie_version=ver or "",
+            host_facts=json.loads(facts or "{}"),
+            clock_offsets=json.loads(offs or "{}"),
+            workload_hash=wh or "",
+            meta=json.loads(meta or "{}"),
+            error=err or "",
+            instances=n,
+        )
+
+    _RUN_SELECT = (
+        "SELECT r.*, (SELECT COUNT(*) FROM instances i WHERE i.run_id = r.run_id) FROM runs r"
+    )
+
+    def list_runs(self, limit: int | None = None) -> list[RunInfo]:
+        """Runs, newest first."""
+        sql = self._RUN_SELECT + " ORDER BY created_at DESC"
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        return [self._info(r) for r in self._exec(sql).fetchall()]
+
+    def run(self, run_id: str) -> RunInfo:
+        """One run by id (a unique prefix works too); StoreError if there is none."""
+        rows = self._exec(
+            self._RUN_SELECT + " WHERE r.run_id LIKE ? ORDER BY created_at DESC",
+            (run_id + "%",),
+        ).fetchall()
+        if not rows:
+            raise StoreError(f"no run {run_id!r} in {self.path}")
+        exact = [r for r in rows if r[0] == run_id]
+        if len(rows) > 1 and not exact:
+            raise StoreError(f"run id prefix {run_id!r} is ambiguous ({len(rows)} runs)")
+        return self._info(exact[0] if exact else rows[0])
+
+    def instances(self, run_id: str, include_warmup: bool = False) -> list[dict[str, Any]]:
+        """The instances of a run as dicts (columns of ``instances``; JSON decoded)."""
+        cur = self._exec(
+            "SELECT * FROM instances WHERE run_id=?"
+            + ("" if include_warmup else " AND warmup=0")
+            + " ORDER BY id",
+            (self.run(run_id).run_id,),
+        )
+        cols = [c[0] for c in cur.description]
+        out = []
+        for row in cur.fetchall():
+            d = dict(zip(cols, row, strict=True))
+            d["rank_times"] = json.loads(d["rank_times"] or "[]")
+            d["program"] = json.loads(d["program"] or "{}")
+            out.append(d)
+        return out
+
+    def size_times(
+        self, run_id: str, collective: str | None = None, algorithm: str | None = None
+    ) -> dict[int, list[float]]:
+        """Measured completion times (s, warm-up excluded) per size of a run."""
+        sql = "SELECT size, time_s FROM instances WHERE run_id=? AND warmup=0"
+        args: list[Any] = [self.run(run_id).run_id]
+        if collective:
+            sql += " AND collective=?"
+            args.append(collective)
+        if algorithm:
+            sql += " AND algorithm=?"
+            args.append(algorithm)
+        out: dict[int, list[float]] = {}
+        for size, t in self._exec(sql + " ORDER BY size, id", args).fetchall():
+            out.setdefault(int(size), []).append(float(t))
+        return out
