@@ -1,0 +1,68 @@
+"""``genie cluster local``: start N agents on loopback and write a testbed file for them."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import threading
+from pathlib import Path
+
+DEFAULT_DIR = "genie-cluster"
+
+
+def _run(args: argparse.Namespace) -> int:
+    from genie.controller.local import LocalCluster, read_pids, stop_recorded
+
+    d = Path(args.dir)
+    if args.stop:
+        if not read_pids(d):
+            print(f"no local cluster recorded in {d}")
+            return 0
+        stopped = stop_recorded(d)
+        print(f"stopped {len(stopped)} agents of {d} (pids {', '.join(map(str, stopped)) or '-'})")
+        return 0
+    cl = LocalCluster.start(
+        args.agents, d, ranks_per_host=args.ranks_per_host, base_port=args.base_port
+    )
+    hosts = ", ".join(f"{h.name}@{h.control}" for h in cl.testbed.hosts)
+    print(f"started {len(cl.procs)} agents on 127.0.0.1: {hosts}")
+    print(f"testbed file: {cl.testbed_path}   (logs and pids in {d}/)")
+    print(f"run:   genie bench --testbed {cl.testbed_path} --collective all_reduce --algo ring")
+    if not args.foreground:
+        print(f"stop:  genie cluster local --stop --dir {d}")
+        return 0
+    print("running in the foreground; Ctrl-C stops the agents")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            if any(p.poll() is not None for p in cl.procs):
+                print("an agent exited; stopping the cluster")
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cl.stop()
+        print(f"stopped {len(cl.procs)} agents")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``cluster local``."""
+    p = sub.add_parser("cluster", help="local agent clusters for trying genie on one machine")
+    csub = p.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", required=True)
+    loc = csub.add_parser(
+        "local",
+        help="start N agents on 127.0.0.1 and write a testbed file for them",
+        description="Start N genie agents on loopback (distinct ports), write DIR/testbed.toml "
+        "pointing at them; stop them with --stop (by recorded pid).",
+    )
+    loc.add_argument("--agents", type=int, default=4, help="number of agents (default 4)")
+    loc.add_argument(
+        "--dir", default=DEFAULT_DIR, help=f"state directory (default ./{DEFAULT_DIR})"
+    )
+    loc.add_argument("--ranks-per-host", type=int, default=1, help="ranks per agent")
+    loc.add_argument("--base-port", type=int, default=None, help="first control port")
+    loc.add_argument("--foreground", action="store_true", help="stay up; Ctrl-C stops agents")
+    loc.add_argument("--stop", action="store_true", help="stop the agents recorded in --dir")
+    loc.set_defaults(func=_run)
