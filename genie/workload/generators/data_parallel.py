@@ -51,7 +51,8 @@ def data_parallel(
                 flops=fwd_flops,
                 tensor_bytes=act_bytes,
             )
-        bwd_of: dict[int, int] = {}
+        bucket_end = {bucket[-1]: k for k, bucket in enumerate(buckets)}
+        reduces = []
         for layer in reversed(range(layers)):
             prev = b.compute(
                 f"bwd_layer{layer}",
@@ -60,18 +61,16 @@ def data_parallel(
                 flops=2 * fwd_flops,
                 tensor_bytes=act_bytes,
             )
-            bwd_of[layer] = prev
-        reduces = []
-        for k, bucket in enumerate(buckets):
-            size = grad_bytes * len(bucket)
-            reduces.append(
-                b.collective(
-                    f"allreduce_grad_bucket{k}",
-                    CollectiveType.ALL_REDUCE,
-                    size,
-                    [bwd_of[bucket[-1]]],
+            k = bucket_end.get(layer)
+            if k is not None:  # the bucket's last gradient is ready: reduce it now
+                reduces.append(
+                    b.collective(
+                        f"allreduce_grad_bucket{k}",
+                        CollectiveType.ALL_REDUCE,
+                        grad_bytes * len(buckets[k]),
+                        [prev],
+                    )
                 )
-            )
         opt_flops = 10 * params * layers
         b.compute(
             "optimizer_step", opt_flops / rate, reduces, flops=opt_flops, tensor_bytes=grad_bytes

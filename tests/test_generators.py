@@ -1,0 +1,119 @@
+"""Generators: valid Chakra for ASTRA-sim, matching collective sequences across group ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from genie.workload import CollectiveType, NodeType, load_workload, save_workload
+from genie.workload.generators import data_parallel, llm, microbench, moe
+from genie.workload.graph import check_collective_sequences, collective_sequences
+from genie.workload.model import Attr
+from genie.workload.validate import validate_workload
+
+CASES = [
+    ("microbench", lambda: microbench(4, [1024, 1 << 20], list(CollectiveType))),
+    ("dp", lambda: data_parallel(4)),
+    ("llm", lambda: llm(8, tp=2, pp=2)),
+    ("llm-zero", lambda: llm(16, tp=2, pp=2, zero=True, layers=4)),
+    ("llm-tp4", lambda: llm(8, tp=4, pp=1, layers=2)),
+    ("moe", lambda: moe(4)),
+]
+
+
+@pytest.mark.parametrize("name,make", CASES, ids=[c[0] for c in CASES])
+def test_generated_workloads_validate_and_sequences_match(name, make, tmp_path) -> None:
+    wl = make()
+    assert validate_workload(wl) == []
+    assert check_collective_sequences(wl) == []
+    seqs = collective_sequences(wl)
+    for g, per_rank in seqs.items():
+        assert set(per_rank) == set(wl.groups[g]), g  # every member takes part
+    # and the same holds after a trip through files
+    save_workload(wl, tmp_path / name)
+    back = load_workload(tmp_path / name)
+    assert back.problems == [] and back.groups == wl.groups
+
+
+def test_sequence_check_catches_a_changed_size() -> None:
+    wl = llm(8, tp=2, pp=2, layers=2)
+    rank3 = wl.ranks[3]
+    n = next(x for x in rank3.nodes if x.type == NodeType.COMM_COLL_NODE)
+    n.set_attr("comm_size", "int64_val", n.comm_size + 1)
+    problems = check_collective_sequences(wl)
+    assert len(problems) == 1 and "rank 3" in problems[0] and "collective #0" in problems[0]
+
+
+def test_attr_kinds_are_what_astra_sim_reads() -> None:
+    wl = llm(8, tp=2, pp=2, layers=2)
+    for rg in wl.ranks:
+        assert rg.metadata.version == "0.0.4"
+        for n in rg.nodes:
+            kinds = {a.name: a.kind for a in n.attrs}
+            assert kinds["is_cpu_op"] == "bool_val"
+            if n.type == NodeType.COMM_COLL_NODE:
+                assert kinds["comm_type"] == kinds["comm_size"] == "int64_val"
+            if n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE):
+                assert kinds["comm_src"] == kinds["comm_dst"] == kinds["comm_tag"] == "int32_val"
+
+
+def test_microbench_covers_each_type_and_size() -> None:
+    wl = microbench(2, [1024, 4096], [CollectiveType.ALL_REDUCE, CollectiveType.ALL_TO_ALL], 2)
+    got = [(n.comm_type, n.comm_size) for n in wl.ranks[1].nodes]
+    assert got == [(0, 1024)] * 2 + [(0, 4096)] * 2 + [(6, 1024)] * 2 + [(6, 4096)] * 2
+    assert all(n.data_deps == [n.id - 1] for n in wl.ranks[0].nodes[1:])
+
+
+def _ancestors(rank, nid):
+    seen, todo = set(), [nid]
+    while todo:
+        for d in rank.by_id[todo.pop()].data_deps:
+            if d not in seen:
+                seen.add(d)
+                todo.append(d)
+    return seen
+
+
+def test_dp_all_reduce_buckets_overlap_backward() -> None:
+    wl = data_parallel(2, layers=6, hidden=1024, bucket_bytes=50 * 2**20)
+    r = wl.ranks[0]
+    ars = [n for n in r.nodes if n.type == NodeType.COMM_COLL_NODE]
+    assert len(ars) == 3  # 24 MiB of gradients per layer, two layers per 50 MiB bucket
+    assert all(n.comm_size == 2 * 12 * 1024 * 1024 * 2 for n in ars)
+    first = ars[0].id
+    later_bwd = [n for n in r.nodes if n.name.startswith("bwd") and n.id > first]
+    assert later_bwd and all(first not in _ancestors(r, n.id) for n in later_bwd)
+    opt = r.nodes[-1]
+    assert opt.name == "optimizer_step" and {a.id for a in ars} <= _ancestors(r, opt.id)
+    # compute from FLOPs at peak x efficiency: forward of a layer = 2 * tokens * params
+    fwd = r.nodes[0]
+    flops = 2 * 8 * 1024 * 12 * 1024 * 1024
+    assert fwd.num_ops == flops
+    assert fwd.duration_s == pytest.approx(flops / (989e12 * 0.5), abs=1e-6)
+
+
+def test_llm_layout_groups_and_pipeline() -> None:
+    wl = llm(8, tp=2, pp=2, layers=4, micro_batches=3)
+    assert wl.groups["tp_d0_p1"] == (2, 3) and wl.groups["dp_p1_t0"] == (2, 6)
+    r0, r2 = wl.ranks[0], wl.ranks[2]
+    sends = [n for n in r0.nodes if n.type == NodeType.COMM_SEND_NODE]
+    recvs = [n for n in r2.nodes if n.type == NodeType.COMM_RECV_NODE]
+    assert len(sends) == 3 and all(n.peer == 2 for n in sends)  # activations to the next stage
+    assert len(recvs) == 3 and all(n.peer == 0 for n in recvs)
+    tp_ar = [n for n in r0.nodes if n.pg_name == "tp_d0_p0"]
+    assert len(tp_ar) == 2 * 2 * 3 * 2  # 2 blocks/stage x (attn, mlp) x 3 mb x (fwd, bwd)
+    assert all(n.comm_size == 2048 * 4096 * 2 for n in tp_ar)
+    dp_ar = [n for n in r0.nodes if n.pg_name == "dp_p0_t0"]
+    assert [n.comm_type for n in dp_ar] == [0, 0]  # one gradient all-reduce per block
+
+
+def test_moe_all_to_all() -> None:
+    wl = moe(4, layers=2)
+    a2a = [n for n in wl.ranks[0].nodes if n.comm_type == CollectiveType.ALL_TO_ALL]
+    assert len(a2a) == 8 and len({n.comm_size for n in a2a}) == 1
+
+
+def test_generator_metadata_records_groups() -> None:
+    wl = llm(8, tp=2, pp=2, layers=2)
+    attrs = {a.name: a for a in wl.ranks[5].metadata.attrs}
+    assert attrs["pg_ranks:tp_d1_p0"] == Attr("pg_ranks:tp_d1_p0", "int64_list", [4, 5])
+    assert "tp=2" in attrs["generator"].value
