@@ -35,13 +35,18 @@ def test_all_reduce_sample_beside_closed_form(et_samples, capsys):
     args += ["--topology", "switch", "--bandwidth", "50GiB/s", "--latency", "500ns"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    expected = closed_form("all_reduce", 4, 2**20, 50 * 2**30, 500e-9)
+    # ASTRA-sim latency is per link: a switch route is 2 hops, so alpha = 1000 ns per message
+    expected = closed_form("all_reduce", 4, 2**20, 50 * 2**30, 1000e-9)
     assert f"closed form 2(n-1)(alpha + S/(nB)) = {expected * 1e6:.4f} us" in out
     assert "ratio 1.000000" in out
     assert main([*args, "--json"]) == 0
     row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
     assert row["time"] == pytest.approx(row["closed_form_s"], rel=1e-9)
     assert row["closed_form_s"] == pytest.approx(expected, rel=1e-12)
+    # the built-in traffic model gives the same number
+    assert main([*args, "--json", "--pricer", "builtin"]) == 0
+    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
+    assert row["time"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_samples_on_the_netns_star_testbed(et_samples, capsys, tmp_path):

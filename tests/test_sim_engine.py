@@ -24,7 +24,8 @@ def approx(x):
 
 
 def test_chain_of_compute_and_one_all_reduce():
-    # rank r: compute (r+1) us -> all-reduce 1 MiB -> compute 2 us; switch 50 GiB/s, 500 ns
+    # rank r: compute (r+1) us -> all-reduce 1 MiB -> compute 2 us; switch 50 GiB/s, 250 ns per
+    # link: alpha = 2 hops x 250 ns = 500 ns per message
     b = GraphBuilder(4)
     b.group("world")
     for r in range(4):
@@ -32,7 +33,7 @@ def test_chain_of_compute_and_one_all_reduce():
         c = b.collective(r, "all_reduce", 2**20, deps=[a])
         b.compute(r, 2 * US, deps=[c])
     cw = b.build()
-    rep, raw = replay(cw, backend(4, 50 * GIB, 500e-9), symmetry=False)
+    rep, raw = replay(cw, backend(4, 50 * GIB, 250e-9), symmetry=False)
     # by hand: ring all-reduce = 2(n-1) * (500 ns + S / (n B)) = 6 * (0.5 + 4.8828125) us
     ar = 6 * (0.5 + 2**20 / (4 * 50 * GIB) / US) * US
     assert ar == approx(32.296875 * US)
@@ -55,8 +56,9 @@ def test_chain_of_compute_and_one_all_reduce():
 
 
 def test_two_overlapping_collectives_share_links():
-    # 2 ranks, 1e9 B/s, ring latency 2(n-1) * 1 us = 2 us. A (10 kB) starts at 0, B (10 kB) at
-    # 4 us. Alone each moves its bytes in 10 us (each rank sends S = 2(n-1)/n * S bytes).
+    # 2 ranks, 1e9 B/s, alpha = 2 hops x 0.5 us, ring latency 2(n-1) x 1 us = 2 us. A (10 kB)
+    # starts at 0, B (10 kB) at 4 us. Alone each moves its bytes in 10 us (each rank sends
+    # 2(n-1)/n x S = S bytes).
     b = GraphBuilder(2)
     b.group("dp")
     b.group("dp2", [0, 1])
@@ -65,7 +67,7 @@ def test_two_overlapping_collectives_share_links():
         c = b.compute(r, 4 * US)
         b.collective(r, "all_reduce", 10_000, group="dp2", deps=[c])
     cw = b.build()
-    rep, _ = replay(cw, backend(2, 1e9, 1 * US), symmetry=False)
+    rep, _ = replay(cw, backend(2, 1e9, 0.5 * US), symmetry=False)
     a_row, b_row = sorted(rep.collectives, key=lambda r: r.start)
     # 0..4 us: A alone, 4 us done, 6 left; then both at half rate: A's 6 take 12 -> bytes done
     # at 16 us, + 2 us latency = 18 us. B did 6 by 16 us, its last 4 alone -> 20 us, + 2 = 22.
@@ -90,7 +92,8 @@ def test_collectives_on_disjoint_links_do_not_slow_each_other():
 
 def test_pipeline_of_send_recv_between_stages():
     # 3 stages x 2 micro-batches; compute 10 us per micro-batch; transfer 1000 B at 1e9 B/s
-    # plus 1 us latency = 2 us, rendezvous: starts when both the send and the recv are posted.
+    # takes 1 us + alpha (2 hops x 0.5 us) = 2 us; rendezvous: it starts when both the send and
+    # the recv are posted.
     b = GraphBuilder(3)
     size, c = 1000, 10 * US
     prev = []
@@ -107,7 +110,7 @@ def test_pipeline_of_send_recv_between_stages():
         rv = b.recv(2, 1, size, tag=mb)
         b.compute(2, c, deps=[rv])
     cw = b.build()
-    rep, _ = replay(cw, backend(3, 1e9, 1 * US))
+    rep, _ = replay(cw, backend(3, 1e9, 0.5 * US))
     # rank0: F0 0-10, F1 10-20, sends 10-12 and 20-22
     # rank1: C0 12-22, send 22-24; C1 22-32, send 32-34
     # rank2: C0 24-34, C1 34-44

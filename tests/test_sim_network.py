@@ -104,7 +104,7 @@ def test_switch_model_alone_equals_closed_form(coll, size, n):
     m = NetModel(n, 25e9, 2 * US)
     be = AnalyticalBackend(m)
     t = be.alone(Transfer(0, coll_type(coll), size, tuple(range(n)), 0))
-    assert t == pytest.approx(closed_form(coll, n, size, 25e9, 2 * US), rel=1e-12)
+    assert t == pytest.approx(closed_form(coll, n, size, 25e9, 4 * US), rel=1e-12)  # 2 hops
 
 
 def test_ranks_on_one_host_use_the_intra_host_bandwidth():
@@ -113,10 +113,10 @@ def test_ranks_on_one_host_use_the_intra_host_bandwidth():
     inside = be.alone(Transfer(0, coll_type("all_reduce"), 2**20, (0, 1), 0))
     across = be.alone(Transfer(1, coll_type("all_reduce"), 2**20, (0, 2), 1))
     assert inside == pytest.approx(2**20 / 100e9)  # 2 ranks: each sends S, no latency inside
-    assert across == pytest.approx(2 * US + 2**20 / 10e9)
+    assert across == pytest.approx(2 * 2 * US + 2**20 / 10e9)  # 2 steps x 2 hops x 1 us
     # a 4-rank ring over 2 hosts: each host NIC carries one ring edge each way
     ring4 = be.alone(Transfer(2, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), 2))
-    assert ring4 == pytest.approx(6 * US + 1.5 * 2**20 / 10e9)
+    assert ring4 == pytest.approx(6 * 2 * US + 1.5 * 2**20 / 10e9)
 
 
 def test_topology_pricer_on_a_star_matches_the_switch_model():
@@ -185,3 +185,48 @@ def test_measured_without_data_or_model_is_a_clear_error(tmp_path):
     be = MeasuredBackend(table)
     with pytest.raises(StoreError, match="no measured times for all_reduce on 2 ranks"):
         be.start(Transfer(0, 0, 100, (0, 1), 0), 0.0)
+
+
+def test_program_pricer_alone_equals_the_collectives_cost_model():
+    from genie.collectives import build_program, topology
+    from genie.collectives.cost import estimate
+
+    topo = topology.switch(8, 10e9, 1 * US)
+    from genie.sim.program_pricer import ProgramPricer
+
+    for algo in ("ring", "halvingDoubling"):
+        pricer = ProgramPricer(topo, list(range(8)), algorithms={"all_reduce": algo})
+        be = AnalyticalBackend(pricer)
+        t = be.alone(Transfer(0, coll_type("all_reduce"), 3 * 2**20, tuple(range(8)), 0))
+        prog = build_program("all_reduce", algo, 8, 3 * 2**20)
+        assert t == pytest.approx(estimate(prog, topo).time_s, rel=1e-12)
+
+
+def test_program_pricer_sharing_matches_estimate_concurrent_for_equal_programs():
+    from genie.collectives import build_program, topology
+    from genie.collectives.cost import estimate_concurrent
+    from genie.sim.program_pricer import ProgramPricer
+
+    topo = topology.switch(4, 10e9, 1 * US)
+    be = AnalyticalBackend(ProgramPricer(topo, [0, 1, 2, 3]))
+    for iid, g in ((0, 0), (1, 1)):
+        be.start(Transfer(iid, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), g), 0.0)
+    done = drain(be)
+    prog = build_program("all_reduce", "ring", 4, 2**20)
+    ref = estimate_concurrent([(prog, 0.0), (prog, 0.0)], topo)
+    # two equal rings together: every step's bytes at half rate, latency unchanged
+    assert done[0] == pytest.approx(ref[0].time_s, rel=1e-9)
+    assert done[1] == pytest.approx(ref[1].time_s, rel=1e-9)
+    assert done[0] == pytest.approx(6 * (2 * US + 2 * 2**20 / 4 / 10e9), rel=1e-9)
+
+
+def test_program_pricer_falls_back_for_collectives_without_a_plan():
+    from genie.collectives import topology
+    from genie.sim.program_pricer import ProgramPricer
+
+    pricer = ProgramPricer(topology.switch(4, 10e9, 1 * US), [0, 1, 2, 3])
+    t = AnalyticalBackend(pricer).alone(Transfer(0, coll_type("barrier"), 0, (0, 1, 2, 3), 0))
+    assert t == pytest.approx(2 * 2 * US)  # dissemination: log2(4) steps x 2 hops x 1 us
+    t = AnalyticalBackend(pricer).alone(Transfer(1, coll_type("gather"), 4000, (0, 1, 2, 3), 0))
+    assert t == pytest.approx(2 * US + 3000 / 10e9)
+    assert pricer.fallbacks == {"gather": 1}

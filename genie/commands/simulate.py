@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from genie.errors import UsageError
+from genie.errors import GenieError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import replay
 from genie.sim.compiled import CompiledWorkload
@@ -58,8 +58,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--latency",
         default="500ns",
-        help="per-message latency, end to end (switch, fully_connected) or per link (ring, "
-        "leaf_spine)",
+        help="latency per link (ASTRA-sim: hops x latency; a switch route has 2 hops)",
     )
     p.add_argument("--ranks-per-host", type=int, default=1, help="ranks placed on each host")
     p.add_argument("--intra-bandwidth", help="bandwidth between ranks of one host")
@@ -73,6 +72,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
     )
     p.add_argument("--store", help="run store file (default: genie's)")
+    p.add_argument(
+        "--pricer",
+        choices=("programs", "builtin"),
+        default="programs",
+        help="analytical pricing: programs = step programs priced by genie.collectives.cost "
+        "(default); builtin = the simulator's own traffic model (faster)",
+    )
+    p.add_argument(
+        "--algorithm",
+        help="algorithm for every collective offering it (ring, halvingDoubling, ...) or per "
+        "collective: all_reduce=ring,all_to_all=direct",
+    )
+    p.add_argument("--chunks", type=int, default=1, help="chunks per collective (pipelining)")
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
     p.add_argument("--peak-flops", type=float, help="roofline: peak FLOP/s (e.g. 989e12)")
     p.add_argument("--efficiency", type=float, default=1.0, help="roofline: fraction of peak")
@@ -88,64 +100,95 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _algorithms(text: str | None) -> dict[str, str]:
+    """``ring`` (every collective that offers it) or ``all_reduce=ring,all_to_all=direct``."""
+    if not text:
+        return {}
+    from genie.collectives import ALGORITHMS, canonical_algorithm, canonical_collective
+
+    out: dict[str, str] = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        if "=" in part:
+            coll, algo = (x.strip() for x in part.split("=", 1))
+            coll = canonical_collective(coll)
+            out[coll] = canonical_algorithm(coll, algo)
+        else:
+            hits = 0
+            for coll in ALGORITHMS:
+                try:
+                    out[coll] = canonical_algorithm(coll, part)
+                    hits += 1
+                except GenieError:
+                    continue
+            if not hits:
+                raise UsageError(f"no collective offers algorithm {part!r}")
+    return out
+
+
 def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
     """The analytical pricer and what the closed form needs (or {} if not comparable)."""
     intra_bw = parse_bandwidth(args.intra_bandwidth) if args.intra_bandwidth else None
     intra_lat = parse_duration(args.intra_latency)
-    if args.ranks_per_host < 1:
+    k = args.ranks_per_host
+    if k < 1:
         raise UsageError("--ranks-per-host must be at least 1")
+    if args.chunks < 1:
+        raise UsageError("--chunks must be at least 1")
+    from genie.collectives import topology as ctopo
+
+    extra = {"intra_bandwidth": intra_bw, "intra_latency": intra_lat}
     if args.testbed:
         if args.topology:
             raise UsageError("give either --testbed or --topology, not both")
-        from genie.sim.topo_pricer import TopologyPricer
         from genie.testbed import load_testbed
 
         tb = load_testbed(args.testbed)
         topo = tb.to_topology()
         placement = tb.rank_hosts()
-        if args.ranks_per_host > 1 or len(placement) < n_ranks:
-            k = max(args.ranks_per_host, math.ceil(n_ranks / max(1, len(tb.hosts))))
+        if k > 1 or len(placement) < n_ranks:
+            k = max(k, math.ceil(n_ranks / max(1, len(tb.hosts))))
             placement = [min(r // k, len(tb.hosts) - 1) for r in range(n_ranks)]
-        pricer = TopologyPricer(topo, placement, n_ranks)
-        closed = {}
-        if getattr(topo, "kind", "") == "star" and len(set(placement[:n_ranks])) == n_ranks:
-            route = topo.route(0, 1) if len(topo.hosts) > 1 else ()
-            closed = {
-                "bandwidth": topo.route_bandwidth(route),
-                "latency": topo.route_latency(route),
-            }
-        return pricer, closed
-    bw = parse_bandwidth(args.bandwidth)
-    lat = parse_duration(args.latency)
-    kind = args.topology or "switch"
-    if kind in TOPOLOGIES:
-        model = NetModel(
-            n_ranks,
-            bw,
-            lat,
-            topology=kind,
-            ranks_per_host=args.ranks_per_host,
-            intra_bandwidth=intra_bw,
-            intra_latency=intra_lat,
-        )
-        closed = {"bandwidth": bw, "latency": lat} if args.ranks_per_host == 1 else {}
-        if kind != "switch":
-            closed = {}
-        return model, closed
-    from genie.collectives import topology as ctopo
-    from genie.sim.topo_pricer import TopologyPricer
-
-    n_hosts = math.ceil(n_ranks / args.ranks_per_host)
-    extra = {"intra_bandwidth": intra_bw, "intra_latency": intra_lat}
-    if kind == "ring":
-        topo = ctopo.ring(max(2, n_hosts), bw, lat, **extra)
+        placement = placement[:n_ranks]
     else:
-        per_leaf = math.ceil(n_hosts / args.leaves)
-        topo = ctopo.leaf_spine(
-            args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
-        )
-    placement = [r // args.ranks_per_host for r in range(n_ranks)]
-    return TopologyPricer(topo, placement, n_ranks), {}
+        kind = args.topology or "switch"
+        bw, lat = parse_bandwidth(args.bandwidth), parse_duration(args.latency)
+        n_hosts = math.ceil(n_ranks / k)
+        placement = [r // k for r in range(n_ranks)]
+        if args.pricer == "builtin" and kind in TOPOLOGIES:
+            model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)
+            closed = {"bandwidth": bw, "latency": model.alpha} if k == 1 else {}
+            return model, closed if kind == "switch" else {}
+        if kind == "switch":
+            topo = ctopo.switch(n_hosts, bw, lat, **extra)
+        elif kind == "fully_connected":
+            topo = ctopo.fully_connected(max(2, n_hosts), bw, lat, **extra)
+        elif kind == "ring":
+            topo = ctopo.ring(max(2, n_hosts), bw, lat, **extra)
+        else:
+            per_leaf = math.ceil(n_hosts / args.leaves)
+            topo = ctopo.leaf_spine(
+                args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
+            )
+    if args.pricer == "builtin":
+        from genie.sim.topo_pricer import TopologyPricer
+
+        pricer: Any = TopologyPricer(topo, placement, n_ranks)
+    else:
+        from genie.sim.program_pricer import ProgramPricer
+
+        algos = _algorithms(args.algorithm)
+        pricer = ProgramPricer(topo, placement, n_ranks, algos, args.chunks)
+    closed = {}
+    one_per_host = len(set(placement)) == n_ranks
+    if getattr(topo, "kind", "") == "star" and one_per_host and len(topo.hosts) > 1:
+        route = topo.route(0, 1)
+        closed = {
+            "bandwidth": topo.route_bandwidth(route),
+            "latency": topo.route_latency(route),
+            "algorithms": getattr(pricer, "algorithms", {}),
+            "chunks": args.chunks,
+        }
+    return pricer, closed
 
 
 def _describe(pricer: Any) -> str:
@@ -228,11 +271,23 @@ def _with_closed(d: dict, closed: dict) -> dict:
 
 
 def _closed_for(row: dict, closed: dict) -> float | None:
+    """The collectives module's closed form for a row (ours when it has none), or None."""
     if not closed or row["collective"] == "send_recv":
         return None
-    return closed_form(
-        row["collective"], row["ranks"], row["size"], closed["bandwidth"], closed["latency"]
-    )
+    coll, n, size = row["collective"], row["ranks"], row["size"]
+    if closed.get("chunks", 1) == 1:
+        try:
+            from genie.collectives.cost import closed_form as cf
+            from genie.collectives.registry import DEFAULT_ALGORITHM
+
+            name = "reduce_scatter" if coll == "reduce_scatter_block" else coll
+            algo = closed.get("algorithms", {}).get(name) or DEFAULT_ALGORITHM[name]
+            return cf(name, algo, n, size, closed["bandwidth"], closed["latency"])
+        except (ImportError, KeyError, GenieError):
+            pass
+    if closed.get("algorithms"):
+        return None
+    return closed_form(coll, n, size, closed["bandwidth"], closed["latency"])
 
 
 def _print(
@@ -301,7 +356,7 @@ def _print(
                 con.print(
                     f"{row.collective} of {row.size} B on {row.ranks} ranks: {r.backend} "
                     f"{row.time * 1e6:.4f} us, closed form {_FORMULA.get(row.collective, '')}"
-                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns, B "
+                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns per message, B "
                     f"{closed['bandwidth'] / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
                 )
         for note in r.notes:

@@ -9,9 +9,12 @@ Algorithms (ASTRA-sim size semantics: comm_size is the whole buffer, the per-ran
 all-gather): ring for all-reduce (2(n-1) steps of S/n), reduce-scatter (n-1 steps of S/n) and
 all-gather (n-1 steps of S); direct for all-to-all (S/n to every other rank, one step) and for
 gather/scatter; a pipelined chain from the root for broadcast and reduce (S per edge, n-1 steps);
-dissemination barrier (ceil(log2 n) steps, no bytes). The latency term is steps x the latency of
-the slowest hop kind used. On a switch with one rank per host these give the classic closed
-forms (``closed_form``), e.g. ring all-reduce 2(n-1)(alpha + S/(n B)).
+dissemination barrier (ceil(log2 n) steps, no bytes). ``latency`` is per link, as in ASTRA-sim
+(hops x latency): a message between hosts takes ``alpha = hops x latency`` with 2 hops through
+the switch and 1 on a fully-connected link; the latency term is steps x alpha (steps x the
+intra-host latency when every edge stays inside a host). On a switch with one rank per host
+these give the classic closed forms (``closed_form``), e.g. ring all-reduce
+2(n-1)(alpha + S/(n B)).
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ class NetModel:
         self.topology = topology
         self.bandwidth = float(bandwidth)
         self.latency = float(latency)
+        self.hops = 2 if topology == "switch" else 1
+        self.alpha = self.hops * self.latency
         self.ranks_per_host = ranks_per_host
         self.n_hosts = max(1, math.ceil(n_ranks / ranks_per_host))
         self.intra_bandwidth = float(intra_bandwidth or bandwidth)
@@ -125,7 +130,8 @@ class NetModel:
         text = (
             f"{self.topology}, {self.n_hosts} hosts x {self.ranks_per_host} ranks, "
             f"{bw / 2**30:.3f} GiB/s = {bw / 1e9:.3f} GB/s per link, latency "
-            f"{self.latency * 1e9:.0f} ns"
+            f"{self.latency * 1e9:.0f} ns per link (alpha = {self.hops} hops = "
+            f"{self.alpha * 1e9:.0f} ns per message)"
         )
         if self.ranks_per_host > 1:
             text += f", intra-host {self.intra_bandwidth / 1e9:.3f} GB/s"
@@ -160,6 +166,11 @@ class NetModel:
         if hit is not None:
             return hit
         ranks = np.asarray(transfer.ranks, np.int64)
+        if len(ranks) and (ranks.min() < 0 or ranks.max() >= self.n_ranks):
+            raise TopologyError(
+                f"transfer on ranks up to {int(ranks.max())} but the network model has "
+                f"{self.n_ranks} ranks"
+            )
         if transfer.comm_type == P2P:
             src, dst, per_edge, steps = ranks[:1], ranks[1:2], float(transfer.size), 1
         elif len(ranks) <= 1:
@@ -178,9 +189,9 @@ class NetModel:
             nbytes = np.bincount(inv, weights=weights)
         else:
             uniq, nbytes = np.zeros(0, np.int64), np.zeros(0)
-        hop_latency = self.latency if inter.any() else self.intra_latency
+        hop_latency = self.alpha if inter.any() else self.intra_latency
         if not len(src):
-            hop_latency = self.latency if self.n_hosts > 1 else self.intra_latency
+            hop_latency = self.alpha if self.n_hosts > 1 else self.intra_latency
         dem = Demand(latency=steps * hop_latency, links=uniq.astype(np.int64), nbytes=nbytes)
         self._cache[key] = dem
         return dem
@@ -189,7 +200,10 @@ class NetModel:
 def closed_form(
     collective: int | str, n: int, size: int, bandwidth: float, latency: float
 ) -> float:
-    """Textbook time of a collective on a switch, one rank per host (alpha-beta, ring/direct)."""
+    """Textbook alpha-beta time of a collective, one rank per host (ring/direct/chain).
+
+    ``latency`` is alpha, per message end to end (on a switch: 2 hops x link latency).
+    """
     c = COLL_NAMES[coll_type(collective)]
     a, b, s = latency, bandwidth, size
     if n <= 1:
