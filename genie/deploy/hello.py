@@ -1,0 +1,46 @@
+"""Ask a deployed agent to say hello over its control socket, the way a controller would."""
+
+from __future__ import annotations
+
+import time
+
+from agents.protocol import HelloReply
+from genie.controller.session import Controller, Timeouts
+from genie.controller.transport import ZmqTransport
+from genie.errors import GenieError
+from genie.testbed import Host
+
+
+class HelloResult:
+    """The outcome of one hello: the reply, or why there was none (``busy`` counts as alive)."""
+
+    def __init__(self, reply: HelloReply | None, error: str = "", busy: bool = False) -> None:
+        self.reply = reply
+        self.error = error
+        self.busy = busy
+
+    @property
+    def alive(self) -> bool:
+        """True if the agent answered (a hello reply, or 'busy' because a controller holds it)."""
+        return self.reply is not None or self.busy
+
+
+def say_hello(host: Host, timeout_s: float) -> HelloResult:
+    """Connect to ``host``'s agent, wait up to ``timeout_s`` for its hello, then leave (Bye)."""
+    transport = ZmqTransport({host.name: host.control})
+    ctl = Controller(transport, [host.name], timeouts=Timeouts(register_s=timeout_s))
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                replies = ctl.connect()
+                return HelloResult(replies[host.name])
+            except GenieError as exc:
+                text = str(exc)
+                if "cannot send" in text and time.monotonic() < deadline:
+                    time.sleep(0.05)  # the ZeroMQ connection is not up yet
+                    continue
+                return HelloResult(None, text, busy="busy" in text)
+    finally:
+        ctl.close()
+        transport.close()
