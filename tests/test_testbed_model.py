@@ -293,3 +293,15 @@ def test_to_topology_ring_and_link_latency() -> None:
     assert len(topo.route(0, 3)) == 3 and len(topo.route(0, 5)) == 1
     assert topo.route_latency(topo.route(0, 2)) == pytest.approx(4e-6)
     assert loads_testbed(dumps_testbed(tb)) == tb
+
+
+def test_tcp_goodput_topology_takes_headers_off_the_line_rate() -> None:
+    from genie.testbed.to_topology import tcp_payload_fraction
+
+    tb = load_testbed(EXAMPLES / "netns-star.toml")
+    assert tcp_payload_fraction(1500) == pytest.approx(1448 / 1514)
+    assert tcp_payload_fraction(9000, kind="static") == pytest.approx(8948 / 9038)
+    line = tb.to_topology()
+    good = tb.to_topology(tcp_goodput=True)
+    assert good.symmetry == "star"
+    assert good.links[0].bandwidth == pytest.approx(line.links[0].bandwidth * 1448 / 1514)

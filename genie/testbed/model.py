@@ -112,8 +112,11 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Names of all switches, in order."""
         return [s.name for s in self.switches]
 
-    def to_topology(self) -> Any:
-        """This testbed as a ``genie.collectives.topology.Topology`` for the cost model."""
+    def to_topology(self, tcp_goodput: bool = False) -> Any:
+        """This testbed as a ``genie.collectives.topology.Topology`` for the cost model.
+
+        ``tcp_goodput``: link bandwidths are the TCP payload rate (headers taken off).
+        """
         from genie.testbed.to_topology import testbed_topology
 
-        return testbed_topology(self)
+        return testbed_topology(self, tcp_goodput)

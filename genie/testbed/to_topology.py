@@ -6,15 +6,34 @@ from typing import Any
 
 from genie.testbed.model import Testbed
 
+TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamp option 12
+ETH_HEADER = 14  # what tbf and veth count per frame
+ETH_WIRE_EXTRA = 24  # preamble 8 + FCS 4 + inter-frame gap 12, on real Ethernet only
+
+
+def tcp_payload_fraction(mtu: int, kind: str = "netns") -> float:
+    """TCP payload bytes per byte the link carries at this MTU (0.956 at 1500 on netns)."""
+    per_frame = mtu + ETH_HEADER + (ETH_WIRE_EXTRA if kind != "netns" else 0)
+    return (mtu - TCP_IP_HEADERS) / per_frame
+
 
 def _uniform(tb: Testbed) -> bool:
-    return len({(lk.rate, lk.latency) for lk in tb.links}) == 1
+    return len({(lk.rate, lk.latency, lk.mtu) for lk in tb.links}) == 1
 
 
-def testbed_topology(tb: Testbed) -> Any:
-    """The Topology of ``tb``: its hosts, switches and links (both directions) with their rates."""
+def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
+    """The Topology of ``tb``: its hosts, switches and links (both directions) with their rates.
+
+    With ``tcp_goodput`` each link's bandwidth is the TCP payload it can carry (line rate x
+    ``tcp_payload_fraction``), which is what a TCP transport can at best measure.
+    """
+    from msgspec.structs import replace
+
     from genie.collectives import topology
 
+    if tcp_goodput:
+        frac = {lk.mtu: tcp_payload_fraction(lk.mtu, tb.kind) for lk in tb.links}
+        tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
     hosts = [h.name for h in tb.hosts]
     intra = {"intra_bandwidth": tb.intra_host.bandwidth, "intra_latency": tb.intra_host.latency}
     n = len(hosts)
