@@ -192,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         a, b = pair.get(",".join(in_order)), pair.get(",".join(alternating))
         if a and b:
             print(
-                f"leaf-spine {format_bytes(size)} ring all-reduce: alternating/leaf-order time measured "
-                f"{b['p50'] / a['p50']:.2f}x, modeled {b['model'] / a['model']:.2f}x"
+                f"leaf-spine {format_bytes(size)} ring all-reduce: alternating / leaf-order "
+                f"time measured {b['p50'] / a['p50']:.2f}x, modeled {b['model'] / a['model']:.2f}x"
             )
     return 0
 
