@@ -307,18 +307,17 @@ class AgentCore:
         """Time passes: beat if due; release the job if the controller is lost."""
         out: list[Msg] = []
         now = self.clock.now()
-        if self.controller is not None and self.missed_beats() >= self.missed_limit:
-            if self.state is not State.IDLE:
-                out.append(
-                    self._err(
-                        "run",
-                        f"controller {self.controller} lost after {self.missed_beats()} beats",
-                    )
+        if self.state is not State.IDLE and self.missed_beats() >= self.missed_limit:
+            # the job dies with its controller; the agent stays claimed but, being silent, that
+            # controller is displaced by the next Hello from another one
+            out.append(
+                self._err(
+                    "run",
+                    f"controller {self.controller} lost after {self.missed_beats()} beats",
                 )
-                self._drop_job()
-            self.log.append(f"lost: controller {self.controller}")
-            self.controller = None
-            self.last_epoch = 0
+            )
+            self.log.append(f"lost: controller {self.controller}; job {self.job} released")
+            self._drop_job()
         if self.controller is not None and now >= self.next_beat:
             self.beats += 1
             out.append(
@@ -329,6 +328,8 @@ class AgentCore:
 
     def next_deadline(self) -> int:
         """When ``tick`` next has something to do (ns)."""
+        if self.state is State.IDLE:
+            return self.next_beat
         return min(self.next_beat, self.last_heard + self.missed_limit * self.interval_ns)
 
 

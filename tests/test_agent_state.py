@@ -197,7 +197,10 @@ def test_heartbeats_and_missed_beat_counter(agent) -> None:
     clock.advance(MISSED_BEATS_LIMIT * INTERVAL_NS)
     out = core.tick()
     assert any(isinstance(m, p.Error) and "lost" in m.message for m in out)
-    assert core.state is State.IDLE and core.controller is None and dp.releases == 1
+    assert core.state is State.IDLE and dp.releases == 1
+    # still claimed, but silent: another controller may now take over
+    (reply,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"), sender="other")
+    assert isinstance(reply, p.HelloReply) and core.controller == "ctl-2" and core.peer == "other"
 
 
 def test_time_probe_uses_the_injected_clock(agent) -> None:

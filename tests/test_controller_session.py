@@ -178,3 +178,12 @@ def test_placement_modes() -> None:
     assert place_ranks(hosts, 3) == ["h0", "h0", "h1"]
     with pytest.raises(UsageError):
         place_ranks(hosts, 5)
+
+
+def test_a_busy_controller_does_not_lose_idle_agents(rig) -> None:
+    ctl, _, cores, _, base = rig
+    ctl.connect()
+    base.advance(10_000_000_000)  # the controller did something else for 10 s
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])  # queued beats count before silence
+    assert all(c.state.value == "prepared" for c in cores.values())
+    assert len(ctl.run(iters=1).instances) == 1

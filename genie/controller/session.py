@@ -147,6 +147,7 @@ class Controller:
         deadline = start + int(timeout_s * 1e9)
         for a in agents:
             self.last_heard.setdefault(a, start)
+        drained = False  # silence is judged only once the queue is empty (beats may be queued)
         while pending:
             now = self.clock.now()
             if now >= deadline:
@@ -154,7 +155,7 @@ class Controller:
                     f"timed out after {timeout_s:.3g} s waiting for {about} from "
                     f"{', '.join(sorted(pending))}"
                 )
-            for a in sorted(pending):
+            for a in sorted(pending) if drained else ():
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:
                     raise RuntimeFault(
@@ -163,6 +164,7 @@ class Controller:
             self._beat(now)
             wait_ns = min(deadline - now, self.hb_ns, max(0, self._next_beat - now) or self.hb_ns)
             item = self.t.recv(max(wait_ns, 1) / 1e9)
+            drained = item is None
             if item is None:
                 continue
             agent, frame = item
