@@ -205,3 +205,25 @@ def test_ring_all_reduce_over_the_shaped_star_moves_checked_bytes(tmp_path: Path
     floor = size * 2 * 2 / 3 / (RATE_BITS / 8)
     (t,) = out.times()
     assert floor * 0.95 <= t <= floor * 3, (t, floor)
+
+
+def test_agents_that_cannot_start_are_reported_and_forgotten(tmp_path: Path, built) -> None:
+    tb = built(_star3(tmp_path))
+    with pytest.raises(TestbedError, match=r"agent h0 in genie-pt-h0 exited"):
+        netns.start_agents(tb, timeout=5, python="/nonexistent/python")
+    (rec,) = [st for _, st in state.load_all() if st is not None]
+    assert rec.agents == []
+
+
+def test_check_command_measures_every_neighbour_pair(tmp_path: Path, built, capsys) -> None:
+    tb = built(_star3(tmp_path))
+    path = tmp_path / "pt-star3.toml"
+    assert load_testbed(path) == tb
+    rc = cli.main(["testbed", "check", str(path), "--seconds", "0.3"])
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if " -> " in ln]
+    assert [r.split("│")[1].strip() for r in rows] == ["h0 -> h1", "h1 -> h2", "h2 -> h0"]
+    ratios = [float(r.split("│")[4]) for r in rows]
+    assert all(0 < x <= 1.05 for x in ratios), ratios  # never above the set rate
+    assert rc == (0 if min(ratios) >= 0.8 else 1)  # exit code says whether every link held up
+    assert "200.0" in out and "no delay is emulated" in out

@@ -191,6 +191,10 @@ def test_up_refuses_when_already_up() -> None:
     with pytest.raises(TestbedError, match=r"already up.*genie-h1"):
         netns.up(tb, runner=fake)
     assert fake.namespaces == ["genie-h1"]
+    stale_link = FakeIp(links=["genie-c2"])  # left by a crash, its namespace gone
+    with pytest.raises(TestbedError, match=r"already up.*genie-c2"):
+        netns.up(tb, runner=stale_link)
+    assert stale_link.namespaces == []
 
 
 def test_clean_sweeps_only_genie_names_and_is_safe_twice() -> None:

@@ -133,9 +133,10 @@ def up(
         raise TestbedError(f"netns testbeds need {', '.join(missing)} (Debian: iproute2)")
     plan = plan_up(tb)
     existing = set(list_namespaces(runner, tb.netns_prefix)) & set(plan.namespaces)
+    existing |= set(list_root_links(runner, tb.netns_prefix)) & set(plan.root_links)
     if existing:
         raise TestbedError(
-            f"testbed {tb.name!r} (or one sharing its names) is already up: namespace "
+            f"testbed {tb.name!r} (or one sharing its names) is already up: "
             f"{sorted(existing)[0]} exists; run `genie testbed down` or `genie testbed clean`"
         )
     st = state.TestbedState(
