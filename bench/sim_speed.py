@@ -1,7 +1,9 @@
 """Simulator speed: nodes and events per second of wall time, analytical backend.
 
 Generated data-parallel workloads of 8, 64, 256 and 1,024 ranks x 2,000 nodes each (forward,
-backward with gradient all-reduce buckets overlapping it, optimizer step), on a 50 GB/s switch.
+backward with gradient all-reduce buckets overlapping it, optimizer step; from
+``genie.workload.generators``, compiled by ``genie.sim.adapter``), on a 50 GB/s switch with
+500 ns links, priced by the simulator's built-in traffic model with fluid link sharing.
 Per size it prints the replay with the symmetric shortcut (what ``genie simulate`` does) and the
 full replay of every rank (the fallback), with the simulated nodes per second of wall time
 (nodes of all ranks / replay wall time), events per second, and that both agree. Goal: at least
@@ -25,8 +27,17 @@ from genie.sim.network import AnalyticalBackend
 from genie.sim.synthetic import data_parallel
 
 
-def workload(n: int, nodes: int):
-    """The workload module's DP generator when present, else the simulator's synthetic one."""
+def workload(n: int, nodes: int, source: str):
+    """A compiled DP workload of about ``nodes`` nodes per rank, and where it came from."""
+    if source == "workload":
+        from genie.sim.adapter import compile_workload
+        from genie.workload.generators import data_parallel as dp
+
+        # hidden 256: 1.5 MiB of gradients per layer, 16 layers per 25 MiB bucket, so a rank has
+        # 2 x layers + layers / 16 + 1 nodes
+        layers = max(1, round((nodes - 1) / (2 + 1 / 16)))
+        wl = dp(n, layers=layers, hidden=256)
+        return compile_workload(wl), "genie.workload.generators.data_parallel (hidden 256)"
     return data_parallel(n, nodes_per_rank=nodes), "genie.sim.synthetic.data_parallel"
 
 
@@ -36,6 +47,12 @@ def main() -> None:
     ap.add_argument("--ranks", default="8,64,256,1024")
     ap.add_argument("--nodes", type=int, default=2000, help="nodes per rank")
     ap.add_argument("--full-max", type=int, default=1024, help="largest size replayed in full")
+    ap.add_argument(
+        "--source",
+        choices=("workload", "synthetic"),
+        default="workload",
+        help="workload: genie.workload's DP generator + adapter; synthetic: built compiled",
+    )
     args = ap.parse_args()
     con = Console(width=130)
     table = Table(title="genie.sim replay speed, analytical backend (fluid link sharing)")
@@ -44,13 +61,13 @@ def main() -> None:
     best = 0.0
     for n in [int(x) for x in args.ranks.split(",")]:
         t0 = time.perf_counter()
-        cw, source = workload(n, args.nodes)
+        cw, source = workload(n, args.nodes, args.source)
         build = time.perf_counter() - t0
         modes = [("symmetric", True)] + ([("full", False)] if n <= args.full_max else [])
         iters = {}
         with con.status(f"{n} ranks"):
             for label, sym in modes:
-                be = AnalyticalBackend(NetModel(n, 50e9, 1e-6))
+                be = AnalyticalBackend(NetModel(n, 50e9, 500e-9))
                 gc.collect()
                 t0 = time.perf_counter()
                 rep, raw = replay(cw, be, symmetry=sym)
