@@ -146,3 +146,40 @@ def test_adapter_rejects_collective_without_type():
 
     with pytest.raises(ValidationError, match="no comm_type"):
         compile_workload(wl)
+
+
+def test_measured_backend_reads_a_bench_run_from_the_store(et_samples, capsys, tmp_path):
+    from types import SimpleNamespace
+
+    from genie.collectives import build_program
+    from genie.store import RunStore
+
+    path = tmp_path / "runs.sqlite"
+    with RunStore(path) as store:
+        run = store.start_run("genie bench (test)")
+        spec = build_program("all_reduce", "ring", 4, 2**20).spec
+        times = [(0, True, 900e-6), (1, False, 200e-6), (2, False, 300e-6), (3, False, 250e-6)]
+        insts = [
+            SimpleNamespace(
+                iteration=i,
+                warmup=w,
+                start_ns=0,
+                end_ns=int(t * 1e9),
+                time_s=t,
+                step0_spread_ns=-1,
+                ranks=[0, 1, 2, 3],
+                rank_start_ns=[0] * 4,
+                rank_end_ns=[int(t * 1e9)] * 4,
+            )
+            for i, w, t in times
+        ]
+        store.add_instances(run, spec, insts)
+        store.finish_run(run)
+    args = ["simulate", sample(et_samples, "all_reduce"), "--network", f"measured:{run}"]
+    assert main([*args, "--store", str(path), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["reports"][0]
+    # median of the non-warm-up times (200, 250, 300 us); the warm-up (900 us) left out
+    assert rep["iteration_s"] == pytest.approx(250e-6)
+    assert any("0 EXTRAPOLATED" in n for n in rep["notes"])
+    assert main([*args, "--store", str(tmp_path / "none.sqlite")]) == 2
+    assert "no run store at" in capsys.readouterr().err

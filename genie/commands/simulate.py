@@ -201,7 +201,9 @@ def _backends(args: argparse.Namespace, pricer: Any) -> list:
         if spec == "analytical":
             out.append(AnalyticalBackend(pricer))
         elif spec.startswith("measured:"):
-            table = MeasuredTable.from_store(spec.split(":", 1)[1], args.store)
+            table = MeasuredTable.from_store(
+                spec.split(":", 1)[1], args.store, _algorithms(args.algorithm)
+            )
             alone = AnalyticalBackend(pricer)
             out.append(MeasuredBackend(table, model=alone.alone, name=spec))
         elif spec in ("testbed", "emulate"):

@@ -1,7 +1,9 @@
 """The ``measured`` backend: collective times from a ``genie bench`` run, interpolated.
 
 A ``MeasuredTable`` holds, per (collective, number of ranks), measured sizes and times (the
-median over repetitions). A size between two measured sizes is priced by linear interpolation
+median over repetitions). Sizes are whole buffers as ``genie bench`` stores them (nccl-tests'
+size), so a trace's all-gather, whose comm_size is the per-rank shard, is looked up at
+n x comm_size. A size between two measured sizes is priced by linear interpolation
 in log(size)-log(time). Outside the measured sizes, or for a (collective, ranks) never measured,
 the analytical model is used, scaled at the nearest measured size so the curve is continuous;
 every such use is counted and reported as extrapolated. This backend does not model sharing:
@@ -87,40 +89,45 @@ class MeasuredTable:
         return cls(rows, source=str(p))
 
     @classmethod
-    def from_store(cls, run_id: str, store_path: str | Path | None = None) -> MeasuredTable:
-        """Rows of one ``genie bench`` run from the run store (or a JSON file path)."""
+    def from_store(
+        cls,
+        run_id: str,
+        store_path: str | Path | None = None,
+        algorithms: dict[str, str] | None = None,
+    ) -> MeasuredTable:
+        """Rows of one ``genie bench`` run from the run store (or a JSON file of rows).
+
+        Warm-up iterations are left out. With ``algorithms``, a collective's rows are only those
+        of its chosen algorithm; otherwise a run that measured several algorithms of one
+        collective is an error (their times would be mixed).
+        """
         if run_id.endswith(".json") or Path(run_id).is_file():
             return cls.from_json(run_id)
-        try:
-            from genie import store  # type: ignore[attr-defined]
-        except ImportError as exc:
+        from genie.store import DEFAULT_STORE, RunStore
+
+        path = Path(store_path or DEFAULT_STORE)
+        if not path.is_file():
+            raise StoreError(f"no run store at {path} (run `genie bench` first, or pass --store)")
+        with RunStore(path) as store:
+            info = store.run(run_id)
+            rows = store.instances(info.run_id)
+        by_coll: dict[str, set[str]] = defaultdict(set)
+        out = []
+        for row in rows:
+            coll, algo = str(row["collective"]), str(row["algorithm"])
+            want = (algorithms or {}).get(coll)
+            if want and want != algo:
+                continue
+            by_coll[coll].add(algo)
+            out.append((coll, int(row["n_ranks"]), int(row["size"]), float(row["time_s"])))
+        mixed = {c: sorted(a) for c, a in by_coll.items() if len(a) > 1}
+        if mixed:
             raise StoreError(
-                "the run store (genie.store) is not available in this build; pass a JSON file "
-                "of measured rows as measured:FILE.json"
-            ) from exc
-        rows = _rows_from_store(store, run_id, store_path)
-        if not rows:
-            raise StoreError(f"run {run_id!r} has no per-collective times in the store")
-        return cls(rows, source=f"run {run_id}")
-
-
-def _rows_from_store(store, run_id: str, store_path) -> list[tuple[str, int, int, float]]:
-    """Adapter to the run store: per-collective-instance rows of one run."""
-    fn = getattr(store, "collective_times", None)
-    if fn is None:
-        raise StoreError("genie.store has no collective_times(run_id); cannot read measured runs")
-    out = []
-    for row in fn(run_id, store_path) if store_path else fn(run_id):
-        get = row.get if isinstance(row, dict) else (lambda k, d=None, r=row: getattr(r, k, d))
-        out.append(
-            (
-                str(get("collective")),
-                int(get("n_ranks")),
-                int(get("size")),
-                float(get("time_s")),
+                f"run {info.run_id} measured several algorithms {mixed}; choose with --algorithm"
             )
-        )
-    return out
+        if not out:
+            raise StoreError(f"run {info.run_id} has no measured collective instances")
+        return cls(out, source=f"run {info.run_id}")
 
 
 Fallback = Callable[[Transfer], float]
@@ -144,7 +151,8 @@ class MeasuredBackend:
         """Time of one transfer from the table, else the scaled or raw model."""
         coll = coll_name(tr.comm_type)
         n = len(tr.ranks)
-        t, how = self.table.lookup(coll, n, tr.size)
+        size = tr.size * n if coll == "all_gather" else tr.size
+        t, how = self.table.lookup(coll, n, size)
         if how in ("measured", "interpolated"):
             self.counts[how] += 1
             return float(t)
@@ -163,13 +171,14 @@ class MeasuredBackend:
                 )
                 ref = sizes[i[0]] if how == "below" else sizes[i[1]]
                 tref = times[i[0]] if how == "below" else times[i[1]]
-                return float(tref * (max(tr.size, 1) / ref) ** slope)
-            return float(t * max(tr.size, 1) / sizes[0])
+                return float(tref * (max(size, 1) / ref) ** slope)
+            return float(t * max(size, 1) / sizes[0])
         modeled = self.model(tr)
         if t is None:
             return modeled
-        ref = self.table.nearest_size(coll, n, tr.size)
-        ref_model = self.model(Transfer(tr.iid, tr.comm_type, ref, tr.ranks, tr.group))
+        ref = self.table.nearest_size(coll, n, size)
+        ref_tr = ref // n if coll == "all_gather" else ref
+        ref_model = self.model(Transfer(tr.iid, tr.comm_type, ref_tr, tr.ranks, tr.group))
         return modeled * (t / ref_model) if ref_model > 0 else modeled
 
     def start(self, transfer: Transfer, now: float) -> None:
