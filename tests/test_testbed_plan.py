@@ -102,6 +102,7 @@ def test_ring_plan_routes_the_short_way_through_forwarding_hosts() -> None:
     lines = [shlex.join(c.argv) for c in plan_up(tb).commands]
     assert "ip -n genie-h0 addr add 198.18.0.1/32 dev lo" in lines
     assert "ip netns exec genie-h3 sysctl -qw net.ipv4.ip_forward=1" in lines
+    assert "ip netns exec genie-h3 sysctl -qw net.ipv4.conf.eth1.rp_filter=0" in lines
     assert (
         "ip -n genie-h0 route add 198.18.0.4/32 via 198.18.0.5 dev eth1 onlink src 198.18.0.1"
         in lines

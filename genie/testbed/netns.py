@@ -111,12 +111,12 @@ def _remove(namespaces: Sequence[str], root_links: Sequence[str], runner: Runner
     links_now = set(list_root_links(runner))
     for cmd in plan_down([], [ln for ln in root_links if ln in links_now]):
         res = runner(cmd.argv, cmd.stdin)
-        if res.returncode != 0 and ln_exists(cmd.argv[-1], runner):
+        if res.returncode != 0 and _root_link_exists(cmd.argv[-1], runner):
             errors.append(str(_fail(cmd, res)))
     return errors
 
 
-def ln_exists(name: str, runner: Runner) -> bool:
+def _root_link_exists(name: str, runner: Runner) -> bool:
     """Whether a root-namespace link called ``name`` exists."""
     return name in list_root_links(runner)
 

@@ -209,6 +209,9 @@ def plan_up(tb: Testbed) -> Plan:
         if is_ring:
             add(ip(ns, "addr", "add", f"{h.data_addr}/32", "dev", "lo"), f"data address {h.name}")
             add(sysctl(ns, "net.ipv4.ip_forward", "1"), f"forwarding in {h.name}")
+            # ties go clockwise both ways, so replies may arrive on the other link: no rp_filter
+            for dev in ["all", *(p.ifname for p in all_ports if p.netns == ns)]:
+                add(sysctl(ns, f"net.ipv4.conf.{dev}.rp_filter", "0"), f"rp_filter off {h.name}")
         else:
             dev = next(p.ifname for p in all_ports if p.netns == ns)
             add(
