@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import zmq
 
-from agents.clock import MonotonicClock
+from agents.clock import MonotonicClock, tighten_timer_slack
 from agents.facts import host_facts
 from agents.protocol import Limits, Msg, encode
 from agents.state import HEARTBEAT_INTERVAL_S, AgentCore, Event
@@ -58,6 +58,7 @@ def run_agent(
 ) -> int:
     """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code."""
     say = log or (lambda m: print(f"genie-agent {agent_id}: {m}", file=sys.stderr, flush=True))
+    tighten_timer_slack()  # inherited by every thread started later (rank workers)
     ctx = zmq.Context()
     ctl = make_agent_socket(ctx, listen, agent_id)
     try:

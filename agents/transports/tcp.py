@@ -203,7 +203,7 @@ class RankExecutor:
         plan = self.plans[go.program]
         total = go.iters + go.warmup
         starts, ends, sst, sen = [], [], [], []
-        sleep_until(start_local_ns)
+        sleep_until(start_local_ns, go.spin_ns)
         for it in range(total):
             t0 = time.monotonic_ns()
             step_start = [0] * len(plan.steps)

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.clock import Clock, ClockEstimate, MonotonicClock, estimate_offset
+from agents.clock import SPIN_NS, Clock, ClockEstimate, MonotonicClock, estimate_offset
 from agents.protocol import (
     PROTOCOL_VERSION,
     Abort,
@@ -268,6 +268,14 @@ class Controller:
             raise
         return self.job
 
+    def default_spin_ns(self) -> int:
+        """Busy-wait before a start only where every agent of a host has a CPU of its own."""
+        per_host: dict[str, list[HelloReply]] = {}
+        for h in self.hello.values():
+            per_host.setdefault(h.facts.hostname, []).append(h)
+        crowded = any(len(hs) > max(1, hs[0].facts.cpus_logical) for hs in per_host.values())
+        return 0 if crowded else SPIN_NS
+
     def iteration_timeout(self, program: Program) -> float:
         """Bound of one iteration: bytes a rank moves / slow rate x margin + base."""
         return self.to.base_s + rank_bytes(program) / self.to.slow_rate * self.to.margin
@@ -281,6 +289,7 @@ class Controller:
         lead_s: float | None = None,
         timeout_s: float | None = None,
         record_steps: bool = False,
+        spin_ns: int | None = None,
     ) -> RunOutcome:
         """Start program ``program`` on every agent at one controller instant; gather times."""
         if not self.job:
@@ -289,6 +298,7 @@ class Controller:
         per_iter = timeout_s or self.iteration_timeout(prog)
         involved = sorted(set(self.placement))
         lead = lead_s if lead_s is not None else 0.005 + 0.0015 * len(involved)
+        spin = self.default_spin_ns() if spin_ns is None else spin_ns
         start_at = self.clock.now() + int(lead * 1e9)
         for a in involved:
             est = self.offsets.get(a)
@@ -304,6 +314,7 @@ class Controller:
                     offset=est.offset_ns if est else 0,
                     timeout_s=per_iter,
                     record_steps=record_steps,
+                    spin_ns=spin,
                 ),
             )
         bound = lead + per_iter * (iters + warmup) + self.to.base_s
