@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
+from genie.collectives.emit import gc_paused
 from genie.collectives.flowsim import FlowSim, Instance
 from genie.collectives.layout import buffer_bytes, chunk_segments
 from genie.collectives.program import Op, Program, Step
@@ -150,12 +151,10 @@ def estimate_concurrent(
     compute_bandwidth: float | None = None,
 ) -> list[Cost]:
     """Price programs that run together, each from its start time (s), sharing links fairly."""
-    accounts: list[tuple[dict[int, int], dict]] = []
-    insts: list[Instance] = []
-    by_inst: dict[int, int] = {}
+    accounts: list[tuple[dict[int, int], dict]] = []  # per program: link bytes, intra bytes
 
     def on_send(inst: Instance, r: int, st: Step, res) -> None:
-        lb, intra = accounts[by_inst[id(inst)]]
+        lb, intra = accounts[inst.index]
         for key, _w in res:
             if isinstance(key, int):
                 lb[key] = lb.get(key, 0) + st.nbytes
@@ -163,18 +162,20 @@ def estimate_concurrent(
                 intra[key] = intra.get(key, 0) + st.nbytes
 
     sim = FlowSim(_capacity(topology), compute_bandwidth, on_send)
-    for j, item in enumerate(items):
-        program, start = item[0], float(item[1])
-        placement = item[2] if len(item) > 2 else None
-        if not (math.isfinite(start) and start >= 0):
-            raise CollectiveError(f"start time must be a non-negative number: {start}")
-        hosts = resolve_placement(program, topology, placement)
-        inst = _event_instance(program, topology, hosts, start, j)
-        by_inst[id(inst)] = j
-        accounts.append(({}, {}))
-        insts.append(inst)
-        sim.add(inst)
-    sim.run()
+    insts: list[Instance] = []
+    with gc_paused():
+        for j, item in enumerate(items):
+            program, start = item[0], float(item[1])
+            placement = item[2] if len(item) > 2 else None
+            if not (math.isfinite(start) and start >= 0):
+                raise CollectiveError(f"start time must be a non-negative number: {start}")
+            hosts = resolve_placement(program, topology, placement)
+            inst = _event_instance(program, topology, hosts, start, j)
+            inst.index = j
+            accounts.append(({}, {}))
+            insts.append(inst)
+            sim.add(inst)
+        sim.run()
     return [
         _make_cost(items[j][0], topology, inst, *accounts[j], "event")
         for j, inst in enumerate(insts)
@@ -263,7 +264,8 @@ def _estimate_symmetric(program: Program, topology: Topology, compute_bw, exact:
     )
     sim = FlowSim(lambda key: cap_of[key], compute_bw)
     sim.add(inst)
-    sim.run()
+    with gc_paused():
+        sim.run()
     by_shift: dict[int, int] = {}
     for st in steps:
         if st.op == Op.SEND:

@@ -9,10 +9,12 @@ when its message is there), so a missing dependency shows up as a wrong result o
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 
 import numpy as np
 
+from genie.collectives.emit import gc_paused
 from genie.collectives.layout import a2a_block, buffer_bytes, input_region, result_regions
 from genie.collectives.program import Op, Program, Step
 from genie.errors import CollectiveError, DeadlockError
@@ -60,91 +62,112 @@ def run_data(
     max_steps: int = 5_000_000,
 ) -> DataResult:
     """Execute every rank's steps over copies of ``inputs``; raise DeadlockError if stuck."""
+    with gc_paused():
+        return _run_data(program, inputs, seed=seed, max_steps=max_steps)
+
+
+def _run_data(
+    program: Program,
+    inputs: Sequence[np.ndarray] | None = None,
+    *,
+    seed: int = 0,
+    max_steps: int = 5_000_000,
+) -> DataResult:
     n = program.n_ranks
     if inputs is None:
         inputs = make_inputs(program, seed)
     if len(inputs) != n:
         raise CollectiveError(f"need {n} input buffers, got {len(inputs)}")
     bufs = [np.array(b, dtype=np.int64, copy=True) for b in inputs]
-    steps = [program.steps(r) for r in range(n)] if n <= 64 else list(_all(program))
+    steps = [sts for _, sts in program.iter_ranks()]
     total = sum(len(s) for s in steps)
     if total > max_steps:
         raise CollectiveError(f"program has {total} steps; the data executor runs <= {max_steps}")
     size = buffer_bytes(program.spec)
     pending: list[list[int]] = []
     children: list[list[list[int]]] = []
-    seq: list[list[tuple[int, int, int, int]]] = []  # per step: message key for SEND/RECV
+    seq: list[list[tuple[int, int, int, int] | None]] = []  # message key of each SEND/RECV
     counts: dict[tuple[int, int, int], list[int]] = {}
+    send_op, recv_op = Op.SEND, Op.RECV
     for r, sts in enumerate(steps):
         pend = [0] * len(sts)
         kids: list[list[int]] = [[] for _ in sts]
-        keys: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)] * len(sts)
+        keys: list[tuple[int, int, int, int] | None] = [None] * len(sts)
         for i, st in enumerate(sts):
             _check_step(program, r, i, st, sts, size)
-            pend[i] = len(st.deps)
-            for d in st.deps:
-                kids[d].append(i)
-            if st.op == Op.SEND:
+            deps = st.deps
+            if deps:
+                pend[i] = len(deps)
+                for d in deps:
+                    kids[d].append(i)
+            op = st.op
+            if op == send_op:
                 k = (r, st.peer, st.tag)
-            elif st.op == Op.RECV:
+                side = 0
+            elif op == recv_op:
                 k = (st.peer, r, st.tag)
+                side = 1
             else:
                 continue
-            c = counts.setdefault(k, [0, 0])
-            side = 0 if st.op == Op.SEND else 1
+            c = counts.get(k)
+            if c is None:
+                c = counts[k] = [0, 0]
             keys[i] = (*k, c[side])
             c[side] += 1
         pending.append(pend)
         children.append(kids)
         seq.append(keys)
-    rng = np.random.default_rng(seed)
+    rnd = random.Random(seed).random
     ready = [(r, i) for r in range(n) for i, p in enumerate(pending[r]) if p == 0]
     mailbox: dict[tuple[int, int, int, int], np.ndarray] = {}
     waiting: dict[tuple[int, int, int, int], int] = {}  # key -> recv step index on receiver
     scratch: list[dict[int, np.ndarray]] = [{} for _ in range(n)]
     done = 0
     messages = 0
-
-    def finish(r: int, i: int) -> None:
-        nonlocal done
-        done += 1
-        pend = pending[r]
-        for k in children[r][i]:
-            pend[k] -= 1
-            if pend[k] == 0:
-                ready.append((r, k))
-
+    finished: list[tuple[int, int]] = []
     while ready:
-        j = int(rng.integers(len(ready)))
-        ready[j], ready[-1] = ready[-1], ready[j]
-        r, i = ready.pop()
+        j = int(rnd() * len(ready))
+        item = ready[j]
+        last = ready.pop()
+        if j < len(ready):
+            ready[j] = last
+        r, i = item
         st = steps[r][i]
-        if st.op == Op.SEND:
+        op = st.op
+        if op == send_op:
             key = seq[r][i]
-            mailbox[key] = bufs[r][st.offset : st.offset + st.nbytes].copy()
+            data = bufs[r][st.offset : st.offset + st.nbytes].copy()
             messages += 1
-            finish(r, i)
+            finished.append(item)
             w = waiting.pop(key, None)
-            if w is not None:
-                _deliver(steps, scratch, mailbox, key, w)
-                finish(key[1], w)
-        elif st.op == Op.RECV:
+            if w is None:
+                mailbox[key] = data
+            else:
+                _deliver(steps, scratch, data, key, w)
+                finished.append((key[1], w))
+        elif op == recv_op:
             key = seq[r][i]
-            if key in mailbox:
-                _deliver(steps, scratch, mailbox, key, i)
-                finish(r, i)
-            else:
+            data = mailbox.pop(key, None)
+            if data is None:
                 waiting[key] = i
+                continue
+            _deliver(steps, scratch, data, key, i)
+            finished.append(item)
         else:
-            data = scratch[r].get(st.src)
-            if data is None:  # pragma: no cover - guarded by _check_step and deps
-                raise CollectiveError(f"{_describe(r, i, st)}: source RECV {st.src} not done")
-            view = bufs[r][st.offset : st.offset + st.nbytes]
-            if st.op == Op.REDUCE:
-                view += data
+            data = scratch[r].pop(st.src)
+            if op == Op.REDUCE:
+                bufs[r][st.offset : st.offset + st.nbytes] += data
             else:
-                view[:] = data
-            finish(r, i)
+                bufs[r][st.offset : st.offset + st.nbytes] = data
+            finished.append(item)
+        for fr, fi in finished:
+            done += 1
+            pend = pending[fr]
+            for k in children[fr][fi]:
+                pend[k] -= 1
+                if pend[k] == 0:
+                    ready.append((fr, k))
+        finished.clear()
     if done != total:
         raise DeadlockError(_deadlock_message(steps, pending, waiting, mailbox))
     if mailbox:
@@ -155,13 +178,7 @@ def run_data(
     return DataResult(bufs, total, messages)
 
 
-def _all(program: Program):
-    for _, sts in program.iter_ranks():
-        yield sts
-
-
-def _deliver(steps, scratch, mailbox, key, recv_idx: int) -> None:
-    data = mailbox.pop(key)
+def _deliver(steps, scratch, data: np.ndarray, key, recv_idx: int) -> None:
     dst = key[1]
     st = steps[dst][recv_idx]
     if len(data) != st.nbytes:

@@ -7,7 +7,9 @@ order pipelines the chunks, and rewrites dependency indices to the merged positi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import contextlib
+import gc
+from collections.abc import Iterable, Iterator, Sequence
 
 from genie.collectives.layout import Range
 from genie.collectives.program import Op, Step
@@ -120,3 +122,19 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
             )
         )
     return out
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while allocating many acyclic objects (steps, events).
+
+    Building and simulating programs allocates millions of small objects that hold no cycles;
+    the collector's full passes over them cost more than the work itself on large programs.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

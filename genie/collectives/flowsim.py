@@ -66,6 +66,7 @@ class Instance:
         self.route_of = route_of
         self.start = start
         self.name = name
+        self.index = 0  # position among the instances of one simulation (set by the caller)
         self.finish = [start] * len(rank_steps)
         self.pending: list[list[int]] = []
         self.children: list[list[list[int]]] = []

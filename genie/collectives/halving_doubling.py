@@ -9,18 +9,19 @@ shard v covers the real shards of the ranks folded into virtual rank v.
 from __future__ import annotations
 
 from genie.collectives.emit import Emit
-from genie.collectives.layout import Range, chunk_segments, merge_ranges
+from genie.collectives.layout import SHARD_PIECE, Range, chunk_segments, merge_ranges
 from genie.collectives.program import ProgramSpec
 
 
 class _Fold:
     """The fold-in mapping between real ranks and virtual ranks."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, scattered: bool = False) -> None:
         p = 1
         while p * 2 <= n:
             p *= 2
         self.n, self.p, self.x = n, p, n - p
+        self.scattered = scattered  # shards are not back to back (chunk pieces of shards)
 
     def virtual(self, r: int) -> int:
         """Virtual rank of real rank r, or -1 if r is folded away."""
@@ -37,8 +38,17 @@ class _Fold:
         return [2 * v, 2 * v + 1] if v < self.x else [v + self.x]
 
 
+def _fold(spec: ProgramSpec) -> _Fold:
+    return _Fold(spec.n_ranks, spec.chunks > 1 and spec.collective in SHARD_PIECE)
+
+
 def _vranges(fold: _Fold, segs: list[Range], lo: int, hi: int) -> list[Range]:
-    return merge_ranges([segs[j] for v in range(lo, hi) for j in fold.members(v)])
+    """Byte ranges of virtual shards lo..hi-1 (real shards a..b-1, consecutive)."""
+    a, b = fold.members(lo)[0], fold.members(hi - 1)[-1] + 1
+    first, last = segs[a], segs[b - 1]
+    if fold.scattered:
+        return merge_ranges(segs[a:b])
+    return [(first[0], last[0] + last[1] - first[0])]
 
 
 def _halving(e: Emit, fold: _Fold, v: int, segs: list[Range], after: list[int]):
@@ -81,7 +91,7 @@ def _whole(segs: list[Range]) -> list[Range]:
 
 def reduce_scatter(spec: ProgramSpec, rank: int, e: Emit) -> None:
     """Halving-doubling reduce-scatter: rank r ends with reduced shard r."""
-    fold, segs = _Fold(spec.n_ranks), chunk_segments(spec, e.chunk)
+    fold, segs = _fold(spec), chunk_segments(spec, e.chunk)
     if spec.n_ranks < 2:
         return
     v = fold.virtual(rank)
@@ -100,7 +110,7 @@ def reduce_scatter(spec: ProgramSpec, rank: int, e: Emit) -> None:
 def all_gather(spec: ProgramSpec, rank: int, e: Emit) -> None:
     """Halving-doubling all-gather: recursive doubling on the folded group."""
     n = spec.n_ranks
-    fold, segs = _Fold(n), chunk_segments(spec, e.chunk)
+    fold, segs = _fold(spec), chunk_segments(spec, e.chunk)
     if n < 2:
         return
     v = fold.virtual(rank)
@@ -121,7 +131,7 @@ def all_gather(spec: ProgramSpec, rank: int, e: Emit) -> None:
 def all_reduce(spec: ProgramSpec, rank: int, e: Emit) -> None:
     """Rabenseifner all-reduce: fold-in, recursive halving, recursive doubling, fold-out."""
     n = spec.n_ranks
-    fold, segs = _Fold(n), chunk_segments(spec, e.chunk)
+    fold, segs = _fold(spec), chunk_segments(spec, e.chunk)
     if n < 2:
         return
     whole = _whole(segs)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from genie.collectives import direct, halving_doubling, hierarchical, ring, trees
-from genie.collectives.emit import Emit, merge
+from genie.collectives.emit import Emit, gc_paused, merge
 from genie.collectives.program import Program, ProgramSpec, Step
 from genie.errors import CollectiveError
 
@@ -155,12 +155,13 @@ def build_steps(spec: ProgramSpec, rank: int) -> list[Step]:
     builder = _BUILDERS.get((spec.collective, spec.algorithm))
     if builder is None:
         raise CollectiveError(f"no builder for {spec.collective}/{spec.algorithm}")
-    emits = []
-    for c in range(spec.chunks):
-        e = Emit(c)
-        builder(spec, rank, e)
-        emits.append(e)
-    return merge(emits)
+    with gc_paused():
+        emits = []
+        for c in range(spec.chunks):
+            e = Emit(c)
+            builder(spec, rank, e)
+            emits.append(e)
+        return merge(emits)
 
 
 def _check_int(name: str, value: object, lo: int) -> int:
