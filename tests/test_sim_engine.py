@@ -208,3 +208,15 @@ def test_dependency_cycle_is_reported():
     cw = finish([rank], ["world"], [(0,)])
     with pytest.raises(DeadlockError, match="2 nodes never ready"):
         simulate(cw, backend(1))
+
+
+def test_the_straggler_is_named_per_collective():
+    b = GraphBuilder(3)
+    b.group("world")
+    for r, d in enumerate((2, 7, 3)):
+        c = b.compute(r, d * US)
+        b.collective(r, "all_reduce", 1000, deps=[c])
+    rep, _ = replay(b.build(), backend(3), symmetry=False)
+    row = rep.collectives[0]
+    assert row.last_rank == 1 and row.start == approx(7 * US)
+    assert row.first_arrival == approx(2 * US)

@@ -324,7 +324,8 @@ def _print(
             title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
             title_justify="left",
         )
-        cols = ["#", "collective", "group", "n", "size", "start", "time", "algbw", "busbw"]
+        cols = ["#", "collective", "group", "n", "size", "start", "arrival skew", "time"]
+        cols += ["algbw", "busbw"]
         if closed:
             cols += ["closed form", "ratio"]
         for c in cols:
@@ -337,6 +338,7 @@ def _print(
                 str(row.ranks),
                 format_bytes(row.size),
                 format_seconds(row.start),
+                format_seconds(row.start - row.first_arrival),
                 format_seconds(row.time),
                 f"{row.algbw_gbps:.2f}",
                 f"{row.busbw_gbps:.2f}",

@@ -50,6 +50,7 @@ class RawResult:
     inst_last_arrival: np.ndarray
     inst_start: np.ndarray
     inst_end: np.ndarray
+    inst_last_rank: np.ndarray  # the rank whose arrival started the instance (the straggler)
     makespan: float
     wall_s: float
     events: int
@@ -141,6 +142,7 @@ def simulate(
     first_arr = [math.inf] * n_inst
     last_arr = [-math.inf] * n_inst
     istart = [math.nan] * n_inst
+    last_rank = [-1] * n_inst
     iend = [math.nan] * n_inst
 
     ready = [math.nan] * total
@@ -180,6 +182,7 @@ def simulate(
             last_arr[iid] = t
             if a == need[iid]:
                 istart[iid] = t
+                last_rank[iid] = sim_ranks[rnk[g]]
                 for m in members[iid]:
                     start[m] = t
                 grp = inst_group[iid]
@@ -276,6 +279,7 @@ def simulate(
         inst_first_arrival=np.array(first_arr, dtype=np.float64),
         inst_last_arrival=np.array(last_arr, dtype=np.float64),
         inst_start=np.array(istart, dtype=np.float64),
+        inst_last_rank=np.array(last_rank, dtype=np.int64),
         inst_end=np.array(iend, dtype=np.float64),
         makespan=float(end_a.max()) if total else 0.0,
         wall_s=time.perf_counter() - t0,

@@ -76,6 +76,7 @@ class CollectiveRow:
     algbw_gbps: float  # GB/s = 1e9 B/s
     busbw_gbps: float
     standalone: float | None = None  # time alone on the network, when the backend knows it
+    last_rank: int = -1  # the rank that arrived last (whose arrival started the instance)
 
 
 @dataclass
@@ -174,6 +175,7 @@ def build_report(
                 algbw_gbps=algbw,
                 busbw_gbps=algbw * bus_factor(name, n) if ctype != P2P else algbw,
                 standalone=None if standalone is None else standalone.get(iid),
+                last_rank=int(raw.inst_last_rank[iid]) if not symmetric else -1,
             )
         )
     notes = list(raw.notes)
