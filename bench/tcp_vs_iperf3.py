@@ -6,7 +6,13 @@ move data between two processes for about the same time; throughput = bytes / ti
 per-message CRC check is off here (``--verify`` turns it on) since iperf3 checks nothing.
 Goal: genie >= 0.95 x iperf3 in both modes. Prints Gbit/s (10^9 bit/s) and the ratios.
 
-    .venv/bin/python bench/tcp_vs_iperf3.py [--seconds 3] [--msg 64MiB] [--verify]
+Then (``--io``, on by default) the measurement behind the executor's design: the same
+concurrent send+recv exchange between two processes driven (a) by one thread with a selector
+over non-blocking sockets, as genie's executor does, and (b) by a sender and a receiver thread
+with blocking ``sendall``/``recv_into`` fed through queues; big messages (throughput) and 1 KiB
+lock-step exchanges (latency).
+
+    .venv/bin/python bench/tcp_vs_iperf3.py [--seconds 3] [--msg 64MiB] [--verify] [--no-io]
 """
 
 from __future__ import annotations
@@ -72,7 +78,9 @@ def iperf3_rate(iperf: str, seconds: float, parallel: int) -> float:
             )
             if r.returncode == 0:
                 out = json.loads(r.stdout)
-                break
+                if "sum_received" in out.get("end", {}):
+                    break
+                out = None
             time.sleep(0.1)  # server not listening yet
         if out is None:
             raise SystemExit(f"iperf3 client failed: {r.stderr or r.stdout}")
@@ -99,11 +107,87 @@ def genie_rate(ctl, msg: int, seconds: float, streams: int, verify: bool) -> tup
     return msg * len(meas) / elapsed, len(meas)
 
 
+_IO_PEER = r"""
+import queue, selectors, socket, sys, threading, time
+mode, role, port, size, rounds = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
+if role == "a":
+    ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port)); ls.listen(1); print("ready", flush=True); s, _ = ls.accept()
+else:
+    s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+out, inb = bytearray(size), bytearray(size)
+def by_selector():
+    s.setblocking(False); sel = selectors.DefaultSelector()
+    sel.register(s, selectors.EVENT_READ | selectors.EVENT_WRITE)
+    sv, rv = memoryview(out), memoryview(inb)
+    for _ in range(rounds):
+        sent = got = 0
+        while sent < size or got < size:
+            mask = selectors.EVENT_WRITE if sent < size else 0
+            mask |= selectors.EVENT_READ if got < size else 0
+            sel.modify(s, mask)
+            for _k, ev in sel.select():
+                if ev & selectors.EVENT_WRITE and sent < size:
+                    try: sent += s.send(sv[sent:])
+                    except BlockingIOError: pass
+                if ev & selectors.EVENT_READ and got < size:
+                    try: got += s.recv_into(rv[got:])
+                    except BlockingIOError: pass
+def by_threads():
+    jobs_s, jobs_r, done = queue.Queue(), queue.Queue(), queue.Queue()
+    def sender():
+        while (j := jobs_s.get()) is not None:
+            s.sendall(out); done.put(1)
+    def receiver():
+        rv = memoryview(inb)
+        while (j := jobs_r.get()) is not None:
+            got = 0
+            while got < size: got += s.recv_into(rv[got:])
+            done.put(1)
+    ts = [threading.Thread(target=sender), threading.Thread(target=receiver)]
+    for t in ts: t.start()
+    for _ in range(rounds):
+        jobs_s.put(1); jobs_r.put(1); done.get(); done.get()
+    jobs_s.put(None); jobs_r.put(None)
+    for t in ts: t.join()
+t0 = time.perf_counter()
+(by_selector if mode == "selectors" else by_threads)()
+print(time.perf_counter() - t0, flush=True)
+"""
+
+
+def io_compare(size: int, rounds: int) -> dict[str, float]:
+    """Seconds per exchange of ``size`` bytes each way, for each I/O strategy (best of 2)."""
+    res = {}
+    for mode in ("selectors", "threads"):
+        best = float("inf")
+        for _ in range(2):
+            port = free_port_range(1)
+            a = subprocess.Popen(
+                [sys.executable, "-c", _IO_PEER, mode, "a", str(port), str(size), str(rounds)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert a.stdout.readline().strip() == "ready"
+            b = subprocess.Popen(
+                [sys.executable, "-c", _IO_PEER, mode, "b", str(port), str(size), str(rounds)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            tb = float(b.communicate(timeout=120)[0])
+            ta = float(a.communicate(timeout=120)[0])
+            best = min(best, max(ta, tb) / rounds)
+        res[mode] = best
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=3.0, help="length of each measurement")
     ap.add_argument("--msg", default="64MiB", help="genie message size (one step)")
     ap.add_argument("--verify", action="store_true", help="keep genie's CRC checks on")
+    ap.add_argument("--no-io", action="store_true", help="skip the threads-vs-selectors part")
     args = ap.parse_args()
     iperf = ensure_iperf3()
     ver = subprocess.run([iperf, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
@@ -130,6 +214,21 @@ def main() -> int:
         print(f"{streams:>5}  {ip * 8 / 1e9:>13.2f}  {ge * 8 / 1e9:>12.2f}  {ge / ip:>12.3f}  {n}")
     ok = all(ge / ip >= 0.95 for _, ip, ge, _ in rows)
     print("goal genie >= 0.95 x iperf3:", "met" if ok else "NOT met")
+    if not args.no_io:
+        print("\nI/O strategy for concurrent send+recv (two processes, exchange each way):")
+        print(f"{'exchange':>12}  {'selectors':>12}  {'threads':>12}  faster")
+        for size, rounds, unit in ((32 << 20, 12, "Gbit/s"), (1024, 3000, "us")):
+            r = io_compare(size, rounds)
+            if unit == "us":
+                cells = [f"{r[m] * 1e6:>9.1f} us" for m in ("selectors", "threads")]
+            else:
+                cells = [f"{size * 8 / r[m] / 1e9:>6.2f} Gbit/s" for m in ("selectors", "threads")]
+            faster = min(r, key=r.get)
+            label = f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+            print(
+                f"{label:>12}  {cells[0]:>12}  {cells[1]:>12}  {faster} "
+                f"({max(r.values()) / min(r.values()):.2f}x)"
+            )
     return 0
 
 
