@@ -204,6 +204,7 @@ class RankExecutor:
         """Run warmup+iters iterations of program ``go.program`` from ``start_local_ns``."""
         plan = self.plans[go.program]
         total = go.iters + go.warmup
+        self.bytes_sent = self.bytes_received = self.verified = 0  # counters are per Go
         starts, ends, sst, sen = [], [], [], []
         sleep_until(start_local_ns, go.spin_ns)
         for it in range(total):

@@ -19,7 +19,7 @@ import msgspec
 
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE, RunStore
-from genie.units import parse_size, parse_size_sweep
+from genie.units import parse_rate, parse_size, parse_size_sweep
 
 
 @dataclass
@@ -63,6 +63,7 @@ def run_bench(cfg: BenchConfig, log=None):
     from genie.collectives.registry import DEFAULT_ALGORITHM
 
     algo = canonical_algorithm(coll, cfg.algorithm or DEFAULT_ALGORITHM[coll])
+    cfg.collective, cfg.algorithm = coll, algo  # report the names actually run
     placement = place_ranks([(h.name, h.ranks) for h in tb.hosts], cfg.ranks, cfg.placement)
     rph = max(h.ranks for h in tb.hosts)
     programs = plan_sizes(
@@ -224,6 +225,8 @@ def rows_json(rows) -> list[dict]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from genie.controller.session import Timeouts
+
     if args.iters < 1 or args.warmup < 0:
         raise UsageError("--iters must be >= 1 and --warmup >= 0")
     cfg = BenchConfig(
@@ -243,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=sys.stderr.isatty(),
+        timeouts=Timeouts(slow_rate=parse_rate(args.slow_rate), margin=args.timeout_margin),
     )
     if not Path(cfg.testbed_path).is_file():
         raise UsageError(f"testbed file not found: {cfg.testbed_path}")
@@ -262,7 +266,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         print()
     else:
-        title = f"genie bench: {args.collective}/{args.algo or 'default'} on {args.testbed}"
+        title = f"genie bench: {cfg.collective}/{cfg.algorithm} on {args.testbed}"
         print_table(rows, title, cfg.iters, cfg.warmup)
         if run_id:
             print(f"stored as run {run_id} in {cfg.store}")
@@ -290,6 +294,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sndbuf", default="0", help="SO_SNDBUF (0 = kernel autotuning)")
     p.add_argument("--rcvbuf", default="0", help="SO_RCVBUF (0 = kernel autotuning)")
     p.add_argument("--no-verify", action="store_true", help="skip per-message CRC checks")
+    p.add_argument(
+        "--slow-rate", default="160mbit", help="slowest rate assumed when bounding waits"
+    )
+    p.add_argument("--timeout-margin", type=float, default=4.0, help="margin on that bound")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")
