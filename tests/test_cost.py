@@ -222,3 +222,30 @@ def test_ring_all_reduce_bus_bandwidth_approaches_link_rate():
     p = build_program("all_reduce", "ring", n, size)
     t = estimate(p, T.switch(n, B, LAT)).time_s
     assert busbw("all_reduce", n, size, t) == pytest.approx(B, rel=1e-3)
+
+
+def test_large_uneven_program_uses_the_approximate_shortcut():
+    n, size = 1024, (64 << 20) + 1  # 1,025 B not divisible: shards differ by a byte
+    p = build_program("all_reduce", "ring", n, size)
+    c = estimate(p, T.switch(n, B, LAT))
+    assert c.method == "symmetric-approx"
+    assert _rel(c.time_s, closed_form("all_reduce", "ring", n, size, B, 2 * LAT)) < 1e-3
+
+
+def test_1024_rank_ring_with_4_chunks_is_priced_by_one_rank():
+    p = build_program("all_reduce", "ring", 1024, 64 << 20, chunks=4)
+    c = estimate(p, T.switch(1024, B, LAT))
+    assert c.method == "symmetric" and c.steps == len(p.steps(0))
+    assert c.messages == 1024 * 4 * 2 * 1023
+    assert len(c.link_bytes) == 2048
+    assert _rel(c.time_s, closed_form("all_reduce", "ring", 1024, 64 << 20, B, 2 * LAT)) < 1e-3
+
+
+def test_intra_host_port_is_shared_by_programs_in_flight():
+    topo = T.Topology(["h0"], [], [], intra_bandwidth=1e9, intra_latency=0.0)
+    p = build_program("send_recv", "pairwise", 2, 10**6, oneway=True, ranks_per_host=2)
+    alone = estimate(p, topo)
+    assert alone.intra_bytes == 10**6 and alone.link_bytes == {}
+    assert alone.time_s == pytest.approx(1e-3)
+    both = estimate_concurrent([(p, 0.0), (p, 0.0)], topo)
+    assert both[1].time_s == pytest.approx(2e-3)

@@ -86,17 +86,25 @@ def _is_identity(hosts: list[int]) -> bool:
 
 
 def _event_instance(
-    program: Program, topology: Topology, hosts: list[int], start: float, tag: object
+    program: Program, topology: Topology, hosts: list[int], start: float
 ) -> Instance:
+    """All ranks of ``program``; same-host sends use the sender's intra-host port, which
+    programs in flight together share (it is keyed by global rank)."""
     spec = program.spec
     links = topology.links
+
+    cache: dict[tuple[int, int], tuple[tuple, float]] = {}
 
     def route_of(r: int, st: Step):
         a, b = hosts[r], hosts[st.peer]
         if a == b:
-            return ((("intra", tag, spec.global_rank(r)), 1.0),), topology.intra_latency
-        route = topology.route(a, b)
-        return tuple((lid, 1.0) for lid in route), sum(links[lid].latency for lid in route)
+            return ((("intra", spec.global_rank(r)), 1.0),), topology.intra_latency
+        hit = cache.get((a, b))
+        if hit is None:
+            route = topology.route(a, b)
+            hit = tuple((lid, 1.0) for lid in route), sum(links[lid].latency for lid in route)
+            cache[(a, b)] = hit
+        return hit
 
     steps = [program.steps(r) for r in range(program.n_ranks)]
     return Instance(
@@ -170,7 +178,7 @@ def estimate_concurrent(
             if not (math.isfinite(start) and start >= 0):
                 raise CollectiveError(f"start time must be a non-negative number: {start}")
             hosts = resolve_placement(program, topology, placement)
-            inst = _event_instance(program, topology, hosts, start, j)
+            inst = _event_instance(program, topology, hosts, start)
             inst.index = j
             accounts.append(({}, {}))
             insts.append(inst)

@@ -26,6 +26,10 @@ Step semantics (shared by every executor: data, cost, TCP/RDMA agents):
 
 The buffer layout (size conventions, shards, chunk pieces, where inputs and results live) is
 in ``genie.collectives.layout``; the algorithms are catalogued in ``genie.collectives.registry``.
+Keys of ``ProgramSpec.options``: ``nccl`` (1: nccl-tests size convention), ``window`` (direct:
+sends in flight), ``elem`` (element bytes; shard edges fall on elements), ``oneway`` (send_recv:
+only ``root`` sends, to ``root + 1``). Builders outside this package (agents' own flows) may add
+their own collective names; ``genie.collectives`` plans only the ones it lists.
 """
 
 from __future__ import annotations
