@@ -9,6 +9,7 @@ agent and a ``RuntimeFault`` names the agent and what was being waited for.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -196,7 +197,16 @@ class Controller:
         """Claim every agent; check protocol versions; return their hellos."""
         for a in self.agents:
             self._send(a, Hello(controller=self.id, version=__version__, protocol=PROTOCOL_VERSION))
-        replies = self._wait(HelloReply, self.agents, self.to.register_s, "hello", match_job=False)
+        try:
+            replies = self._wait(
+                HelloReply, self.agents, self.to.register_s, "hello", match_job=False
+            )
+        except GenieError:
+            # release the agents that did accept us (same connection as the Hello, so ordered)
+            for a in self.agents:
+                with contextlib.suppress(GenieError):
+                    self._send(a, Bye())
+            raise
         for a, r in replies.items():
             assert isinstance(r, HelloReply)
             if r.protocol != PROTOCOL_VERSION:
