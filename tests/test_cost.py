@@ -40,6 +40,7 @@ CASES = [
     ("broadcast", "tree", 8, 1 << 20, 1),
     ("broadcast", "tree", 7, 1 << 20, 1),
     ("reduce", "tree", 16, 1 << 20, 1),
+    ("all_reduce", "tree", 8, 1 << 20, 1),
     ("all_to_all", "direct", 8, 8 << 20, 1),
     ("send_recv", "pairwise", 4, 1 << 20, 1),
 ]

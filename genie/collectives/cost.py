@@ -315,7 +315,8 @@ def closed_form(
 
     Ring all-reduce 2(n-1)(a + S/(nB)); ring reduce-scatter / all-gather (n-1)(a + S/(nB));
     halving-doubling (n a power of two) all-reduce 2 log2(n) a + 2 (n-1)/n S/B, reduce-scatter and
-    all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B); direct all-to-all
+    all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B) and tree all-reduce
+    twice that (exact for n a power of two: otherwise some children overlap); direct all-to-all
     with window K: ceil((n-1)/K) a + (n-1) S/(nB); pairwise send/recv a + S/B. S is the whole
     buffer (all-gather: n x size under the ASTRA-sim convention).
     """
@@ -338,6 +339,8 @@ def closed_form(
         return 2 * one if coll == "all_reduce" else one
     if key in (("broadcast", "tree"), ("reduce", "tree")):
         return math.ceil(lg) * (a + s / b)
+    if key == ("all_reduce", "tree"):
+        return 2 * math.ceil(lg) * (a + s / b)
     if key == ("all_to_all", "direct"):
         k = window or (n - 1)
         return math.ceil((n - 1) / k) * a + (n - 1) * s / (n * b)
