@@ -230,3 +230,18 @@ def test_program_pricer_falls_back_for_collectives_without_a_plan():
     t = AnalyticalBackend(pricer).alone(Transfer(1, coll_type("gather"), 4000, (0, 1, 2, 3), 0))
     assert t == pytest.approx(2 * US + 3000 / 10e9)
     assert pricer.fallbacks == {"gather": 1}
+
+
+def test_measured_times_share_links_through_a_calibrated_pricer():
+    # alone each all-reduce was measured at 100 us; the model puts all bytes on one link, so two
+    # started together share it: each takes 200 us. Without a pricer they would not interact.
+    table = MeasuredTable([("all_reduce", 2, 4096, 100e-6)])
+    pricer = FixedPricer([1e9], {0: [(0, 5_000)], 1: [(0, 5_000)]})
+    shared = MeasuredBackend(table, pricer=pricer)
+    alone = MeasuredBackend(table)
+    for be in (shared, alone):
+        for iid in (0, 1):
+            be.start(Transfer(iid, coll_type("all_reduce"), 4096, (0, 1), iid), 0.0)
+    assert drain(shared) == {0: pytest.approx(200e-6), 1: pytest.approx(200e-6)}
+    assert drain(alone) == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}
+    assert shared.standalone == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}

@@ -23,7 +23,7 @@ import numpy as np
 
 from genie.errors import StoreError
 from genie.sim.compiled import coll_name
-from genie.sim.network import Transfer
+from genie.sim.network import AnalyticalBackend, CalibratedPricer, Pricer, Transfer
 
 
 class MeasuredTable:
@@ -134,18 +134,36 @@ Fallback = Callable[[Transfer], float]
 
 
 class MeasuredBackend:
-    """Each instance takes its measured (interpolated) time; no link sharing modelled."""
+    """Each instance takes its measured (interpolated) time when alone on the network.
 
-    def __init__(self, table: MeasuredTable, model: Fallback | None = None, name: str = "") -> None:
+    With a ``pricer`` (the analytical model's links), instances in flight together share links
+    as the analytical backend shares them, each scaled to its measured standalone time
+    (``CalibratedPricer``); without one, they do not slow each other.
+    """
+
+    def __init__(
+        self,
+        table: MeasuredTable,
+        model: Fallback | None = None,
+        name: str = "",
+        pricer: Pricer | None = None,
+    ) -> None:
         self.name = name or f"measured:{table.source}"
         self.table = table
         self.model = model
         self._heap: list[tuple[float, int]] = []
         self.standalone: dict[int, float] = {}
         self.counts: dict[str, int] = defaultdict(int)
-        self.notes: list[str] = [
-            "measured backend: instances in flight together do not slow each other"
-        ]
+        self._inner = None
+        if pricer is not None:
+            self._inner = AnalyticalBackend(CalibratedPricer(pricer, self.price), self.name)
+            self.standalone = self._inner.standalone
+            self.notes = [
+                "measured backend: standalone times measured; instances in flight together "
+                "share links as the analytical model says"
+            ]
+        else:
+            self.notes = ["measured backend: instances in flight together do not slow each other"]
 
     def price(self, tr: Transfer) -> float:
         """Time of one transfer from the table, else the scaled or raw model."""
@@ -183,16 +201,23 @@ class MeasuredBackend:
 
     def start(self, transfer: Transfer, now: float) -> None:
         """Schedule the instance's completion at its measured time."""
+        if self._inner is not None:
+            self._inner.start(transfer, now)
+            return
         t = self.price(transfer)
         self.standalone[transfer.iid] = t
         heapq.heappush(self._heap, (now + t, transfer.iid))
 
     def next_time(self) -> float:
         """Earliest completion."""
+        if self._inner is not None:
+            return self._inner.next_time()
         return self._heap[0][0] if self._heap else math.inf
 
     def pop(self, now: float) -> list[int]:
         """Instances completing at ``now``."""
+        if self._inner is not None:
+            return self._inner.pop(now)
         out = []
         while self._heap and self._heap[0][0] <= now:
             out.append(heapq.heappop(self._heap)[1])

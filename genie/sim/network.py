@@ -210,3 +210,43 @@ class AnalyticalBackend:
             done.append(heapq.heappop(tails)[1])
         self._next = self._compute_next()
         return done
+
+
+class CalibratedPricer:
+    """A pricer whose transfers alone take a given (e.g. measured) time, with the base's links.
+
+    ``alone(transfer)`` gives the time the transfer takes with the network to itself (or None to
+    keep the base pricer's). The base demand's bytes and latency are scaled by one factor so the
+    standalone time matches; transfers in flight together then share links as the base says.
+    """
+
+    def __init__(self, base: Pricer, alone) -> None:
+        self.base = base
+        self.alone = alone
+        self._cap = np.asarray(base.capacity(), np.float64)
+        self._cache: dict[tuple, Demand] = {}
+
+    def capacity(self) -> np.ndarray:
+        """The base pricer's links."""
+        return self._cap
+
+    def price(self, transfer: Transfer) -> Demand:
+        """The base demand scaled to the calibrated standalone time (cached)."""
+        key = (transfer.comm_type, transfer.size, transfer.group)
+        if transfer.group < 0:
+            key = (*key, transfer.ranks)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        dem = self.base.price(transfer)
+        t = self.alone(transfer)
+        if t is not None:
+            w = float(np.max(dem.nbytes / self._cap[dem.links])) if len(dem.links) else 0.0
+            a = w + dem.latency
+            if a > 0:
+                f = t / a
+                dem = Demand(latency=dem.latency * f, links=dem.links, nbytes=dem.nbytes * f)
+            else:
+                dem = Demand(latency=t, links=dem.links[:0], nbytes=dem.nbytes[:0])
+        self._cache[key] = dem
+        return dem
