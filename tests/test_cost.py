@@ -250,3 +250,9 @@ def test_intra_host_port_is_shared_by_programs_in_flight():
     assert alone.time_s == pytest.approx(1e-3)
     both = estimate_concurrent([(p, 0.0), (p, 0.0)], topo)
     assert both[1].time_s == pytest.approx(2e-3)
+
+
+def test_too_large_for_the_full_simulation_is_refused_quickly():
+    p = build_program("all_reduce", "ring", 1024, 64 << 20, chunks=4)
+    with pytest.raises(CollectiveError, match="steps to simulate in full"):
+        estimate(p, T.leaf_spine(32, 4, 32, B, LAT))

@@ -33,9 +33,10 @@ from genie.errors import CollectiveError, TopologyError
 
 Placement = Sequence[int | str] | Mapping[int, int | str] | None
 
-# Programs with more steps than this (all ranks) are priced by the symmetric shortcut even when
-# uneven shards make it approximate (method "symmetric-approx"): rank 0 stands for every rank.
-EVENT_STEP_LIMIT = 3_000_000
+# The full event simulation takes at most this many steps (all ranks); beyond it, a program the
+# symmetric shortcut applies to is priced by it even when uneven shards make it approximate
+# (method "symmetric-approx": rank 0 stands for every rank), and any other is refused.
+EVENT_STEP_LIMIT = 4_000_000
 
 
 class Cost(msgspec.Struct, kw_only=True):
@@ -157,8 +158,21 @@ def estimate_concurrent(
     topology: Topology,
     *,
     compute_bandwidth: float | None = None,
+    max_steps: int | None = None,
 ) -> list[Cost]:
-    """Price programs that run together, each from its start time (s), sharing links fairly."""
+    """Price programs that run together, each from its start time (s), sharing links fairly.
+
+    Every rank's steps are simulated; more than ``max_steps`` (default ``EVENT_STEP_LIMIT``) in
+    all is refused with a CollectiveError rather than left to run for minutes.
+    """
+    limit = EVENT_STEP_LIMIT if max_steps is None else max_steps
+    total = sum(item[0].n_ranks * len(item[0].steps(0)) for item in items)
+    if total > limit:
+        raise CollectiveError(
+            f"about {total:,} steps to simulate in full (limit {limit:,}); use fewer ranks or "
+            "chunks, or a uniform switch/ring/fully_connected topology with rank i on host i "
+            "(ring, direct and pairwise programs are then priced from one rank)"
+        )
     accounts: list[tuple[dict[int, int], dict]] = []  # per program: link bytes, intra bytes
 
     def on_send(inst: Instance, r: int, st: Step, res) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from genie.collectives.emit import Emit
-from genie.collectives.layout import Range
+from genie.collectives.layout import Range, chunk_segments
 from genie.collectives.program import ProgramSpec
 
 Shards = Sequence[Sequence[Range]]
@@ -51,8 +51,6 @@ def all_gather_phase(
 
 
 def _ring_shards(spec: ProgramSpec, c: int) -> list[list[Range]]:
-    from genie.collectives.layout import chunk_segments
-
     return [[seg] for seg in chunk_segments(spec, c)]
 
 
