@@ -152,6 +152,7 @@ class RankResult(msgspec.Struct, kw_only=True, array_like=True):
     bytes_sent: int = 0
     bytes_received: int = 0
     messages_verified: int = 0
+    buffer_crc: int = -1  # CRC-32 of the working buffer after the last iteration (verify on)
 
 
 class Result(Msg, tag="result"):

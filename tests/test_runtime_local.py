@@ -41,6 +41,25 @@ def ctl(cluster):
 PAIRS = [(c, a) for c, algos in ALGORITHMS.items() for a in algos]
 
 
+def _expected_buffer_crcs(program, repetitions: int) -> dict[int, int]:
+    import zlib
+
+    import numpy as np
+
+    from agents.transports.tcp import pattern_fill
+    from genie.collectives.data_exec import run_data
+
+    size = program.buffer_bytes(0)
+    bufs = []
+    for r in range(program.n_ranks):
+        b = np.empty(size, dtype=np.uint8)
+        pattern_fill(b, r)
+        bufs.append(b.astype(np.int64))
+    for _ in range(repetitions):
+        bufs = [b % 256 for b in run_data(program, bufs).buffers]
+    return {r: zlib.crc32(b.astype(np.uint8).tobytes()) for r, b in enumerate(bufs)}
+
+
 def _expected_recv(program, rank: int) -> tuple[int, int]:
     steps = program.steps(rank)
     recvs = [s for s in steps if s.op == Op.RECV]
@@ -66,6 +85,10 @@ def test_every_collective_moves_checked_bytes(ctl, collective: str, algorithm: s
     assert sum(r.bytes_sent for r in ranks.values()) == sum(
         r.bytes_received for r in ranks.values()
     )
+    # the wire computed the collective: final buffers match the data executor's, run the same
+    # number of times from the same per-rank byte patterns (uint8, wrapping adds)
+    want = _expected_buffer_crcs(prog, ITERS + WARMUP)
+    assert {r: rr.buffer_crc for r, rr in ranks.items()} == want
 
 
 def test_parallel_streams_and_repeated_gos_reuse_connections(ctl) -> None:

@@ -217,8 +217,10 @@ class RankExecutor:
             if go.record_steps:
                 sst.append(step_start)
                 sen.append(step_end)
+        final = zlib.crc32(self.buffers[go.program][0]) if self.opts.verify else -1
         return RankResult(
             rank=self.rank,
+            buffer_crc=final,
             start=starts,
             end=ends,
             step_start=sst,
