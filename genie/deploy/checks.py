@@ -1,0 +1,289 @@
+"""``genie hosts check``: is each testbed host ready for genie? Each failed check says its fix.
+
+``evaluate`` is pure: it turns a host's probe facts (see ``remote_probe``) and a measured clock
+offset into checks, so the rules are tested without SSH. ``check_hosts`` gathers the facts over
+SSH, in parallel, and an unreachable host is one failed check, not an error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from genie import __version__
+from genie.deploy.config import DeployConfig, HostAccess
+from genie.deploy.deployer import MIN_PYTHON
+from genie.deploy.inventory import host_mtu
+from genie.deploy.ssh import Remote, probe
+from genie.errors import DeployError
+from genie.testbed import Host, Testbed
+
+Status = Literal["ok", "warn", "fail", "skip"]
+CLOCK_WARN_S = 0.005  # the controller syncs clocks itself; beyond this, timelines look skewed
+CLOCK_SAMPLES = 5
+
+
+@dataclass
+class Check:
+    """One check on one host."""
+
+    name: str
+    status: Status
+    value: str
+    fix: str = ""
+
+
+@dataclass
+class ClockOffset:
+    """Host clock minus local clock, from the lowest-RTT sample (seconds)."""
+
+    offset_s: float
+    rtt_s: float
+
+
+def _ssh_hint(a: HostAccess) -> str:
+    key = f"-i {a.key} " if a.key else ""
+    user = f"{a.user}@" if a.user else ""
+    return (
+        "check ssh_host/port/user/key in [deploy] or [deploy.hosts."
+        f"{a.name}]; try: ssh {key}-p {a.port} {user}{a.ssh_host} true"
+    )
+
+
+def _nic_of(host: Host, nics: list[dict[str, Any]]) -> dict[str, Any] | None:
+    if host.nic:
+        return next((n for n in nics if n["name"] == host.nic), None)
+    return next((n for n in nics if host.data_addr in n.get("addresses", [])), None)
+
+
+def evaluate(
+    testbed: Testbed,
+    host: Host,
+    access: HostAccess,
+    facts: dict[str, Any],
+    clock: ClockOffset | None,
+) -> list[Check]:
+    """The checks of one reachable host from its probe facts."""
+    out = [Check("reachable", "ok", access.target)]
+    ver = facts["python"]["version"]
+    if tuple(int(x) for x in ver.split(".")[:2]) < MIN_PYTHON:
+        want = ".".join(map(str, MIN_PYTHON))
+        out.append(
+            Check(
+                "python",
+                "fail",
+                f"{access.python} {ver}",
+                f"install python{want} python{want}-venv, or set [deploy] python",
+            )
+        )
+    elif not facts["python"]["venv_module"]:
+        out.append(
+            Check(
+                "python", "fail", f"{access.python} {ver} without venv", "apt install python3-venv"
+            )
+        )
+    else:
+        out.append(Check("python", "ok", f"{access.python} {ver}"))
+    gv = facts.get("genie_version")
+    if not gv:
+        out.append(
+            Check(
+                "genie",
+                "fail",
+                f"not installed under {facts['root']}",
+                "genie deploy --testbed FILE",
+            )
+        )
+    elif gv != __version__:
+        out.append(
+            Check(
+                "genie", "warn", f"{gv} (controller {__version__})", "genie deploy --testbed FILE"
+            )
+        )
+    else:
+        out.append(Check("genie", "ok", gv))
+    nics = facts.get("nics") or []
+    nic = _nic_of(host, nics)
+    have_addrs = any(n.get("addresses") for n in nics)
+    if nic is None and (host.nic or have_addrs):
+        what = f"NIC {host.nic}" if host.nic else f"no NIC holds data_addr {host.data_addr}"
+        names = ", ".join(n["name"] for n in nics)
+        out.append(
+            Check(
+                "nic",
+                "fail",
+                what + f" (host has {names})",
+                "set nic / data_addr in the testbed to this host's data NIC",
+            )
+        )
+    elif nic is None:
+        out.append(Check("nic", "skip", "no addresses known (genie not installed: no psutil)"))
+    else:
+        speed = nic["speed_mbit"]
+        desc = (
+            f"{nic['name']} {'up' if nic['up'] else 'down'}, {speed} Mbit/s"
+            if speed
+            else (f"{nic['name']} {'up' if nic['up'] else 'down'}, speed unknown")
+        )
+        if not nic["up"]:
+            out.append(Check("nic", "fail", desc, f"ip link set dev {nic['name']} up"))
+        else:
+            out.append(Check("nic", "ok", desc))
+        rates = [lk.rate for lk in testbed.links if host.name in (lk.a, lk.b)]
+        if rates and speed and speed * 1e6 / 8 < max(rates) * 0.999:
+            want = max(rates) * 8 / 1e9
+            out.append(
+                Check(
+                    "link speed",
+                    "warn",
+                    f"{speed / 1000:g} Gbit/s < testbed {want:g} Gbit/s",
+                    "fix the testbed rate or the cabling/port",
+                )
+            )
+        mtu = host_mtu(testbed, host.name)
+        if mtu and nic["mtu"] < mtu:
+            out.append(
+                Check(
+                    "mtu",
+                    "fail",
+                    f"{nic['name']} {nic['mtu']} < testbed {mtu}",
+                    f"ip link set dev {nic['name']} mtu {mtu} (or ansible role tuning)",
+                )
+            )
+        else:
+            out.append(Check("mtu", "ok", f"{nic['name']} {nic['mtu']}"))
+    out.append(_rdma_check(testbed, host, facts.get("rdma") or []))
+    if clock is None:
+        out.append(Check("clock", "skip", "not measured"))
+    else:
+        val = f"{clock.offset_s * 1e3:+.2f} ms (± {clock.rtt_s * 500:.2f} ms)"
+        bad = abs(clock.offset_s) - clock.rtt_s / 2 > CLOCK_WARN_S
+        out.append(
+            Check(
+                "clock",
+                "warn" if bad else "ok",
+                val,
+                "run NTP on every host (apt install chrony)" if bad else "",
+            )
+        )
+    govs = facts.get("governors") or {}
+    if not govs:
+        out.append(Check("cpu governor", "skip", "no cpufreq (VM or fixed clock)"))
+    elif set(govs) == {"performance"}:
+        out.append(Check("cpu governor", "ok", "performance"))
+    else:
+        desc = ", ".join(f"{k} x{v}" for k, v in sorted(govs.items()))
+        out.append(
+            Check(
+                "cpu governor",
+                "warn",
+                desc,
+                "cpupower frequency-set -g performance (or ansible role tuning)",
+            )
+        )
+    return out
+
+
+def _rdma_check(testbed: Testbed, host: Host, devs: list[dict[str, Any]]) -> Check:
+    needed = testbed.transport == "rdma" or bool(host.rdma_device)
+    rxe = (
+        f"modprobe rdma_rxe && rdma link add genie-rxe0 type rxe netdev {host.nic or 'NIC'}"
+        " (soft-RoCE; ansible role rdma with genie_soft_roce=true)"
+    )
+    names = [d["name"] for d in devs]
+    if not needed:
+        return Check("rdma", "skip", ", ".join(names) or "none (tcp testbed)")
+    dev = (
+        next((d for d in devs if d["name"] == host.rdma_device), None)
+        if host.rdma_device
+        else (devs[0] if devs else None)
+    )
+    if dev is None:
+        want = host.rdma_device or "any device"
+        have = ", ".join(names) or "none"
+        return Check(
+            "rdma",
+            "fail",
+            f"{want} not in /sys/class/infiniband ({have})",
+            f"apt install rdma-core; {rxe}",
+        )
+    active = [p for p in dev["ports"] if p["state"].upper() == "ACTIVE"]
+    gids = [g for p in dev["ports"] for g in p["gids"]]
+    if not active:
+        return Check(
+            "rdma",
+            "fail",
+            f"{dev['name']}: no ACTIVE port",
+            f"bring up the netdev of {dev['name']} (ip link set dev ... up)",
+        )
+    if not gids:
+        return Check(
+            "rdma",
+            "fail",
+            f"{dev['name']}: no GIDs",
+            "give the RoCE netdev an IP address (GIDs follow addresses)",
+        )
+    return Check("rdma", "ok", f"{dev['name']} port {active[0]['port']} ACTIVE, {len(gids)} GIDs")
+
+
+def measure_clock(remote: Remote, samples: int = CLOCK_SAMPLES) -> ClockOffset:
+    """Host minus local wall clock: ``date +%s.%N`` over SSH, the lowest-RTT of ``samples``."""
+    best: ClockOffset | None = None
+    for _ in range(samples):
+        t0 = time.time()
+        res = remote.run("date +%s.%N", f"{remote.access.name}: clock")
+        t1 = time.time()
+        try:
+            theirs = float(res.stdout.strip())
+        except ValueError:
+            raise DeployError(f"{remote.access.name}: clock: unreadable {res.stdout!r}") from None
+        cand = ClockOffset(theirs - (t0 + t1) / 2, t1 - t0)
+        if best is None or cand.rtt_s < best.rtt_s:
+            best = cand
+    assert best is not None
+    return best
+
+
+def check_host(testbed: Testbed, cfg: DeployConfig, name: str) -> list[Check]:
+    """Every check of host ``name`` (an SSH failure is a failed ``reachable`` check)."""
+    host, access = testbed.host(name), cfg.hosts[name]
+    try:
+        with Remote(access, cfg.connect_timeout) as remote:
+            facts = probe(remote, "host check")
+            clock = measure_clock(remote)
+    except DeployError as exc:
+        msg = str(exc)
+        if "ssh to" in msg or "ssh key" in msg:
+            return [Check("reachable", "fail", msg.removeprefix(f"{name}: "), _ssh_hint(access))]
+        return [
+            Check("reachable", "ok", access.target),
+            Check(
+                "python",
+                "fail",
+                msg.removeprefix(f"{name}: "),
+                "install Python >= 3.11 or set [deploy] python",
+            ),
+        ]
+    return evaluate(testbed, host, access, facts, clock)
+
+
+def check_hosts(
+    testbed: Testbed, cfg: DeployConfig, names: Sequence[str]
+) -> dict[str, list[Check]]:
+    """Check the hosts ``names`` in parallel."""
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+        results = list(pool.map(lambda n: check_host(testbed, cfg, n), names))
+    return dict(zip(names, results, strict=True))
+
+
+def checks_json(results: dict[str, list[Check]]) -> list[dict[str, Any]]:
+    """The results as JSON data: one entry per host with its checks."""
+    return [
+        {"host": n, "ok": all(c.status != "fail" for c in cs), "checks": [asdict(c) for c in cs]}
+        for n, cs in results.items()
+    ]

@@ -1,0 +1,99 @@
+"""An Ansible inventory (YAML) written from a testbed and its deploy settings.
+
+Groups: ``genie_agents`` (every host), ``genie_rdma`` (hosts with an RDMA device or on an RDMA
+testbed). Host variables carry SSH access (``ansible_host``, ``ansible_port``, ``ansible_user``,
+``ansible_ssh_private_key_file``) and what the roles need (``genie_agent_id``, ``genie_listen``,
+``genie_data_addr``, ``genie_nic``, ``genie_rdma_device``, ``genie_mtu``, ``genie_ranks``).
+Scalars are written as JSON, which YAML reads as the same values.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from genie.deploy.config import DeployConfig
+from genie.testbed import Host, Testbed
+
+
+def host_mtu(testbed: Testbed, name: str) -> int | None:
+    """The largest MTU of the links that touch host ``name`` (None if it has no links)."""
+    mtus = [lk.mtu for lk in testbed.links if name in (lk.a, lk.b)]
+    return max(mtus) if mtus else None
+
+
+def host_vars(testbed: Testbed, cfg: DeployConfig, host: Host) -> dict[str, Any]:
+    """The inventory variables of one host."""
+    a = cfg.hosts[host.name]
+    out: dict[str, Any] = {"ansible_host": a.ssh_host, "ansible_port": a.port}
+    if a.user:
+        out["ansible_user"] = a.user
+    if a.key:
+        out["ansible_ssh_private_key_file"] = a.key
+    if a.python != "python3":
+        out["ansible_python_interpreter"] = a.python
+    out.update(
+        genie_agent_id=host.name,
+        genie_listen=host.control,
+        genie_data_addr=host.data_addr,
+        genie_ranks=host.ranks,
+        genie_remote_root=a.remote_root,
+    )
+    if host.nic:
+        out["genie_nic"] = host.nic
+    if host.rdma_device:
+        out["genie_rdma_device"] = host.rdma_device
+    mtu = host_mtu(testbed, host.name)
+    if mtu:
+        out["genie_mtu"] = mtu
+    return out
+
+
+def inventory_data(testbed: Testbed, cfg: DeployConfig) -> dict[str, Any]:
+    """The inventory as nested dicts (what ``ansible-inventory --list`` would show, grouped)."""
+    agents = {h.name: host_vars(testbed, cfg, h) for h in testbed.hosts}
+    rdma = [h.name for h in testbed.hosts if h.rdma_device or testbed.transport == "rdma"]
+    return {
+        "all": {
+            "vars": {
+                "genie_testbed": testbed.name,
+                "genie_transport": testbed.transport,
+                "genie_heartbeat": cfg.heartbeat,
+            },
+            "children": {
+                "genie_agents": {"hosts": agents},
+                "genie_rdma": {"hosts": {n: None for n in rdma}},
+            },
+        }
+    }
+
+
+def _yaml(node: Any, indent: int) -> list[str]:
+    pad = "  " * indent
+    lines: list[str] = []
+    for key, value in node.items():
+        k = json.dumps(str(key))
+        if isinstance(value, dict):
+            if value:
+                lines.append(f"{pad}{k}:")
+                lines.extend(_yaml(value, indent + 1))
+            else:
+                lines.append(f"{pad}{k}: {{}}")
+        else:
+            lines.append(f"{pad}{k}: {json.dumps(value)}")
+    return lines
+
+
+def dumps_inventory(testbed: Testbed, cfg: DeployConfig, source: str = "") -> str:
+    """The inventory as YAML text."""
+    head = f"# Ansible inventory written by `genie deploy` from {source or testbed.name}\n"
+    return head + "\n".join(_yaml(inventory_data(testbed, cfg), 0)) + "\n"
+
+
+def write_inventory(testbed: Testbed, cfg: DeployConfig, out: str | Path, source: str = "") -> Path:
+    """Write the inventory YAML to ``out``; return its path."""
+    p = Path(out)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(dumps_inventory(testbed, cfg, source))
+    return p

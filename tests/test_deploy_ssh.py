@@ -1,0 +1,215 @@
+"""Deploy to localhost over real SSH (a throwaway sshd on a loopback port), then bench, then stop.
+
+Module-scoped: one sshd, one first deploy; the tests run in order (deploy, bench, redeploy
+unchanged with bad hosts beside it, agents status/logs/stop, redeploy after stop). Every agent
+and the sshd are ended by pid in teardown, even on failure. The remote root is a temporary
+directory, so the machine's own ~/.genie is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from genie.cli import main
+from genie.controller.local import free_port_range, stop_pids
+from genie.deploy.config import load_deploy, strip_deploy_tables
+from genie.deploy.deployer import Artifacts, deploy
+from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
+from genie.deploy.wheel import build_wheel, wheel_digest
+
+pytestmark = pytest.mark.slow
+
+
+def _testbed(name: str, hosts: list[tuple[str, int]]) -> str:
+    out = [
+        f'[testbed]\nname = "{name}"\nkind = "static"\ntransport = "tcp"\n',
+        '[topology]\nshape = "star"\nrate = "10gbit"\n',
+    ]
+    for host, port in hosts:
+        out.append(
+            f'[[hosts]]\nname = "{host}"\ncontrol = "127.0.0.1:{port}"\n'
+            'data_addr = "127.0.0.1"\nranks = 2\n'
+        )
+    return "\n".join(out)
+
+
+def _kill_recorded(root: Path) -> None:
+    """End whatever the deploy recorded under ``root`` (supervisor, then agent), by pid."""
+    try:
+        rec = json.loads((root / "agent.pid").read_text())
+    except (OSError, ValueError):
+        return
+    sup = rec.get("supervisor")
+    if isinstance(sup, int):
+        with contextlib.suppress(OSError):
+            cmd = Path(f"/proc/{sup}/cmdline").read_bytes()
+            if b"genie.deploy.supervise" in cmd:
+                os.kill(sup, signal.SIGTERM)
+    if isinstance(rec.get("agent"), int):
+        time.sleep(0.3)
+        stop_pids([rec["agent"]], timeout_s=5)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"  # a zombie not yet reaped by init
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    d = tmp_path_factory.mktemp("deploy")
+    try:
+        sshd = LocalSshd.start(d / "ssh")
+    except LocalSshdUnavailable as exc:
+        pytest.skip(f"cannot run a test sshd: {exc}")
+    root = d / "remote-genie"
+    ports = free_port_range(4)
+    closed = free_port_range(1, lo=61000, hi=64000)  # nothing listens there
+    common = sshd.deploy_toml(remote_root=str(root), wheelhouse="bundle", hello_timeout=15)
+    good = d / "good.toml"
+    good.write_text(_testbed("dep", [("h0", ports)]) + "\n" + common)
+    mixed = d / "mixed.toml"
+    mixed.write_text(
+        _testbed(
+            "depmix",
+            [("h0", ports), ("badport", ports + 1), ("badkey", ports + 2), ("nopy", ports + 3)],
+        )
+        + "\n"
+        + common
+        + f"\n[deploy.hosts.badport]\nport = {closed}\n"
+        + f'\n[deploy.hosts.badkey]\nkey = "{sshd.other_key}"\n'
+        + f'\n[deploy.hosts.nopy]\npython = "{d}/no-such-python3.11"\n'
+    )
+    plain = d / "plain.toml"  # what `genie bench` reads (the testbed loader knows no [deploy])
+    plain.write_text(strip_deploy_tables(good.read_text()))
+    info = {"dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed, "plain": plain}
+    try:
+        yield info
+    finally:
+        _kill_recorded(root)
+        sshd.stop()
+
+
+@pytest.fixture(scope="module")
+def first(site):
+    tb, cfg = load_deploy(site["good"])
+    t0 = time.monotonic()
+    wheel = build_wheel()
+    art = Artifacts.of(wheel, cfg.wheelhouse)
+    stages: list[tuple[str, str]] = []
+    out = deploy(tb, cfg, ["h0"], art, lambda h, s: stages.append((h, s)))
+    site["first_s"] = time.monotonic() - t0
+    print(f"first deploy (wheel build + venv + bundle install): {site['first_s']:.1f} s")
+    return out[0], art, stages
+
+
+def test_first_deploy_installs_runs_agent_from_remote_venv(site, first) -> None:
+    outcome, art, stages = first
+    assert outcome.ok, outcome.detail
+    assert outcome.action == "installed"
+    assert outcome.mode == "process"  # no systemd user manager in this container
+    root = site["root"]
+    stamp = json.loads((root / "stamp.json").read_text())
+    assert stamp["wheel"] == wheel_digest(art.wheel)
+    cmd = Path(f"/proc/{outcome.agent_pid}/cmdline").read_bytes().split(b"\0")
+    assert cmd[0].decode() == str(root / "venv" / "bin" / "python")
+    assert b"agent" in cmd and b"h0" in cmd
+    pidrec = json.loads((root / "agent.pid").read_text())
+    assert pidrec["agent"] == outcome.agent_pid
+    seen = [s for h, s in stages if h == "h0"]
+    assert seen[0] == "connect" and "pip" in seen and seen[-1] == "ok"
+
+
+def test_bench_runs_through_deployed_agent(site, first, capsys) -> None:
+    outcome = first[0]
+    assert outcome.ok, outcome.detail
+    rc = main(
+        [
+            "bench", "--testbed", str(site["plain"]), "--collective", "all_reduce",
+            "--sizes", "1KiB", "--iters", "2", "--warmup", "0", "--no-store", "--json",
+        ]
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = json.loads(out)
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert len(rows) == 1 and rows[0]["size"] == 1024
+    log = (site["root"] / "agent.log").read_text()
+    assert "listening on" in log
+    assert not _gone(outcome.agent_pid)  # the same deployed agent served it
+
+
+def test_second_deploy_unchanged_and_bad_hosts_fail_one_line_each(site, first, capsys) -> None:
+    outcome = first[0]
+    root = site["root"]
+    site_pkg = next((root / "venv" / "lib").glob("python3*/site-packages/genie"))
+    before = (site_pkg.stat().st_mtime_ns, (root / "stamp.json").stat().st_mtime_ns)
+    t0 = time.monotonic()
+    wheel = str(first[1].wheel)  # the same wheel: the shared checkout may change meanwhile
+    rc = main(["deploy", "--testbed", str(site["mixed"]), "--wheel", wheel, "--json"])
+    took = time.monotonic() - t0
+    cap = capsys.readouterr()
+    assert cap.out.startswith("["), cap.err
+    data = {d["host"]: d for d in json.loads(cap.out)}
+    per_host = {n: d["seconds"] for n, d in data.items()}
+    print(f"second deploy (4 hosts, 3 bad): {took:.1f} s", per_host)
+    assert rc == 1  # some hosts failed
+    h0 = data["h0"]
+    assert h0["ok"] and h0["action"] == "unchanged"
+    assert h0["agent_pid"] == outcome.agent_pid
+    assert "install" not in h0["timings_s"] and "start" not in h0["timings_s"]
+    assert before == (site_pkg.stat().st_mtime_ns, (root / "stamp.json").stat().st_mtime_ns)
+    for name, words in (
+        ("badport", "connection refused"),
+        ("badkey", "authentication failed"),
+        ("nopy", "not found"),
+    ):
+        d = data[name]
+        assert not d["ok"] and d["action"] == "failed"
+        assert words in d["detail"] and "\n" not in d["detail"], d["detail"]
+
+
+def test_agents_status_logs_stop(site, first, capsys) -> None:
+    pid = first[0].agent_pid
+    tb = str(site["good"])
+    assert main(["agents", "status", "h0", "--testbed", tb, "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)[0]
+    assert st["running"] and st["agent_pid"] == pid
+    sup = st["supervisor_pid"]
+    assert main(["agents", "logs", "h0", "--testbed", tb, "-n", "20"]) == 0
+    assert "listening on" in capsys.readouterr().out
+    assert main(["agents", "stop", "h0", "--testbed", tb, "--json"]) == 0
+    stopped = json.loads(capsys.readouterr().out)[0]
+    assert set(stopped["stopped"]) == {pid, sup}
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not (_gone(pid) and _gone(sup)):
+        time.sleep(0.05)
+    assert _gone(pid) and _gone(sup)
+    assert not (site["root"] / "agent.pid").exists()
+    assert main(["agents", "status", "h0", "--testbed", tb, "--json"]) == 3
+
+
+def test_deploy_after_stop_restarts_without_reinstall(site, first, capsys) -> None:
+    old = first[0].agent_pid
+    wheel = str(first[1].wheel)
+    rc = main(["deploy", "--testbed", str(site["good"]), "--wheel", wheel, "--json"])
+    h0 = json.loads(capsys.readouterr().out)[0]
+    assert rc == 0 and h0["ok"], h0
+    assert h0["action"] == "restarted" and "install" not in h0["timings_s"]
+    assert h0["agent_pid"] != old and not _gone(h0["agent_pid"])
+    assert main(["agents", "stop", "h0", "--testbed", str(site["good"]), "--json"]) == 0
+    capsys.readouterr()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not _gone(h0["agent_pid"]):
+        time.sleep(0.05)
+    assert _gone(h0["agent_pid"])
