@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
             "network": network,
             "reports": [_with_closed(r.to_dict(), closed) for r in reports],
         }
-        json.dump(doc, sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
+        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
         sys.stdout.write("\n")
         return 0
     _print(
@@ -272,11 +272,20 @@ def _nan_safe(o: Any) -> Any:
     return str(o)
 
 
+def _finite(o: Any) -> Any:
+    """Replace NaN and infinities (not JSON) by None, recursively."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_finite(v) for v in o]
+    return o
+
+
 def _with_closed(d: dict, closed: dict) -> dict:
     for row in d["collectives"]:
         row["closed_form_s"] = _closed_for(row, closed)
-        if row["first_arrival"] == math.inf:
-            row["first_arrival"] = None
     return d
 
 
@@ -521,7 +530,7 @@ def run_emulate(args: argparse.Namespace) -> int:
             "collectives": rows,
             "reports": [_with_closed(r.to_dict(), {}) for r in reports],
         }
-        json.dump(doc, sys.stdout, indent=1, default=_nan_safe)
+        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
         sys.stdout.write("\n")
         return 0
     con = Console(width=None if sys.stdout.isatty() else 120)

@@ -207,6 +207,7 @@ def simulate(
                 release(s, t)
 
     # hot loop: compute/memory completions come from the heap, comm ones from the backend
+    net_events = 0
     while True:
         if heap:
             now, g = heap[0]
@@ -217,7 +218,7 @@ def simulate(
                     for m in members[iid]:
                         complete(m, now)
                 net_next = backend.next_time()
-                events += 1
+                net_events += 1
                 continue
             pop(heap)
         elif net_next < inf:
@@ -227,11 +228,10 @@ def simulate(
                 for m in members[iid]:
                     complete(m, now)
             net_next = backend.next_time()
-            events += 1
+            net_events += 1
             continue
         else:
             break
-        events += 1
         end[g] = now
         if kind[g] == _COMPUTE:
             r = rnk[g]
@@ -242,14 +242,13 @@ def simulate(
                 push(heap, (now + dur[nxt], nxt))
             else:
                 busy[r] = False
-        for j in range(sptr_all[g], sptr_all[g + 1]):
-            s = succ_l[j]
+        for s in succ_l[sptr_all[g] : sptr_all[g + 1]]:
             p = pending[s] - 1
             pending[s] = p
             if p:
                 continue
-            ready[s] = now
             if kind[s] == _COMPUTE:
+                ready[s] = now
                 r = rnk[s]
                 if busy[r]:
                     queues[r].append(s)
@@ -259,6 +258,8 @@ def simulate(
                     push(heap, (now + dur[s], s))
             else:
                 release(s, now)
+    local_nodes = sum(int(np.count_nonzero((k < _COLL) | (k > _RECV))) for k in kinds)
+    events = net_events + local_nodes
 
     # back to rank-major order
     end_a = np.array(end, dtype=np.float64)[inv]
