@@ -137,6 +137,13 @@ def plan_agent(
     for prog in programs:
         if prog.spec.n_ranks > len(placement):
             raise ProtocolError(f"{prog!r} has more ranks than the placement ({len(placement)})")
+        sp = prog.spec
+        if sp.n_ranks < 1 or sp.size < 0 or not 1 <= sp.chunks <= limits.max_chunks:
+            raise ProtocolError(f"{prog!r}: ranks, size or chunks out of bounds")
+        if sp.size > limits.max_rank_bytes:
+            raise ProtocolError(
+                f"{prog!r}: size {sp.size} beyond the limit {limits.max_rank_bytes}"
+            )
         for g in prog.spec.ranks:
             if not 0 <= g < len(placement):
                 raise ProtocolError(f"{prog!r} names rank {g}, not placed")

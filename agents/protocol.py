@@ -207,6 +207,7 @@ ERROR_CODES = (
     "prepare",  # data-plane setup failed
     "run",  # a run failed (transport error, timeout, data check)
     "direction",  # a message only the agent sends arrived at the agent
+    "internal",  # the agent hit a bug handling the message (it keeps running)
 )
 
 Message = (
@@ -258,3 +259,4 @@ class Limits(msgspec.Struct, kw_only=True):
     max_streams: int = 64
     max_iters: int = 100_000
     max_steps: int = 1_000_000  # steps of one rank of one program
+    max_chunks: int = 65_536

@@ -177,6 +177,8 @@ class AgentCore:
         except GenieError as exc:  # bad program, over limits...: refuse, change nothing
             code = "limit" if isinstance(exc, ProtocolError) else "program"
             return [self._err(code, str(exc), msg)]
+        except Exception as exc:  # a bug must not kill the agent: refuse and report it
+            return [self._err("internal", f"{type(exc).__name__}: {exc}", msg)]
 
     def _dispatch(self, msg: Msg) -> list[Msg]:
         if isinstance(msg, Hello):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from agents import protocol as p
 from agents.clock import FakeClock
@@ -233,3 +235,42 @@ def test_job_messages_from_another_peer_are_refused(agent) -> None:
     assert core.state is State.PREPARED and not dp.gos and not core.quit
     (rep,) = send(core, p.TimeProbe(t0=1), sender="intruder")  # harmless, answered
     assert isinstance(rep, p.TimeReply)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    collective=hs.sampled_from(["flow", "selftest", "all_reduce", "all_to_all", "nope", ""]),
+    algorithm=hs.sampled_from(["oneway", "ring", "direct", "tree", "x"]),
+    n=hs.integers(-3, 9),
+    size=hs.integers(-10, 1 << 20),
+    chunks=hs.integers(-2, 1 << 40),
+    placement=hs.lists(hs.sampled_from(["a0", "a1", "zz"]), max_size=9),
+    streams=hs.integers(-1, 100),
+)
+def test_any_prepare_is_answered_never_raised(
+    collective, algorithm, n, size, chunks, placement, streams
+) -> None:
+    import msgspec
+
+    core = AgentCore("a0", FakeDataPlane(), FakeClock(), lambda _e: None)
+    claim(core)
+    spec = msgspec.msgpack.encode(
+        {
+            "collective": collective,
+            "algorithm": algorithm,
+            "n_ranks": n,
+            "size": size,
+            "chunks": chunks,
+        }
+    )
+    msg = p.Prepare(
+        job="j",
+        epoch=1,
+        programs=[spec],
+        placement=placement,
+        endpoints={"a0": "127.0.0.1:1", "a1": "127.0.0.1:2"},
+        options=p.DataOptions(streams=streams),
+    )
+    out = send(core, msg)  # must return (refusal or nothing), never raise
+    assert all(isinstance(m, p.Error) and m.code != "internal" for m in out), out
+    assert (core.state is State.PREPARING) == (out == [])
