@@ -183,3 +183,19 @@ def test_measured_backend_reads_a_bench_run_from_the_store(et_samples, capsys, t
     assert any("0 EXTRAPOLATED" in n for n in rep["notes"])
     assert main([*args, "--store", str(tmp_path / "none.sqlite")]) == 2
     assert "no run store at" in capsys.readouterr().err
+
+
+def test_deadlocking_trace_files_are_reported_by_the_cli(tmp_path, capsys):
+    from genie.workload import save_workload
+
+    def coll(i, deps=()):
+        attrs = [Attr("comm_type", "int64_val", 0), Attr("comm_size", "int64_val", 1024)]
+        return Node(i, f"ar{i}", NodeType.COMM_COLL_NODE, data_deps=list(deps), attrs=attrs)
+
+    r0 = RankGraph(rank=0, nodes=[coll(1), coll(2, [1])])
+    r1 = RankGraph(rank=1, nodes=[coll(1)])
+    save_workload(Workload(ranks=[r0, r1]), tmp_path / "dead")
+    assert main(["simulate", str(tmp_path / "dead")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "rank 0: node ar2 (all_reduce #1 of group 'world') waits for ranks [1]" in err[0]
