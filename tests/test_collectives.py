@@ -17,7 +17,7 @@ from genie.collectives import (
     program_from_bytes,
 )
 from genie.collectives.data_exec import check_races, run_data, verify
-from genie.collectives.registry import ROTATION_SYMMETRIC, build_steps
+from genie.collectives.registry import ROTATION_SYMMETRIC, XOR_SYMMETRIC, build_steps
 from genie.errors import CollectiveError, DeadlockError
 
 PAIRS = [(c, a) for c, algos in ALGORITHMS.items() for a in algos]
@@ -142,6 +142,22 @@ def test_rotation_symmetric_programs_are_rank_zero_rotated():
                     )
                     if a.op in (Op.SEND, Op.RECV):
                         assert b.peer == (a.peer + r) % n
+
+
+def test_xor_symmetric_programs_are_rank_zero_with_peers_xored():
+    """The cost shortcut for halving-doubling relies on it (n a power of two)."""
+    for coll, algo in sorted(XOR_SYMMETRIC):
+        for n in (2, 4, 8):
+            p = build_program(coll, algo, n, 6 * n, chunks=3 if n == 4 else 1)
+            base = p.steps(0)
+            for r in range(1, n):
+                got = p.steps(r)
+                assert [(a.op, a.nbytes, a.tag, a.src, a.deps) for a in base] == [
+                    (b.op, b.nbytes, b.tag, b.src, b.deps) for b in got
+                ]
+                assert [a.peer ^ r for a in base if a.op <= Op.RECV] == [
+                    b.peer for b in got if b.op <= Op.RECV
+                ]
 
 
 def test_chakra_names_map_onto_collectives():

@@ -137,6 +137,26 @@ def test_symmetric_shortcut_agrees_with_full_simulation(coll, algo, chunks, kind
         assert fast.messages == full.messages and fast.bytes_sent == full.bytes_sent
 
 
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("kind", ["switch", "fully_connected"])
+def test_xor_shortcut_for_halving_doubling_agrees_with_full_simulation(coll, kind):
+    for n, chunks in ((2, 1), (4, 2), (8, 1), (16, 3)):
+        topo = T.FACTORIES[kind](n, B, LAT)
+        p = build_program(coll, "halvingDoubling", n, n * chunks * 4096, chunks=chunks)
+        fast = estimate(p, topo)
+        full = estimate(p, topo, symmetric=False)
+        assert fast.method == "symmetric" and full.method == "event"
+        assert _rel(fast.time_s, full.time_s) < 1e-9
+        assert fast.link_bytes == full.link_bytes
+    # not a power of two, or a ring network: no shortcut
+    assert estimate(
+        build_program(coll, "halvingDoubling", 6, 6000), T.switch(6, B, LAT)
+    ).method == ("event")
+    assert estimate(build_program(coll, "halvingDoubling", 4, 4000), T.ring(4, B, LAT)).method == (
+        "event"
+    )
+
+
 def test_uneven_shards_use_the_full_simulation():
     p = build_program("all_reduce", "ring", 5, 1001)
     c = estimate(p, T.switch(5, B, LAT))

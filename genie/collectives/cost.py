@@ -8,7 +8,8 @@ together on the same links.
 
 Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) whose shards are all the
 same size, with rank i on host i of a uniform switch, fully-connected network or ring, makes
-every rank time alike, and the load on every link is a rotated copy of rank 0's; so simulating
+every rank time alike, and the load on every link is a rotated copy of rank 0's (likewise
+halving-doubling on 2^k ranks, symmetric under XOR, on a switch or fully-connected); so simulating
 rank 0 alone against link classes gives the same answer as the full simulation at 1/n of the
 work (tests check that both agree). With uneven shards the full simulation runs instead, unless
 the program is too big for it; then the shortcut is used and the Cost says "symmetric-approx".
@@ -27,7 +28,12 @@ from genie.collectives.emit import gc_paused
 from genie.collectives.flowsim import FlowSim, Instance
 from genie.collectives.layout import buffer_bytes, chunk_segments
 from genie.collectives.program import Op, Program, Step
-from genie.collectives.registry import ROTATION_SYMMETRIC, canonical_algorithm, canonical_collective
+from genie.collectives.registry import (
+    ROTATION_SYMMETRIC,
+    XOR_SYMMETRIC,
+    canonical_algorithm,
+    canonical_collective,
+)
 from genie.collectives.topology import Topology
 from genie.errors import CollectiveError, TopologyError
 
@@ -214,14 +220,15 @@ def estimate(
 ) -> Cost:
     """Price one program; uses the exact symmetric shortcut when it applies (unless told not)."""
     hosts = resolve_placement(program, topology, placement)
-    usable = _symmetric_ok(program, topology, hosts)
+    group = _symmetry_group(program, topology, hosts)
+    usable = group is not None
     if symmetric and not usable:
         raise CollectiveError(f"the symmetric shortcut does not apply to {program!r} here")
     if usable and symmetric is not False:
         exact = uniform_shards(program.spec)
         too_big = program.n_ranks * len(program.steps(0)) > EVENT_STEP_LIMIT
         if exact or too_big or symmetric:
-            return _estimate_symmetric(program, topology, compute_bandwidth, exact)
+            return _estimate_symmetric(program, topology, compute_bandwidth, exact, group)
     return estimate_concurrent(
         [(program, 0.0, hosts)], topology, compute_bandwidth=compute_bandwidth
     )[0]
@@ -230,16 +237,19 @@ def estimate(
 # -- the symmetric shortcut ----------------------------------------------------------------
 
 
-def _symmetric_ok(program: Program, topology: Topology, hosts: list[int]) -> bool:
+def _symmetry_group(program: Program, topology: Topology, hosts: list[int]) -> str | None:
+    """'rot' or 'xor' when the one-rank shortcut is exact for this program here, else None."""
     spec = program.spec
-    if (spec.collective, spec.algorithm) not in ROTATION_SYMMETRIC or spec.n_ranks < 2:
-        return False
-    if spec.options.get("oneway"):
-        return False
+    n = spec.n_ranks
     kind = topology.symmetry
-    if kind is None or not _is_identity(hosts):
-        return False
-    return not (kind == "ring" and spec.n_ranks != topology.n_hosts)
+    if n < 2 or spec.options.get("oneway") or kind is None or not _is_identity(hosts):
+        return None
+    pair = (spec.collective, spec.algorithm)
+    if pair in ROTATION_SYMMETRIC:
+        return None if kind == "ring" and n != topology.n_hosts else "rot"
+    if pair in XOR_SYMMETRIC and n & (n - 1) == 0 and kind in ("star", "full"):
+        return "xor"
+    return None
 
 
 def uniform_shards(spec) -> bool:
@@ -253,14 +263,36 @@ def uniform_shards(spec) -> bool:
     return True
 
 
-def _estimate_symmetric(program: Program, topology: Topology, compute_bw, exact: bool) -> Cost:
+def _estimate_symmetric(
+    program: Program, topology: Topology, compute_bw, exact: bool, group: str = "rot"
+) -> Cost:
     n = program.n_ranks
     kind = topology.symmetry
     steps = program.steps(0)
+    if group == "xor":  # rank r talks to r ^ s where rank 0 talks to s
+
+        def shift(peer: int) -> int:
+            return peer
+
+        def target(r: int, s: int) -> int:
+            return r ^ s
+
+        recv_shift = shift
+    else:  # rank r talks to r + s where rank 0 talks to s
+
+        def shift(peer: int) -> int:
+            return peer % n
+
+        def target(r: int, s: int) -> int:
+            return (r + s) % n
+
+        def recv_shift(peer: int) -> int:  # rank p's send to 0 is rank 0's send to -p
+            return (-peer) % n
+
     class_of: dict[int, tuple[tuple[object, float], ...]] = {}
     lat_of: dict[int, float] = {}
     cap_of: dict[object, float] = {}
-    for s in {st.peer % n for st in steps if st.op == Op.SEND}:
+    for s in {shift(st.peer) for st in steps if st.op == Op.SEND}:
         route = topology.route(0, s)
         bw = topology.route_bandwidth(route)
         if kind == "star":
@@ -274,14 +306,14 @@ def _estimate_symmetric(program: Program, topology: Topology, compute_bw, exact:
         cap_of[key] = bw
 
     def route_of(_r: int, st: Step):
-        s = st.peer % n
+        s = shift(st.peer)
         return class_of[s], lat_of[s]
 
     inst = Instance(
         [steps],
         route_of,
-        send_key=lambda _r, st, k: (st.peer % n, st.tag, k),
-        recv_key=lambda _r, st, k: ((-st.peer) % n, st.tag, k),
+        send_key=lambda _r, st, k: (shift(st.peer), st.tag, k),
+        recv_key=lambda _r, st, k: (recv_shift(st.peer), st.tag, k),
         name=repr(program),
     )
     sim = FlowSim(lambda key: cap_of[key], compute_bw)
@@ -291,11 +323,12 @@ def _estimate_symmetric(program: Program, topology: Topology, compute_bw, exact:
     by_shift: dict[int, int] = {}
     for st in steps:
         if st.op == Op.SEND:
-            by_shift[st.peer % n] = by_shift.get(st.peer % n, 0) + st.nbytes
+            s = shift(st.peer)
+            by_shift[s] = by_shift.get(s, 0) + st.nbytes
     link_bytes: dict[int, int] = {}
     for s, b in by_shift.items():
         for r in range(n):
-            for lid in topology.route(r, (r + s) % n):
+            for lid in topology.route(r, target(r, s)):
                 link_bytes[lid] = link_bytes.get(lid, 0) + b
     t = max(inst.finish)
     return Cost(

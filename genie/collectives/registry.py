@@ -79,6 +79,16 @@ ROTATION_SYMMETRIC = frozenset(
     }
 )
 
+# Programs whose rank r is rank 0 with every peer p replaced by p XOR r (n a power of two):
+# on a switch or fully-connected network every rank times alike, as with rotation.
+XOR_SYMMETRIC = frozenset(
+    {
+        ("all_reduce", "halvingDoubling"),
+        ("reduce_scatter", "halvingDoubling"),
+        ("all_gather", "halvingDoubling"),
+    }
+)
+
 _COLL_ALIASES = {
     "allreduce": "all_reduce",
     "reducescatter": "reduce_scatter",
