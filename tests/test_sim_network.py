@@ -245,3 +245,22 @@ def test_measured_times_share_links_through_a_calibrated_pricer():
     assert drain(shared) == {0: pytest.approx(200e-6), 1: pytest.approx(200e-6)}
     assert drain(alone) == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}
     assert shared.standalone == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}
+
+
+def test_hierarchical_all_reduce_uses_the_placement():
+    from genie.collectives import build_program, topology
+    from genie.collectives.cost import estimate
+    from genie.sim.program_pricer import ProgramPricer, ranks_per_host
+
+    assert ranks_per_host([0, 0, 1, 1]) == 2 and ranks_per_host([0, 1, 0, 1]) == 1
+    assert ranks_per_host([0, 0, 0, 1]) == 1
+    topo = topology.switch(2, 10e9, 1 * US, intra_bandwidth=200e9)
+    pricer = ProgramPricer(
+        topo, [0, 0, 0, 0, 1, 1, 1, 1], algorithms={"all_reduce": "hierarchical"}
+    )
+    t = AnalyticalBackend(pricer).alone(Transfer(0, 0, 2**22, tuple(range(8)), 0))
+    prog = build_program("all_reduce", "hierarchical", 8, 2**22, ranks_per_host=4)
+    assert t == pytest.approx(estimate(prog, topo, [0, 0, 0, 0, 1, 1, 1, 1]).time_s, rel=1e-12)
+    assert not pricer.fallbacks
+    flat = ProgramPricer(topo, [0, 0, 0, 0, 1, 1, 1, 1])
+    assert t < AnalyticalBackend(flat).alone(Transfer(0, 0, 2**22, tuple(range(8)), 0))

@@ -24,6 +24,21 @@ from genie.sim.network import Demand, Transfer
 from genie.sim.topo_pricer import TopologyPricer
 
 
+def ranks_per_host(hosts: Sequence[int]) -> int:
+    """k when the group's ranks sit k to a host in contiguous runs (for hierarchical), else 1."""
+    runs: list[int] = []
+    seen: set[int] = set()
+    for i, h in enumerate(hosts):
+        if i and h == hosts[i - 1]:
+            runs[-1] += 1
+            continue
+        if h in seen:
+            return 1
+        seen.add(h)
+        runs.append(1)
+    return runs[0] if runs and len(set(runs)) == 1 else 1
+
+
 class ProgramPricer:
     """Prices transfers with programs and the collectives cost model (see module docstring)."""
 
@@ -73,6 +88,7 @@ class ProgramPricer:
             dem = self.fallback.price(transfer)
             self._cache[key] = dem
             return dem
+        hosts = [int(self.host_of[r]) for r in ranks]
         try:
             algo = self.algorithms.get(name)
             prog = self._build(
@@ -82,8 +98,9 @@ class ProgramPricer:
                 int(transfer.size),
                 chunks=self.chunks,
                 ranks=ranks,
+                ranks_per_host=ranks_per_host(hosts),
             )
-            cost = self._estimate(prog, self.topology, [int(self.host_of[r]) for r in ranks])
+            cost = self._estimate(prog, self.topology, hosts)
         except CollectiveError:
             self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
             dem = self.fallback.price(transfer)
