@@ -1,0 +1,140 @@
+"""``genie hosts check``: rules from probe facts (pure), and a real run over SSH to localhost."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from genie.cli import main
+from genie.deploy.checks import ClockOffset, evaluate
+from genie.deploy.config import loads_deploy
+from genie.deploy.ssh import probe_source
+from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
+
+LAB = """
+[testbed]
+name = "lab"
+kind = "static"
+transport = "rdma"
+[topology]
+shape = "star"
+rate = "100gbit"
+mtu = 4200
+[[hosts]]
+name = "n0"
+control = "10.0.0.10:7000"
+data_addr = "192.168.100.10"
+nic = "ens1f0"
+rdma_device = "mlx5_0"
+[[hosts]]
+name = "n1"
+control = "10.0.0.11:7000"
+data_addr = "192.168.100.11"
+nic = "ens1f0"
+"""
+
+
+def _facts(**over):
+    base = {
+        "root": "/home/u/.genie",
+        "python": {"exe": "/usr/bin/python3", "version": "3.11.2", "venv_module": True},
+        "genie_version": None,
+        "nics": [
+            {"name": "lo", "up": True, "speed_mbit": 0, "mtu": 65536, "addresses": ["127.0.0.1"]},
+            {"name": "ens1f0", "up": True, "speed_mbit": 100000, "mtu": 4200,
+             "addresses": ["192.168.100.10"]},
+        ],
+        "rdma": [{"name": "mlx5_0", "netdevs": ["ens1f0"], "ports": [
+            {"port": 1, "state": "ACTIVE", "link_layer": "Ethernet",
+             "gids": [{"index": 0, "gid": "fe80:0000:0000:0000:0000:0000:0000:0001"}]}]}],
+        "governors": {"performance": 32},
+    }  # fmt: skip
+    base.update(over)
+    return base
+
+
+def _by_name(checks):
+    return {c.name: c for c in checks}
+
+
+def test_healthy_lab_host_passes_and_missing_genie_names_its_fix() -> None:
+    from genie import __version__
+
+    tb, cfg = loads_deploy(LAB)
+    h = tb.host("n0")
+    ok = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(genie_version=__version__),
+                           ClockOffset(0.0002, 0.001)))  # fmt: skip
+    assert {c.status for c in ok.values()} == {"ok"}, ok
+    assert "100000 Mbit/s" in ok["nic"].value and ok["rdma"].value.startswith("mlx5_0 port 1")
+    bare = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(), None))
+    assert bare["genie"].status == "fail" and "genie deploy" in bare["genie"].fix
+    assert bare["clock"].status == "skip"
+
+
+def test_each_broken_fact_fails_with_its_fix() -> None:
+    tb, cfg = loads_deploy(LAB)
+    h = tb.host("n0")
+    nics = _facts()["nics"]
+    nics[1] = {**nics[1], "mtu": 1500, "speed_mbit": 25000}
+    c = _by_name(evaluate(
+        tb, h, cfg.hosts["n0"],
+        _facts(python={"exe": "x", "version": "3.9.2", "venv_module": True}, nics=nics,
+               rdma=[], governors={"powersave": 30, "performance": 2}),
+        ClockOffset(0.040, 0.002),
+    ))  # fmt: skip
+    assert c["python"].status == "fail" and "python3.11" in c["python"].fix
+    assert c["mtu"].status == "fail" and "mtu 4200" in c["mtu"].fix
+    assert (
+        c["link speed"].status == "warn"
+        and "25 Gbit/s < testbed 100 Gbit/s" in c["link speed"].value
+    )
+    assert c["rdma"].status == "fail" and "rdma_rxe" in c["rdma"].fix
+    assert c["cpu governor"].status == "warn" and "powersave x30" in c["cpu governor"].value
+    assert c["clock"].status == "warn" and "chrony" in c["clock"].fix
+    down = [{**n, "up": False} if n["name"] == "ens1f0" else n for n in _facts()["nics"]]
+    c = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(nics=down), None))
+    assert c["nic"].status == "fail" and c["nic"].fix == "ip link set dev ens1f0 up"
+    gone = [n for n in _facts()["nics"] if n["name"] != "ens1f0"]
+    c = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(nics=gone), None))
+    assert c["nic"].status == "fail" and "host has lo" in c["nic"].value
+
+
+def test_probe_script_parses_on_this_python() -> None:
+    compile(probe_source(), "remote_probe", "exec")
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hostcheck")
+    try:
+        server = LocalSshd.start(d / "ssh")
+    except LocalSshdUnavailable as exc:
+        pytest.skip(f"cannot run a test sshd: {exc}")
+    try:
+        yield server, d
+    finally:
+        server.stop()
+
+
+def test_hosts_check_over_ssh(sshd, capsys) -> None:
+    server, d = sshd
+    f = d / "tb.toml"
+    f.write_text(
+        '[testbed]\nname = "hc"\nkind = "static"\n[topology]\nshape = "star"\nrate = "10gbit"\n'
+        '[[hosts]]\nname = "h0"\ncontrol = "127.0.0.1:7990"\ndata_addr = "127.0.0.1"\n'
+        '[[hosts]]\nname = "wrongkey"\ncontrol = "127.0.0.1:7991"\ndata_addr = "127.0.0.1"\n'
+        + server.deploy_toml(remote_root=str(d / "nothing-here"))
+        + f'[deploy.hosts.wrongkey]\nkey = "{server.other_key}"\n'
+    )
+    rc = main(["hosts", "check", "--testbed", str(f), "--json"])
+    data = {x["host"]: x for x in json.loads(capsys.readouterr().out)}
+    assert rc == 1
+    h0 = {c["name"]: c for c in data["h0"]["checks"]}
+    assert h0["reachable"]["status"] == "ok" and h0["python"]["status"] == "ok"
+    assert h0["genie"]["status"] == "fail" and "nothing-here" in h0["genie"]["value"]
+    assert h0["clock"]["status"] == "ok"  # the same machine's clock
+    bad = data["wrongkey"]["checks"]
+    assert [c["status"] for c in bad] == ["fail"]
+    assert "authentication failed" in bad[0]["value"] and f"-p {server.port}" in bad[0]["fix"]
+    assert not (d / "nothing-here").exists()  # a check changes nothing on the host
