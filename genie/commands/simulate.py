@@ -309,6 +309,35 @@ def _closed_for(row: dict, closed: dict) -> float | None:
     return closed_form(coll, n, size, closed["bandwidth"], closed["latency"])
 
 
+def _print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
+    """Per-rank breakdown: every rank when few, else the extremes of waiting and comm."""
+    ranks = rep.ranks
+    if len(ranks) > limit:
+        by_wait = sorted(ranks, key=lambda b: (b.wait, b.rank))
+        by_comm = sorted(ranks, key=lambda b: (b.exposed_comm, b.rank))
+        pick = {b.rank: b for b in (by_wait[0], by_wait[-1], by_comm[0], by_comm[-1])}
+        ranks = [pick[k] for k in sorted(pick)]
+        title = f"ranks over {rep.backend}: least/most waiting and exposed comm of {rep.n_ranks}"
+    else:
+        title = f"ranks over {rep.backend}"
+    if rep.symmetric:
+        title += " (all ranks identical)"
+        ranks = ranks[:1]
+    t = Table(title=title, title_justify="left")
+    for c in ("rank", "compute", "exposed comm", "wait", "idle", "finish"):
+        t.add_column(c, justify="right")
+    for b in ranks:
+        t.add_row(
+            str(b.rank),
+            format_seconds(b.compute),
+            format_seconds(b.exposed_comm),
+            format_seconds(b.wait),
+            format_seconds(b.idle),
+            format_seconds(b.finish),
+        )
+    con.print(t)
+
+
 def _print(
     con: Console,
     cw: CompiledWorkload,
@@ -336,6 +365,8 @@ def _print(
             format_seconds(r.wall_s) + (" (sym)" if r.symmetric else ""),
         )
     con.print(summary)
+    for r in reports:
+        _print_ranks(con, r)
     for r in reports:
         t = Table(
             title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
