@@ -204,16 +204,21 @@ def plan_up(tb: Testbed) -> Plan:
                 add(ip(p.netns, "link", "set", p.ifname, "master", BRIDGE), f"port {p.ifname}")
             add(tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit), f"shape {p.ifname}")
             add(ip(p.netns, "link", "set", p.ifname, "up"), f"{p.ifname} up")
+    ports_of: dict[str, list[str]] = {}
+    for p in all_ports:
+        ports_of.setdefault(p.netns, []).append(p.ifname)
     for h in tb.hosts:
         ns = h.netns or ""
-        if is_ring:
+        if is_ring or ns not in ports_of:  # a lone host keeps its address on lo
             add(ip(ns, "addr", "add", f"{h.data_addr}/32", "dev", "lo"), f"data address {h.name}")
+            if not is_ring:
+                continue
             add(sysctl(ns, "net.ipv4.ip_forward", "1"), f"forwarding in {h.name}")
             # ties go clockwise both ways, so replies may arrive on the other link: no rp_filter
-            for dev in ["all", *(p.ifname for p in all_ports if p.netns == ns)]:
+            for dev in ["all", *ports_of.get(ns, [])]:
                 add(sysctl(ns, f"net.ipv4.conf.{dev}.rp_filter", "0"), f"rp_filter off {h.name}")
         else:
-            dev = next(p.ifname for p in all_ports if p.netns == ns)
+            dev = ports_of[ns][0]
             add(
                 ip(ns, "addr", "add", f"{h.data_addr}/{addressing.DATA_PREFIXLEN}", "dev", dev),
                 f"data address {h.name}",
