@@ -260,3 +260,4 @@ class Limits(msgspec.Struct, kw_only=True):
     max_iters: int = 100_000
     max_steps: int = 1_000_000  # steps of one rank of one program
     max_chunks: int = 65_536
+    max_start_delay_s: float = 60.0  # a Go may start at most this far in the future

@@ -272,8 +272,13 @@ class AgentCore:
             msg.iters >= 1 and msg.warmup >= 0 and msg.iters + msg.warmup <= self.limits.max_iters
         ):
             return [self._err("limit", f"bad iteration counts {msg.iters}+{msg.warmup}", msg)]
+        start = msg.start_at + msg.offset
+        if start - self.clock.now() > self.limits.max_start_delay_s * 1e9:
+            return [self._err("limit", "start time too far in the future", msg)]
+        if not 0 < msg.timeout_s <= 86_400 or not 0 <= msg.spin_ns <= 10**9:
+            return [self._err("limit", "timeout or spin out of bounds", msg)]
         self.state = State.RUNNING
-        self.dp.go(msg, msg.start_at + msg.offset, self.post)
+        self.dp.go(msg, start, self.post)
         return []
 
     def _on_abort(self, msg: Abort | Release) -> list[Msg]:

@@ -274,3 +274,10 @@ def test_any_prepare_is_answered_never_raised(
     out = send(core, msg)  # must return (refusal or nothing), never raise
     assert all(isinstance(m, p.Error) and m.code != "internal" for m in out), out
     assert (core.state is State.PREPARING) == (out == [])
+
+
+def test_go_far_in_the_future_is_refused(agent) -> None:
+    core, dp, clock = agent
+    to_prepared(core)
+    (err,) = send(core, p.Go(job="job1", epoch=1, start_at=clock.now() + 3600 * 10**9))
+    assert err.code == "limit" and core.state is State.PREPARED and not dp.gos

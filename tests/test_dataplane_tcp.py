@@ -192,3 +192,36 @@ def test_missing_peer_fails_prepare_within_bound(planes) -> None:
 
 def test_header_layout_is_48_bytes() -> None:
     assert HDR.size == 48 and struct.calcsize("<4s16sIIHH") == HANDSHAKE.size
+
+
+def test_silent_stranger_does_not_block_the_job_and_release_is_prompt(planes) -> None:
+    import time
+
+    dps = planes(2)
+    stranger = socket.create_connection(("127.0.0.1", dps[1].port))  # connects, says nothing
+    try:
+        agents = ["a0", "a1"]
+        s = spec("flow", "oneway", 2, 1024)
+        prep = Prepare(
+            job="j1",
+            epoch=1,
+            programs=[msgspec.msgpack.encode(s)],
+            placement=agents,
+            endpoints={a: f"127.0.0.1:{dp.port}" for a, dp in zip(agents, dps, strict=True)},
+            options=DataOptions(token=new_token(), connect_timeout_s=2),
+        )
+        events: queue.Queue[Event] = queue.Queue()
+        t0 = time.monotonic()
+        for a, dp in zip(agents, dps, strict=True):
+            dp.prepare(plan_agent(a, [builtin_program(s)], agents, Limits()), prep, events.put)
+        assert [events.get(timeout=5).kind for _ in dps] == ["prepared", "prepared"]
+        assert time.monotonic() - t0 < 1.5  # not held up by the stranger's handshake timeout
+        far = time.monotonic_ns() + 30 * 10**9
+        for dp in dps:
+            dp.go(Go(job="j1", epoch=1), far, events.put)
+        t1 = time.monotonic()
+        for dp in dps:
+            dp.release()
+        assert time.monotonic() - t1 < 1.0  # the waiting ranks gave up at once
+    finally:
+        stranger.close()

@@ -52,6 +52,7 @@ HDR = struct.Struct("<IIIIiIHHQQI")  # prog iter src dst tag seq part nparts off
 PARKED_MAX = 4096  # connections held for a job this agent has not seen yet
 PARKED_AGE_S = 30.0
 HANDSHAKE_TIMEOUT_S = 5.0
+HANDSHAKES_MAX = 256  # connections allowed to be mid-handshake at once
 POLL_S = 0.05  # how often a waiting executor re-checks abort
 
 
@@ -206,6 +207,9 @@ class RankExecutor:
         total = go.iters + go.warmup
         self.bytes_sent = self.bytes_received = self.verified = 0  # counters are per Go
         starts, ends, sst, sen = [], [], [], []
+        while start_local_ns - time.monotonic_ns() > 2 * go.spin_ns + 100_000_000:
+            if self.abort.wait(0.05):  # an abort must not wait for a far-off start
+                raise TransportError(f"rank {self.rank}: aborted before the start")
         sleep_until(start_local_ns, go.spin_ns)
         for it in range(total):
             t0 = time.monotonic_ns()
@@ -433,6 +437,7 @@ class TcpDataPlane:
         self._got: dict[tuple[int, int, int], socket.socket] = {}
         self._parked: dict[tuple[bytes, int, int, int], tuple[float, socket.socket]] = {}
         self._closing = False
+        self._handshaking = 0
         self._abort = threading.Event()
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
@@ -457,22 +462,39 @@ class TcpDataPlane:
                     return
                 time.sleep(0.01)
                 continue
-            try:
-                sock.settimeout(HANDSHAKE_TIMEOUT_S)
-                raw = b""
-                while len(raw) < HANDSHAKE.size:
-                    chunk = sock.recv(HANDSHAKE.size - len(raw))
-                    if not chunk:
-                        raise OSError("closed during handshake")
-                    raw += chunk
-                magic, token, src, dst, stream, _n = HANDSHAKE.unpack(raw)
-                if magic != HANDSHAKE_MAGIC:
-                    raise OSError("bad handshake magic")
-            except OSError as exc:
-                self.log(f"data: refused connection from {peer}: {exc}")
+            with self._lock:
+                crowded = self._handshaking >= HANDSHAKES_MAX
+                if not crowded:
+                    self._handshaking += 1
+            if crowded:  # a flood of silent connections must not starve the job's own
+                self.log(f"data: refused connection from {peer}: too many handshakes at once")
                 sock.close()
                 continue
-            self._offer(token, (src, dst, stream), sock, peer)
+            threading.Thread(
+                target=self._handshake, args=(sock, peer), name="genie-handshake", daemon=True
+            ).start()
+
+    def _handshake(self, sock: socket.socket, peer) -> None:
+        try:
+            sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            raw = b""
+            while len(raw) < HANDSHAKE.size:
+                chunk = sock.recv(HANDSHAKE.size - len(raw))
+                if not chunk:
+                    raise OSError("closed during handshake")
+                raw += chunk
+            magic, token, src, dst, stream, _n = HANDSHAKE.unpack(raw)
+            if magic != HANDSHAKE_MAGIC:
+                raise OSError("bad handshake magic")
+            sock.settimeout(None)
+        except OSError as exc:
+            self.log(f"data: refused connection from {peer}: {exc}")
+            sock.close()
+            return
+        finally:
+            with self._lock:
+                self._handshaking -= 1
+        self._offer(token, (src, dst, stream), sock, peer)
 
     def _offer(self, token: bytes, key: tuple[int, int, int], sock: socket.socket, peer) -> None:
         with self._lock:
