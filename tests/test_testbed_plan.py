@@ -186,6 +186,21 @@ def test_failed_command_aborts_up_names_command_and_stderr_and_rolls_back() -> N
     assert not any(c[:3] == ["ip", "-n", "genie-h3"] and "addr" in c for c in ran_after)
 
 
+def test_interrupted_up_rolls_back() -> None:
+    tb = load_testbed(EXAMPLES / "netns-star.toml")
+    fake = FakeIp()
+
+    def interrupt_at_tbf(argv: Sequence[str], stdin: str | None) -> netns.Result:
+        if "tbf" in argv:
+            raise KeyboardInterrupt
+        return fake(argv, stdin)
+
+    with pytest.raises(KeyboardInterrupt):
+        netns.up(tb, runner=interrupt_at_tbf)
+    assert fake.namespaces == [] and fake.links == ["lo", "eth0"]
+    assert state.load_all() == []
+
+
 def test_up_refuses_when_already_up() -> None:
     tb = load_testbed(EXAMPLES / "netns-star.toml")
     fake = FakeIp(namespaces=["genie-h1"])

@@ -148,16 +148,21 @@ def up(
     )
     record = state.save(st)
     total = len(plan.commands)
-    for i, cmd in enumerate(plan.commands):
-        if progress:
-            progress(i, total, cmd.what)
-        res = runner(cmd.argv, cmd.stdin)
-        if res.returncode != 0:
-            err = _fail(cmd, res)
-            problems = _remove(plan.namespaces, plan.root_links, runner)
-            state.remove(record)
-            extra = f"; rollback also failed: {problems[0]}" if problems else "; rolled back"
-            raise TestbedError(f"{err}{extra}")
+    try:
+        for i, cmd in enumerate(plan.commands):
+            if progress:
+                progress(i, total, cmd.what)
+            res = runner(cmd.argv, cmd.stdin)
+            if res.returncode != 0:
+                err = _fail(cmd, res)
+                problems = _remove(plan.namespaces, plan.root_links, runner)
+                state.remove(record)
+                extra = f"; rollback also failed: {problems[0]}" if problems else "; rolled back"
+                raise TestbedError(f"{err}{extra}")
+    except KeyboardInterrupt:  # interrupted half-way: leave nothing behind
+        _remove(plan.namespaces, plan.root_links, runner)
+        state.remove(record)
+        raise
     if progress:
         progress(total, total, "done")
     return plan
