@@ -34,7 +34,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -210,12 +210,18 @@ class RankExecutor:
         while start_local_ns - time.monotonic_ns() > 2 * go.spin_ns + 100_000_000:
             if self.abort.wait(0.05):  # an abort must not wait for a far-off start
                 raise TransportError(f"rank {self.rank}: aborted before the start")
-        sleep_until(start_local_ns, go.spin_ns)
         for it in range(total):
-            t0 = time.monotonic_ns()
             step_start = [0] * len(plan.steps)
             step_end = [0] * len(plan.steps)
-            self._iteration(go, plan, it, step_start, step_end, t0)
+            # set the iteration up first, then (first iteration) wait for the start: the work
+            # between waking and the first step is as small as it can be
+            runner = self._iteration(go, plan, it, step_start, step_end)
+            next(runner)
+            if it == 0:
+                sleep_until(start_local_ns, go.spin_ns)
+            t0 = time.monotonic_ns()
+            with contextlib.suppress(StopIteration):
+                runner.send(t0)
             starts.append(t0)
             ends.append(max(step_end) if step_end else t0)
             if go.record_steps:
@@ -235,8 +241,9 @@ class RankExecutor:
         )
 
     def _iteration(
-        self, go: Go, plan: RankPlan, it: int, st_start: list[int], st_end: list[int], t0: int
-    ) -> None:
+        self, go: Go, plan: RankPlan, it: int, st_start: list[int], st_end: list[int]
+    ) -> Iterator[None]:
+        """Set one iteration up, yield, then run it from the start time sent in."""
         steps = plan.steps
         n = len(steps)
         buf, scratch = self.buffers[go.program]
@@ -246,7 +253,7 @@ class RankExecutor:
         left = [len(parts[i]) for i in range(n)]  # parts still to send / receive
         remaining = n
         ready = deque(i for i in range(n) if pending[i] == 0)
-        deadline = t0 + int(go.timeout_s * 1e9)
+        timeout_ns = int(go.timeout_s * 1e9)
         verify = self.opts.verify
         prog = go.program
 
@@ -380,6 +387,8 @@ class RankExecutor:
                     dst[:] = src
                 complete(i)
 
+        t0 = yield
+        deadline = t0 + timeout_ns
         # frames of this iteration that arrived while the last one was finishing
         for s in self.all_streams:
             if s.parked is not None:
