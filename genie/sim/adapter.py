@@ -12,14 +12,13 @@ always when num_ops is known; ``mode="trace"``: only for nodes whose duration is
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from genie.errors import ValidationError, WorkloadError
+from genie.errors import ValidationError
 from genie.sim.compiled import P2P, CompiledWorkload, Kind, finish, make_rank
 
 _KIND = {
@@ -135,42 +134,7 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
 
 
 def load_workload(prefix: str | Path) -> Any:
-    """Load ``<prefix>.<rank>.et`` with genie.workload (its loader when present)."""
-    try:
-        from genie.workload import load_workload as wl_load  # type: ignore[attr-defined]
-    except ImportError:
-        wl_load = None
-    if wl_load is not None:
-        return wl_load(prefix)
-    return _load_fallback(Path(prefix))
+    """Load ``<prefix>.<rank>.et`` (or a directory of them) with genie.workload's loader."""
+    from genie.workload import load_workload as wl_load
 
-
-def _load_fallback(prefix: Path) -> Any:
-    """Until the workload loader lands: read the rank files with its codec and model."""
-    from genie.workload.et_codec import read_trace
-    from genie.workload.model import RankGraph, Workload
-
-    if prefix.is_dir():
-        files = sorted(prefix.glob("*.et")) + sorted(prefix.glob("*.et.gz"))
-        stems = {re.sub(r"\.\d+\.et(\.gz)?$", "", f.name) for f in files}
-        if len(stems) != 1:
-            raise WorkloadError(
-                f"{prefix}: expected one workload's .et files, found {sorted(stems)}"
-            )
-        prefix = prefix / stems.pop()
-    pat = re.compile(re.escape(prefix.name) + r"\.(\d+)\.et(\.gz)?$")
-    found = {}
-    for f in prefix.parent.glob(prefix.name + ".*.et*"):
-        m = pat.fullmatch(f.name)
-        if m:
-            found[int(m.group(1))] = f
-    if not found:
-        raise WorkloadError(f"no rank files {prefix}.<rank>.et found")
-    missing = [i for i in range(max(found) + 1) if i not in found]
-    if missing:
-        raise WorkloadError(f"{prefix}: rank files missing for ranks {missing}")
-    ranks = []
-    for r in range(len(found)):
-        meta, nodes, _notes = read_trace(found[r])
-        ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
-    return Workload(ranks=ranks, name=prefix.name)
+    return wl_load(prefix)

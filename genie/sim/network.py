@@ -188,7 +188,9 @@ class AnalyticalBackend:
         t = self._tails[0][0] if self._tails else math.inf
         last = self._last
         for st in self._active.values():
-            t = min(t, last + st[0] / st[1])
+            x = last + st[0] / st[1]
+            if x < t:
+                t = x
         return t
 
     def next_time(self) -> float:
