@@ -142,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--star8", action="store_true", help="also an 8-host star")
+    ap.add_argument("--no-star4", action="store_true", help="skip the 4-host star")
+    ap.add_argument("--no-leafspine", action="store_true", help="skip the leaf-spine runs")
     ap.add_argument("--rate", default="1gbit", help="host link rate (default 1gbit)")
     ap.add_argument("--quick", action="store_true", help="sizes 1MiB and 4MiB only")
     args = ap.parse_args(argv)
@@ -160,30 +162,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[dict] = []
     star4 = _testbed("netns-star.toml", args.rate)
     hosts4 = [h.name for h in star4.hosts]
-    rows += run_testbed(
-        star4, sizes, args.iters, args.warmup, [(c, a, hosts4) for c, a in COLLECTIVES]
-    )
+    if not args.no_star4:
+        rows += run_testbed(
+            star4, sizes, args.iters, args.warmup, [(c, a, hosts4) for c, a in COLLECTIVES]
+        )
     if args.star8:
-        star8 = _testbed("netns-star.toml", args.rate, **{"hosts = 4": "hosts = 8"})
+        star8 = _testbed(
+            "netns-star.toml",
+            args.rate,
+            **{"hosts = 4": "hosts = 8", 'name = "netns-star"': 'name = "netns-star8"'},
+        )
         hosts8 = [h.name for h in star8.hosts]
         rows += run_testbed(
             star8, sizes, args.iters, args.warmup, [(c, a, hosts8) for c, a in COLLECTIVES]
         )
     ls = _testbed("netns-leafspine.toml", args.rate)
     in_order, alternating = ["h0", "h1", "h2", "h3"], ["h0", "h2", "h1", "h3"]
-    rows += run_testbed(
-        ls,
-        sizes,
-        args.iters,
-        args.warmup,
-        [("all_reduce", "ring", in_order), ("all_reduce", "ring", alternating)],
-    )
+    if not args.no_leafspine:
+        rows += run_testbed(
+            ls,
+            sizes,
+            args.iters,
+            args.warmup,
+            [("all_reduce", "ring", in_order), ("all_reduce", "ring", alternating)],
+        )
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nload average {load} after the run")
     big = [r for r in rows if r["size"] >= 4 * 2**20]
     ok = [r for r in big if 0.85 <= r["ratio"] <= 1.15]
     bound = [r for r in rows if r["cpu"] > CPU_BOUND]
     machine = [r for r in rows if r["machine"] > CPU_BOUND]
     print(
-        f"\nsizes >= 4 MiB: {len(ok)}/{len(big)} rows within 0.85..1.15 of the model; "
+        f"sizes >= 4 MiB: {len(ok)}/{len(big)} rows within 0.85..1.15 of the model; "
         f"{len(bound)} of {len(rows)} rows CPU-bound (an agent above {CPU_BOUND:.0%} of a core), "
         f"{len(machine)} machine-bound (all cores above {CPU_BOUND:.0%} busy)"
     )
