@@ -14,7 +14,11 @@ from typing import Protocol
 
 import msgspec
 
-SPIN_NS = 200_000  # the last stretch before a start time is busy-waited, not slept
+# Busy-wait this long before a start instead of sleeping; 0 = sleep only. Measured on the 2-core
+# shared VM (bench/start_skew.py, 2 agents): sleeping with 1 ns timer slack gave a p50 start
+# spread of 13-29 us, spinning the last 200 us gave 205-222 us (a spinner is CPU-bound, so the
+# scheduler preempts it; a sleeper gets wake-up priority). Spin only on dedicated cores.
+SPIN_NS = 0
 
 
 class Clock(Protocol):

@@ -138,7 +138,7 @@ class Go(Msg, tag="go"):
     offset: int = 0  # estimated (agent clock - controller clock), ns
     timeout_s: float = 30.0  # bound for one iteration
     record_steps: bool = False
-    spin_ns: int = 200_000  # busy-wait this long before the start (0: sleep only)
+    spin_ns: int = 0  # busy-wait this long before the start (0: sleep only)
 
 
 class RankResult(msgspec.Struct, kw_only=True, array_like=True):

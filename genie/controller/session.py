@@ -279,7 +279,7 @@ class Controller:
         return self.job
 
     def default_spin_ns(self) -> int:
-        """Busy-wait before a start only where every agent of a host has a CPU of its own."""
+        """Busy-wait before a start (SPIN_NS) only where every agent has a CPU of its own."""
         per_host: dict[str, list[HelloReply]] = {}
         for h in self.hello.values():
             per_host.setdefault(h.facts.hostname, []).append(h)
