@@ -187,3 +187,17 @@ def test_a_busy_controller_does_not_lose_idle_agents(rig) -> None:
     ctl.prepare([ring_program()], ["a0", "a1", "a2"])  # queued beats count before silence
     assert all(c.state.value == "prepared" for c in cores.values())
     assert len(ctl.run(iters=1).instances) == 1
+
+
+def test_offsets_are_re_estimated_when_old(rig) -> None:
+    ctl, tr, _, _, base = rig
+    ctl.connect()
+    ctl.sync_clocks(rounds=2)
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    probes = lambda: sum(1 for _, f in tr.sent if p.decode(f).__class__ is p.TimeProbe)  # noqa: E731
+    n0 = probes()
+    ctl.run(iters=1)
+    assert probes() == n0  # fresh: no resync
+    base.advance(int((ctl.resync_s + 1) * 1e9))
+    ctl.run(iters=1)
+    assert probes() == n0 + 3 * 2  # 3 agents x 2 rounds

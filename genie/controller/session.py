@@ -49,6 +49,7 @@ from genie.errors import GenieError, ProtocolError, RuntimeFault
 SLOW_RATE = 20e6  # bytes/s: the slowest a rank's traffic is assumed to move, for timeouts
 TIMEOUT_MARGIN = 4.0
 TIMEOUT_BASE_S = 2.0
+RESYNC_S = 30.0  # clocks of different hosts drift (tens of ppm): re-estimate offsets this often
 
 
 @dataclass
@@ -118,6 +119,9 @@ class Controller:
         self.last_heard: dict[str, int] = {}
         self._next_beat = 0
         self._beats = 0
+        self._synced_at: int | None = None
+        self._sync_rounds = 16
+        self.resync_s = RESYNC_S
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg) -> None:
@@ -235,6 +239,8 @@ class Controller:
             if not samples:
                 raise RuntimeFault(f"no clock samples from agent {a}")
             self.offsets[a] = estimate_offset(samples)
+        self._synced_at = self.clock.now()
+        self._sync_rounds = rounds
         return self.offsets
 
     def prepare(
@@ -308,6 +314,9 @@ class Controller:
         per_iter = timeout_s or self.iteration_timeout(prog)
         involved = sorted(set(self.placement))
         lead = lead_s if lead_s is not None else 0.005 + 0.0015 * len(involved)
+        synced = self._synced_at
+        if synced is not None and self.clock.now() - synced > self.resync_s * 1e9:
+            self.sync_clocks(self._sync_rounds)
         spin = self.default_spin_ns() if spin_ns is None else spin_ns
         start_at = self.clock.now() + int(lead * 1e9)
         for a in involved:
