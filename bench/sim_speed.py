@@ -4,7 +4,8 @@ Generated data-parallel workloads of 8, 64, 256 and 1,024 ranks x 2,000 nodes ea
 backward with gradient all-reduce buckets overlapping it, optimizer step; from
 ``genie.workload.generators``, compiled by ``genie.sim.adapter``), on a 50 GB/s switch with
 500 ns links, priced by the simulator's built-in traffic model with fluid link sharing.
-Per size it prints the replay with the symmetric shortcut (what ``genie simulate`` does) and the
+Per size it prints (best of 3 after a warm-up run, or one run when a replay takes over 1 s)
+the replay with the symmetric shortcut (what ``genie simulate`` does) and the
 full replay of every rank (the fallback), with the simulated nodes per second of wall time
 (nodes of all ranks / replay wall time), events per second, and that both agree. Goal: at least
 1,000,000 simulated nodes/s for the analytical backend.
@@ -67,11 +68,17 @@ def main() -> None:
         iters = {}
         with con.status(f"{n} ranks"):
             for label, sym in modes:
-                be = AnalyticalBackend(NetModel(n, 50e9, 500e-9))
-                gc.collect()
-                t0 = time.perf_counter()
-                rep, raw = replay(cw, be, symmetry=sym)
-                wall = time.perf_counter() - t0
+                # best of 3 (after one untimed warm-up run) when a replay is short
+                walls = []
+                for _rep in range(4):
+                    be = AnalyticalBackend(NetModel(n, 50e9, 500e-9))
+                    gc.collect()
+                    t0 = time.perf_counter()
+                    rep, raw = replay(cw, be, symmetry=sym)
+                    walls.append(time.perf_counter() - t0)
+                    if walls[0] > 1.0:
+                        break
+                wall = min(walls[1:]) if len(walls) > 1 else walls[0]
                 rate = cw.n_nodes / wall
                 if sym:
                     best = min(best, rate) if best else rate
@@ -90,6 +97,7 @@ def main() -> None:
             con.print(f"[red]MISMATCH at {n} ranks: {iters}[/]")
     con.print(table)
     con.print(f"workloads from {source}; 'build' is workload generation + compile, not replay")
+    con.print("events/s = engine events (of the replayed ranks) / replay wall time")
     con.print(
         "nodes/s = simulated nodes of all ranks / replay wall time; 'symmetric' replays one "
         "representative rank (genie.sim.symmetry proves the ranks identical), 'full' every rank"

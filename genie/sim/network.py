@@ -163,23 +163,24 @@ class AnalyticalBackend:
         frozen = np.zeros(k, bool)
         rem = cap.copy()
         level = 0.0
+        n_links = len(uniq)
         while not frozen.all():
             live = ~frozen[owner]
-            load = np.bincount(inv[live], weights=demand[live], minlength=len(uniq))
-            with np.errstate(divide="ignore", invalid="ignore"):
-                theta_l = np.where(load > 0, rem / np.where(load > 0, load, 1), np.inf)
-            theta = min(float(theta_l.min()), 1.0 - level)
-            level += theta
-            rem -= theta * load
-            if level >= 1.0 - _REL:
-                newly = ~frozen
-            else:
-                sat = (load > 0) & (rem <= _REL * cap)
-                newly = np.zeros(k, bool)
-                newly[owner[live & sat[inv]]] = True
-                newly &= ~frozen
-                if not newly.any():  # numerical safety: freeze the tightest
-                    newly[owner[live][int(np.argmin(theta_l[inv[live]]))]] = True
+            load = np.bincount(inv[live], weights=demand[live], minlength=n_links)
+            used = load > 0
+            theta_l = np.full(n_links, np.inf)
+            np.divide(rem, load, out=theta_l, where=used)
+            tmin = float(theta_l.min())
+            if level + tmin >= 1.0 - _REL:  # nothing left saturates before full speed
+                rate[~frozen] = 1.0
+                break
+            level += tmin
+            rem -= tmin * load
+            # every link that saturates now (within rounding) freezes the transfers on it
+            sat = used & (theta_l <= tmin * (1 + 1e-9) + 1e-300)
+            newly = np.zeros(k, bool)
+            newly[owner[live & sat[inv]]] = True
+            newly &= ~frozen
             rate[newly] = level
             frozen |= newly
         return rate.tolist()
