@@ -39,6 +39,7 @@ def make_agent_socket(ctx: zmq.Context, listen: str, agent_id: str) -> zmq.Socke
     sock.setsockopt(zmq.LINGER, 200)
     sock.setsockopt(zmq.SNDHWM, 10_000)
     sock.setsockopt(zmq.MAXMSGSIZE, 32 << 20)  # larger frames are dropped by libzmq itself
+    sock.setsockopt(zmq.IPV6, 1)  # accept IPv6 listen addresses ([::1]:PORT) too
     try:
         sock.bind(f"tcp://{listen}")
     except zmq.ZMQError as exc:

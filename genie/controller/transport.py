@@ -45,6 +45,7 @@ class ZmqTransport:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.LINGER, 200)
         self.sock.setsockopt(zmq.MAXMSGSIZE, 64 << 20)
+        self.sock.setsockopt(zmq.IPV6, 1)
         for name, addr in endpoints.items():
             self.sock.setsockopt(zmq.CONNECT_ROUTING_ID, name.encode())
             host, _, port = addr.rpartition(":")
