@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -101,6 +102,7 @@ class LocalCluster:
         self.procs = procs
         self.testbed = testbed
         self.testbed_path = directory / TESTBED_FILE
+        self.own_dir = False
 
     @classmethod
     def start(
@@ -165,7 +167,9 @@ class LocalCluster:
         finally:
             for log in logs:
                 log.close()
-        return cls(d, procs, tb)
+        cl = cls(d, procs, tb)
+        cl.own_dir = directory is None  # made here: removed again by stop()
+        return cl
 
     @staticmethod
     def _wait_listening(d: Path, tb, procs: list[subprocess.Popen]) -> None:
@@ -193,6 +197,8 @@ class LocalCluster:
                 p.wait(timeout=1)
         with contextlib.suppress(FileNotFoundError):
             (self.dir / PIDFILE).unlink()
+        if self.own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self
