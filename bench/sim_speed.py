@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import time
 
 from rich.console import Console
@@ -57,7 +58,8 @@ def main() -> None:
     args = ap.parse_args()
     con = Console(width=130)
     table = Table(title="genie.sim replay speed, analytical backend (fluid link sharing)")
-    for c in ("ranks", "nodes", "build", "mode", "replay wall", "nodes/s", "events/s", "iter"):
+    cols = ("ranks", "nodes", "build", "mode", "replay wall", "nodes/s", "cpu", "nodes/cpu-s")
+    for c in (*cols, "events/s", "iter"):
         table.add_column(c, justify="right")
     best = 0.0
     for n in [int(x) for x in args.ranks.split(",")]:
@@ -66,19 +68,22 @@ def main() -> None:
         build = time.perf_counter() - t0
         modes = [("symmetric", True)] + ([("full", False)] if n <= args.full_max else [])
         iters = {}
-        with con.status(f"{n} ranks"):
+        con.print(f"{n} ranks: built in {build:.1f} s, replaying", style="dim")
+        if True:  # no live spinner here: its refresh thread would steal the GIL from the timing
             for label, sym in modes:
                 # best of 3 (after one untimed warm-up run) when a replay is short
-                walls = []
+                walls, cpus = [], []
                 for _rep in range(4):
                     be = AnalyticalBackend(NetModel(n, 50e9, 500e-9))
                     gc.collect()
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     rep, raw = replay(cw, be, symmetry=sym)
                     walls.append(time.perf_counter() - t0)
+                    cpus.append(time.process_time() - c0)
                     if walls[0] > 1.0:
                         break
                 wall = min(walls[1:]) if len(walls) > 1 else walls[0]
+                cpu = min(cpus[1:]) if len(cpus) > 1 else cpus[0]
                 rate = cw.n_nodes / wall
                 if sym:
                     best = min(best, rate) if best else rate
@@ -90,6 +95,8 @@ def main() -> None:
                     label,
                     f"{wall:.3f} s",
                     f"{rate:,.0f}",
+                    f"{cpu:.3f} s",
+                    f"{cw.n_nodes / max(cpu, 1e-9):,.0f}",
                     f"{raw.events / wall:,.0f}",
                     f"{rep.iteration_s * 1e3:.4f} ms",
                 )
@@ -101,6 +108,11 @@ def main() -> None:
     con.print(
         "nodes/s = simulated nodes of all ranks / replay wall time; 'symmetric' replays one "
         "representative rank (genie.sim.symmetry proves the ranks identical), 'full' every rank"
+    )
+    load = os.getloadavg()[0]
+    con.print(
+        f"load average {load:.1f} on {os.cpu_count()} CPUs while measuring: other processes share "
+        "the CPUs; nodes/cpu-s (replay CPU time of this process) is the figure they do not move"
     )
     verdict = "met" if best >= 1e6 else "NOT met"
     con.print(f"goal >= 1,000,000 nodes/s (symmetric, the default): lowest {best:,.0f}: {verdict}")

@@ -155,6 +155,10 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         if k > 1 or len(placement) < n_ranks:
             k = max(k, math.ceil(n_ranks / max(1, len(tb.hosts))))
             placement = [min(r // k, len(tb.hosts) - 1) for r in range(n_ranks)]
+            args.placement_note = (
+                f"placement: {n_ranks} ranks, {k} per host on the testbed's {len(tb.hosts)} "
+                "hosts (its rank slots do not cover the workload, or --ranks-per-host was given)"
+            )
         placement = placement[:n_ranks]
     else:
         kind = args.topology or "switch"
@@ -247,6 +251,8 @@ def run(args: argparse.Namespace) -> int:
             rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
             if isinstance(be, MeasuredBackend):
                 rep.notes.append(be.summary())
+            if getattr(args, "placement_note", None):
+                rep.notes.append(args.placement_note)
             reports.append(rep)
             raws.append(raw)
     if args.trace:
@@ -372,7 +378,7 @@ def _print(
             title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
             title_justify="left",
         )
-        cols = ["#", "collective", "group", "n", "size", "start", "arrival skew", "time"]
+        cols = ["#", "collective", "group", "n", "size", "start", "end", "arrival skew", "time"]
         cols += ["algbw", "busbw"]
         if closed:
             cols += ["closed form", "ratio"]
@@ -386,6 +392,7 @@ def _print(
                 str(row.ranks),
                 format_bytes(row.size),
                 format_seconds(row.start),
+                format_seconds(row.end),
                 format_seconds(row.start - row.first_arrival),
                 format_seconds(row.time),
                 f"{row.algbw_gbps:.2f}",
