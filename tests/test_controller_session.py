@@ -63,6 +63,7 @@ class AutoDataPlane:
                     start=starts,
                     end=ends,
                     step_start=[[s] for s in starts] if go.record_steps else [],
+                    step_end=[[e] for e in ends] if go.record_steps else [],
                 )
             )
         res = p.Result(
@@ -120,6 +121,10 @@ def test_connect_sync_prepare_run_converts_every_agent_clock(rig) -> None:
     assert out.times() == pytest.approx([want] * 3)
     assert out.instances[0].start_ns == out.start_at_ns
     assert out.instances[0].step0_spread_ns == 2000
+    steps = out.step_times(0)
+    assert sorted(steps) == [0, 1, 2]
+    # converted to the controller clock: rank r's first step starts r us after the common start
+    assert [steps[r][0][0] - out.start_at_ns for r in range(3)] == [0, 1000, 2000]
     assert stats(out.times()).p50 == pytest.approx(want)
     ctl.release()
     assert all(c.state.value == "idle" for c in cores.values())

@@ -102,3 +102,22 @@ def stats(times: Sequence[float]) -> Stats:
 def measured(instances: Sequence[Instance]) -> list[float]:
     """Completion times of the non-warm-up instances."""
     return [x.time_s for x in instances if not x.warmup]
+
+
+def step_times(
+    results: Mapping[str, Result], offsets: Mapping[str, int], iteration: int = 0
+) -> dict[int, list[tuple[int, int]]]:
+    """Per rank, the (start, end) of every step of one iteration on the controller clock, ns.
+
+    Needs a Go with ``record_steps``; ranks without step records are left out.
+    """
+    out: dict[int, list[tuple[int, int]]] = {}
+    for agent, res in results.items():
+        off = offsets.get(agent, 0)
+        for rr in res.ranks:
+            if len(rr.step_start) > iteration:
+                out[rr.rank] = [
+                    (s - off, e - off)
+                    for s, e in zip(rr.step_start[iteration], rr.step_end[iteration], strict=True)
+                ]
+    return dict(sorted(out.items()))

@@ -42,7 +42,7 @@ from agents.state import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
 from agents.transports.tcp import new_token
 from genie import __version__
 from genie.collectives.program import Op, Program, ProgramSpec
-from genie.controller.results import Instance, completion_times
+from genie.controller.results import Instance, completion_times, step_times
 from genie.controller.transport import Transport
 from genie.errors import GenieError, ProtocolError, RuntimeFault
 
@@ -73,10 +73,15 @@ class RunOutcome:
     results: dict[str, Result]
     start_at_ns: int
     lateness_ns: dict[str, int] = field(default_factory=dict)
+    offsets_ns: dict[str, int] = field(default_factory=dict)
 
     def times(self, include_warmup: bool = False) -> list[float]:
         """Completion times in seconds."""
         return [x.time_s for x in self.instances if include_warmup or not x.warmup]
+
+    def step_times(self, iteration: int = 0) -> dict[int, list[tuple[int, int]]]:
+        """Per rank, (start, end) of each step of ``iteration``, controller clock ns."""
+        return step_times(self.results, self.offsets_ns, iteration)
 
 
 def rank_bytes(program: Program) -> int:
@@ -350,6 +355,7 @@ class Controller:
             results=results,
             start_at_ns=start_at,
             lateness_ns={a: r.start_lateness_ns for a, r in results.items()},
+            offsets_ns=offs,
         )
 
     def release(self) -> None:
