@@ -113,7 +113,8 @@ def test_tbf_parameters_follow_rate_mtu_and_queue() -> None:
     bits, burst, limit = tbf_params(1e9 / 8, 1500, None)
     assert bits == 1_000_000_000
     assert burst == 625_000  # 5 ms at 1 Gbit/s
-    assert limit == 2_000_000  # 16 ms at 1 Gbit/s
+    assert limit == 4 * 2**20  # at least 4 MiB (16 ms at 1 Gbit/s is 2 MB)
+    assert tbf_params(10e9 / 8, 1500, None)[2] == 20_000_000  # 16 ms at 10 Gbit/s
     bits, burst, limit = tbf_params(1e6 / 8, 9000, 100_000)
     assert burst == 131_072 and limit == 100_000  # two 64 KiB GSO packets at least
     assert tbf_params(100e9 / 8, 65535, None)[1] == 62_500_000

@@ -30,7 +30,12 @@ CONTROL_IF = "ctl0"
 # qdisc is serviced late, and splits every GSO packet larger than itself.
 TBF_BURST_SECONDS = 0.005
 TBF_MIN_BURST = 2 * 65536
-QUEUE_SECONDS = 0.016  # default queue: 16 ms of line rate (4 ms drops GSO bursts: 0.88 vs 0.95)
+# Default queue: 16 ms of line rate (4 ms dropped GSO bursts: one flow 0.88 vs 0.95 of the
+# rate), and at least 4 MiB: a host sending to 3 peers at once (all-to-all) overflowed a
+# 400 KB queue at 200 Mbit/s and TCP waited out retransmit timeouts (5.2x the model's time;
+# 1.8x with 2 MB and no drops). Deep queues make links near-lossless, as the model assumes.
+QUEUE_SECONDS = 0.016
+QUEUE_MIN = 4 * 2**20
 
 
 class Command(msgspec.Struct, frozen=True):
@@ -92,7 +97,7 @@ def tbf_params(rate: float, mtu: int, queue_limit: int | None) -> tuple[int, int
     """(rate bit/s, burst bytes, limit bytes) for a tbf shaping ``rate`` bytes/s."""
     bits = round(rate * 8)
     burst = max(TBF_MIN_BURST, 4 * (mtu + 14), round(rate * TBF_BURST_SECONDS))
-    limit = queue_limit if queue_limit is not None else round(rate * QUEUE_SECONDS)
+    limit = queue_limit if queue_limit is not None else max(QUEUE_MIN, round(rate * QUEUE_SECONDS))
     limit = max(limit, 2 * (mtu + 14))
     return bits, burst, limit
 
