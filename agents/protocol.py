@@ -139,6 +139,7 @@ class Go(Msg, tag="go"):
     timeout_s: float = 30.0  # bound for one iteration
     record_steps: bool = False
     spin_ns: int = 0  # busy-wait this long before the start (0: sleep only)
+    rt_start: bool = False  # wait for the start under SCHED_FIFO (needs CAP_SYS_NICE)
 
 
 class RankResult(msgspec.Struct, kw_only=True, array_like=True):

@@ -68,6 +68,9 @@ def os_floor(n: int, reps: int, spin_ns: int) -> list[float]:
     return [(max(c) - min(c)) / 1e3 for c in zip(*rows, strict=True)]
 
 
+RT = True
+
+
 def measure(n: int, reps: int, spin_us: float | None) -> dict:
     """Spread and round-trip figures for n local agents."""
     with LocalCluster.start(n, heartbeat_s=0.5) as cl:
@@ -81,7 +84,7 @@ def measure(n: int, reps: int, spin_us: float | None) -> dict:
             spreads, go_rt, late = [], [], []
             ctl.prepare([prog], placement)
             for _ in range(reps):
-                out = ctl.run(iters=1, record_steps=True, spin_ns=spin)
+                out = ctl.run(iters=1, record_steps=True, spin_ns=spin, rt_start=RT)
                 t1 = time.monotonic_ns()
                 go_rt.append((t1 - out.start_at_ns) / 1e3)  # from the scheduled start
                 spreads.append(out.instances[0].step0_spread_ns / 1e3)
@@ -100,6 +103,7 @@ def measure(n: int, reps: int, spin_us: float | None) -> dict:
                 "floor": os_floor(n, reps, spin_used),
                 "spin_us": spin_used / 1e3,
                 "unc_us": max(e.uncertainty_ns for e in est.values()) / 1e3,
+                "off_us": max(abs(e.offset_ns) for e in est.values()) / 1e3,
                 "spread": spreads,
                 "late": late,
                 "go_rt": go_rt,
@@ -120,26 +124,37 @@ def main() -> int:
         default=None,
         help="busy-wait before start (default: controller's choice)",
     )
+    ap.add_argument(
+        "--no-rt", action="store_true", help="agents wait without SCHED_FIFO (normal priority)"
+    )
     args = ap.parse_args()
+    global RT
+    RT = not args.no_rt
     rows = [measure(int(n), args.reps, args.spin_us) for n in args.agents.split(",")]
     print(
         f"local agents on 127.0.0.1, {os.cpu_count()} CPUs shared with other work; "
         f"{args.reps} synchronized starts each; times in us"
     )
     print(
-        f"{'agents':>6} {'spin':>5} {'sync unc':>8} | {'spread p50':>10} {'p99':>8} | "
+        f"{'agents':>6} {'rt':>3} {'spin':>4} {'unc':>6} {'|off|':>6} | "
+        f"{'spread p50':>10} {'p99':>8} | "
         f"{'late p50':>8} | {'go->result p50':>14} {'p99':>8} | {'prepare->result p50':>19} "
         f"{'p99':>8} | {'OS floor p50':>12} {'p99':>8}"
     )
     for r in rows:
         print(
-            f"{r['n']:>6} {r['spin_us']:>5.0f} {r['unc_us']:>8.1f} | "
+            f"{r['n']:>6} {'on' if RT else 'off':>3} {r['spin_us']:>4.0f} {r['unc_us']:>6.1f} "
+            f"{r['off_us']:>6.1f} | "
             f"{pct(r['spread'], 50):>10.1f} {pct(r['spread'], 99):>8.1f} | "
             f"{pct(r['late'], 50):>8.1f} | "
             f"{pct(r['go_rt'], 50):>14.1f} {pct(r['go_rt'], 99):>8.1f} | "
             f"{pct(r['job_rt'], 50):>19.1f} {pct(r['job_rt'], 99):>8.1f} | "
             f"{pct(r['floor'], 50):>12.1f} {pct(r['floor'], 99):>8.1f}"
         )
+    print(
+        "rt = agents wait under SCHED_FIFO; unc = worst offset uncertainty (half min RTT); "
+        "|off| = worst |estimated offset| (truly 0 here: one clock, so this is the sync error)"
+    )
     print(
         "spread = max-min over ranks of step-0 start (controller clock); late = how long after "
         "the scheduled start the first rank began; go->result from the scheduled start; "

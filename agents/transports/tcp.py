@@ -82,6 +82,22 @@ def _tune(sock: socket.socket, opts: DataOptions) -> None:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, opts.rcvbuf)
 
 
+def _set_realtime(on: bool) -> bool:
+    """Put the calling thread under SCHED_FIFO (on) or back to SCHED_OTHER; False if refused.
+
+    Only the wait for a synchronized start and the launch of the first steps run real-time, so
+    a crowded host wakes its ranks on time without any long real-time stretch.
+    """
+    try:
+        if on:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        else:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
 def pattern_fill(buf: np.ndarray, rank: int) -> None:
     """Fill ``buf`` with a deterministic per-rank byte pattern (so every message differs)."""
     block = min(len(buf), 1 << 20)
@@ -158,6 +174,7 @@ class RankExecutor:
         self.bytes_sent = 0
         self.bytes_received = 0
         self.verified = 0
+        self._rt = False
         self.parts = {
             p: [
                 split_parts(st.nbytes, opts.streams, opts.min_part)
@@ -218,6 +235,7 @@ class RankExecutor:
             runner = self._iteration(go, plan, it, step_start, step_end)
             next(runner)
             if it == 0:
+                self._rt = go.rt_start and _set_realtime(True)
                 sleep_until(start_local_ns, go.spin_ns)
             t0 = time.monotonic_ns()
             with contextlib.suppress(StopIteration):
@@ -355,6 +373,8 @@ class RankExecutor:
             st = steps[i]
             st_start[i] = time.monotonic_ns()
             started[i] = True
+            if self._rt:  # the first step has begun: back to normal scheduling at once
+                self._rt = _set_realtime(False) and False
             if st.op == Op.SEND:
                 peer = plan.peer_global[i]
                 lst = self.streams[peer]

@@ -311,8 +311,13 @@ class Controller:
         timeout_s: float | None = None,
         record_steps: bool = False,
         spin_ns: int | None = None,
+        rt_start: bool = True,
     ) -> RunOutcome:
-        """Start program ``program`` on every agent at one controller instant; gather times."""
+        """Start program ``program`` on every agent at one controller instant; gather times.
+
+        ``rt_start``: agents wait for the start under SCHED_FIFO and drop back to normal
+        scheduling as the first step begins (where the agent may; silently ignored otherwise).
+        """
         if not self.job:
             raise RuntimeFault("run before prepare")
         prog = self.programs[program]
@@ -339,6 +344,7 @@ class Controller:
                     timeout_s=per_iter,
                     record_steps=record_steps,
                     spin_ns=spin,
+                    rt_start=rt_start,
                 ),
             )
         bound = lead + per_iter * (iters + warmup) + self.to.base_s
