@@ -138,3 +138,33 @@ def test_hosts_check_over_ssh(sshd, capsys) -> None:
     assert [c["status"] for c in bad] == ["fail"]
     assert "authentication failed" in bad[0]["value"] and f"-p {server.port}" in bad[0]["fix"]
     assert not (d / "nothing-here").exists()  # a check changes nothing on the host
+
+
+def test_host_keys_are_checked_against_known_hosts(sshd, capsys) -> None:
+    server, d = sshd
+    real = (server.dir / "host_key.pub").read_text().split()[:2]
+    wrong = (server.dir / "other_key.pub").read_text().split()[:2]
+    good_kh, bad_kh = d / "known_good", d / "known_bad"
+    good_kh.write_text(f"[127.0.0.1]:{server.port} {' '.join(real)}\n")
+    bad_kh.write_text(f"[127.0.0.1]:{server.port} {' '.join(wrong)}\n")
+    f = d / "keys.toml"
+    hosts = ["strict_unknown", "strict_known", "changed"]
+    f.write_text(
+        '[testbed]\nname = "hk"\nkind = "static"\n[topology]\nshape = "star"\nrate = "10gbit"\n'
+        + "".join(
+            f'[[hosts]]\nname = "{h}"\ncontrol = "127.0.0.1:{7980 + i}"\ndata_addr = "127.0.0.1"\n'
+            for i, h in enumerate(hosts)
+        )
+        + server.deploy_toml(remote_root=str(d / "nothing-here"))
+        + f'[deploy.hosts.strict_unknown]\nhost_keys = "strict"\nknown_hosts = "{d / "empty"}"\n'
+        + f'[deploy.hosts.strict_known]\nhost_keys = "strict"\nknown_hosts = "{good_kh}"\n'
+        + f'[deploy.hosts.changed]\nknown_hosts = "{bad_kh}"\n'
+    )
+    (d / "empty").write_text("")
+    main(["hosts", "check", "--testbed", str(f), "--json"])
+    data = {x["host"]: x["checks"][0] for x in json.loads(capsys.readouterr().out)}
+    assert data["strict_known"]["status"] == "ok"
+    assert data["strict_unknown"]["status"] == "fail"
+    assert "not found in known_hosts" in data["strict_unknown"]["value"]
+    assert data["changed"]["status"] == "fail"
+    assert "host key does not match" in data["changed"]["value"]

@@ -7,6 +7,7 @@ SSH, in parallel, and an unreachable host is one failed check, not an error.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from genie.testbed import Host, Testbed
 
 Status = Literal["ok", "warn", "fail", "skip"]
 CLOCK_WARN_S = 0.005  # the controller syncs clocks itself; beyond this, timelines look skewed
-CLOCK_SAMPLES = 5
+CLOCK_SAMPLES = 16
 
 
 @dataclass
@@ -229,20 +230,34 @@ def _rdma_check(testbed: Testbed, host: Host, devs: list[dict[str, Any]]) -> Che
     return Check("rdma", "ok", f"{dev['name']} port {active[0]['port']} ACTIVE, {len(gids)} GIDs")
 
 
+_ECHO_TIME = (
+    "import sys, time\n"
+    "while sys.stdin.readline():\n"
+    "    sys.stdout.write(repr(time.time()) + '\\n'); sys.stdout.flush()\n"
+)
+
+
 def measure_clock(remote: Remote, samples: int = CLOCK_SAMPLES) -> ClockOffset:
-    """Host minus local wall clock: ``date +%s.%N`` over SSH, the lowest-RTT of ``samples``."""
+    """Host minus local wall clock, NTP-style over one SSH channel; the lowest-RTT sample."""
+    name = remote.access.name
+    cmd = f"{shlex.quote(remote.access.python)} -u -c {shlex.quote(_ECHO_TIME)}"
     best: ClockOffset | None = None
-    for _ in range(samples):
-        t0 = time.time()
-        res = remote.run("date +%s.%N", f"{remote.access.name}: clock")
-        t1 = time.time()
-        try:
-            theirs = float(res.stdout.strip())
-        except ValueError:
-            raise DeployError(f"{remote.access.name}: clock: unreadable {res.stdout!r}") from None
-        cand = ClockOffset(theirs - (t0 + t1) / 2, t1 - t0)
-        if best is None or cand.rtt_s < best.rtt_s:
-            best = cand
+    try:
+        stdin, stdout, _ = remote.conn.client.exec_command(cmd, timeout=10)
+        for _ in range(samples):
+            t0 = time.time()
+            stdin.write("t\n")
+            stdin.flush()
+            line = stdout.readline()
+            t1 = time.time()
+            cand = ClockOffset(float(line) - (t0 + t1) / 2, t1 - t0)
+            if best is None or cand.rtt_s < best.rtt_s:
+                best = cand
+        stdin.close()
+    except (OSError, ValueError, EOFError) as exc:
+        raise DeployError(f"{name}: clock: {exc or type(exc).__name__}") from None
+    except Exception as exc:  # paramiko's SSHException and socket timeouts
+        raise DeployError(f"{name}: clock: {type(exc).__name__}: {exc}") from None
     assert best is not None
     return best
 

@@ -6,7 +6,9 @@ Their lines are blanked before the rest goes to ``loads_testbed``, so testbed er
 line numbers. Keys: ``user``, ``port``, ``key`` (a private key path; never a password),
 ``ssh_host`` (per host; default the IP of ``control``), ``python``, ``remote_root``, ``service``
 (auto | systemd | process), ``rdma_extra`` (auto | yes | no), ``wheelhouse`` (index | bundle),
-``find_links`` and ``pip_args`` (lists), ``connect_timeout``, ``hello_timeout``, ``heartbeat``.
+``find_links`` and ``pip_args`` (lists), ``connect_timeout``, ``hello_timeout``, ``heartbeat``,
+``host_keys`` (accept-new: a key that differs from known_hosts is refused, an unknown host is
+accepted for this run; strict: unknown hosts are refused too) and ``known_hosts`` (a path).
 
 A password-like key anywhere in the file is refused: keys are given by path, and their
 passphrases belong to ssh-agent.
@@ -29,11 +31,14 @@ from genie.testbed.toml_lines import format_path, key_lines, line_of
 Service = Literal["auto", "systemd", "process"]
 RdmaExtra = Literal["auto", "yes", "no"]
 Wheelhouse = Literal["index", "bundle"]
+HostKeys = Literal["accept-new", "strict"]
 
 DEFAULT_REMOTE_ROOT = "~/.genie"
 _SECRET_KEY = re.compile(r"(pass(word|wd|phrase)?|secret|token|credential)s?$", re.IGNORECASE)
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_HOST_FIELDS = {"ssh_host", "user", "port", "key", "python", "remote_root"}
+_HOST_FIELDS = {
+    "ssh_host", "user", "port", "key", "python", "remote_root", "host_keys", "known_hosts",
+}  # fmt: skip
 _DEFAULT_FIELDS = _HOST_FIELDS - {"ssh_host"} | {
     "service",
     "rdma_extra",
@@ -57,6 +62,8 @@ class HostAccess(msgspec.Struct, frozen=True, kw_only=True):
     key: str | None = None  # private key path; None: ssh-agent / ~/.ssh/config / default keys
     python: str = "python3"
     remote_root: str = DEFAULT_REMOTE_ROOT
+    host_keys: HostKeys = "accept-new"  # strict: refuse hosts missing from known_hosts
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
 
     @property
     def target(self) -> str:
@@ -130,16 +137,24 @@ def _access(name: str, default_host: str, table: dict[str, Any], where: str) -> 
         if key not in _HOST_FIELDS:
             known = ", ".join(sorted(_HOST_FIELDS))
             raise DeployConfigError(f"{where}.{key}: unknown key (known: {known})")
-    for key in ("ssh_host", "user", "key", "python", "remote_root"):
+    for key in ("ssh_host", "user", "key", "python", "remote_root", "known_hosts"):
         if key in table:
             out[key] = _field(table, key, (str,), where)
+    if "host_keys" in table:
+        value = _field(table, "host_keys", (str,), where)
+        if value not in ("accept-new", "strict"):
+            raise DeployConfigError(
+                f"{where}.host_keys: must be accept-new or strict; got {value!r}"
+            )
+        out["host_keys"] = value
     if "port" in table:
         port = _field(table, "port", (int,), where)
         if not 0 < port < 65536:
             raise DeployConfigError(f"{where}.port: must be 1..65535, got {port}")
         out["port"] = port
-    if "key" in out:
-        out["key"] = os.path.expanduser(out["key"])
+    for key in ("key", "known_hosts"):
+        if key in out:
+            out[key] = os.path.expanduser(out[key])
     return out
 
 

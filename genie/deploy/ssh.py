@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import os
 import shlex
 import socket
 from pathlib import Path
@@ -43,6 +44,8 @@ def _why(exc: BaseException) -> str:
         return "connection timed out"
     if isinstance(exc, socket.gaierror):
         return f"cannot resolve host name ({exc.strerror})"
+    if isinstance(exc, paramiko.SSHException) and "known_hosts" in str(exc):
+        return f"{exc} (host_keys = strict: add it with ssh-keyscan, after checking it)"
     if isinstance(exc, paramiko.SSHException):
         return f"ssh error: {exc}"
     if isinstance(exc, OSError):
@@ -74,6 +77,22 @@ class Remote:
             connect_kwargs=kwargs,
             config=config,
         )
+        self._host_keys()
+
+    def _host_keys(self) -> None:
+        import paramiko
+
+        a, client = self.access, self.conn.client
+        path = a.known_hosts or os.path.expanduser("~/.ssh/known_hosts")
+        if os.path.isfile(path):
+            try:
+                client.load_host_keys(path)
+            except (OSError, paramiko.SSHException) as exc:
+                raise DeployError(f"{a.name}: cannot read known_hosts {path}: {exc}") from None
+        elif a.known_hosts:
+            raise DeployError(f"{a.name}: known_hosts file {path} does not exist")
+        if a.host_keys == "strict":
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
 
     def open(self) -> Remote:
         """Connect now (so that reachability errors surface here)."""
