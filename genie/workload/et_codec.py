@@ -234,6 +234,10 @@ def uvarint(v: int) -> bytes:
     """Encode a non-negative int as a protobuf varint."""
     if v < 0x80:
         return _SMALL[v]
+    if v < 0x4000:
+        return bytes((v & 0x7F | 0x80, v >> 7))
+    if v < 0x200000:
+        return bytes((v & 0x7F | 0x80, (v >> 7) & 0x7F | 0x80, v >> 14))
     out = bytearray()
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)

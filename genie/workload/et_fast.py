@@ -149,15 +149,73 @@ def node_from_pb(m) -> Node:
     return n
 
 
+_FAST_INT = {0x48: "int64_val", 0x38: "int32_val", 0x68: "uint64_val", 0x58: "uint32_val"}
+
+
 class AttrCache:
     """Memo of decoded AttributeProto bodies: bytes -> (Attr, derived-slot index or None)."""
 
     def __init__(self, limit: int = 200_000) -> None:
         self.memo: dict[bytes, tuple[Attr, int | None]] = {}
+        self.names: dict[bytes, tuple[str, int | None]] = {}
         self.limit = limit
+
+    def _fast_int(self, body: bytes) -> tuple[Attr, int | None] | None:
+        """Decode the common ``name + one integer varint`` attr without the generic loop."""
+        nl = body[1]
+        if body[0] != 0x0A or not 0 < nl < 0x80:
+            return None
+        p = 2 + nl
+        end = len(body)
+        if p + 1 >= end:
+            return None
+        kind = _FAST_INT.get(body[p])
+        if kind is None:
+            return None
+        v = 0
+        shift = 0
+        q = p + 1
+        while q < end:
+            b = body[q]
+            q += 1
+            v |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        else:
+            return None
+        if q != end or (q - p > 2 and body[q - 1] == 0) or shift > 70:
+            return None
+        if kind == "int64_val":
+            if v >= 1 << 63:
+                if v >= _U64:
+                    return None
+                v -= _U64
+        elif kind == "int32_val":
+            if v >= 1 << 31:
+                if not _U64 - (1 << 31) <= v < _U64:
+                    return None
+                v -= _U64
+        elif kind == "uint32_val":
+            if v >= 1 << 32:
+                return None
+        elif v >= _U64:
+            return None
+        key = body[:p]
+        ns = self.names.get(key)
+        if ns is None:
+            name = body[2:p].decode("utf-8")
+            ns = self.names[key] = (name, _SLOT_OF_ATTR.get(name))
+        return (tuple.__new__(Attr, (ns[0], kind, v, "")), ns[1])
 
     def get(self, body: bytes) -> tuple[Attr, int | None]:
         """Decode (or recall) one attr body; lists go through protobuf."""
+        hit = self._fast_int(body) if len(body) > 3 else None
+        if hit is not None:
+            if len(self.memo) >= self.limit:
+                self.memo.clear()
+            self.memo[body] = hit
+            return hit
         try:
             a = _decode_attr(body)
         except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
@@ -182,29 +240,64 @@ _NO_DERIVED = NO_DERIVED
 
 
 def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tuple:
-    """Decode the run of attr fields (field 10) that ends a canonical node."""
+    """Decode the run of attr fields (field 10) that ends a canonical node.
+
+    Returns ``(attrs tuple, derived tuple, True when no attr holds a list)``.
+    """
     attrs = []
-    d = list(_NO_DERIVED)
+    d = None
+    plain = True
     memo = cache.memo
+    names = cache.names
     while pos < end:
         if data[pos] != 0x52:
             raise _Fallback  # a lower field after the attrs: not canonical
-        pos += 1
-        alen, pos = _varint(data, pos)
+        b = data[pos + 1]
+        if b < 0x80:
+            alen = b
+            pos += 2
+        else:
+            alen, pos = _varint(data, pos + 1)
         stop = pos + alen
         if stop > end:
             raise _Fallback
         body = data[pos:stop]
-        pos = stop
         hit = memo.get(body)
         if hit is None:
-            hit = cache.get(body)
-        attrs.append(hit[0])
-        if hit[1] is not None:
-            d[hit[1]] = hit[0].value
+            # inline fast path: "name, then one int64 varint" (num_ops, tensor_size, comm_size)
+            nl = data[pos + 1]
+            p = pos + 2 + nl
+            if data[pos] == 0x0A and 0 < nl < 0x80 and p < stop - 1 and data[p] == 0x48:
+                ns = names.get(data[pos:p])
+                q = p + 1
+                v = 0
+                shift = 0
+                while q < stop:
+                    b = data[q]
+                    q += 1
+                    v |= (b & 0x7F) << shift
+                    shift += 7
+                    if b < 0x80:
+                        break
+                if ns is not None and q == stop and b and shift <= 63 and v < 1 << 63:
+                    hit = (tuple.__new__(Attr, (ns[0], "int64_val", v, "")), ns[1])
+            if hit is None:
+                hit = cache.get(body)
+        pos = stop
+        a = hit[0]
+        attrs.append(a)
+        i = hit[1]
+        if i is not None:
+            if d is None:
+                d = list(_NO_DERIVED)
+            d[i] = a[2]
+        if plain and type(a[2]) is list:
+            plain = False
+    if d is None:
+        return tuple(attrs), _NO_DERIVED, plain
     if d[2] is None:
         d[2] = ""
-    return tuple(attrs), tuple(d), all(type(a.value) is not list for a in attrs)
+    return tuple(attrs), tuple(d), plain
 
 
 def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
@@ -239,6 +332,7 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
     size = len(data)
     odd = 0
     zero = 0
+    tail_misses = 0
     while pos < size:
         frame = pos
         b = data[pos]
@@ -359,7 +453,9 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 tail = tails.get(key)
                 if tail is None:
                     tail = _decode_attr_tail(data, pos, end, cache)
-                    if tail[2]:
+                    tail_misses += 1
+                    if tail[2] and tail_misses < 10_000 + 4 * len(out) // 5:
+                        # memoise while it pays: stop once most tails are unique
                         if len(tails) >= 100_000:
                             tails.clear()
                         tails[key] = tail
