@@ -61,13 +61,14 @@ class CpuMeter:
     def _sample(self) -> tuple[float, list[float]]:
         return time.monotonic(), [sum(p.cpu_times()[:2]) for p in self.procs]
 
-    def lap(self) -> tuple[float, float]:
-        """(busiest agent's core fraction, machine-wide busy fraction of all cores) since last."""
+    def lap(self) -> tuple[float, float, float]:
+        """Since the last lap: busiest agent (cores), all agents and whole machine (of all)."""
         t0, c0 = self._last
         self._last = t1, c1 = self._sample()
         dt = max(t1 - t0, 1e-9)
         per = [(b - a) / dt for a, b in zip(c0, c1, strict=True)]
-        return max(per), psutil.cpu_percent() / 100  # machine: since the previous call
+        cores = psutil.cpu_count() or 1
+        return max(per), sum(per) / cores, psutil.cpu_percent() / 100
 
 
 def _row(name, coll, algo, prog, placement, inst, topo, cpu) -> dict:
@@ -76,7 +77,7 @@ def _row(name, coll, algo, prog, placement, inst, topo, cpu) -> dict:
     return {
         "testbed": name, "collective": f"{coll}/{algo}", "size": prog.spec.size,
         "placement": ",".join(placement), "p50": st.p50, "model": model,
-        "ratio": st.p50 / model, "cpu": cpu[0], "machine": cpu[1],
+        "ratio": st.p50 / model, "cpu": cpu[0], "agents": cpu[1], "machine": cpu[2],
     }  # fmt: skip
 
 
@@ -119,7 +120,7 @@ def run_testbed(
 
 HEADER = (
     f"{'testbed':<16} {'collective':<18} {'size':>9} {'placement':<12} {'measured':>10} "
-    f"{'model':>10} {'ratio':>6} {'agent CPU':>9} {'machine':>7}"
+    f"{'model':>10} {'ratio':>6} {'agent CPU':>9} {'agents':>6} {'machine':>7}"
 )
 
 
@@ -130,7 +131,7 @@ def _print_row(r: dict) -> None:
     print(
         f"{r['testbed']:<16} {r['collective']:<18} {format_bytes(r['size']):>9} {place:<12} "
         f"{r['p50'] * 1e3:>8.2f}ms {r['model'] * 1e3:>8.2f}ms {r['ratio']:>6.3f} "
-        f"{r['cpu'] * 100:>8.0f}% {r['machine'] * 100:>6.0f}%{mark}",
+        f"{r['cpu'] * 100:>8.0f}% {r['agents'] * 100:>5.0f}% {r['machine'] * 100:>6.0f}%{mark}",
         flush=True,
     )
 
@@ -154,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "measured = p50 over iterations (ms), model = genie cost model on the same topology "
         f"with TCP payload rates; host links {args.rate} (10^9 bit = 1 gbit) tbf, no delay "
-        "emulated; agent CPU = busiest agent (% of a core), machine = all cores busy"
+        "emulated; agent CPU = busiest agent (% of one core), agents = all agents and machine = "
+        "everything running (% of all cores)"
     )
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {psutil.cpu_count()} cores, load average {load} before the run")
