@@ -149,6 +149,15 @@ def test_bench_runs_through_deployed_agent(site, first, capsys) -> None:
     assert not _gone(outcome.agent_pid)  # the same deployed agent served it
 
 
+def test_hosts_check_sees_the_deployed_genie(site, first, capsys) -> None:
+    from genie import __version__
+
+    assert main(["hosts", "check", "--testbed", str(site["good"]), "--json"]) == 0
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)[0]["checks"]}
+    assert checks["genie"] == {"name": "genie", "status": "ok", "value": __version__, "fix": ""}
+    assert checks["nic"]["status"] == "ok" and checks["nic"]["value"].startswith("lo up")
+
+
 def test_second_deploy_unchanged_and_bad_hosts_fail_one_line_each(site, first, capsys) -> None:
     outcome = first[0]
     root = site["root"]
@@ -179,8 +188,29 @@ def test_second_deploy_unchanged_and_bad_hosts_fail_one_line_each(site, first, c
         assert words in d["detail"] and "\n" not in d["detail"], d["detail"]
 
 
+def test_supervisor_restarts_a_crashed_agent(site, first) -> None:
+    from genie.deploy.hello import say_hello
+    from genie.testbed import load_testbed
+
+    old = first[0].agent_pid
+    pidfile = site["root"] / "agent.pid"
+    assert json.loads(pidfile.read_text())["agent"] == old
+    os.kill(old, signal.SIGKILL)  # the deployed agent: started by this test's deploy
+    deadline = time.monotonic() + 15
+    new = old
+    while time.monotonic() < deadline and new == old:
+        with contextlib.suppress(OSError, ValueError):
+            new = json.loads(pidfile.read_text())["agent"]
+        time.sleep(0.05)
+    assert new != old
+    host = load_testbed(site["plain"]).host("h0")
+    hello = say_hello(host, 15.0)
+    assert hello.reply is not None and hello.reply.pid == new, hello.error
+    assert json.loads(pidfile.read_text())["restarts"] == 1
+
+
 def test_agents_status_logs_stop(site, first, capsys) -> None:
-    pid = first[0].agent_pid
+    pid = json.loads((site["root"] / "agent.pid").read_text())["agent"]
     tb = str(site["good"])
     assert main(["agents", "status", "h0", "--testbed", tb, "--json"]) == 0
     st = json.loads(capsys.readouterr().out)[0]
@@ -202,8 +232,9 @@ def test_agents_status_logs_stop(site, first, capsys) -> None:
 def test_deploy_after_stop_restarts_without_reinstall(site, first, capsys) -> None:
     old = first[0].agent_pid
     wheel = str(first[1].wheel)
-    rc = main(["deploy", "--testbed", str(site["good"]), "--wheel", wheel, "--json"])
-    h0 = json.loads(capsys.readouterr().out)[0]
+    args = ["--testbed", str(site["mixed"]), "--hosts", "h0", "--wheel", wheel, "--json"]
+    rc = main(["deploy", *args])  # --hosts: the bad hosts of the file are left out
+    [h0] = json.loads(capsys.readouterr().out)
     assert rc == 0 and h0["ok"], h0
     assert h0["action"] == "restarted" and "install" not in h0["timings_s"]
     assert h0["agent_pid"] != old and not _gone(h0["agent_pid"])
