@@ -33,12 +33,11 @@ def _free_port() -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "genie-test", "-f", str(path)],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    cmd = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "genie-test", "-f", str(path)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise LocalSshdUnavailable(f"ssh-keygen failed: {exc}") from None
 
 
 def _sftp_server() -> str:
