@@ -177,3 +177,22 @@ def test_inventory_parses_back_to_the_testbed(tmp_path, capsys) -> None:
     listed = __import__("json").loads(proc.stdout)
     assert listed["_meta"]["hostvars"]["n1"]["ansible_port"] == 2222
     assert sorted(listed["genie_agents"]["hosts"]) == ["n0", "n1"]
+
+
+def test_rdma_extra_only_where_the_host_has_rdma_devices() -> None:
+    import msgspec
+
+    from genie.deploy.deployer import Artifacts, HostDeploy
+
+    tb, cfg = loads_deploy(BASE)
+    art = Artifacts(wheel=Path("genie-0.1.0-py3-none-any.whl"), digest="d")
+
+    def extras(facts, mode="auto"):
+        c = msgspec.structs.replace(cfg, rdma_extra=mode)
+        job = HostDeploy(tb.host("n0"), c.hosts["n0"], c, art, lambda _h, _s: None)
+        return job._extras(facts)
+
+    mlx = {"rdma": [{"name": "mlx5_0", "ports": [], "netdevs": []}]}
+    assert extras(mlx) == "rdma"
+    assert extras({"rdma": []}) == ""
+    assert extras({"rdma": []}, "yes") == "rdma" and extras(mlx, "no") == ""
