@@ -7,16 +7,21 @@ pure: it reads a RankGraph and returns data.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import operator
+from typing import NamedTuple
 
 from genie.errors import ValidationError
 from genie.workload.model import DEFAULT_GROUP, Node, NodeKind, NodeType, RankGraph, Workload
 
 
 def _positions(rank: RankGraph) -> dict[int, int]:
-    pos: dict[int, int] = {}
-    for i, n in enumerate(rank.nodes):
-        pos.setdefault(n.id, i)
+    """id -> position of the first node with that id (cached on the rank)."""
+    cache = rank.__dict__.get("_pos_cache")
+    if cache is not None and cache[0] == len(rank.nodes):
+        return cache[1]
+    nodes = rank.nodes
+    pos = {nodes[i].id: i for i in range(len(nodes) - 1, -1, -1)}
+    rank.__dict__["_pos_cache"] = (len(rank.nodes), pos)
     return pos
 
 
@@ -73,7 +78,16 @@ def topological_order(rank: RankGraph) -> list[Node]:
 
 
 def topological_indices(rank: RankGraph) -> list[int]:
-    """Positions of the nodes in topological order (see ``topological_order``)."""
+    """Positions of the nodes in topological order (see ``topological_order``; cached)."""
+    cache = rank.__dict__.get("_topo_cache")
+    if cache is not None and cache[0] == len(rank.nodes):
+        return cache[1]
+    order = _topological_indices(rank)
+    rank.__dict__["_topo_cache"] = (len(rank.nodes), order)
+    return order
+
+
+def _topological_indices(rank: RankGraph) -> list[int]:
     pos = _positions(rank)
     nodes = rank.nodes
     if _all_backward(rank, pos):
@@ -133,8 +147,7 @@ def critical_path(rank: RankGraph) -> tuple[float, list[Node]]:
     return finish[end] * 1e-6, chain[::-1]
 
 
-@dataclass(frozen=True)
-class CollectiveCall:
+class CollectiveCall(NamedTuple):
     """One collective as seen by the group-consistency check."""
 
     comm_type: int | None
@@ -146,17 +159,29 @@ class CollectiveCall:
         return (self.comm_type, self.comm_size)
 
 
+_tnew = tuple.__new__
+_KEY = operator.itemgetter(0, 1)
+
+
 def collective_sequences(wl: Workload) -> dict[str, dict[int, list[CollectiveCall]]]:
     """Per process group, per member rank: its collectives in topological order."""
     out: dict[str, dict[int, list[CollectiveCall]]] = {}
+    coll = NodeType.COMM_COLL_NODE
     for rg in wl.ranks:
-        for nd in topological_order(rg):
-            if nd.type != NodeType.COMM_COLL_NODE:
+        nodes = rg.nodes
+        mine: dict[str, list[CollectiveCall]] = {}
+        for i in topological_indices(rg):
+            nd = nodes[i]
+            if nd.type != coll:
                 continue
-            g = nd.pg_name or DEFAULT_GROUP
-            out.setdefault(g, {}).setdefault(rg.rank, []).append(
-                CollectiveCall(nd.comm_type, nd.comm_size, nd)
-            )
+            d = nd._d
+            g = d[2] or DEFAULT_GROUP
+            lst = mine.get(g)
+            if lst is None:
+                lst = mine[g] = []
+            lst.append(_tnew(CollectiveCall, (d[0], d[1], nd)))
+        for g, lst in mine.items():
+            out.setdefault(g, {})[rg.rank] = lst
     return out
 
 
@@ -186,8 +211,11 @@ def check_collective_sequences(wl: Workload) -> list[str]:
                 problems.append(f"rank {r} runs collectives in group {g!r} but is not a member")
         ref_rank = members[0]
         ref = per_rank.get(ref_rank, [])
+        ref_keys = list(map(_KEY, ref))
         for r in members[1:]:
             seq = per_rank.get(r, [])
+            if len(seq) == len(ref) and list(map(_KEY, seq)) == ref_keys:
+                continue
             for k in range(max(len(ref), len(seq))):
                 a = ref[k] if k < len(ref) else None
                 b = seq[k] if k < len(seq) else None

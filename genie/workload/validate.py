@@ -72,38 +72,44 @@ def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
             if n.id in seen:
                 raise ValidationError(f"{_where(rank)}: duplicate node id {n.id} ({n.name!r})")
             seen.add(n.id)
+    coll, send, recv = NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
     for n in rank.nodes:
         for d in n.data_deps:
             if d not in ids:
                 raise ValidationError(
                     f"{_where(rank, n)}: data_dep {d} names no node of this rank (dangling)"
                 )
-        t = n.type
         if n.duration_micros > ABSURD_MICROS:
             raise ValidationError(
                 f"{_where(rank, n)}: absurd duration {n.duration_micros} us (> 10^12 us)"
             )
-        if n.tensor_size is not None:
-            _check_size(rank, n, "tensor_size", n.tensor_size)
-        if n.num_ops is not None:
-            ops = n.num_ops
-            if not isinstance(ops, int | float) or isinstance(ops, bool) or not ops >= 0:
+        dv = n._d
+        ts = dv[5]
+        if ts is not None and (type(ts) is not int or not 0 <= ts <= ABSURD_BYTES):
+            _check_size(rank, n, "tensor_size", ts)
+        ops = dv[4]
+        if ops is not None and (type(ops) is not int or not 0 <= ops <= ABSURD_OPS):
+            if not isinstance(ops, int | float) or isinstance(ops, bool) or ops < 0:
                 raise ValidationError(f"{_where(rank, n)}: bad num_ops {ops!r}")
             if ops > ABSURD_OPS:
                 raise ValidationError(f"{_where(rank, n)}: absurd num_ops {ops}")
-        if t == NodeType.COMM_COLL_NODE:
-            if n.comm_type is None:
+        t = n.type
+        if t == coll:
+            ct, cs = dv[0], dv[1]
+            if ct is None:
                 raise ValidationError(
                     f"{_where(rank, n)}: COMM_COLL node without comm_type "
                     "(it must not default to ALL_REDUCE)"
                 )
-            if _int_attr(rank, n, "comm_type", n.comm_type) not in _COLL_TYPES:
-                raise ValidationError(f"{_where(rank, n)}: unknown comm_type {n.comm_type}")
-            if n.comm_size is None:
+            if ct not in _COLL_TYPES or type(ct) is not int:
+                _int_attr(rank, n, "comm_type", ct)
+                raise ValidationError(f"{_where(rank, n)}: unknown comm_type {ct}")
+            if cs is None:
                 raise ValidationError(f"{_where(rank, n)}: COMM_COLL node without comm_size")
-            _check_size(rank, n, "comm_size", n.comm_size)
-        elif t == NodeType.COMM_SEND_NODE or t == NodeType.COMM_RECV_NODE:
-            what = "send" if t == NodeType.COMM_SEND_NODE else "recv"
+            if type(cs) is not int or not 0 <= cs <= ABSURD_BYTES:
+                _check_size(rank, n, "comm_size", cs)
+        elif t in (send, recv):
+            what = "send" if t == send else "recv"
             field = "comm_dst" if what == "send" else "comm_src"
             peer = n.peer
             if peer is None:
