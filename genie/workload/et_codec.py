@@ -323,15 +323,33 @@ _ATTR_CACHE: dict[tuple[Attr, type], bytes] = {}
 _CACHEABLE = (int, bool, str)  # not float: -0.0 == 0.0 would alias; lists are unhashable
 
 
+_NAME_FIELD: dict[str, bytes] = {}
+_I64_MAX = (1 << 63) - 1
+
+
+def _name_field(name: str) -> bytes:
+    b = _NAME_FIELD.get(name)
+    if b is None:
+        raw = name.encode("utf-8")
+        b = b"\n" + uvarint(len(raw)) + raw if raw else b""
+        if len(_NAME_FIELD) < 10_000:
+            _NAME_FIELD[name] = b
+    return b
+
+
 def encode_attr(a: Attr) -> bytes:
     """Encode one AttributeProto message body."""
-    cacheable = type(a.value) in _CACHEABLE
+    name, kind, value, doc = a
+    tv = type(value)
+    if tv is int and kind == "int64_val" and not doc and -_I64_MAX - 1 <= value <= _I64_MAX:
+        # the common case (num_ops, tensor_size, comm_size...), often unique per node
+        return _name_field(name) + b"H" + uvarint(value + _U64 if value < 0 else value)
+    cacheable = tv in _CACHEABLE
     if cacheable:
-        key = (a, type(a.value))
+        key = (a, tv)
         hit = _ATTR_CACHE.get(key)
         if hit is not None:
             return hit
-    name, kind, value, doc = a
     parts = []
     if name:
         b = name.encode("utf-8")
@@ -378,11 +396,11 @@ def _encode_io(io: IOInfo) -> bytes:
 
 def _packed_u64(tag: bytes, values: list[int]) -> bytes:
     try:
-        payload = b"".join([_SMALL[v] if v < 128 else uvarint(v) for v in values])
+        if min(values) < 0 or max(values) >= _U64:
+            raise WorkloadError(f"dependency ids must be uint64: {values!r}")
+        payload = b"".join([uvarint(v) for v in values])
     except TypeError:
         raise WorkloadError(f"dependency ids must be integers: {values!r}") from None
-    if any(v < 0 or v >= _U64 for v in values):
-        raise WorkloadError(f"dependency ids must be uint64: {values!r}")
     return tag + uvarint(len(payload)) + payload
 
 
