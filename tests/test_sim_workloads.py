@@ -98,3 +98,77 @@ def test_random_graphs_symmetric_equals_full_and_parts_add_up(case):
     parts_add_up(full)
     # the iteration is at least the serial compute of a rank and the longest dependency chain
     assert full.iteration_s >= full.ranks[0].compute * (1 - 1e-12)
+
+
+def _same_times(a, b):
+    import numpy as np
+
+    for f in ("ready", "start", "end", "inst_start", "inst_end"):
+        x, y = getattr(a, f), getattr(b, f)
+        assert np.allclose(x, y, rtol=1e-12, atol=1e-15, equal_nan=True), f
+
+
+def test_merged_compute_runs_give_every_node_the_same_times():
+    from genie.sim.chains import collapse
+    from genie.sim.engine import simulate
+
+    for wl in (
+        data_parallel(8, layers=40, hidden=512, bucket_bytes=8 * 2**20),
+        llm(8, tp=2, pp=2, layers=4, hidden=512, seq=256, micro_batches=2),
+    ):
+        cw = compile_workload(wl)
+        merged = simulate(cw, be(cw.n_ranks), merge_chains=True)
+        plain = simulate(cw, be(cw.n_ranks), merge_chains=False)
+        _same_times(merged, plain)
+    c = collapse(compile_workload(data_parallel(2, layers=40, hidden=512)).ranks[0])
+    assert c is not None and c.n_nodes < 30  # 81 compute nodes and buckets: about 20 left
+
+
+def test_no_merging_when_two_compute_nodes_can_be_ready_together():
+    from genie.sim.chains import collapse
+
+    b = GraphBuilder(1)
+    a = b.compute(0, 1e-6)
+    b.compute(0, 1e-6, [a])
+    b.compute(0, 1e-6)  # independent: could queue behind the others
+    assert collapse(b.build().ranks[0]) is None
+    b = GraphBuilder(1)
+    a = b.compute(0, 1e-6)
+    c = b.compute(0, 1e-6, [a])
+    b.compute(0, 1e-6, [c])
+    assert collapse(b.build().ranks[0]).n_nodes == 1
+
+
+@st.composite
+def random_graph(draw):
+    n = draw(st.integers(1, 30))
+    rows = []
+    for i in range(n):
+        kind = draw(st.sampled_from(["compute", "compute", "compute", "memory", "coll"]))
+        if i and draw(st.booleans()):
+            deps = [i - 1]  # chains are common, so merging gets exercised
+        else:
+            deps = sorted(draw(st.sets(st.integers(0, i - 1), max_size=3))) if i else []
+        rows.append((kind, deps, draw(st.integers(1, 50))))
+    return rows
+
+
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(random_graph(), st.integers(1, 4))
+def test_random_graphs_merged_equals_plain(rows, n_ranks):
+    from genie.sim.engine import simulate
+
+    b = GraphBuilder(n_ranks)
+    b.group("world")
+    for r in range(n_ranks):
+        for kind, deps, v in rows:
+            scale = 1 + r  # ranks differ: no symmetry, every rank replayed
+            if kind == "compute":
+                b.compute(r, v * scale * 1e-6, deps)
+            elif kind == "memory":
+                b.memory(r, v * 1e-6, deps)
+            else:
+                b.collective(r, "all_reduce", v * 4096, deps=deps)
+    cw = b.build()
+    merged = simulate(cw, be(n_ranks), merge_chains=True)
+    _same_times(merged, simulate(cw, be(n_ranks), merge_chains=False))

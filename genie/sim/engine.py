@@ -21,6 +21,7 @@ whole group.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from genie.errors import DeadlockError
+from genie.sim.chains import Collapsed, collapse, expand
 from genie.sim.compiled import P2P, CompiledWorkload, Kind, coll_name
 from genie.sim.network import NetworkBackend, Transfer
 
@@ -73,27 +75,48 @@ def _successors(dep_ptr: np.ndarray, dep_idx: np.ndarray, n: int) -> tuple[np.nd
 
 
 def simulate(
-    cw: CompiledWorkload, backend: NetworkBackend, ranks: list[int] | None = None
+    cw: CompiledWorkload,
+    backend: NetworkBackend,
+    ranks: list[int] | None = None,
+    merge_chains: bool = True,
 ) -> RawResult:
-    """Replay ``cw`` (or only ``ranks`` of it) over ``backend``; see the module docstring."""
+    """Replay ``cw`` (or only ``ranks`` of it) over ``backend``; see the module docstring.
+
+    ``merge_chains`` replays runs of compute nodes as one node where that is exact
+    (``genie.sim.chains``); the times of every node are the same either way.
+    """
     t0 = time.perf_counter()
     sim_ranks = list(range(cw.n_ranks)) if ranks is None else sorted(ranks)
-    offsets = np.zeros(len(sim_ranks) + 1, np.int64)
+    offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the replayed (collapsed) nodes
+    out_offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the original nodes
     kinds, durs, sptrs, succs, pend, insts, rank_of = [], [], [], [], [], [], []
+    collapsed: list[Collapsed | None] = []
+    shapes: dict[bytes, Collapsed | None] = {}  # identical ranks collapse alike
     n_succ = 0
     for k, r in enumerate(sim_ranks):
         cr = cw.ranks[r]
-        n = cr.n_nodes
+        out_offsets[k + 1] = out_offsets[k] + cr.n_nodes
+        c = None
+        if merge_chains:
+            sig = cr.signature()
+            if sig not in shapes:
+                shapes[sig] = collapse(cr)
+            c = shapes[sig]
+            if c is not None:
+                c = dataclasses.replace(c, instance=cr.instance[c.keep])
+        collapsed.append(c)
+        src = c if c is not None else cr
+        n = src.n_nodes
         off = int(offsets[k])
         offsets[k + 1] = off + n
-        sptr, succ, counts = _successors(cr.dep_ptr, cr.dep_idx, n)
-        kinds.append(cr.kind)
-        durs.append(cr.duration)
+        sptr, succ, counts = _successors(src.dep_ptr, src.dep_idx, n)
+        kinds.append(src.kind)
+        durs.append(src.duration)
         sptrs.append(sptr[:-1] + n_succ)
         succs.append(succ + off)
         n_succ += len(succ)
         pend.append(counts)
-        insts.append(cr.instance)
+        insts.append(src.instance)
         rank_of.append(np.full(n, k, np.int64))
     total = int(offsets[-1])
     cat = np.concatenate if sim_ranks else (lambda xs: np.zeros(0, np.int64))
@@ -125,8 +148,13 @@ def simulate(
     off_l = offsets.tolist()
     need = [0] * n_inst
     members: list[list[int]] = [[] for _ in range(n_inst)]
+    new_of = [None if c is None else c.new_of.tolist() for c in collapsed]
     for iid, mem in enumerate(ins.members):
-        gm = [inv_l[off_l[pos[r]] + nd] for r, nd in mem if r in pos]
+        gm = [
+            inv_l[off_l[pos[r]] + (nd if new_of[pos[r]] is None else new_of[pos[r]][nd])]
+            for r, nd in mem
+            if r in pos
+        ]
         members[iid] = gm
         need[iid] = len(gm)
     # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
@@ -261,13 +289,24 @@ def simulate(
     local_nodes = sum(int(np.count_nonzero((k < _COLL) | (k > _RECV))) for k in kinds)
     events = net_events + local_nodes
 
-    # back to rank-major order
+    # back to rank-major order, then every original node's times
     end_a = np.array(end, dtype=np.float64)[inv]
     ready_a = np.array(ready, dtype=np.float64)[inv]
     start_a = np.array(start, dtype=np.float64)[inv]
+    if any(c is not None for c in collapsed):
+        parts = []
+        for k, c in enumerate(collapsed):
+            sl = slice(int(offsets[k]), int(offsets[k + 1]))
+            if c is None:
+                parts.append((ready_a[sl], start_a[sl], end_a[sl]))
+            else:
+                parts.append(expand(c, cw.ranks[sim_ranks[k]], ready_a[sl], start_a[sl], end_a[sl]))
+        ready_a, start_a, end_a = (np.concatenate(x) for x in zip(*parts, strict=True))
+    offsets = out_offsets
+    total = int(offsets[-1])
     done = total - int(np.count_nonzero(np.isnan(end_a)))
     if done < total:
-        inst_a = cat(insts).astype(np.int64).tolist()
+        inst_a = np.concatenate([cw.ranks[r].instance for r in sim_ranks]).tolist()
         raise DeadlockError(
             _deadlock_message(cw, sim_ranks, offsets, end_a.tolist(), ready_a.tolist(), inst_a)
         )
