@@ -62,6 +62,7 @@ def main() -> None:
     for c in (*cols, "events/s", "iter"):
         table.add_column(c, justify="right")
     best = 0.0
+    best_cpu = 0.0
     for n in [int(x) for x in args.ranks.split(",")]:
         t0 = time.perf_counter()
         cw, source = workload(n, args.nodes, args.source)
@@ -87,6 +88,8 @@ def main() -> None:
                 rate = cw.n_nodes / wall
                 if sym:
                     best = min(best, rate) if best else rate
+                    crate = cw.n_nodes / max(cpu, 1e-9)
+                    best_cpu = min(best_cpu, crate) if best_cpu else crate
                 iters[label] = rep.iteration_s
                 table.add_row(
                     str(n),
@@ -114,8 +117,12 @@ def main() -> None:
         f"load average {load:.1f} on {os.cpu_count()} CPUs while measuring: other processes share "
         "the CPUs; nodes/cpu-s (replay CPU time of this process) is the figure they do not move"
     )
-    verdict = "met" if best >= 1e6 else "NOT met"
-    con.print(f"goal >= 1,000,000 nodes/s (symmetric, the default): lowest {best:,.0f}: {verdict}")
+    for what, v in (("wall time", best), ("CPU time", best_cpu)):
+        verdict = "met" if v >= 1e6 else "NOT met"
+        con.print(
+            f"goal >= 1,000,000 nodes/s (symmetric, the default), per {what}: lowest "
+            f"{v:,.0f}: {verdict}"
+        )
 
 
 if __name__ == "__main__":

@@ -16,7 +16,9 @@ Semantics:
 
 ``simulate(cw, backend, ranks=...)`` may replay only a subset of ranks (see ``symmetry``): an
 instance then starts when its members *in the subset* have arrived, and is still priced for its
-whole group.
+whole group. Runs of compute nodes that provably behave as one node are replayed as one
+(``chains``) and every node's times restored afterwards. Nodes are laid out node-major (node i
+of every rank side by side) because ranks advance together in time.
 """
 
 from __future__ import annotations
