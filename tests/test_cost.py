@@ -276,3 +276,28 @@ def test_too_large_for_the_full_simulation_is_refused_quickly():
     p = build_program("all_reduce", "ring", 1024, 64 << 20, chunks=4)
     with pytest.raises(CollectiveError, match="steps to simulate in full"):
         estimate(p, T.leaf_spine(32, 4, 32, B, LAT))
+
+
+def test_too_many_flows_per_link_is_refused_not_left_running():
+    p = build_program("all_to_all", "direct", 64, 64 * 64)
+    with pytest.raises(CollectiveError, match="re-rated flows"):
+        estimate_concurrent([(p, 0.0)], T.switch(64, B, LAT), max_work=10_000)
+    assert estimate_concurrent([(p, 0.0)], T.switch(64, B, LAT))[0].time_s > 0
+
+
+def test_long_chains_of_local_steps_do_not_recurse():
+    from genie.collectives import Op, Program, Step
+
+    chain = 5000  # COPYs one after the other, all free, all released by one RECV
+
+    def steps(_spec, r):
+        if r == 1:
+            return [Step(Op.SEND, peer=0, nbytes=8)]
+        out = [Step(Op.RECV, peer=1, nbytes=8)]
+        out += [Step(Op.COPY, nbytes=8, src=0, deps=(0, i) if i else (0,)) for i in range(chain)]
+        return out
+
+    base = build_program("send_recv", "pairwise", 2, 8)
+    p = Program(base.spec, steps)
+    c = estimate(p, T.switch(2, B, LAT), symmetric=False)
+    assert c.time_s == pytest.approx(2 * LAT + 8 / B)

@@ -165,11 +165,13 @@ def estimate_concurrent(
     *,
     compute_bandwidth: float | None = None,
     max_steps: int | None = None,
+    max_work: int = 10_000_000,
 ) -> list[Cost]:
     """Price programs that run together, each from its start time (s), sharing links fairly.
 
     Every rank's steps are simulated; more than ``max_steps`` (default ``EVENT_STEP_LIMIT``) in
-    all is refused with a CollectiveError rather than left to run for minutes.
+    all is refused with a CollectiveError rather than left to run for minutes, and so is a run
+    that re-rates flows more than ``max_work`` times (thousands of flows on one link).
     """
     limit = EVENT_STEP_LIMIT if max_steps is None else max_steps
     total = sum(item[0].n_ranks * len(item[0].steps(0)) for item in items)
@@ -189,7 +191,7 @@ def estimate_concurrent(
             else:
                 intra[key] = intra.get(key, 0) + st.nbytes
 
-    sim = FlowSim(_capacity(topology), compute_bandwidth, on_send)
+    sim = FlowSim(_capacity(topology), compute_bandwidth, on_send, max_work)
     insts: list[Instance] = []
     with gc_paused():
         for j, item in enumerate(items):

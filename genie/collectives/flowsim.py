@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 
 from genie.collectives.program import Op, Step
-from genie.errors import DeadlockError
+from genie.errors import CollectiveError, DeadlockError
 
 Resources = tuple[tuple[Hashable, float], ...]  # (resource key, weight)
 # route_of(rank, step) -> (resources, latency s); capacity_of(key) -> bytes/s
@@ -104,6 +104,7 @@ class FlowSim:
         capacity_of: Callable[[Hashable], float],
         compute_bandwidth: float | None = None,
         on_send: Callable[[Instance, int, Step, Resources], None] | None = None,
+        max_work: int = 10_000_000,
     ) -> None:
         self.capacity_of = capacity_of
         self.compute_bandwidth = compute_bandwidth
@@ -116,6 +117,9 @@ class FlowSim:
         self._cap: dict[Hashable, float] = {}
         self.instances: list[Instance] = []
         self.events = 0
+        self.work = 0  # flow re-ratings so far
+        self.max_work = max_work
+        self._ready: list[tuple[Instance, int, int]] = []
 
     def add(self, inst: Instance) -> None:
         """Schedule an instance to start at ``inst.start``."""
@@ -149,7 +153,10 @@ class FlowSim:
                 for r, pend in enumerate(inst.pending):
                     for i, p in enumerate(pend):
                         if p == 0:
-                            self._start_step(inst, r, i)
+                            self._ready.append((inst, r, i))
+            ready = self._ready
+            while ready:  # steps made ready by this event, started without recursion
+                self._start_step(*ready.pop())
         for inst in self.instances:
             if inst.done != inst.total:
                 raise DeadlockError(_stuck(inst))
@@ -193,7 +200,7 @@ class FlowSim:
         for k in inst.children[r][i]:
             pend[k] -= 1
             if pend[k] == 0:
-                self._start_step(inst, r, k)
+                self._ready.append((inst, r, k))
 
     def _arrive(self, inst: Instance, r: int, i: int) -> None:
         key = inst.keys[r][i]
@@ -208,6 +215,12 @@ class FlowSim:
 
     def _add_flow(self, flow: _Flow) -> None:
         """Put a flow on its resources and re-rate everything sharing them."""
+        if self.work > self.max_work:
+            raise CollectiveError(
+                f"the simulation re-rated flows {self.work:,} times (limit "
+                f"{self.max_work:,}) at t={self.now:.6g} s: too many concurrent flows "
+                "per link; use fewer ranks, a smaller window or a symmetric topology"
+            )
         touched: set[_Flow] = {flow}
         for key, w in flow.res:
             if key not in self._cap:
@@ -232,6 +245,7 @@ class FlowSim:
 
     def _rerate(self, flows: set[_Flow]) -> None:
         now = self.now
+        self.work += len(flows)
         for f in flows:
             rate = math.inf
             for key, _w in f.res:
