@@ -240,7 +240,7 @@ def _same(a: Node, b: Node) -> bool:
     return encode_node(a) == encode_node(b) and a.attrs == b.attrs
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(nodes(), max_size=6))
 def test_own_codec_agrees_with_protobuf(ns: list[Node]) -> None:
     ns = [n for n in ns if encode_node(n)]  # a zero-byte node cannot be framed for Chakra
@@ -341,3 +341,37 @@ def test_write_trace_gz_and_plain(tmp_path: Path) -> None:
 def test_empty_metadata_is_never_written() -> None:
     data = encode_trace(Metadata("", []), [])
     assert data[0] > 0  # Chakra's reader would stop at a zero-length first frame
+
+
+# ------------------------------------------------------------------ fuzz: corrupt bytes
+
+
+def _try(fn, data):
+    try:
+        return True, fn(data)
+    except Exception as exc:  # the reference reader raises protobuf's own errors
+        return False, exc
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(nodes(), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=3),
+    st.integers(0, 10**6),
+)
+def test_corrupted_streams_fail_cleanly_or_read_like_protobuf(ns, flips, cut) -> None:
+    ns = [n for n in ns if encode_node(n)]
+    data = bytearray(encode_trace(Metadata("1.0", []), ns))
+    for at, byte in flips:
+        data[at % len(data)] = byte
+    data = bytes(data[: max(1, len(data) - cut % 4)])
+    ok_fast, fast = _try(decode_trace, data)
+    ok_ref, ref = _try(decode_trace_protobuf, data)
+    if ok_fast:
+        assert ok_ref, f"fast reader accepted what protobuf rejects: {ref!r}"
+        assert [encode_node(n) for n in fast[1]] == [encode_node(n) for n in ref[1]]
+        assert [n.attrs for n in fast[1]] == [n.attrs for n in ref[1]]
+    else:
+        assert isinstance(fast, TraceFormatError), repr(fast)
+        assert not ok_ref, f"protobuf reads what the fast reader rejects: {fast}"
+        assert "byte offset" in str(fast) or "empty file" in str(fast), str(fast)

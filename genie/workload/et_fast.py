@@ -279,7 +279,7 @@ def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tupl
                     shift += 7
                     if b < 0x80:
                         break
-                if ns is not None and q == stop and b and shift <= 63 and v < 1 << 63:
+                if ns is not None and q == stop and 0 < b < 0x80 and shift <= 63 and v < 1 << 63:
                     hit = (tuple.__new__(Attr, (ns[0], "int64_val", v, "")), ns[1])
             if hit is None:
                 hit = cache.get(body)
@@ -446,6 +446,8 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 if not dur or (data[pos - 1] == 0 and dur > 0x7F):
                     raise _Fallback
                 t = data[pos] if pos < end else 0
+            if pos > end:
+                raise _Fallback  # a field ran past the frame: let protobuf judge it
             if pos < end:
                 if t != 0x52:
                     raise _Fallback  # IOInfo, unpacked deps, unknown or out-of-order fields

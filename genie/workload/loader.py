@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from genie.errors import WorkloadError
-from genie.workload.et_codec import read_trace, write_trace
+from genie.workload.et_codec import gc_paused, read_trace, write_trace
 from genie.workload.model import DEFAULT_GROUP, Attr, RankGraph, Workload
 from genie.workload.validate import validate_workload
 
@@ -151,7 +151,8 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
         )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     if validate:
-        validate_workload(wl)
+        with gc_paused():  # validation walks millions of objects; no cycles are made
+            validate_workload(wl)
     return wl
 
 

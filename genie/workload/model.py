@@ -6,8 +6,8 @@ from the attrs: ``kind``, ``duration_s``, ``comm_type``, ``comm_size``, ``pg_nam
 ``tag``, ``num_ops``, ``tensor_size``. Change attrs with ``Node.set_attr`` so those stay in step.
 
 Process groups: ``Workload.groups`` maps a group name to a tuple of global ranks; the name ``""``
-(a node without ``pg_name``) is the default group of all ranks. See ``genie.workload.io`` for how
-groups are stored on disk.
+(a node without ``pg_name``) is the default group of all ranks. See ``genie.workload.loader``
+for how groups are stored on disk.
 """
 
 from __future__ import annotations
