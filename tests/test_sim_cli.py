@@ -199,3 +199,19 @@ def test_deadlocking_trace_files_are_reported_by_the_cli(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1
     assert "rank 0: node ar2 (all_reduce #1 of group 'world') waits for ranks [1]" in err[0]
+
+
+def test_roofline_compute_from_num_ops(tmp_path, capsys):
+    from genie.workload import save_workload
+    from genie.workload.generators import data_parallel
+
+    wl = data_parallel(2, layers=3, hidden=256)
+    save_workload(wl, tmp_path / "dp")
+    flops = sum(n.num_ops or 0 for n in wl.ranks[0].nodes)
+    assert flops > 0
+    args = ["simulate", str(tmp_path / "dp"), "--json", "--compute", "roofline"]
+    assert main([*args, "--peak-flops", "1e12", "--efficiency", "0.5"]) == 0
+    rep = json.loads(capsys.readouterr().out)["reports"][0]
+    assert rep["ranks"][0]["compute"] == pytest.approx(flops / 0.5e12, rel=1e-9)
+    assert main(["simulate", str(tmp_path / "dp"), "--compute", "roofline"]) == 2
+    assert "needs --peak-flops" in capsys.readouterr().err

@@ -257,6 +257,12 @@ def run(args: argparse.Namespace) -> int:
                 rep.notes.append(be.summary())
             if getattr(args, "placement_note", None):
                 rep.notes.append(args.placement_note)
+            fallbacks = getattr(pricer, "fallbacks", None)
+            if fallbacks:
+                rep.notes.append(
+                    "priced by the built-in traffic model (no program or the cost model "
+                    f"declined): {dict(sorted(fallbacks.items()))}"
+                )
             reports.append(rep)
             raws.append(raw)
     if args.trace:

@@ -51,9 +51,18 @@ class TopologyPricer:
         return self._cap
 
     def describe(self) -> str:
-        """One line about the topology and placement."""
+        """One line: topology, link rates (GiB/s and GB/s), latencies, placement."""
         hosts = len(set(self.host_of.tolist()))
-        return f"{self.topology.describe()}; {self.n_ranks} ranks on {hosts} hosts"
+        links = self.topology.links
+        rates = sorted({lk.bandwidth for lk in links})
+        lats = sorted({lk.latency for lk in links})
+        rate_text = ", ".join(f"{b / 2**30:.3f} GiB/s = {b / 1e9:.3f} GB/s" for b in rates[:3])
+        lat_text = ", ".join(f"{x * 1e9:.0f} ns" for x in lats[:3])
+        intra = self.topology.intra_bandwidth
+        return (
+            f"{self.topology.describe()}; links {rate_text or '-'}, latency {lat_text or '-'} "
+            f"per link; intra-host {intra / 1e9:.1f} GB/s; {self.n_ranks} ranks on {hosts} hosts"
+        )
 
     def _route(self, hs: int, hd: int) -> tuple[np.ndarray, float]:
         key = (hs, hd)
