@@ -52,11 +52,12 @@ def bench_build() -> None:
 
 def bench_executors(full: bool) -> None:
     print(
-        "executors: steps/s (data, event: every rank's steps; symmetric: rank 0's steps, "
-        "building them included)"
+        "executors: steps/s of the data executor and the full event simulation (every rank's "
+        "steps); one-rank shortcut: time to build rank 0 and price"
     )
     print(
-        f"  {'program':<27} {'ranks':>6} {'steps':>10} {'data':>10} {'event':>10} {'symmetric':>10}"
+        f"  {'program':<27} {'ranks':>6} {'steps':>10} {'data':>10} {'event':>10} "
+        f"{'one-rank shortcut':>18}"
     )
     for algo in ("ring", "halvingDoubling"):
         for n in RANKS:
@@ -80,7 +81,7 @@ def bench_executors(full: bool) -> None:
             t0 = time.perf_counter()
             c = estimate(fresh, topo)
             ds = time.perf_counter() - t0
-            row.append(f"{c.steps / ds:>10,.0f}")
+            row.append(f"{ds * 1e3:>9.1f} ms ({c.method})")
             print(" ".join(row))
             sys.stdout.flush()
 
