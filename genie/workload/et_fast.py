@@ -382,9 +382,15 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                     nid = b
                     pos += 2
                 else:
-                    nid, pos = _varint(data, pos + 1)
-                    if data[pos - 1] == 0:
-                        raise _Fallback
+                    b1 = data[pos + 2]
+                    b2 = data[pos + 3]
+                    if b1 >= 0x80 and 0 < b2 < 0x80:
+                        nid = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+                        pos += 4
+                    else:
+                        nid, pos = _varint(data, pos + 1)
+                        if data[pos - 1] == 0:
+                            raise _Fallback
                 if not nid:
                     raise _Fallback
                 t = data[pos] if pos < end else 0
@@ -415,24 +421,30 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 stop = pos + plen
                 if stop > end or not plen:
                     raise _Fallback
-                while pos < stop:
+                while pos < stop:  # varints unrolled up to 3 bytes (ids < 2^21)
                     b = data[pos]
-                    pos += 1
                     if b < 0x80:
                         deps.append(b)
-                    else:
-                        v = b & 0x7F
-                        shift = 7
-                        while True:
-                            b = data[pos]
-                            pos += 1
-                            v |= (b & 0x7F) << shift
-                            if b < 0x80:
-                                break
-                            shift += 7
-                        if not b or shift > 63:
+                        pos += 1
+                        continue
+                    b1 = data[pos + 1]
+                    if b1 < 0x80:
+                        if not b1:
                             raise _Fallback
-                        deps.append(v)
+                        deps.append((b & 0x7F) | (b1 << 7))
+                        pos += 2
+                        continue
+                    b2 = data[pos + 2]
+                    if b2 < 0x80:
+                        if not b2:
+                            raise _Fallback
+                        deps.append((b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14))
+                        pos += 3
+                        continue
+                    v, pos = _varint(data, pos)
+                    if not data[pos - 1] or v >= _U64:
+                        raise _Fallback
+                    deps.append(v)
                 if pos != stop:
                     raise _Fallback
                 t = data[pos] if pos < end else 0
