@@ -19,7 +19,7 @@ import pytest
 
 from genie.cli import main
 from genie.controller.local import free_port_range, stop_pids
-from genie.deploy.config import load_deploy, strip_deploy_tables
+from genie.deploy.config import load_deploy
 from genie.deploy.deployer import Artifacts, deploy
 from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
 from genie.deploy.wheel import build_wheel, wheel_digest
@@ -90,9 +90,7 @@ def site(tmp_path_factory):
         + f'\n[deploy.hosts.badkey]\nkey = "{sshd.other_key}"\n'
         + f'\n[deploy.hosts.nopy]\npython = "{d}/no-such-python3.11"\n'
     )
-    plain = d / "plain.toml"  # what `genie bench` reads (the testbed loader knows no [deploy])
-    plain.write_text(strip_deploy_tables(good.read_text()))
-    info = {"dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed, "plain": plain}
+    info = {"dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed}
     try:
         yield info
     finally:
@@ -135,7 +133,7 @@ def test_bench_runs_through_deployed_agent(site, first, capsys) -> None:
     assert outcome.ok, outcome.detail
     rc = main(
         [
-            "bench", "--testbed", str(site["plain"]), "--collective", "all_reduce",
+            "bench", "--testbed", str(site["good"]), "--collective", "all_reduce",
             "--sizes", "1KiB", "--iters", "2", "--warmup", "0", "--no-store", "--json",
         ]
     )  # fmt: skip
@@ -203,7 +201,7 @@ def test_supervisor_restarts_a_crashed_agent(site, first) -> None:
             new = json.loads(pidfile.read_text())["agent"]
         time.sleep(0.05)
     assert new != old
-    host = load_testbed(site["plain"]).host("h0")
+    host = load_testbed(site["good"]).host("h0")
     hello = say_hello(host, 15.0)
     assert hello.reply is not None and hello.reply.pid == new, hello.error
     assert json.loads(pidfile.read_text())["restarts"] == 1

@@ -305,3 +305,11 @@ def test_tcp_goodput_topology_takes_headers_off_the_line_rate() -> None:
     good = tb.to_topology(tcp_goodput=True)
     assert good.symmetry == "star"
     assert good.links[0].bandwidth == pytest.approx(line.links[0].bandwidth * 1448 / 1514)
+
+
+def test_deploy_table_is_left_to_the_deploy_loader() -> None:
+    text = dumps_testbed(loopback_testbed(2)) + '\n[deploy]\nuser = "lab"\n'
+    tb = loads_testbed(text, "t.toml")
+    assert [h.name for h in tb.hosts] == [h.name for h in loopback_testbed(2).hosts]
+    with pytest.raises(TestbedError, match=r"t\.toml:.*deplyo"):
+        loads_testbed(text.replace("[deploy]", "[deplyo]"), "t.toml")

@@ -27,7 +27,8 @@ from genie.units import parse_duration, parse_rate, parse_size
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
-_TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links"}
+# ``deploy`` holds SSH and install settings read by genie.deploy.config, not by this loader.
+_TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links", "deploy"}
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
 _LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
