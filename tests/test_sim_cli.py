@@ -215,3 +215,15 @@ def test_roofline_compute_from_num_ops(tmp_path, capsys):
     assert rep["ranks"][0]["compute"] == pytest.approx(flops / 0.5e12, rel=1e-9)
     assert main(["simulate", str(tmp_path / "dp"), "--compute", "roofline"]) == 2
     assert "needs --peak-flops" in capsys.readouterr().err
+
+
+def test_adapter_drops_self_and_missing_deps_when_ids_are_positions():
+    nodes = [
+        _node(0, NodeType.COMP_NODE, [0], dur_us=1),  # self dep
+        _node(1, NodeType.COMP_NODE, [0, 7], dur_us=1),  # 7: no such node
+        _node(2, NodeType.COMP_NODE, [1, 0], dur_us=1),
+    ]
+    cw = compile_workload(Workload(ranks=[RankGraph(rank=0, nodes=nodes)]))
+    r0 = cw.ranks[0]
+    assert r0.dep_ptr.tolist() == [0, 0, 1, 3]
+    assert r0.dep_idx.tolist() == [0, 1, 0]

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from genie.errors import ValidationError
 from genie.sim.compiled import P2P, CompiledWorkload, Kind, finish, make_rank
 
@@ -51,6 +49,11 @@ class ComputeModel:
         return t
 
 
+# Chakra NodeType number -> kind (METADATA and INVALID are OTHER)
+_BY_TYPE = {4: Kind.COMPUTE, 7: Kind.COLLECTIVE, 5: Kind.SEND, 6: Kind.RECV, 2: Kind.MEMORY}
+_BY_TYPE.update({3: Kind.MEMORY, 0: Kind.OTHER, 1: Kind.OTHER})
+
+
 def _kind_of(node: Any) -> Kind:
     k = node.kind
     key = getattr(k, "value", k)
@@ -68,31 +71,45 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
     gid = {g: i for i, g in enumerate(group_names)}
     world = tuple(range(wl.n_ranks))
     ranks = []
+    compute_kinds = (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER)
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
-        index = {}
-        for i, nd in enumerate(nodes):
-            index.setdefault(nd.id, i)
         n = len(nodes)
-        kind = np.empty(n, np.int8)
-        dur = np.zeros(n)
-        ctype = np.full(n, -2, np.int16)
-        csize = np.zeros(n, np.int64)
-        grp = np.full(n, -1, np.int32)
-        peer = np.full(n, -1, np.int32)
-        tag = np.zeros(n, np.int64)
-        ids = np.empty(n, np.int64)
-        deps: list[list[int]] = []
-        names: list[str] = []
+        # ids 0..n-1 in order (generated and most real traces): deps need no id lookup
+        identity = all(nd.id == i for i, nd in enumerate(nodes))
+        index = {}
+        if not identity:
+            for i, nd in enumerate(nodes):
+                index.setdefault(nd.id, i)
+        kind = [0] * n
+        dur = [0.0] * n
+        ctype = [-2] * n
+        csize = [0] * n
+        grp = [-1] * n
+        peer = [-1] * n
+        tag = [0] * n
+        ids = [0] * n
+        deps: list[list[int]] = [[]] * n
+        names: list[str] = [""] * n
+        roofline = compute.mode == "roofline"
         for i, nd in enumerate(nodes):
-            k = _kind_of(nd)
+            t_raw = getattr(nd, "type", None)
+            k = _BY_TYPE.get(t_raw) if isinstance(t_raw, int) else None
+            if k is None:
+                k = _kind_of(nd)
             kind[i] = k
             ids[i] = nd.id
-            names.append(nd.name or "")
-            deps.append([index[d] for d in nd.data_deps if d in index and index[d] != i])
-            if k in (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER):
-                d = float(nd.duration_s or 0.0)
-                if k != Kind.OTHER and (compute.mode == "roofline" or d == 0.0):
+            names[i] = nd.name or ""
+            dd = nd.data_deps
+            if dd:
+                if identity:
+                    deps[i] = dd  # out-of-range and self deps are dropped by make_rank
+                else:
+                    deps[i] = [index[d] for d in dd if d in index and index[d] != i]
+            if k in compute_kinds:
+                micros = getattr(nd, "duration_micros", None)
+                d = micros * 1e-6 if micros is not None else float(nd.duration_s or 0.0)
+                if k != Kind.OTHER and (roofline or d == 0.0):
                     t = compute.roofline(
                         getattr(nd, "num_ops", None) if k == Kind.COMPUTE else None,
                         getattr(nd, "tensor_size", None),
@@ -127,7 +144,9 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
                 ctype[i] = P2P
                 peer[i] = int(nd.peer)
                 tag[i] = int(nd.tag or 0)
-        cr = make_rank(kind, dur, deps, ctype, csize, grp, peer, tag, ids, names)
+        cr = make_rank(
+            kind, dur, deps, ctype, csize, grp, peer, tag, ids, names, drop_bad_deps=True
+        )
         ranks.append(cr)
     name = getattr(wl, "name", "") or "workload"
     return finish(ranks, [g or "world" for g in group_names], group_ranks, name)

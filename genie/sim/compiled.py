@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -167,7 +168,7 @@ class CompiledWorkload:
 def _csr(deps: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     ptr = np.zeros(len(deps) + 1, np.int64)
     ptr[1:] = np.cumsum([len(d) for d in deps]) if deps else []
-    flat = [d for ds in deps for d in ds]
+    flat = list(itertools.chain.from_iterable(deps))
     return ptr, np.asarray(flat, np.int64)
 
 
@@ -296,12 +297,24 @@ def make_rank(
     tag: Sequence[int] | None = None,
     node_ids: Sequence[int] | None = None,
     names: list[str] | None = None,
+    drop_bad_deps: bool = False,
 ) -> CompiledRank:
-    """Pack one rank's per-node lists into a CompiledRank (deps are local node indices)."""
+    """Pack one rank's per-node lists into a CompiledRank (deps are local node indices).
+
+    With ``drop_bad_deps``, deps outside 0..n-1 and on the node itself are dropped (the
+    workload loader has reported them); otherwise they are a ValidationError.
+    """
     n = len(kind)
     ptr, idx = _csr(deps)
-    if len(idx) and (idx.min() < 0 or idx.max() >= n):
-        raise ValidationError(f"dependency index outside 0..{n - 1}")
+    if len(idx):
+        owner = np.repeat(np.arange(n), np.diff(ptr))
+        bad = (idx < 0) | (idx >= n) | (idx == owner)
+        if bad.any():
+            if not drop_bad_deps:
+                raise ValidationError(f"dependency index outside 0..{n - 1} or on itself")
+            idx = idx[~bad]
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(owner[~bad], minlength=n), out=ptr[1:])
 
     def arr(v, dtype, fill):
         return np.full(n, fill, dtype) if v is None else np.asarray(v, dtype)
