@@ -72,3 +72,15 @@ def test_chrome_trace_has_one_process_per_rank(tmp_path):
     assert {e["tid"] for e in spans} >= {0, 1}  # compute and comm tracks
     assert len([e for e in spans if e["tid"] in (0, 1)]) == cw.ranks[3].n_nodes
     assert max(e["ts"] + e["dur"] for e in spans) == pytest.approx(raw.makespan * 1e6)
+
+
+def test_chrome_trace_can_keep_the_first_ranks_only(tmp_path):
+    import json
+
+    cw = data_parallel(6, nodes_per_rank=20, layers_per_bucket=5)
+    _, raw = replay(cw, be(6))
+    out = tmp_path / "t.json"
+    chrome_trace(cw, raw, out, max_ranks=2)
+    doc = json.loads(out.read_text())
+    assert {e["pid"] for e in doc["traceEvents"]} == {0, 1}
+    assert doc["otherData"]["ranks_left_out"] == 4

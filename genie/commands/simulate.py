@@ -101,6 +101,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "share links as the analytical model says, scaled to their measured times)",
     )
     p.add_argument("--trace", help="write a Chrome-trace/Perfetto JSON timeline here")
+    p.add_argument(
+        "--trace-ranks", type=int, default=256, help="ranks written to the trace (first N)"
+    )
     p.add_argument("--rows", type=int, default=20, help="collective rows shown per backend")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=run)
@@ -266,8 +269,10 @@ def run(args: argparse.Namespace) -> int:
             reports.append(rep)
             raws.append(raw)
     if args.trace:
-        n = chrome_trace(cw, raws[0], args.trace)
-        err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}")
+        n = chrome_trace(cw, raws[0], args.trace, max_ranks=args.trace_ranks)
+        left = cw.n_ranks - min(cw.n_ranks, args.trace_ranks)
+        more = f"; {left} ranks left out (--trace-ranks)" if left > 0 else ""
+        err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}{more}")
     network = _describe(pricer)
     if args.json:
         doc = {

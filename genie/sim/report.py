@@ -211,11 +211,17 @@ _TID = {
 _TRACK_NAMES = {0: "compute", 1: "comm", 2: "wait", 3: "memory/other"}
 
 
-def chrome_trace(cw: CompiledWorkload, raw: RawResult, path: str | Path) -> int:
-    """Write a Chrome-trace / Perfetto JSON timeline (one process per rank); return event count."""
+def chrome_trace(
+    cw: CompiledWorkload, raw: RawResult, path: str | Path, max_ranks: int | None = None
+) -> int:
+    """Write a Chrome-trace / Perfetto JSON timeline (one process per rank); return event count.
+
+    ``max_ranks`` keeps only the first ranks (the file says how many were left out).
+    """
     events: list[dict] = []
     by_rank = {r: k for k, r in enumerate(raw.sim_ranks)}
-    for r in range(cw.n_ranks):
+    shown = cw.n_ranks if max_ranks is None else min(cw.n_ranks, max_ranks)
+    for r in range(shown):
         k = by_rank.get(r, 0)
         if not raw.sim_ranks:
             break
@@ -262,6 +268,7 @@ def chrome_trace(cw: CompiledWorkload, raw: RawResult, path: str | Path) -> int:
                     "args": args,
                 }
             )
-    doc = {"traceEvents": events, "displayTimeUnit": "ns", "otherData": {"backend": raw.backend}}
+    other = {"backend": raw.backend, "ranks_shown": shown, "ranks_left_out": cw.n_ranks - shown}
+    doc = {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
     Path(path).write_bytes(msgspec.json.encode(doc))
     return len(events)
