@@ -454,8 +454,20 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                     raise _Fallback
                 t = data[pos] if pos < end else 0
             if t == 0x38:
-                dur, pos = _varint(data, pos + 1)
-                if not dur or (data[pos - 1] == 0 and dur > 0x7F):
+                b = data[pos + 1]
+                if b < 0x80:
+                    dur = b
+                    pos += 2
+                else:
+                    b1 = data[pos + 2]
+                    if 0 < b1 < 0x80:
+                        dur = (b & 0x7F) | (b1 << 7)
+                        pos += 3
+                    else:
+                        dur, pos = _varint(data, pos + 1)
+                        if data[pos - 1] == 0:
+                            raise _Fallback
+                if not dur:
                     raise _Fallback
                 t = data[pos] if pos < end else 0
             if pos > end:
