@@ -99,8 +99,43 @@ class TimeReply(Msg, tag="time_reply"):
     t2: int
 
 
+class RdmaOptions(msgspec.Struct, kw_only=True):
+    """RDMA data-plane settings for one job (used when ``DataOptions.transport == "rdma"``)."""
+
+    device: str = ""  # verbs device name; "" picks the device behind the agent's data address
+    port: int = 1  # device port
+    gid_index: int = -1  # GID table index; -1 picks the RoCE v2 GID of the data address
+    mode: str = "write_imm"  # "write_imm" (RDMA WRITE WITH IMMEDIATE) or "send" (SEND/RECV)
+    window: int = 16  # work requests in flight per queue pair
+    segment: int = 1 << 20  # a step is cut into work requests of at most this many bytes
+    events: bool = False  # wait for completions on a completion channel instead of polling
+    mtu: int = 0  # path MTU in bytes (256..4096); 0 takes the smaller of both ports' active MTU
+    timeout: int = 14  # local ACK timeout exponent (4.096 us x 2^timeout)
+    retry: int = 7  # transport retries before a work request fails
+
+
+class QpFacts(msgspec.Struct, kw_only=True, array_like=True):
+    """What one side of an RC queue pair tells its peer (sent over the job's TCP side channel)."""
+
+    src: int  # global rank that owns this queue pair
+    dst: int  # global rank at the other end
+    qpn: int
+    psn: int
+    gid: str  # 16 bytes as 32 hex digits
+    lid: int
+    rkey: int  # of the region the peer writes into (this rank's scratch)
+    address: int  # virtual address of that region
+    length: int  # its size in bytes
+    mtu: int  # this port's active MTU in bytes
+    # per RECV step from ``dst``: [program, tag, seq, step index, scratch offset, bytes]
+    slots: list[tuple[int, int, int, int, int, int]] = []
+
+
 class DataOptions(msgspec.Struct, kw_only=True):
     """Data-plane settings for one job."""
+
+    transport: str = "tcp"  # "tcp" or "rdma" (same programs, same results)
+    rdma: RdmaOptions = msgspec.field(default_factory=RdmaOptions)
 
     streams: int = 1  # TCP connections per rank pair; a large step is split across them
     sndbuf: int = 0  # SO_SNDBUF in bytes; 0 keeps the kernel's autotuning
