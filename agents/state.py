@@ -143,9 +143,10 @@ class AgentCore:
     def _current(self, msg: Msg) -> bool:
         return bool(self.job) and msg.job == self.job and msg.epoch == self.epoch
 
-    def _drop_job(self) -> None:
+    def _drop_job(self, why: str = "") -> None:
         if self.state is not State.IDLE:
             self.dp.release()
+            self.log.append(f"idle: job {self.job} released ({why or 'dropped'})")
         self.state = State.IDLE
         self.plan = None
         self.job = ""
@@ -195,13 +196,13 @@ class AgentCore:
         if isinstance(msg, Abort | Release):
             return self._on_abort(msg)
         if isinstance(msg, Bye):
-            self._drop_job()
+            self._drop_job("controller said bye")
             self.controller = None
             return [Ack(job=msg.job, epoch=msg.epoch, what="bye")]
         if isinstance(msg, Quit):
             if self.controller and self._sender != self.peer and self._silent < self.missed_limit:
                 return [self._err("busy", f"agent is held by controller {self.controller}", msg)]
-            self._drop_job()
+            self._drop_job("quit")
             self.quit = True
             return [Ack(what="quit")]
         return [self._err("direction", f"{type(msg).__name__} is not sent to agents", msg)]
@@ -222,7 +223,7 @@ class AgentCore:
             self.log.append(
                 f"takeover: controller {self.controller} silent, {msg.controller} claims"
             )
-            self._drop_job()
+            self._drop_job("takeover")
         if self.controller != msg.controller:
             self.last_epoch = 0
         self.controller = msg.controller
@@ -290,7 +291,7 @@ class AgentCore:
         if isinstance(msg, Release) and self.state is State.RUNNING:
             return [self._err("state", "release while running (use abort)", msg)]
         job, epoch = self.job, self.epoch
-        self._drop_job()
+        self._drop_job(what if isinstance(msg, Release) else f"abort: {msg.reason}")
         return [Ack(job=job, epoch=epoch, what=what)]
 
     def on_event(self, ev: Event) -> list[Msg]:
@@ -306,7 +307,7 @@ class AgentCore:
         if ev.kind in ("prepare_failed", "run_failed"):
             code = "prepare" if ev.kind == "prepare_failed" else "run"
             err = self._err(code, ev.error)
-            self._drop_job()
+            self._drop_job(f"{code} failed")
             return [err]
         return []
 
@@ -324,7 +325,7 @@ class AgentCore:
                 )
             )
             self.log.append(f"lost: controller {self.controller}; job {self.job} released")
-            self._drop_job()
+            self._drop_job("controller lost")
         if self.controller is not None and now >= self.next_beat:
             self.beats += 1
             out.append(

@@ -62,6 +62,9 @@ class Timeouts:
     slow_rate: float = SLOW_RATE
     margin: float = TIMEOUT_MARGIN
     base_s: float = TIMEOUT_BASE_S
+    heartbeat_s: float | None = None  # None: the Controller's heartbeat_s argument
+    missed_beats: int | None = None  # None: MISSED_BEATS_LIMIT
+    abort_s: float = 2.0  # bound of waiting for abort/bye acknowledgements
 
 
 @dataclass
@@ -112,8 +115,9 @@ class Controller:
         self.clock = clock or MonotonicClock()
         self.id = controller_id or f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.to = timeouts or Timeouts()
-        self.hb_ns = int(heartbeat_s * 1e9)
-        self.missed_limit = missed_beats_limit
+        self.hb_ns = int((self.to.heartbeat_s or heartbeat_s) * 1e9)
+        self.missed_limit = self.to.missed_beats or missed_beats_limit
+        self.lost: set[str] = set()  # agents found dead or cut off (skipped by abort/close)
         self.log = log or (lambda _m: None)
         self.hello: dict[str, HelloReply] = {}
         self.offsets: dict[str, ClockEstimate] = {}
@@ -149,8 +153,14 @@ class Controller:
         timeout_s: float,
         about: str,
         match_job: bool = True,
+        errors_ok: bool = False,
     ) -> dict[str, Msg]:
-        """Collect one ``want`` from each agent; RuntimeFault on error, timeout or loss."""
+        """Collect one ``want`` from each agent; RuntimeFault on error, timeout or loss.
+
+        ``errors_ok``: an Error from an agent counts as its answer (abort/bye: the agent already
+        dropped the job). An agent's run or prepare error during a job first checks every other
+        agent's liveness, so a peer that died (whose loss made the others fail) is named.
+        """
         got: dict[str, Msg] = {}
         pending = set(agents)
         start = self.clock.now()
@@ -168,6 +178,7 @@ class Controller:
             for a in sorted(pending) if drained else ():
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:
+                    self.lost.add(a)
                     raise RuntimeFault(
                         f"agent {a} lost: silent for {silent} heartbeat intervals during {about}"
                     )
@@ -187,8 +198,15 @@ class Controller:
             if isinstance(msg, Heartbeat):
                 continue
             if isinstance(msg, Error):
+                if errors_ok and agent in pending:
+                    got[agent] = msg
+                    pending.discard(agent)
+                    continue
                 if not match_job or (msg.job, msg.epoch) == (self.job, self.epoch) or not msg.job:
-                    raise RuntimeFault(f"agent {agent} during {about}: {msg.code}: {msg.message}")
+                    detail = f"{msg.code}: {msg.message}"
+                    if msg.code in ("run", "prepare") and self.job:
+                        self._name_lost(agents, agent, about, detail)
+                    raise RuntimeFault(f"agent {agent} during {about}: {detail}")
                 self.log(f"ignored stale error from {agent}: {msg.message}")
                 continue
             if match_job and (msg.job, msg.epoch) != (self.job, self.epoch):
@@ -200,6 +218,39 @@ class Controller:
             else:
                 self.log(f"dropped unexpected {type(msg).__name__} from {agent}")
         return got
+
+    def _name_lost(self, agents: Sequence[str], reporter: str, about: str, detail: str) -> None:
+        """After ``reporter`` failed a job step: raise naming any agent that no longer answers.
+
+        Every other agent is probed (TimeProbe, answered at once by a live agent whoever holds
+        it); one that stays silent for ``missed_limit - 1`` heartbeat intervals (at least one)
+        is lost. Returns if all answer.
+        """
+        others = {a for a in agents if a != reporter and a not in self.lost}
+        if not others:
+            return
+        start = self.clock.now()
+        for a in sorted(others):
+            try:
+                self._send(a, TimeProbe(t0=start))
+            except GenieError:
+                continue  # unreachable: stays silent
+        window = max(1, self.missed_limit - 1) * self.hb_ns
+        silent = set(others)
+        while silent and self.clock.now() - start < window:
+            item = self.t.recv(max(1, window - (self.clock.now() - start)) / 1e9)
+            if item is not None:
+                self.last_heard[item[0]] = self.clock.now()
+                silent.discard(item[0])
+        if silent:
+            self.lost |= silent
+            beats = (self.clock.now() - min(self.last_heard.get(a, start) for a in silent)) / (
+                self.hb_ns
+            )
+            raise RuntimeFault(
+                f"agent {', '.join(sorted(silent))} lost during {about}: no answer for "
+                f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})"
+            )
 
     # ---- phases ---------------------------------------------------------------------------
     def connect(self) -> dict[str, HelloReply]:
@@ -380,14 +431,14 @@ class Controller:
         """Abort the current job everywhere (best effort, bounded)."""
         if not self.job:
             return
-        involved = sorted(set(self.placement))
+        involved = sorted(set(self.placement) - self.lost)
         for a in involved:
             try:
                 self._send(a, Abort(job=self.job, epoch=self.epoch, reason=reason))
             except GenieError:
                 continue
         try:
-            self._wait(Ack, involved, 2.0, "abort")
+            self._wait(Ack, involved, self.to.abort_s, "abort", errors_ok=True)
         except GenieError as exc:
             self.log(f"abort incomplete: {exc}")
         self.job = ""
@@ -398,10 +449,11 @@ class Controller:
             if self.job:
                 self.abort("controller closing")
             msg: Msg = Quit() if quit_agents else Bye()
-            targets = list(self.hello)
+            targets = [a for a in self.hello if a not in self.lost]
             for a in targets:
-                self._send(a, msg)
-            self._wait(Ack, targets, 2.0, "bye", match_job=False)
+                with contextlib.suppress(GenieError):
+                    self._send(a, msg)
+            self._wait(Ack, targets, self.to.abort_s, "bye", match_job=False, errors_ok=True)
         except GenieError as exc:
             self.log(f"close: {exc}")
         finally:

@@ -1,0 +1,211 @@
+"""Faults with real agent processes on loopback: an agent killed mid-collective, a lost controller.
+
+Heartbeats are short (HB seconds) so each fault is detected in well under a second; every
+process is started here and ended by pid in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from genie.collectives import build_program
+from genie.controller.local import LocalCluster, open_controller
+from genie.controller.session import Timeouts
+from genie.errors import RuntimeFault
+
+HB = 0.2
+MISSED = 3
+BOUND_S = MISSED * HB + 0.5  # detection bound: 3 beats plus scheduling slack on a busy 2-core box
+
+
+def _timeouts() -> Timeouts:
+    return Timeouts(heartbeat_s=HB, missed_beats=MISSED, register_s=5.0, abort_s=1.0)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    cl = LocalCluster.start(3, tmp_path / "cl", heartbeat_s=HB)
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+def _long_program(n: int):
+    return build_program("all_reduce", "ring", n, 8 << 20, size_convention="nccl")
+
+
+def _small_program(n: int):
+    return build_program("all_gather", "ring", n, 4096, size_convention="nccl")
+
+
+def _kill_later(pid: int, after_s: float, when: dict) -> threading.Thread:
+    def go() -> None:
+        time.sleep(after_s)
+        when["t"] = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_agent_killed_mid_collective_is_named_and_others_return_to_idle(cluster) -> None:
+    names = [h.name for h in cluster.testbed.hosts]
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts())
+    try:
+        ctl.connect()
+        ctl.sync_clocks(rounds=4)
+        ctl.prepare([_long_program(3)], names)
+        first = ctl.run(0, iters=2)  # finishes: the results before the fault
+        assert len(first.instances) == 2
+        when: dict = {}
+        victim = cluster.procs[2]
+        _kill_later(victim.pid, 0.3, when)
+        with pytest.raises(RuntimeFault) as info:
+            ctl.run(0, iters=10_000, timeout_s=60)  # would run for minutes without the fault
+        detected = time.monotonic() - when["t"]
+        ms = detected * 1e3
+        print(f"\nkill -9 of agent {names[2]}: detected after {ms:.0f} ms: {info.value}")
+        assert names[2] in str(info.value) and "all_reduce/ring" in str(info.value)
+        assert "lost" in str(info.value)
+        assert detected < BOUND_S
+        assert victim.wait(timeout=2) == -signal.SIGKILL
+        # the survivors dropped the job (connections, buffers): a new job on them runs at once
+        ctl.prepare([_small_program(2)], names[:2])
+        again = ctl.run(0, iters=2)
+        assert len(again.instances) == 2 and all(x.time_s > 0 for x in again.instances)
+        ctl.release()
+    finally:
+        ctl.close()
+        ctl.t.close()
+
+
+def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -> None:
+    from genie.commands.bench import BenchConfig, run_bench
+    from genie.store import RunStore
+
+    store = tmp_path / "runs.sqlite"
+    sizes = [4096, 8192, 64 << 20]  # the last one runs long enough to be killed in
+    cfg = BenchConfig(
+        testbed_path=str(cluster.testbed_path),
+        collective="all_reduce",
+        algorithm="ring",
+        sizes=sizes,
+        iters=200,
+        warmup=0,
+        store=str(store),
+        progress=False,
+        timeouts=_timeouts(),
+    )
+    victim = cluster.procs[1]
+    killed: dict = {}
+
+    def killer() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # kill once the two small sizes are stored
+            try:
+                with RunStore(store) as st:
+                    runs = st.list_runs()
+                    if runs and runs[0].instances >= 400:
+                        time.sleep(0.3)
+                        killed["t"] = time.monotonic()
+                        os.kill(victim.pid, signal.SIGKILL)
+                        return
+            except Exception:
+                pass
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    with pytest.raises(RuntimeFault, match=cluster.testbed.hosts[1].name):
+        run_bench(cfg)
+    t.join(5)
+    assert "t" in killed
+    print(f"\nbench: agent killed, run failed {time.monotonic() - killed['t']:.2f} s later")
+    with RunStore(store) as st:
+        (info,) = st.list_runs()
+        assert info.status == "failed" and "lost" in info.error
+        assert st.size_times(info.run_id).keys() == {4096, 8192}
+        assert info.instances == 400
+
+
+CONTROLLER = textwrap.dedent(
+    """
+    import sys, time
+    from genie.collectives import build_program
+    from genie.controller.local import open_controller
+    from genie.controller.session import Timeouts
+    from genie.testbed import load_testbed
+
+    tb = load_testbed(sys.argv[1])
+    ctl = open_controller(tb, timeouts=Timeouts(heartbeat_s=float(sys.argv[2])))
+    ctl.connect()
+    names = [h.name for h in tb.hosts]
+    prog = build_program("all_reduce", "ring", len(names), 8 << 20, size_convention="nccl")
+    ctl.prepare([prog], names)
+    print("running", flush=True)
+    ctl.run(0, iters=100_000, timeout_s=600)
+    """
+)
+
+
+def _agent_logs(cluster) -> dict[str, str]:
+    return {
+        h.name: (cluster.dir / f"agent-{h.name}.log").read_text(errors="replace")
+        for h in cluster.testbed.hosts
+    }
+
+
+@pytest.mark.parametrize("how", ["kill", "stop"])
+def test_lost_controller_agents_go_idle_and_accept_the_next(cluster, how) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONTROLLER, str(cluster.testbed_path), str(HB)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        time.sleep(0.3)  # mid-job: the collective is looping on the agents
+        t0 = time.monotonic()
+        os.kill(proc.pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+        deadline = t0 + 5
+        while time.monotonic() < deadline:
+            if all("idle: job" in log for log in _agent_logs(cluster).values()):
+                break
+            time.sleep(0.01)
+        detected = time.monotonic() - t0
+        logs = _agent_logs(cluster)
+        assert all("idle: job" in log for log in logs.values()), logs
+        # at least one agent judged the controller lost by missed beats (the others may have
+        # dropped the job a moment earlier because that agent closed their data connections)
+        assert any("lost: controller" in log for log in logs.values()), logs
+        print(f"\ncontroller {how}: all agents idle after {detected * 1e3:.0f} ms")
+        assert detected < BOUND_S
+        # a new controller takes over the (silent) old one's agents and runs a job
+        ctl = open_controller(cluster.testbed, timeouts=_timeouts())
+        try:
+            ctl.connect()
+            names = [h.name for h in cluster.testbed.hosts]
+            ctl.prepare([_small_program(3)], names)
+            assert len(ctl.run(0, iters=2).instances) == 2
+            ctl.release()
+        finally:
+            ctl.close()
+            ctl.t.close()
+        assert all("takeover" in log for log in _agent_logs(cluster).values())
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+        proc.stdout.close()
+        proc.stderr.close()
