@@ -532,7 +532,8 @@ class TcpDataPlane:
                 self._got[key] = sock
                 self._lock.notify_all()
                 return
-            if token != self._token and len(self._parked) < PARKED_MAX:
+            current = bool(self._token)  # a job is set up here: no other job's peer may come
+            if token != self._token and not current and len(self._parked) < PARKED_MAX:
                 now = time.monotonic()
                 for k, (t, old) in list(self._parked.items()):
                     if now - t > PARKED_AGE_S:
@@ -540,7 +541,8 @@ class TcpDataPlane:
                         del self._parked[k]
                 self._parked[(token, *key)] = (now, sock)
                 return
-        self.log(f"data: refused connection from {peer} for rank pair {key[:2]}: not expected")
+        why = "token of another job" if token != self._token else "not expected"
+        self.log(f"data: refused connection from {peer} for rank pair {key[:2]}: {why}")
         sock.close()
 
     # ---- prepare --------------------------------------------------------------------------
