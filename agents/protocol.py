@@ -163,6 +163,21 @@ class Prepared(Msg, tag="prepared"):
     setup_s: float
 
 
+class OpItem(msgspec.Struct, kw_only=True, array_like=True):
+    """One communication op of a rank's op list (see ``agents.oplist``)."""
+
+    program: int  # index into the job's programs (each op list uses a program at most once)
+    deps: list[int] = []  # earlier ops of this rank's list that must have finished
+    gap_ns: int = 0  # compute wait after the last dep finished (after the start if no deps)
+
+
+class RankOps(msgspec.Struct, kw_only=True, array_like=True):
+    """The op list of one global rank."""
+
+    rank: int
+    ops: list[OpItem] = []
+
+
 class Go(Msg, tag="go"):
     """Run program ``program`` warmup+iters times, starting at a controller-clock instant."""
 
@@ -175,6 +190,9 @@ class Go(Msg, tag="go"):
     record_steps: bool = False
     spin_ns: int = 0  # busy-wait this long before the start (0: sleep only)
     rt_start: bool = False  # wait for the start under SCHED_FIFO (needs CAP_SYS_NICE)
+    # op-list mode (when non-empty): each rank runs its ops once, several programs in flight;
+    # ``program``/``iters``/``warmup`` are then ignored and RankResult.start/end hold per-op times
+    ops: list[RankOps] = []
 
 
 class RankResult(msgspec.Struct, kw_only=True, array_like=True):
