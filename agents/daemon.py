@@ -9,11 +9,18 @@ messages from anyone but the holding controller.
 One thread runs the loop: poll the control socket and a wake-up pipe the data plane writes to
 when it posts an event, feed frames and events to the core, send what it returns, and tick it
 for heartbeats. A frame that fails to decode is answered, never fatal.
+
+With a key directory (``keys_dir``, or the ``GENIE_KEYS`` environment variable) the control
+socket is a CURVE server and a ZAP handler admits only the trusted controller public keys; each
+refused key is logged. Without keys the channel is unauthenticated, which is allowed silently
+only on loopback: listening on any other address without keys prints a warning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import os
 import queue
 import signal
 import socket
@@ -31,9 +38,62 @@ from agents.transports.tcp import TcpDataPlane
 from genie.errors import TransportError, UsageError
 
 
-def make_agent_socket(ctx: zmq.Context, listen: str, agent_id: str) -> zmq.Socket:
+class _TrustedKeys:
+    """ZAP credentials provider: admits the trusted controller keys, logs every refusal."""
+
+    def __init__(self, keys: set[bytes], log: Callable[[str], None]) -> None:
+        self.keys = keys
+        self.log = log
+        self.refused: dict[bytes, int] = {}
+
+    def callback(self, _domain: str, key: bytes) -> bool:
+        """True if ``key`` (z85) is a trusted controller key."""
+        if key in self.keys:
+            return True
+        n = self.refused[key] = self.refused.get(key, 0) + 1
+        if n == 1 or n % 100 == 0:  # a retrying peer must not flood the log
+            self.log(
+                f"auth: refused controller with unknown CURVE key {key[:8].decode()}... "
+                f"({n} attempt{'s' if n > 1 else ''})"
+            )
+        return False
+
+
+def start_auth(ctx: zmq.Context, keys_dir: str, log: Callable[[str], None]):
+    """Start a ZAP handler on ``ctx`` admitting the controllers trusted in ``keys_dir``."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    from genie.keys import ZAP_DOMAIN, trusted_controllers
+
+    provider = _TrustedKeys(trusted_controllers(keys_dir), log)
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=provider)
+    return auth, provider
+
+
+def is_loopback(listen: str) -> bool:
+    """True if the host part of ``listen`` (IP:PORT) is a loopback address."""
+    host = listen.rpartition(":")[0].strip("[]")
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def make_agent_socket(
+    ctx: zmq.Context, listen: str, agent_id: str, keys_dir: str | None = None
+) -> zmq.Socket:
     """Create the agent's control socket: ROUTER, routing id = agent id, bound on ``listen``."""
     sock = ctx.socket(zmq.ROUTER)
+    if keys_dir:
+        from genie.keys import ZAP_DOMAIN, agent_pair
+
+        pair = agent_pair(keys_dir, agent_id)
+        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
+        sock.curve_secretkey = pair.secret
+        sock.curve_publickey = pair.public
+        sock.curve_server = True
     sock.setsockopt(zmq.ROUTING_ID, agent_id.encode())
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.LINGER, 200)
@@ -56,16 +116,42 @@ def run_agent(
     heartbeat_s: float = HEARTBEAT_INTERVAL_S,
     log: Callable[[str], None] | None = None,
     ready: Callable[[], None] | None = None,
+    keys_dir: str | None = None,
 ) -> int:
-    """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code."""
+    """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code.
+
+    ``keys_dir``: CURVE key directory (see ``genie.keys``); default ``$GENIE_KEYS``, else none.
+    """
     say = log or (lambda m: print(f"genie-agent {agent_id}: {m}", file=sys.stderr, flush=True))
     tighten_timer_slack()  # inherited by every thread started later (rank workers)
+    keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     ctx = zmq.Context()
-    ctl = make_agent_socket(ctx, listen, agent_id)
+    auth = None
+    if keys_dir:
+        try:
+            auth, _provider = start_auth(ctx, keys_dir, say)
+        except BaseException:
+            ctx.term()
+            raise
+        say(f"control channel: CURVE, controllers trusted from {keys_dir}")
+    elif not is_loopback(listen):
+        say(
+            f"warning: listening on {listen} without keys: any host that reaches it can drive "
+            "this agent (run `genie keys init` and start agents with GENIE_KEYS=DIR)"
+        )
+    try:
+        ctl = make_agent_socket(ctx, listen, agent_id, keys_dir)
+    except BaseException:
+        if auth:
+            auth.stop()
+        ctx.term()
+        raise
     try:
         dp = TcpDataPlane(data_addr, data_port, log=say)
     except TransportError:
         ctl.close(0)
+        if auth:
+            auth.stop()
         ctx.term()
         raise
     events: queue.Queue[Event] = queue.Queue()
@@ -140,6 +226,8 @@ def run_agent(
     finally:
         dp.close()
         ctl.close(linger=200)
+        if auth:
+            auth.stop()
         ctx.term()
         wake_r.close()
         wake_w.close()

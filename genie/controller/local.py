@@ -114,8 +114,12 @@ class LocalCluster:
         base_port: int | None = None,
         heartbeat_s: float = 0.5,
         python: str | None = None,
+        keys_dir: str | os.PathLike | None = None,
     ) -> LocalCluster:
-        """Start the agents, wait until all listen, write the testbed; stop all on failure."""
+        """Start the agents, wait until all listen, write the testbed; stop all on failure.
+
+        ``keys_dir``: agents serve CURVE with these keys (passed as ``GENIE_KEYS``).
+        """
         from genie.testbed import dumps_testbed, loopback_testbed
 
         if not 1 <= n_agents <= 256:
@@ -129,6 +133,9 @@ class LocalCluster:
         tb = loopback_testbed(n_agents, base_port=base, ranks_per_host=ranks_per_host)
         procs: list[subprocess.Popen] = []
         logs = []
+        env = dict(os.environ)
+        if keys_dir:
+            env["GENIE_KEYS"] = str(keys_dir)
         try:
             for h in tb.hosts:
                 log = open(d / f"agent-{h.name}.log", "wb")  # noqa: SIM115 (closed below)
@@ -153,6 +160,7 @@ class LocalCluster:
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
+                        env=env,
                     )
                 )
             (d / PIDFILE).write_text(json.dumps([p.pid for p in procs]))
@@ -224,8 +232,13 @@ def stop_recorded(directory: str | Path) -> list[int]:
     return stopped
 
 
-def open_controller(testbed, timeouts: Timeouts | None = None, log=None) -> Controller:
-    """A Controller connected (ZeroMQ) to every host of ``testbed``; call ``.connect()`` next."""
+def open_controller(
+    testbed, timeouts: Timeouts | None = None, log=None, keys_dir: str | None = None
+) -> Controller:
+    """A Controller connected (ZeroMQ) to every host of ``testbed``; call ``.connect()`` next.
+
+    ``keys_dir``: CURVE key directory (default ``$GENIE_KEYS``; none: unauthenticated).
+    """
     if not testbed.hosts:
         raise RuntimeFault(f"testbed {testbed.name} has no hosts")
     import os
@@ -233,5 +246,6 @@ def open_controller(testbed, timeouts: Timeouts | None = None, log=None) -> Cont
 
     endpoints = {h.name: h.control for h in testbed.hosts}
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-    tr = ZmqTransport(endpoints, identity=cid)
+    keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
+    tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir)
     return Controller(tr, list(endpoints), timeouts=timeouts, log=log, controller_id=cid)

@@ -175,6 +175,13 @@ class Controller:
                     f"timed out after {timeout_s:.3g} s waiting for {about} from "
                     f"{', '.join(sorted(pending))}"
                 )
+            refused = getattr(self.t, "refused", {})
+            for a in sorted(pending):
+                if a in refused:
+                    raise RuntimeFault(
+                        f"agent {a} refused this controller during {about}: {refused[a]} "
+                        "(the agent does not trust this controller's key, or keys differ)"
+                    )
             for a in sorted(pending) if drained else ():
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:

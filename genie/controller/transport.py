@@ -32,14 +32,36 @@ class Transport(Protocol):
         ...
 
 
+_AUTH_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+
 class ZmqTransport:
-    """ROUTER socket connected to every agent's DEALER; the routing id of a peer = agent id."""
+    """ROUTER socket connected to every agent's ROUTER; the routing id of a peer = agent id.
+
+    With ``keys_dir`` (see ``genie.keys``) the socket is a CURVE client: its own pair is the
+    controller pair, each agent's server key its public key. A handshake an agent refuses is
+    recorded in ``refused`` (agent -> reason) from the socket monitor, so the controller can
+    say so at once instead of timing out.
+    """
 
     def __init__(
-        self, endpoints: dict[str, str], ctx: zmq.Context | None = None, identity: str = ""
+        self,
+        endpoints: dict[str, str],
+        ctx: zmq.Context | None = None,
+        identity: str = "",
+        keys_dir: str | None = None,
     ) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
+        self.refused: dict[str, str] = {}
+        self._by_endpoint: dict[str, str] = {}
+        if keys_dir:
+            from genie.keys import CONTROLLER, load_pair
+
+            pair = load_pair(keys_dir, CONTROLLER)
+            self.sock.curve_secretkey = pair.secret
+            self.sock.curve_publickey = pair.public
+        self.monitor = self.sock.get_monitor_socket(_AUTH_EVENTS)
         if identity:
             self.sock.setsockopt(zmq.ROUTING_ID, identity.encode())
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -50,9 +72,29 @@ class ZmqTransport:
             self.sock.setsockopt(zmq.CONNECT_ROUTING_ID, name.encode())
             host, _, port = addr.rpartition(":")
             target = f"tcp://[{host.strip('[]')}]:{port}" if ":" in host else f"tcp://{addr}"
+            if keys_dir:
+                from genie.keys import agent_public
+
+                self.sock.curve_serverkey = agent_public(keys_dir, name)
+            self._by_endpoint[target] = name
             self.sock.connect(target)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
+        self.poller.register(self.monitor, zmq.POLLIN)
+
+    def _monitor_events(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        while True:
+            try:
+                ev = recv_monitor_message(self.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            who = self._by_endpoint.get(
+                ev["endpoint"].decode(errors="replace"), ev["endpoint"].decode(errors="replace")
+            )
+            what = "authentication" if ev["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH else "CURVE"
+            self.refused[who] = f"{what} handshake refused (error {ev['value']})"
 
     def send(self, agent: str, frame: bytes) -> None:
         """Send one frame to ``agent``; RuntimeFault if it is not connected."""
@@ -63,7 +105,10 @@ class ZmqTransport:
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:
         """Next frame from any agent, or None after ``timeout_s``."""
-        if not self.poller.poll(max(0, int(timeout_s * 1000))):
+        ready = dict(self.poller.poll(max(0, int(timeout_s * 1000))))
+        if self.monitor in ready:
+            self._monitor_events()
+        if self.sock not in ready:
             return None
         parts = self.sock.recv_multipart(zmq.NOBLOCK)
         if len(parts) < 2:
@@ -73,6 +118,8 @@ class ZmqTransport:
     def close(self) -> None:
         """Close the socket."""
         with contextlib.suppress(zmq.ZMQError):
+            self.sock.disable_monitor()
+            self.monitor.close(0)
             self.sock.close(linger=200)
 
 

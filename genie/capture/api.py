@@ -1,0 +1,126 @@
+"""Capture a workload from the compiler: run the JAX lowering in a subprocess, convert its HLO.
+
+The parent process never imports jax: ``capture_jax`` starts ``genie.capture.jax_runner`` in a
+fresh interpreter (the device count is fixed at jax's first import), reads back the optimized
+HLO and ``cost_analysis()``, and converts the HLO with ``genie.capture.convert``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from genie.capture.convert import CaptureCost, Conversion, hlo_to_workload
+from genie.capture.hlo import parse_hlo
+from genie.errors import UsageError, WorkloadError
+from genie.workload.loader import save_workload
+
+INSTALL_HINT = "genie capture needs jax: pip install 'genie[capture]' (or: pip install 'jax[cpu]')"
+
+
+def jax_available() -> bool:
+    """True when jax can be imported (without importing it)."""
+    return importlib.util.find_spec("jax") is not None
+
+
+def parse_mesh(text: str | None, devices: int) -> list[tuple[str, int]]:
+    """``dp=2,tp=4`` -> [('dp', 2), ('tp', 4)]; the sizes must multiply to ``devices``."""
+    if devices < 1:
+        raise UsageError(f"--devices must be >= 1, got {devices}")
+    if not text:
+        return [("dp", devices)]
+    axes = []
+    for part in text.split(","):
+        name, eq, size = part.strip().partition("=")
+        if not eq or not name.isidentifier() or not size.strip().isdigit():
+            raise UsageError(f"--mesh: expected NAME=SIZE[,NAME=SIZE...], got {text!r}")
+        if any(a == name for a, _ in axes):
+            raise UsageError(f"--mesh: axis {name!r} given twice")
+        axes.append((name, int(size)))
+    if math.prod(s for _, s in axes) != devices or any(s < 1 for _, s in axes):
+        total = math.prod(s for _, s in axes)
+        raise UsageError(f"--mesh {text} has {total} devices, not {devices}")
+    return axes
+
+
+@dataclass
+class CaptureResult:
+    """A captured workload, the compiler's own cost figures, and where it was written."""
+
+    conversion: Conversion
+    cost_analysis: dict
+    hlo: str
+    jax_version: str
+    files: list[Path]
+
+
+def lower_in_subprocess(
+    target: str, devices: int, mesh: list[tuple[str, int]], timeout: float = 600.0
+) -> dict:
+    """Run the JAX lowering in a fresh interpreter; returns its JSON answer."""
+    if ":" not in target:
+        raise UsageError(f"capture target must be MODULE:FUNCTION, got {target!r}")
+    if not jax_available():
+        raise UsageError(INSTALL_HINT)
+    with tempfile.TemporaryDirectory(prefix="genie-capture-") as tmp:
+        answer = Path(tmp) / "answer.json"
+        req = {"target": target, "devices": devices, "mesh": mesh, "answer": str(answer)}
+        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "genie.capture.jax_runner", json.dumps(req)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise WorkloadError(f"capture of {target} took longer than {timeout:.0f} s") from None
+        if proc.returncode != 0 or not answer.exists():
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            last = lines[-1] if lines else f"exit code {proc.returncode}"
+            raise WorkloadError(f"capture of {target} failed: {last}")
+        return json.loads(answer.read_text())
+
+
+def capture_jax(
+    target: str,
+    devices: int,
+    mesh: str | None = None,
+    *,
+    out: str | Path | None = None,
+    cost: CaptureCost | None = None,
+    timeout: float = 600.0,
+) -> CaptureResult:
+    """Lower ``MODULE:FUNCTION`` for ``devices`` CPU devices and convert it to per-rank ETs.
+
+    Writes ``<out>.<rank>.et`` (and the comm-group file) when ``out`` is given.
+    """
+    axes = parse_mesh(mesh, devices)
+    answer = lower_in_subprocess(target, devices, axes, timeout)
+    module = parse_hlo(answer["hlo"])
+    if max(module.num_partitions, module.num_replicas) != devices:
+        raise WorkloadError(
+            f"compiled module has {module.num_partitions} partitions, {devices} devices asked"
+        )
+    if answer["device_ids"] != list(range(devices)):
+        raise WorkloadError(f"mesh devices are {answer['device_ids']}, expected 0..{devices - 1}")
+    params = {
+        "target": target,
+        "devices": devices,
+        "mesh": ",".join(f"{a}={s}" for a, s in axes),
+        "jax": answer["jax_version"],
+    }
+    name = Path(out).name if out else "capture"
+    conv = hlo_to_workload(module, mesh=axes, cost=cost, name="capture", params=params)
+    conv.workload.name = name
+    files = save_workload(conv.workload, out) if out else []
+    return CaptureResult(conv, answer["cost_analysis"], answer["hlo"], answer["jax_version"], files)

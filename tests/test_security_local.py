@@ -1,0 +1,155 @@
+"""Security with real agent processes: CURVE on the control channel, job tokens on data ports."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import time
+
+import pytest
+
+from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC
+from genie.collectives import build_program
+from genie.controller.local import LocalCluster, open_controller
+from genie.controller.session import Timeouts
+from genie.errors import GenieError, RuntimeFault, UsageError
+from genie.keys import init_keys, load_pair, trusted_controllers
+
+HB = 0.2
+
+
+def _timeouts() -> Timeouts:
+    return Timeouts(heartbeat_s=HB, register_s=3.0, abort_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    d = tmp_path_factory.mktemp("keys")
+    init_keys(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, keys):
+    cl = LocalCluster.start(2, tmp_path_factory.mktemp("cl"), heartbeat_s=HB, keys_dir=keys)
+    try:
+        yield cl
+    finally:
+        cl.stop()
+
+
+def _log(cluster, i: int = 0) -> str:
+    return (cluster.dir / f"agent-{cluster.testbed.hosts[i].name}.log").read_text()
+
+
+def test_keys_init_makes_private_secrets_and_refuses_to_overwrite(tmp_path) -> None:
+    pairs = init_keys(tmp_path, ["h7"])
+    assert set(pairs) == {"controller", "agent", "agent-h7"}
+    for name in pairs:
+        mode = stat.S_IMODE((tmp_path / f"{name}.secret").stat().st_mode)
+        assert mode == 0o600
+        assert load_pair(tmp_path, name) == pairs[name]
+    assert trusted_controllers(tmp_path) == {pairs["controller"].public}
+    with pytest.raises(UsageError, match="already exists"):
+        init_keys(tmp_path)
+    (tmp_path / "agent.secret").chmod(0o644)
+    with pytest.raises(UsageError, match="readable by others"):
+        load_pair(tmp_path, "agent")
+    (tmp_path / "controller.public").write_text("short\n")
+    with pytest.raises(UsageError, match="not a CURVE key"):
+        trusted_controllers(tmp_path)
+
+
+def test_trusted_controller_runs_a_job(cluster, keys) -> None:
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts(), keys_dir=str(keys))
+    try:
+        ctl.connect()
+        names = [h.name for h in cluster.testbed.hosts]
+        ctl.prepare([build_program("all_reduce", "ring", 2, 4096, size_convention="nccl")], names)
+        assert len(ctl.run(0, iters=2).instances) == 2
+        ctl.release()
+    finally:
+        ctl.close()
+        ctl.t.close()
+    assert "CURVE" in _log(cluster)
+
+
+def test_controller_with_unknown_key_is_refused_and_logged(cluster, keys, tmp_path) -> None:
+    # an intruder has the agents' public key (it is public) but its own controller pair
+    init_keys(tmp_path)
+    (tmp_path / "agent.public").write_bytes((keys / "agent.public").read_bytes())
+    intruder = load_pair(tmp_path, "controller").public
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts(), keys_dir=str(tmp_path))
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(RuntimeFault, match="refused this controller") as info:
+            ctl.connect()
+    finally:
+        ctl.close()
+        ctl.t.close()
+    print(f"\nunknown key refused after {(time.monotonic() - t0) * 1e3:.0f} ms: {info.value}")
+    deadline = time.monotonic() + 2
+    while "auth: refused" not in _log(cluster) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert f"unknown CURVE key {intruder[:8].decode()}" in _log(cluster)
+
+
+def test_controller_without_keys_gets_nothing_from_a_curve_agent(cluster) -> None:
+    ctl = open_controller(cluster.testbed, timeouts=Timeouts(register_s=1.0), keys_dir="")
+    try:
+        with pytest.raises(RuntimeFault, match=r"refused this controller|timed out"):
+            ctl.connect()
+    finally:
+        ctl.close()
+        ctl.t.close()
+
+
+def _knock(port: int, payload: bytes) -> bytes:
+    """Connect to a data port, send ``payload``; return what comes back before it closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        s.sendall(payload)
+        s.settimeout(2)
+        try:
+            return s.recv(100)
+        except (ConnectionResetError, TimeoutError):
+            return b"<reset>"
+
+
+def test_data_port_refuses_outsiders_and_logs_it(cluster, keys) -> None:
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts(), keys_dir=str(keys))
+    try:
+        hello = ctl.connect()
+        port = hello[cluster.testbed.hosts[0].name].data_port
+        # garbage instead of a handshake
+        assert _knock(port, b"GET / HTTP/1.0\r\n\r\n" + b"x" * 40) in (b"", b"<reset>")
+        names = [h.name for h in cluster.testbed.hosts]
+        ctl.prepare([build_program("all_reduce", "ring", 2, 65536, size_convention="nccl")], names)
+        # a well-formed handshake for a rank pair of this job, but without the job's token
+        fake = HANDSHAKE.pack(HANDSHAKE_MAGIC, b"\x00" * 16, 1, 0, 0, 1)
+        assert _knock(port, fake) in (b"", b"<reset>")
+        # the job itself is untouched
+        out = ctl.run(0, iters=2)
+        assert len(out.instances) == 2
+        ctl.release()
+    finally:
+        ctl.close()
+        ctl.t.close()
+    log = _log(cluster)
+    assert "data: refused connection" in log and "bad handshake magic" in log
+    assert "token of another job" in log
+
+
+def test_agent_warns_when_listening_beyond_loopback_without_keys(monkeypatch) -> None:
+    from agents.daemon import is_loopback, run_agent
+
+    monkeypatch.delenv("GENIE_KEYS", raising=False)
+    assert is_loopback("127.0.0.1:5") and is_loopback("[::1]:5") and not is_loopback("10.0.0.1:5")
+    lines: list[str] = []
+    # 198.18.0.1 is not configured here: the bind fails right after the warning (no traffic)
+    with pytest.raises(GenieError):
+        run_agent("198.18.0.1:1", "h0", "127.0.0.1", log=lines.append)
+    assert any(line.startswith("warning: listening on 198.18.0.1:1 without keys") for line in lines)
+    lines.clear()
+    with pytest.raises(GenieError):
+        run_agent("127.0.0.1:1", "h0", "198.18.0.1", log=lines.append)
+    assert not any("warning" in line for line in lines)
