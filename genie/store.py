@@ -298,3 +298,56 @@ class RunStore:
         for size, t in self._exec(sql + " ORDER BY size, id", args).fetchall():
             out.setdefault(int(size), []).append(float(t))
         return out
+
+
+# ---- export -------------------------------------------------------------------------------
+EXPORT_COLUMNS = (
+    "run_id",
+    "collective",
+    "algorithm",
+    "n_ranks",
+    "size",
+    "chunks",
+    "streams",
+    "iteration",
+    "warmup",
+    "start_ns",
+    "end_ns",
+    "time_s",
+    "step0_spread_ns",
+)
+
+
+def export_rows(store: RunStore, run_id: str, include_warmup: bool = True) -> list[dict[str, Any]]:
+    """The instances of a run as flat rows (``EXPORT_COLUMNS``), for CSV or Parquet."""
+    return [
+        {c: x[c] for c in EXPORT_COLUMNS}
+        for x in store.instances(run_id, include_warmup=include_warmup)
+    ]
+
+
+def write_csv(rows: Sequence[dict[str, Any]], out: Any) -> int:
+    """Write ``rows`` as CSV (header first) to the text stream ``out``; return the row count."""
+    import csv
+
+    w = csv.DictWriter(out, fieldnames=list(EXPORT_COLUMNS), lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    return len(rows)
+
+
+def write_parquet(rows: Sequence[dict[str, Any]], path: str | os.PathLike) -> int:
+    """Write ``rows`` as a Parquet file (needs pyarrow); return the row count."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise StoreError(
+            "Parquet export needs pyarrow: install it with `pip install pyarrow` (or export --csv)"
+        ) from None
+    table = pa.table({c: [r[c] for r in rows] for c in EXPORT_COLUMNS})
+    try:
+        pq.write_table(table, str(path))
+    except OSError as exc:
+        raise StoreError(f"cannot write {path}: {exc}") from None
+    return len(rows)

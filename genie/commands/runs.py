@@ -1,0 +1,152 @@
+"""``genie runs list|show|export``: read the run store (see ``genie.store``)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from genie.errors import StoreError
+from genie.store import DEFAULT_STORE, RunStore
+
+
+def _open(args: argparse.Namespace) -> RunStore:
+    if not Path(args.store).exists():
+        raise StoreError(f"no run store at {args.store} (runs are recorded by genie bench)")
+    return RunStore(args.store)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    with _open(args) as st:
+        runs = st.list_runs(args.limit)
+    if args.json:
+        print(json.dumps([{k: getattr(r, k) for k in _LIST_KEYS} for r in runs], indent=2))
+        return 0
+    t = Table(title=f"runs in {args.store} (times UTC)")
+    for col in ("run", "started", "status", "testbed", "instances", "command"):
+        t.add_column(col)
+    for r in runs:
+        t.add_row(
+            r.run_id,
+            _when(r.created_at),
+            r.status,
+            r.testbed_name,
+            str(r.instances),
+            r.command[:60],
+        )
+    Console().print(t)
+    return 0
+
+
+_LIST_KEYS = ("run_id", "created_at", "finished_at", "status", "testbed_name", "instances")
+
+
+def _show(args: argparse.Namespace) -> int:
+    from genie.controller.results import stats
+
+    with _open(args) as st:
+        info = st.run(args.run)
+        groups: dict[tuple[str, str, int, int], list[float]] = {}
+        for x in st.instances(info.run_id):
+            key = (x["collective"], x["algorithm"], x["n_ranks"], x["size"])
+            groups.setdefault(key, []).append(x["time_s"])
+    summary = [
+        {
+            "collective": c,
+            "algorithm": a,
+            "n_ranks": n,
+            "size": s,
+            "n": len(ts),
+            "p50_s": stats(ts).p50,
+            "p99_s": stats(ts).p99,
+        }
+        for (c, a, n, s), ts in sorted(groups.items())
+    ]
+    if args.json:
+        out = {k: getattr(info, k) for k in info.__struct_fields__}
+        out["summary"] = summary
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"run {info.run_id}: {info.status}" + (f" ({info.error})" if info.error else ""))
+    print(f"  started {_when(info.created_at)} UTC, finished {_when(info.finished_at)} UTC")
+    print(f"  command: {info.command}")
+    print(f"  genie {info.genie_version}; testbed {info.testbed_name or '-'}", end="")
+    print(f" ({len(info.testbed)} bytes of testbed file kept)")
+    if info.workload_hash:
+        print(f"  workload hash {info.workload_hash}")
+    for a, f in sorted(info.host_facts.items()):
+        off = info.clock_offsets.get(a, {})
+        print(
+            f"  host {a}: {f.get('hostname', '?')}, {f.get('cpus_logical', '?')} CPUs; "
+            f"clock offset {off.get('offset_ns', '?')} ns"
+        )
+    print(f"  {info.instances} instances (warm-up included); measured, per size:")
+    for row in summary:
+        print(
+            f"    {row['collective']}/{row['algorithm']} n={row['n_ranks']} size={row['size']} B:"
+            f" {row['n']} x, p50 {row['p50_s'] * 1e6:.1f} us, p99 {row['p99_s'] * 1e6:.1f} us"
+        )
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from genie.store import export_rows, write_csv, write_parquet
+
+    with _open(args) as st:
+        rows = export_rows(st, args.run, include_warmup=not args.no_warmup)
+    if args.parquet:
+        n = write_parquet(rows, args.parquet)
+        print(f"wrote {n} rows to {args.parquet}", file=sys.stderr)
+        return 0
+    target = args.csv
+    if target == "-":
+        write_csv(rows, sys.stdout)
+        return 0
+    try:
+        with open(target, "w", newline="") as fh:
+            n = write_csv(rows, fh)
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror}") from None
+    print(f"wrote {n} rows to {target}", file=sys.stderr)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``runs`` command."""
+    p = sub.add_parser("runs", help="list, show and export recorded runs")
+    rs = p.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store")
+
+    ls = rs.add_parser("list", help="runs, newest first")
+    common(ls)
+    ls.add_argument("--limit", type=int, default=None, help="at most this many")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    ls.set_defaults(func=_list)
+
+    sh = rs.add_parser("show", help="one run: provenance and per-size summary")
+    common(sh)
+    sh.add_argument("run", help="run id (a unique prefix is enough)")
+    sh.add_argument("--json", action="store_true", help="print JSON")
+    sh.set_defaults(func=_show)
+
+    ex = rs.add_parser("export", help="a run's instances as CSV or Parquet")
+    common(ex)
+    ex.add_argument("run", help="run id (a unique prefix is enough)")
+    fmt = ex.add_mutually_exclusive_group(required=True)
+    fmt.add_argument("--csv", metavar="FILE", help="CSV file ('-' for stdout)")
+    fmt.add_argument("--parquet", metavar="FILE", help="Parquet file (needs pyarrow)")
+    ex.add_argument("--no-warmup", action="store_true", help="leave warm-up instances out")
+    ex.set_defaults(func=_export)
