@@ -62,17 +62,24 @@ class CaptureResult:
 
 
 def lower_in_subprocess(
-    target: str, devices: int, mesh: list[tuple[str, int]], timeout: float = 600.0
-) -> dict:
-    """Run the JAX lowering in a fresh interpreter; returns its JSON answer."""
-    if ":" not in target:
-        raise UsageError(f"capture target must be MODULE:FUNCTION, got {target!r}")
+    jobs: list[tuple[str, list[tuple[str, int]]]], devices: int, timeout: float = 600.0
+) -> list[dict]:
+    """Lower each (target, mesh axes) job in one fresh interpreter with ``devices`` CPU devices;
+    returns the runner's JSON answers (``hlo``, ``cost_analysis``, ``jax_version``, ...)."""
+    for target, _ in jobs:
+        if ":" not in target:
+            raise UsageError(f"capture target must be MODULE:FUNCTION, got {target!r}")
     if not jax_available():
         raise UsageError(INSTALL_HINT)
     with tempfile.TemporaryDirectory(prefix="genie-capture-") as tmp:
         answer = Path(tmp) / "answer.json"
-        req = {"target": target, "devices": devices, "mesh": mesh, "answer": str(answer)}
+        req = {
+            "devices": devices,
+            "jobs": [{"target": t, "mesh": m} for t, m in jobs],
+            "answer": str(answer),
+        }
         env = dict(os.environ, JAX_PLATFORMS="cpu")
+        names = ", ".join(t for t, _ in jobs)
         try:
             proc = subprocess.run(
                 [sys.executable, "-m", "genie.capture.jax_runner", json.dumps(req)],
@@ -83,12 +90,41 @@ def lower_in_subprocess(
                 check=False,
             )
         except subprocess.TimeoutExpired:
-            raise WorkloadError(f"capture of {target} took longer than {timeout:.0f} s") from None
+            raise WorkloadError(f"capture of {names} took longer than {timeout:.0f} s") from None
         if proc.returncode != 0 or not answer.exists():
             lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
             last = lines[-1] if lines else f"exit code {proc.returncode}"
-            raise WorkloadError(f"capture of {target} failed: {last}")
+            raise WorkloadError(f"capture of {names} failed: {last}")
         return json.loads(answer.read_text())
+
+
+def convert_answer(
+    answer: dict,
+    target: str,
+    devices: int,
+    axes: list[tuple[str, int]],
+    *,
+    out: str | Path | None = None,
+    cost: CaptureCost | None = None,
+) -> CaptureResult:
+    """Turn one runner answer into a CaptureResult (and the ET files when ``out`` is given)."""
+    module = parse_hlo(answer["hlo"])
+    if max(module.num_partitions, module.num_replicas) != devices:
+        raise WorkloadError(
+            f"compiled module has {module.num_partitions} partitions, {devices} devices asked"
+        )
+    if answer["device_ids"] != list(range(devices)):
+        raise WorkloadError(f"mesh devices are {answer['device_ids']}, expected 0..{devices - 1}")
+    params = {
+        "target": target,
+        "devices": devices,
+        "mesh": ",".join(f"{a}={s}" for a, s in axes),
+        "jax": answer["jax_version"],
+    }
+    conv = hlo_to_workload(module, mesh=axes, cost=cost, name="capture", params=params)
+    conv.workload.name = Path(out).name if out else "capture"
+    files = save_workload(conv.workload, out) if out else []
+    return CaptureResult(conv, answer["cost_analysis"], answer["hlo"], answer["jax_version"], files)
 
 
 def capture_jax(
@@ -105,22 +141,5 @@ def capture_jax(
     Writes ``<out>.<rank>.et`` (and the comm-group file) when ``out`` is given.
     """
     axes = parse_mesh(mesh, devices)
-    answer = lower_in_subprocess(target, devices, axes, timeout)
-    module = parse_hlo(answer["hlo"])
-    if max(module.num_partitions, module.num_replicas) != devices:
-        raise WorkloadError(
-            f"compiled module has {module.num_partitions} partitions, {devices} devices asked"
-        )
-    if answer["device_ids"] != list(range(devices)):
-        raise WorkloadError(f"mesh devices are {answer['device_ids']}, expected 0..{devices - 1}")
-    params = {
-        "target": target,
-        "devices": devices,
-        "mesh": ",".join(f"{a}={s}" for a, s in axes),
-        "jax": answer["jax_version"],
-    }
-    name = Path(out).name if out else "capture"
-    conv = hlo_to_workload(module, mesh=axes, cost=cost, name="capture", params=params)
-    conv.workload.name = name
-    files = save_workload(conv.workload, out) if out else []
-    return CaptureResult(conv, answer["cost_analysis"], answer["hlo"], answer["jax_version"], files)
+    (answer,) = lower_in_subprocess([(target, axes)], devices, timeout)
+    return convert_answer(answer, target, devices, axes, out=out, cost=cost)

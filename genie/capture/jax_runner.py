@@ -60,20 +60,18 @@ def _cost(compiled) -> dict:
     return {k: float(v) for k, v in (ca or {}).items() if k in ("flops", "bytes accessed")}
 
 
-def lower(request: dict) -> dict:
-    """Compile the request's function; returns the optimized HLO text and cost analysis."""
-    _set_flags(request["devices"])
+def lower(job: dict, n: int) -> dict:
+    """Compile one job's function for ``n`` devices; returns the HLO text and cost analysis."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    n = request["devices"]
     devices = jax.devices()
     if len(devices) < n:
         raise SystemExit(f"capture: jax has {len(devices)} devices, {n} requested")
-    axes = request["mesh"]
+    axes = job["mesh"]
     mesh = Mesh(np.array(devices[:n]).reshape([s for _, s in axes]), tuple(a for a, _ in axes))
-    modname, _, fname = request["target"].rpartition(":")
+    modname, _, fname = job["target"].rpartition(":")
     mod = _load_module(modname)
     fn = getattr(mod, fname, None)
     inputs = getattr(mod, f"{fname}_inputs", None)
@@ -108,10 +106,15 @@ def lower(request: dict) -> dict:
 
 
 def main() -> None:
-    """Read the JSON request from argv[1] and write the JSON answer to the file it names."""
+    """Read the JSON request from argv[1] and write the JSON answers to the file it names.
+
+    Request: ``{"devices": N, "jobs": [{"target": "m:f", "mesh": [["dp", N]]}, ...],
+    "answer": path}``; the answer file holds one object per job, in order.
+    """
     request = json.loads(sys.argv[1])
-    answer = lower(request)
-    Path(request["answer"]).write_text(json.dumps(answer))
+    _set_flags(request["devices"])
+    answers = [lower(job, request["devices"]) for job in request["jobs"]]
+    Path(request["answer"]).write_text(json.dumps(answers))
 
 
 if __name__ == "__main__":
