@@ -27,6 +27,7 @@ REDUCE adds bytes (uint8, wrapping) and COPY copies, with numpy.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import os
 import selectors
 import socket
@@ -41,11 +42,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.clock import sleep_until
+from agents.oplist import check_ops, dependents
 from agents.plan import AgentPlan, RankPlan
-from agents.protocol import DataOptions, Go, Prepare, Prepared, RankResult, Result
+from agents.protocol import (
+    DataOptions,
+    Go,
+    OpItem,
+    Prepare,
+    Prepared,
+    RankResult,
+    Result,
+)
 from agents.state import Event
 from genie.collectives.program import Op
-from genie.errors import TransportError
+from genie.errors import GenieError, TransportError
 
 HANDSHAKE = struct.Struct("<4s16sIIHH")
 HANDSHAKE_MAGIC = b"GNI1"
@@ -445,6 +455,263 @@ class RankExecutor:
             while ready:
                 start(ready.popleft())
 
+    # ---- op-list mode (see agents.oplist) -------------------------------------------------
+    def run_ops(self, go: Go, ops: list[OpItem], start_local_ns: int) -> RankResult:
+        """Run this rank's op list once from ``start_local_ns``: ops start when their deps and
+        compute gaps allow, several in flight at once; start/end of the result are per op."""
+        self.bytes_sent = self.bytes_received = self.verified = 0
+        n_ops = len(ops)
+        by_prog = {op.program: j for j, op in enumerate(ops)}
+        op_start = [0] * n_ops
+        op_end = [0] * n_ops
+        op_pending = [len(op.deps) for op in ops]
+        op_after = dependents(ops)
+        states: dict[int, _ProgRun] = {}
+        ready: deque[tuple[_ProgRun, int]] = deque()
+        timers: list[tuple[int, int]] = []
+        verify = self.opts.verify
+        timeout_ns = int(go.timeout_s * 1e9)
+        ops_left = n_ops
+
+        def state(p: int) -> _ProgRun:
+            ps = states.get(p)
+            if ps is None:
+                plan = self.plans[p]
+                buf, scratch = self.buffers[p]
+                ps = _ProgRun(p, by_prog[p], plan, buf, scratch, self.parts[p])
+                states[p] = ps
+            return ps
+
+        def op_done(ps: _ProgRun) -> None:
+            nonlocal ops_left
+            j = ps.op
+            op_end[j] = time.monotonic_ns()
+            ops_left -= 1
+            for k in op_after[j]:
+                op_pending[k] -= 1
+                if op_pending[k] == 0:
+                    due = max(op_end[d] for d in ops[k].deps) + ops[k].gap_ns
+                    heapq.heappush(timers, (due, k))
+
+        def complete(ps: _ProgRun, i: int) -> None:
+            ps.st_end[i] = time.monotonic_ns()
+            ps.remaining -= 1
+            for d in ps.plan.dependents[i]:
+                ps.pending[d] -= 1
+                if ps.pending[d] == 0:
+                    ready.append((ps, d))
+            if ps.remaining == 0:
+                op_done(ps)
+
+        def on_header(s: Stream, h: tuple) -> None:
+            hprog, hit, src, dst, tag, seq, part, nparts, off, ln, crc = h
+            if hprog not in by_prog or hit != 0 or src != s.peer or dst != self.rank:
+                raise TransportError(
+                    f"rank {self.rank}: unexpected frame from {s.peer}: program {hprog} "
+                    f"iteration {hit} src {src} dst {dst} (not in this rank's op list)"
+                )
+            ps = state(hprog)
+            i = ps.plan.recv_index.get((src, tag, seq))
+            if i is None or nparts != len(ps.parts[i]) or (off, ln) != ps.parts[i][part]:
+                raise TransportError(
+                    f"rank {self.rank}: frame from {src} program {hprog} tag {tag} seq {seq} "
+                    f"part {part} matches no receive of that program"
+                )
+            base = ps.plan.scratch_offset[i] + off
+            s.cur = ((ps, i), memoryview(ps.scratch)[base : base + ln], 0, ln, crc)
+            if ln == 0:
+                finish_part(s)
+
+        def finish_part(s: Stream) -> None:
+            (ps, i), view, _, ln, crc = s.cur
+            s.cur = None
+            if verify:
+                if zlib.crc32(view) != crc:
+                    raise TransportError(
+                        f"rank {self.rank}: CRC mismatch on {ln} bytes from rank {s.peer} "
+                        f"(program {ps.program}, step {i})"
+                    )
+                self.verified += 1
+            self.bytes_received += ln
+            ps.left[i] -= 1
+            if ps.left[i] == 0 and ps.started[i]:
+                complete(ps, i)
+
+        def read(s: Stream) -> None:
+            for _ in range(64):
+                if s.cur is None:
+                    view, have = memoryview(s.hdr)[s.hdr_got :], -1
+                else:
+                    view, have = s.cur[1][s.cur[2] :], s.cur[2]
+                try:
+                    got = s.sock.recv_into(view)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
+                if got == 0:
+                    raise TransportError(f"rank {self.rank}: rank {s.peer} closed the link")
+                if have < 0:
+                    s.hdr_got += got
+                    if s.hdr_got == HDR.size:
+                        s.hdr_got = 0
+                        on_header(s, HDR.unpack(s.hdr))
+                else:
+                    key, v, _, ln, crc = s.cur
+                    s.cur = (key, v, have + got, ln, crc)
+                    if have + got == ln:
+                        finish_part(s)
+
+        def write(s: Stream) -> None:
+            while s.out:
+                f = s.out[0]
+                try:
+                    sent = s.sock.sendmsg(f.pieces)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as exc:
+                    raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
+                if f.advance(sent):
+                    s.out.popleft()
+                    ps, i = f.step
+                    ps.left[i] -= 1
+                    if ps.left[i] == 0:
+                        complete(ps, i)
+
+        def start_step(ps: _ProgRun, i: int) -> None:
+            st = ps.plan.steps[i]
+            ps.started[i] = True
+            plan = ps.plan
+            if st.op == Op.SEND:
+                peer = plan.peer_global[i]
+                lst = self.streams[peer]
+                parts = ps.parts[i]
+                mv = memoryview(ps.buf)
+                touched = []
+                for k, (off, ln) in enumerate(parts):
+                    s = lst[k % len(lst)] if len(parts) > 1 else lst[plan.seq[i] % len(lst)]
+                    payload = mv[st.offset + off : st.offset + off + ln]
+                    crc = zlib.crc32(payload) if verify else 0
+                    hdr = HDR.pack(
+                        ps.program, 0, self.rank, peer, st.tag, plan.seq[i], k, len(parts),
+                        off, ln, crc,
+                    )  # fmt: skip
+                    s.out.append(_Out([memoryview(hdr), payload], (ps, i)))
+                    self.bytes_sent += ln
+                    touched.append(s)
+                for s in touched:
+                    write(s)
+                    self._want(s)
+            elif st.op == Op.RECV:
+                if ps.left[i] == 0:
+                    complete(ps, i)
+            else:
+                so = plan.scratch_offset[st.src]
+                dst = ps.buf[st.offset : st.offset + st.nbytes]
+                src = ps.scratch[so : so + st.nbytes]
+                if st.op == Op.REDUCE:
+                    np.add(dst, src, out=dst)
+                else:
+                    dst[:] = src
+                complete(ps, i)
+
+        def start_op(j: int) -> None:
+            op_start[j] = time.monotonic_ns()
+            if self._rt:
+                self._rt = _set_realtime(False) and False
+            ps = state(ops[j].program)
+            if ps.remaining == 0:
+                op_done(ps)
+                return
+            for i in range(len(ps.plan.steps)):
+                if ps.pending[i] == 0:
+                    ready.append((ps, i))
+
+        while start_local_ns - time.monotonic_ns() > 2 * go.spin_ns + 100_000_000:
+            if self.abort.wait(0.05):
+                raise TransportError(f"rank {self.rank}: aborted before the start")
+        for j, op in enumerate(ops):
+            if not op.deps:
+                heapq.heappush(timers, (start_local_ns + op.gap_ns, j))
+        self._rt = go.rt_start and _set_realtime(True)
+        sleep_until(start_local_ns, go.spin_ns)
+        if self._rt:
+            self._rt = _set_realtime(False) and False
+        deadline = time.monotonic_ns() + timeout_ns
+        while True:
+            now = time.monotonic_ns()
+            while timers and timers[0][0] <= now:
+                start_op(heapq.heappop(timers)[1])
+            while ready:
+                start_step(*ready.popleft())
+            if ops_left == 0:
+                break
+            if self.abort.is_set():
+                raise TransportError(f"rank {self.rank}: aborted")
+            now = time.monotonic_ns()
+            if now >= deadline:
+                waiting = [j for j in range(n_ops) if op_end[j] == 0]
+                raise TransportError(
+                    f"rank {self.rank}: op list timed out after {go.timeout_s:.3g} s with "
+                    f"{len(waiting)} of {n_ops} ops unfinished (first: op {waiting[0]}, "
+                    f"program {ops[waiting[0]].program}, "
+                    f"{'started' if op_start[waiting[0]] else 'not started'})"
+                )
+            wait_ns = deadline - now
+            if timers:
+                wait_ns = min(wait_ns, timers[0][0] - now)
+            for key, ev in self.sel.select(max(0.0, min(POLL_S, wait_ns / 1e9))):
+                s = key.data
+                if ev & selectors.EVENT_WRITE:
+                    write(s)
+                if ev & selectors.EVENT_READ and s.parked is None:
+                    read(s)
+                self._want(s)
+        crc = 0
+        for p in sorted(by_prog):
+            crc = zlib.crc32(self.buffers[p][0], crc)
+        return RankResult(
+            rank=self.rank,
+            buffer_crc=crc if verify else -1,
+            start=op_start,
+            end=op_end,
+            bytes_sent=self.bytes_sent,
+            bytes_received=self.bytes_received,
+            messages_verified=self.verified,
+        )
+
+
+class _ProgRun:
+    """The state of one op (one program) of a rank's op list while it runs."""
+
+    __slots__ = (
+        "buf",
+        "left",
+        "op",
+        "parts",
+        "pending",
+        "plan",
+        "program",
+        "remaining",
+        "scratch",
+        "st_end",
+        "started",
+    )  # fmt: skip
+
+    def __init__(self, program, op, plan, buf, scratch, parts) -> None:
+        self.program = program
+        self.op = op
+        self.plan = plan
+        self.buf = buf
+        self.scratch = scratch
+        self.parts = parts
+        n = len(plan.steps)
+        self.pending = list(plan.n_deps)
+        self.started = [False] * n
+        self.left = [len(parts[i]) for i in range(n)]
+        self.remaining = n
+        self.st_end = [0] * n
+
 
 class TcpDataPlane:
     """The agent's TCP data plane: a listener for its lifetime, connections and workers per job."""
@@ -644,13 +911,25 @@ class TcpDataPlane:
         t.start()
 
     def _go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
-        execs = [ex for ex in self._execs.values() if go.program in ex.plans]
+        oplists: dict[int, list[OpItem]] | None = None
+        if go.ops:
+            try:
+                oplists = check_ops(go.ops, self._plan)
+            except GenieError as exc:
+                post(Event("run_failed", go.job, go.epoch, error=f"op list refused: {exc}"))
+                return
+            execs = [ex for ex in self._execs.values() if oplists.get(ex.rank)]
+        else:
+            execs = [ex for ex in self._execs.values() if go.program in ex.plans]
         results: dict[int, RankResult] = {}
         errors: list[str] = []
 
         def work(ex: RankExecutor) -> None:
             try:
-                results[ex.rank] = ex.run(go, start_local_ns)
+                if oplists is not None:
+                    results[ex.rank] = ex.run_ops(go, oplists[ex.rank], start_local_ns)
+                else:
+                    results[ex.rank] = ex.run(go, start_local_ns)
             except TransportError as exc:
                 errors.append(str(exc))
                 self._abort.set()

@@ -1,0 +1,75 @@
+"""Per-rank op lists: a rank's communication ops with their compute waits, checked on the agent.
+
+An op list is how ``genie emulate`` runs a whole workload's communication on the agents without
+the controller on the critical path. The controller ships, in one ``Go``, for each rank the ordered
+list of its communication ops. Op ``j`` names a program of the job (one collective instance of
+the trace; a program appears at most once per rank, so every op has buffers of its own and ops
+may be in flight together), the earlier ops of the list it depends on, and a compute gap. The
+rank starts op ``j`` at::
+
+    due(j) = max(end(d) for d in deps) + gap_ns     (deps non-empty)
+    due(j) = start + gap_ns                          (no deps: the gap is the offset from the start)
+
+and runs every started op's steps concurrently over the rank's streams (the TCP executor's
+``run_ops``). Frames carry their program, so a receive of an op that has not started yet on this
+rank (its peer was earlier) lands in that op's own scratch at once and completes when it starts.
+
+Nothing here does I/O: ``check_ops`` validates a Go's op lists against this agent's plan before
+anything is allocated or started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agents.plan import AgentPlan
+from agents.protocol import OpItem, RankOps
+from genie.errors import ProtocolError
+
+MAX_OPS_PER_RANK = 4096
+MAX_DEPS_PER_OP = 256
+MAX_GAP_NS = 3600 * 10**9  # an hour of compute between two ops is surely a mistake
+
+
+def check_ops(ranks_ops: Sequence[RankOps], plan: AgentPlan) -> dict[int, list[OpItem]]:
+    """Validate op lists against ``plan``; return global rank -> its ops (ProtocolError if bad)."""
+    out: dict[int, list[OpItem]] = {}
+    mine = set(plan.ranks)
+    n_prog = len(plan.programs)
+    for ro in ranks_ops:
+        if ro.rank not in mine:
+            raise ProtocolError(f"op list for rank {ro.rank}, which is not on {plan.agent}")
+        if ro.rank in out:
+            raise ProtocolError(f"two op lists for rank {ro.rank}")
+        if len(ro.ops) > MAX_OPS_PER_RANK:
+            raise ProtocolError(
+                f"rank {ro.rank}: {len(ro.ops)} ops; limit {MAX_OPS_PER_RANK} per rank"
+            )
+        used: set[int] = set()
+        for j, op in enumerate(ro.ops):
+            if not 0 <= op.program < n_prog:
+                raise ProtocolError(f"rank {ro.rank} op {j}: no program {op.program}")
+            if ro.rank not in plan.rank_plans[op.program]:
+                raise ProtocolError(
+                    f"rank {ro.rank} op {j}: rank takes no part in program {op.program}"
+                )
+            if op.program in used:
+                raise ProtocolError(f"rank {ro.rank} op {j}: program {op.program} used twice")
+            used.add(op.program)
+            if len(op.deps) > MAX_DEPS_PER_OP or len(set(op.deps)) != len(op.deps):
+                raise ProtocolError(f"rank {ro.rank} op {j}: too many or repeated deps")
+            if any(not 0 <= d < j for d in op.deps):
+                raise ProtocolError(f"rank {ro.rank} op {j}: deps must name earlier ops")
+            if not 0 <= op.gap_ns <= MAX_GAP_NS:
+                raise ProtocolError(f"rank {ro.rank} op {j}: gap {op.gap_ns} ns out of bounds")
+        out[ro.rank] = list(ro.ops)
+    return out
+
+
+def dependents(ops: Sequence[OpItem]) -> list[list[int]]:
+    """For each op, the later ops that depend on it."""
+    out: list[list[int]] = [[] for _ in ops]
+    for j, op in enumerate(ops):
+        for d in op.deps:
+            out[d].append(j)
+    return out
