@@ -1,0 +1,301 @@
+"""The verbs layer of the RDMA data plane: the only genie module that imports pyverbs.
+
+Supported installs of pyverbs (its version must equal the host's rdma-core, since pyverbs N
+needs the private symbols of libibverbs N):
+
+* the distribution's package (Debian/Ubuntu ``python3-pyverbs``, Fedora ``python3-pyverbs``)
+  seen by a venv made with ``--system-site-packages`` on the system Python, or, failing an
+  import, found here in the distribution's dist-packages directory (``DISTRO_PATHS``) and
+  loaded from there alone (only ``pyverbs``, no other package of that directory);
+* ``pip install genie[rdma]`` (PyPI's pyverbs sdist) on hosts whose rdma-core has the same
+  version as that pyverbs.
+
+Both import styles are accepted: ``pyverbs.libibverbs_enums`` (rdma-core >= 47 or so) and the
+older ``pyverbs.enums`` (``load_pyverbs``).
+
+Everything here is a small step a test or a provider quirk can override: ``VerbsDevice`` opens
+the device, reads port and GID, allocates the PD; ``VerbsRank`` holds one rank's CQ (and
+completion channel when events are on), its memory regions and one RC queue pair per peer,
+and turns the plain attribute dicts of ``rdma_conn`` into ``QPAttr`` for each transition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+
+from agents.protocol import QpFacts, RdmaOptions
+from agents.transports.rdma_conn import (
+    MTU_ENUM,
+    Choice,
+    gid_hex,
+    gid_text,
+    init_attrs,
+    rtr_attrs,
+    rts_attrs,
+)
+from agents.transports.rdma_exec import Completion, Region
+from genie.errors import TransportError
+
+DISTRO_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+INSTALL_HINT = (
+    "install the distribution's python3-pyverbs (matching its rdma-core) and use a venv made "
+    "with --system-site-packages, or `pip install genie[rdma]` where rdma-core matches PyPI's "
+    "pyverbs"
+)
+_MODULES = ("device", "pd", "cq", "mr", "qp", "wr", "addr")
+
+
+def _load_from(path: str) -> None:
+    """Import the ``pyverbs`` package found in ``path`` only (nothing else from there)."""
+    spec = importlib.machinery.PathFinder.find_spec("pyverbs", [path])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no pyverbs in {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["pyverbs"] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules["pyverbs"]
+        raise
+
+
+def load_pyverbs(paths: tuple[str, ...] = DISTRO_PATHS) -> SimpleNamespace:
+    """Import pyverbs (installed, else from the distro's directory); its modules and enums."""
+    errors = []
+    for where in ("", *paths):
+        try:
+            if where:
+                if not os.path.isdir(os.path.join(where, "pyverbs")):
+                    continue
+                for name in [m for m in sys.modules if m == "pyverbs" or m.startswith("pyverbs.")]:
+                    del sys.modules[name]
+                _load_from(where)
+            mods = {m: importlib.import_module(f"pyverbs.{m}") for m in _MODULES}
+            try:
+                enums = importlib.import_module("pyverbs.libibverbs_enums")
+            except ImportError:
+                enums = importlib.import_module("pyverbs.enums")
+            err = importlib.import_module("pyverbs.pyverbs_error")
+            return SimpleNamespace(
+                enums=enums,
+                errors=(err.PyverbsError,),
+                where=os.path.dirname(os.path.dirname(sys.modules["pyverbs"].__file__ or "")),
+                **mods,
+            )
+        except ImportError as exc:
+            errors.append(f"{where or 'installed'}: {exc}")
+    raise TransportError(f"pyverbs cannot be imported ({'; '.join(errors)}); {INSTALL_HINT}")
+
+
+class VerbsDevice:
+    """An opened verbs device and port with its protection domain (shared by the agent's ranks)."""
+
+    def __init__(self, pv: SimpleNamespace, choice: Choice) -> None:
+        self.pv = pv
+        self.choice = choice
+        e = pv.enums
+        try:
+            self.ctx = self.open_context()
+            self.port_attr = self.ctx.query_port(choice.port)
+            self.gid = gid_hex(str(self.ctx.query_gid(choice.port, choice.gid_index)))
+            self.pd = pv.pd.PD(self.ctx)
+        except pv.errors as exc:
+            raise TransportError(f"RDMA device {choice.device}: {exc}") from None
+        if self.port_attr.state != e.IBV_PORT_ACTIVE:
+            raise TransportError(f"RDMA device {choice.device} port {choice.port} is not active")
+        by_enum = {v: k for k, v in MTU_ENUM.items()}
+        self.mtu = by_enum.get(int(self.port_attr.active_mtu), 1024)
+        self.lid = int(self.port_attr.lid)
+
+    def open_context(self):
+        """Open the device by name."""
+        return self.pv.device.Context(name=self.choice.device)
+
+    def close(self) -> None:
+        """Release the PD and the device context."""
+        for obj in (self.pd, self.ctx):
+            with contextlib.suppress(Exception):
+                obj.close()
+
+
+class VerbsRank:
+    """One rank's CQ, memory regions and RC queue pairs (implements ``RankVerbs``)."""
+
+    def __init__(self, dev: VerbsDevice, opts: RdmaOptions, peers: list[int], depth: int) -> None:
+        self.dev = dev
+        self.pv = dev.pv
+        self.opts = opts
+        self.e = dev.pv.enums
+        self.regions: list[Region] = []
+        self.qps: dict[int, object] = {}
+        self.rkeys: dict[int, int] = {}
+        cqe = max(16, len(peers) * (2 * depth + 8))
+        try:
+            self.channel = self.pv.cq.CompChannel(dev.ctx) if opts.events else None
+            self.cq = self.pv.cq.CQ(dev.ctx, cqe, None, self.channel, 0)
+            for q in peers:
+                self.qps[q] = self.create_qp(depth)
+        except self.pv.errors as exc:
+            raise TransportError(f"RDMA device {dev.choice.device}: {exc}") from None
+
+    # ---- resources ------------------------------------------------------------------------
+    def create_qp(self, depth: int):
+        """An RC queue pair on this rank's CQ, in RESET, then moved to INIT."""
+        pv, e = self.pv, self.e
+        cap = pv.qp.QPCap(max_send_wr=depth + 8, max_recv_wr=depth + 8, max_send_sge=1,
+                          max_recv_sge=1)  # fmt: skip
+        init = pv.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
+                                sq_sig_all=1)  # fmt: skip
+        qp = pv.qp.QP(self.dev.pd, init)
+        a = init_attrs(self.dev.choice.port)
+        attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_INIT)
+        attr.pkey_index = a["pkey_index"]
+        attr.port_num = a["port_num"]
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        qp.to_init(attr)
+        return qp
+
+    def region(self, nbytes: int) -> Region:
+        """Allocate and register ``nbytes``; numpy views the MR's own memory."""
+        e = self.e
+        access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        try:
+            mr = self.pv.mr.MR(self.dev.pd, nbytes, access)
+        except self.pv.errors as exc:
+            raise TransportError(f"cannot register {nbytes} bytes: {exc}") from None
+        view = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(mr.buf))
+        r = Region(view=view, addr=mr.buf, lkey=mr.lkey, rkey=mr.rkey, handle=mr)
+        self.regions.append(r)
+        return r
+
+    def facts(self, src: int, dst: int, psn: int, scratch: Region, slots: list) -> QpFacts:
+        """What rank ``src`` tells ``dst`` about its queue pair to it."""
+        return QpFacts(
+            src=src,
+            dst=dst,
+            qpn=self.qps[dst].qp_num,
+            psn=psn,
+            gid=self.dev.gid,
+            lid=self.dev.lid,
+            rkey=scratch.rkey,
+            address=scratch.addr,
+            length=len(scratch.view),
+            mtu=self.dev.mtu,
+            slots=slots,
+        )
+
+    def connect(self, mine: QpFacts, peer: QpFacts) -> None:
+        """INIT -> RTR -> RTS with the peer's facts."""
+        pv, e = self.pv, self.e
+        qp = self.qps[mine.dst]
+        r = rtr_attrs(mine, peer, self.dev.choice, self.opts)
+        try:
+            attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_RTR)
+            attr.path_mtu = MTU_ENUM[r["path_mtu"]]
+            attr.dest_qp_num = r["dest_qp_num"]
+            attr.rq_psn = r["rq_psn"]
+            attr.max_dest_rd_atomic = r["max_dest_rd_atomic"]
+            attr.min_rnr_timer = r["min_rnr_timer"]
+            gr = pv.addr.GlobalRoute(
+                dgid=pv.addr.GID(gid_text(r["dgid"])),
+                sgid_index=r["sgid_index"],
+                hop_limit=r["hop_limit"],
+            )
+            attr.ah_attr = pv.addr.AHAttr(
+                port_num=r["port_num"], is_global=r["is_global"], grh=gr, dlid=r["dlid"]
+            )
+            qp.to_rtr(attr)
+            s = rts_attrs(mine, self.opts)
+            attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
+            for k in ("sq_psn", "timeout", "retry_cnt", "rnr_retry", "max_rd_atomic"):
+                setattr(attr, k, s[k])
+            qp.to_rts(attr)
+        except self.pv.errors as exc:
+            raise TransportError(f"queue pair to rank {mine.dst}: {exc}") from None
+        self.rkeys[mine.dst] = peer.rkey
+
+    # ---- posting and polling ----------------------------------------------------------------
+    def _sge(self, r: Region | None, off: int, n: int):
+        if r is None or n == 0:
+            return 0, None
+        return 1, [self.pv.wr.SGE(r.addr + off, n, r.lkey)]
+
+    def post_write_imm(self, peer, wr_id, src, off, n, raddr, imm) -> None:
+        """RDMA WRITE WITH IMMEDIATE."""
+        num, sg = self._sge(src, off, n)
+        wr = self.pv.wr.SendWR(wr_id=wr_id, opcode=self.e.IBV_WR_RDMA_WRITE_WITH_IMM,
+                               num_sge=num, sg=sg, imm_data=imm,
+                               send_flags=self.e.IBV_SEND_SIGNALED)  # fmt: skip
+        wr.set_wr_rdma(self.rkeys[peer], raddr)
+        self._post(peer, wr)
+
+    def post_send_imm(self, peer, wr_id, src, off, n, imm) -> None:
+        """SEND WITH IMMEDIATE."""
+        num, sg = self._sge(src, off, n)
+        wr = self.pv.wr.SendWR(wr_id=wr_id, opcode=self.e.IBV_WR_SEND_WITH_IMM, num_sge=num,
+                               sg=sg, imm_data=imm,
+                               send_flags=self.e.IBV_SEND_SIGNALED)  # fmt: skip
+        self._post(peer, wr)
+
+    def _post(self, peer: int, wr) -> None:
+        try:
+            self.qps[peer].post_send(wr)
+        except self.pv.errors as exc:
+            raise TransportError(f"posting to rank {peer} failed: {exc}") from None
+
+    def post_recv(self, peer, wr_id, dst, off, n) -> None:
+        """Post one receive."""
+        num, sg = self._sge(dst, off, n)
+        try:
+            self.qps[peer].post_recv(self.pv.wr.RecvWR(wr_id=wr_id, num_sge=num, sg=sg))
+        except self.pv.errors as exc:
+            raise TransportError(f"posting a receive for rank {peer} failed: {exc}") from None
+
+    def poll(self, n: int) -> list[Completion]:
+        """Poll the CQ once."""
+        got, wcs = self.cq.poll(n)
+        recv_ops = (self.e.IBV_WC_RECV, self.e.IBV_WC_RECV_RDMA_WITH_IMM)
+        return [
+            Completion(
+                wr_id=wc.wr_id,
+                status=wc.status,
+                recv=bool(wc.wr_id >> 63) or wc.opcode in recv_ops,
+                imm=wc.imm_data,
+                byte_len=wc.byte_len,
+                vendor_err=wc.vendor_err,
+            )
+            for wc in wcs[:got]
+        ]
+
+    def wait(self, timeout_s: float) -> None:
+        """Events mode: arm the CQ and sleep on the completion channel (release wakes it)."""
+        if self.channel is None:
+            return
+        self.cq.req_notify()
+        self.channel.get_cq_event(self.cq)
+        self.cq.ack_events(1)
+
+    def to_error(self) -> None:
+        """Move every QP to ERR: posted work is flushed, which wakes a rank asleep in ``wait``."""
+        for qp in self.qps.values():
+            with contextlib.suppress(Exception):
+                qp.modify(self.pv.qp.QPAttr(qp_state=self.e.IBV_QPS_ERR), self.e.IBV_QP_STATE)
+
+    def close(self) -> None:
+        """Destroy QPs, MRs, the CQ and the channel (in that order)."""
+        objs = [*self.qps.values(), *(r.handle for r in self.regions), self.cq, self.channel]
+        for obj in objs:
+            if obj is not None:
+                with contextlib.suppress(Exception):
+                    obj.close()
+        self.qps.clear()
+        self.regions.clear()

@@ -1,0 +1,220 @@
+"""The agent's data plane with the transport chosen per job: TCP, or RDMA over verbs.
+
+``AgentDataPlane`` is the TCP data plane (its listener lives as long as the agent) that, for a
+job whose ``DataOptions.transport`` is ``"rdma"``, runs the job over RC queue pairs instead.
+Those jobs still use the TCP machinery for one thing, the out-of-band exchange: the job's
+token-authenticated TCP connection of each rank pair carries the two ``QpFacts`` (perftest
+and rdma-core's tests do the same over a plain socket), and stays open until release.
+
+RDMA prepare, step by step (any failure is one ``prepare_failed`` line; the agent stays up):
+
+1. check the options; find the device/port/GID (``choose_port``): no device means the line
+   "no RDMA device found: ...; get one with `genie testbed softroce up --netdev IF` ...";
+2. import pyverbs (``load_pyverbs``), open the device and its PD;
+3. connect the rank pairs' TCP side channels (as a TCP job does);
+4. per rank: CQ, memory regions (buffers, scratch), one RC QP per peer in INIT;
+5. per pair: send our ``QpFacts``, read the peer's, move the QP to RTR then RTS, post the
+   receives, and map each SEND step to the peer's landing slot;
+6. post ``prepared``.
+
+pyverbs is imported only when a job asks for RDMA, so an agent without it runs TCP jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from agents.plan import AgentPlan
+from agents.protocol import Go, Prepare, Prepared, RankResult, Result
+from agents.state import Event
+from agents.transports.rdma_conn import (
+    check_options,
+    choose_port,
+    exchange_facts,
+    find_devices,
+    recv_slots,
+    send_targets,
+)
+from agents.transports.rdma_exec import RdmaRankExecutor
+from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC, POLL_S, TcpDataPlane, token_bytes
+from genie.errors import TransportError
+
+
+class AgentDataPlane(TcpDataPlane):
+    """TCP data plane that runs ``transport = "rdma"`` jobs over verbs."""
+
+    def __init__(self, data_addr: str, port: int = 0, log: Callable[[str], None] | None = None):
+        super().__init__(data_addr, port, log)
+        self._rdma = False
+        self._dev = None
+        self._ranks: dict[int, object] = {}  # rank -> VerbsRank
+        self._rexecs: dict[int, RdmaRankExecutor] = {}
+
+    # ---- prepare ----------------------------------------------------------------------------
+    def _prepare(self, plan: AgentPlan, prep: Prepare, post: Callable[[Event], None]) -> None:
+        self._rdma = prep.options.transport == "rdma"
+        if prep.options.transport not in ("tcp", "rdma"):
+            post(
+                Event(
+                    "prepare_failed",
+                    prep.job,
+                    prep.epoch,
+                    error=f"{plan.agent}: transport {prep.options.transport!r}; use tcp or rdma",
+                )
+            )
+            return
+        if not self._rdma:
+            super()._prepare(plan, prep, post)
+            return
+        t0 = time.monotonic()
+        try:
+            conns = self._prepare_rdma(plan, prep)
+            msg = Prepared(
+                job=prep.job,
+                epoch=prep.epoch,
+                ranks=list(plan.ranks),
+                connections=conns,
+                setup_s=time.monotonic() - t0,
+            )
+            post(Event("prepared", prep.job, prep.epoch, msg))
+        except (TransportError, OSError, ValueError) as exc:
+            self._close_rdma()
+            self._close_job()
+            post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {exc}"))
+
+    def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
+        from agents.transports import rdma  # the one pyverbs module, only for RDMA jobs
+
+        opts = prep.options
+        ro = opts.rdma
+        check_options(ro)  # 1.
+        choice = choose_port(find_devices(), ro, self.addr)
+        pv = rdma.load_pyverbs()  # 2.
+        self._dev = rdma.VerbsDevice(pv, choice)
+        socks = self._side_channels(plan, prep)  # 3. (my rank, peer) -> socket
+        for r in plan.ranks:  # 4.
+            rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
+            ex = RdmaRankExecutor(r, None, rplans, ro, opts.verify, self._abort)
+            vr = rdma.VerbsRank(self._dev, ro, ex.peers, ex.recv_depth + ro.window)
+            ex.v = vr
+            self._ranks[r] = vr
+            self._rexecs[r] = ex
+            ex.allocate()
+        pairs = []
+        for (r, q), sock in sorted(socks.items()):  # 5.
+            ex, vr = self._rexecs[r], self._ranks[r]
+            psn = int.from_bytes(os.urandom(3), "little")
+            pairs.append((sock, vr.facts(r, q, psn, ex.scratch, recv_slots(ex.plans, q))))
+        peers = exchange_facts(pairs, opts.connect_timeout_s)
+        for sock_mine, peer in zip(pairs, peers, strict=True):
+            mine = sock_mine[1]
+            ex, vr = self._rexecs[mine.src], self._ranks[mine.src]
+            vr.connect(mine, peer)
+            ex.targets.update(send_targets(ex.plans, mine.dst, peer))
+        for ex in self._rexecs.values():
+            ex.post_receives()
+        return len(socks)
+
+    def _side_channels(self, plan: AgentPlan, prep: Prepare) -> dict:
+        """The job's TCP connections, stream 0 of each rank pair: (my rank, peer) -> socket."""
+        opts = prep.options
+        tok = token_bytes(opts.token)
+        deadline = time.monotonic() + opts.connect_timeout_s
+        out = {}
+        for r, q in plan.outgoing:
+            host, _, port = prep.endpoints[prep.placement[q]].rpartition(":")
+            for k in range(opts.streams):
+                sock = self._connect(host.strip("[]"), int(port), opts, deadline)
+                self._socks.append(sock)
+                sock.sendall(HANDSHAKE.pack(HANDSHAKE_MAGIC, tok, r, q, k, opts.streams))
+                if k == 0:
+                    out[(r, q)] = sock
+        with self._lock:
+            while len(self._got) < len(self._expected):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._abort.is_set():
+                    raise TransportError(
+                        f"{plan.agent}: {len(self._expected) - len(self._got)} side-channel "
+                        f"connections did not arrive within {opts.connect_timeout_s:.3g} s"
+                    )
+                self._lock.wait(min(left, POLL_S))
+            got = dict(self._got)
+        for (a, b, k), sock in got.items():
+            self._socks.append(sock)
+            if k == 0:
+                out[(b, a)] = sock
+        return out
+
+    # ---- go ---------------------------------------------------------------------------------
+    def go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
+        """Run the job's program on every local rank (TCP or RDMA as prepared)."""
+        if not self._rdma:
+            super().go(go, start_local_ns, post)
+            return
+        t = threading.Thread(
+            target=self._go_rdma, args=(go, start_local_ns, post), name="genie-go", daemon=True
+        )
+        self._threads = [t]
+        t.start()
+
+    def _go_rdma(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
+        execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
+        results: dict[int, RankResult] = {}
+        errors: list[str] = []
+
+        def work(ex: RdmaRankExecutor) -> None:
+            try:
+                results[ex.rank] = ex.run(go, start_local_ns)
+            except TransportError as exc:
+                errors.append(str(exc))
+                self._abort.set()
+            except Exception as exc:  # a bug must fail the run, not hang it
+                errors.append(f"rank {ex.rank}: {type(exc).__name__}: {exc}")
+                self._abort.set()
+
+        threads = [
+            threading.Thread(target=work, args=(ex,), name=f"genie-rdma-{ex.rank}", daemon=True)
+            for ex in execs
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            first = next((e for e in errors if "aborted" not in e), errors[0])
+            post(Event("run_failed", go.job, go.epoch, error=first))
+            return
+        lateness = max(0, min((r.start[0] for r in results.values()), default=0) - start_local_ns)
+        msg = Result(
+            job=go.job,
+            epoch=go.epoch,
+            program=go.program,
+            warmup=go.warmup,
+            ranks=[results[r] for r in sorted(results)],
+            start_lateness_ns=lateness,
+        )
+        post(Event("result", go.job, go.epoch, msg))
+
+    # ---- release ----------------------------------------------------------------------------
+    def release(self) -> None:
+        """Stop workers (QPs to ERR wakes sleeping ranks), free verbs resources, close sockets."""
+        self._abort.set()
+        for vr in self._ranks.values():
+            vr.to_error()
+        super().release()
+        self._close_rdma()
+
+    def _close_rdma(self) -> None:
+        for vr in self._ranks.values():
+            with contextlib.suppress(Exception):
+                vr.close()
+        self._ranks.clear()
+        self._rexecs.clear()
+        if self._dev is not None:
+            self._dev.close()
+            self._dev = None
+        self._rdma = False
