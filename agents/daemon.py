@@ -34,7 +34,7 @@ from agents.clock import MonotonicClock, tighten_timer_slack
 from agents.facts import host_facts
 from agents.protocol import Limits, Msg, encode
 from agents.state import HEARTBEAT_INTERVAL_S, AgentCore, Event
-from agents.transports.tcp import TcpDataPlane
+from agents.transports.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie.errors import TransportError, UsageError
 
 
@@ -147,7 +147,7 @@ def run_agent(
         ctx.term()
         raise
     try:
-        dp = TcpDataPlane(data_addr, data_port, log=say)
+        dp = AgentDataPlane(data_addr, data_port, log=say)
     except TransportError:
         ctl.close(0)
         if auth:
