@@ -301,6 +301,13 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.strip().strip("{}").replace(" ", "").split(",") if x]
 
 
+def _balanced(t: str) -> bool:
+    try:
+        return _match_close(t, 0) == len(t)
+    except TraceFormatError:
+        return False
+
+
 _IOTA_RE = re.compile(r"^\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?$")
 
 
@@ -323,7 +330,7 @@ def parse_replica_groups(text: str | None, n_devices: int) -> list[tuple[int, ..
             ids = ids.transpose(int_list(m.group(3)))
         ids = ids.reshape(shape[0], -1) if len(shape) >= 1 else ids.reshape(1, -1)
         return [tuple(int(x) for x in row) for row in ids]
-    if not (t.startswith("{") and t.endswith("}")):
+    if not (t.startswith("{") and _balanced(t)):
         raise TraceFormatError(f"HLO: cannot read replica_groups={text!r}")
     inner = t[1:-1]
     if not inner:
@@ -362,7 +369,7 @@ def _mesh_groups(t: str) -> list[tuple[int, ...]]:
 def parse_pairs(text: str) -> list[tuple[int, int]]:
     """``source_target_pairs={{0,1},{1,2}}`` -> [(0, 1), (1, 2)]."""
     t = text.replace(" ", "")
-    if not (t.startswith("{") and t.endswith("}")):
+    if not (t.startswith("{") and _balanced(t)):
         raise TraceFormatError(f"HLO: cannot read source_target_pairs={text!r}")
     out = []
     for p in split_top(t[1:-1]):
