@@ -1,0 +1,51 @@
+"""``genie report``: PNG plots and one self-contained report.html for runs, plus figure JSON.
+
+Simulated iterations are not in the run store (``genie simulate`` prints them), so they come in
+as files: ``--sim`` takes the output of ``genie simulate --json`` or ``genie emulate --json``,
+``--trace`` a Chrome trace from ``--trace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from genie.store import DEFAULT_STORE
+
+
+def _run(args: argparse.Namespace) -> int:
+    from genie.report import build_report
+
+    runs = ([args.run_id] if args.run_id else []) + list(args.compare or [])
+    rep = build_report(args.store, runs, args.out, sims=args.sim or [], traces=args.trace or [])
+    if args.json:
+        json.dump(rep.to_dict(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        print(f"wrote {len(rep.files)} plots and {rep.html} (figure data: {rep.json_path})")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``report`` command."""
+    p = sub.add_parser(
+        "report",
+        help="plots and a self-contained HTML report of runs (needs matplotlib)",
+        description=__doc__ + "\nInstall matplotlib with: pip install 'genie[report]'",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="run to report (a unique prefix)")
+    p.add_argument(
+        "--compare", action="append", metavar="RUN_ID", help="overlay another run (repeatable)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="directory for PNGs and HTML")
+    p.add_argument(
+        "--sim", action="append", metavar="FILE", help="`genie simulate/emulate --json` output"
+    )
+    p.add_argument(
+        "--trace", action="append", metavar="FILE", help="Chrome trace from `genie simulate`"
+    )
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
+    p.add_argument("--json", action="store_true", help="print the figure data as JSON")
+    p.set_defaults(func=_run)

@@ -1,0 +1,100 @@
+"""Build a report: read runs and simulate JSON, make figure data, draw PNGs, write the HTML."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from genie.errors import UsageError
+from genie.report import data
+from genie.report.html import render_html
+from genie.store import RunStore
+
+HTML_NAME = "report.html"
+JSON_NAME = "figures.json"
+
+
+@dataclass
+class Report:
+    """What ``build_report`` wrote and the figure data behind it."""
+
+    out: Path
+    html: Path
+    json_path: Path
+    runs: list[str]
+    figures: list[dict[str, Any]]
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as JSON-ready data (units: bytes, seconds, bytes/s)."""
+        return {
+            "runs": self.runs,
+            "html": str(self.html),
+            "units": {"size": "bytes", "time": "s", "bandwidth": "bytes/s (GB/s = 1e9 B/s)"},
+            "figures": [{**f, "file": str(self.files[f["id"]])} for f in self.figures],
+        }
+
+
+def _read_json(path: str | Path) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"file not found: {p}")
+    try:
+        return json.loads(p.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{p}: not JSON ({exc})") from None
+
+
+def build_report(
+    store_path: str | Path | None,
+    run_ids: Sequence[str],
+    out: str | Path,
+    *,
+    sims: Sequence[str | Path] = (),
+    traces: Sequence[str | Path] = (),
+) -> Report:
+    """Write PNGs, ``report.html`` and ``figures.json`` for runs (first = main) into ``out``."""
+    from genie.report.plots import draw, require_matplotlib
+
+    require_matplotlib()
+    if not run_ids and not sims and not traces:
+        raise UsageError("nothing to report: give a RUN_ID or --sim/--trace files")
+    groups: list[dict[str, Any]] = []
+    facts: list[dict[str, Any]] = []
+    resolved: list[str] = []
+    if run_ids:
+        if store_path is None or not Path(store_path).is_file():
+            raise UsageError(f"run store not found: {store_path}")
+        with RunStore(store_path) as store:
+            for rid in run_ids:
+                run = store.run(rid)
+                if run.run_id in resolved:
+                    continue
+                resolved.append(run.run_id)
+                facts.append(data.run_facts(run))
+                groups.extend(data.bench_groups(store, run.run_id))
+    figures = data.bench_figures(groups)
+    notes = []
+    for i, s in enumerate(sims):
+        doc = _read_json(s)
+        figures.extend(data.sim_figures(doc, str(s), i))
+        if doc.get("network"):
+            notes.append(f"{s}: network {doc['network']}")
+        for r in doc.get("reports", []):
+            notes.extend(f"{s} ({r['backend']}): {n}" for n in r.get("notes") or [])
+    for i, t in enumerate(traces):
+        figures.append(data.trace_timeline(_read_json(t), str(t), i))
+    if not figures:
+        raise UsageError(f"run {resolved[0]} has no measured instances to plot")
+    outdir = Path(out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    files = {f["id"]: draw(f, outdir / f"{f['id']}.png") for f in figures}
+    title = "genie report: " + (", ".join(resolved) if resolved else ", ".join(map(str, sims)))
+    html = outdir / HTML_NAME
+    html.write_text(render_html(title, facts, groups, figures, files, notes))
+    rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files)
+    rep.json_path.write_text(json.dumps(rep.to_dict(), indent=1))
+    return rep

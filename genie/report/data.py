@@ -1,0 +1,333 @@
+"""Figure data for reports: plain dicts of numbers, built from the run store or simulate JSON.
+
+Pure apart from reading the store: nothing here draws. Every figure is a dict
+``{"id", "kind", "title", "x": {"label", "unit", "scale"}, "y": {...}, "series": [...]}``
+(``series``: ``{"label", "run_id", "role", "x", "y", ...}``), so ``--json`` and the PNGs show
+the same numbers. Units: sizes in bytes, times in seconds, bandwidths in bytes/s
+(the plots print GB/s = 10^9 bytes/s).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from genie.errors import GenieError, UsageError
+from genie.store import RunInfo, RunStore
+
+MODEL_POINTS_PER_OCTAVE = 2  # analytical curve: sizes between the measured ones, per doubling
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def _group_key(inst: dict[str, Any]) -> tuple[str, str, int]:
+    return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]))
+
+
+def _topology_and_placement(run: RunInfo):
+    """The run's topology (from its stored testbed text) and rank placement, or (None, [])."""
+    from genie.testbed.loader import loads_testbed
+
+    placement = list(run.meta.get("placement") or [])
+    if not run.testbed.strip():
+        return None, placement
+    try:
+        tb = loads_testbed(run.testbed, source=f"run {run.run_id}")
+        topo = tb.to_topology()
+    except (GenieError, ValueError, KeyError):
+        return None, placement
+    if not placement:
+        placement = [h.name for h in tb.hosts for _ in range(h.ranks)]
+    return topo, placement
+
+
+def model_time(spec: dict[str, Any], size: int, topology, placement: Sequence[str]) -> float | None:
+    """Cost-model time (s) of the stored program ``spec`` at buffer ``size`` (None if unpriced)."""
+    from genie.collectives.cost import estimate
+    from genie.collectives.program import ProgramSpec
+    from genie.collectives.registry import program_from_spec
+
+    if topology is None or not spec:
+        return None
+    try:
+        ps = msgspec.convert({**spec, "size": int(size)}, ProgramSpec)
+        prog = program_from_spec(ps)
+        hosts = [placement[ps.global_rank(i)] for i in range(ps.n_ranks)]
+        return float(estimate(prog, topology, hosts).time_s)
+    except (GenieError, IndexError, ValueError, msgspec.ValidationError):
+        return None
+
+
+def _model_sizes(sizes: Sequence[int]) -> list[int]:
+    """Measured sizes plus log-spaced sizes between them (a smooth analytical curve)."""
+    lo, hi = min(sizes), max(sizes)
+    out = set(int(s) for s in sizes)
+    if hi > lo:
+        n = math.ceil(math.log2(hi / lo) * MODEL_POINTS_PER_OCTAVE)
+        for v in np.geomspace(lo, hi, n + 1):
+            out.add(round(float(v)))
+    return sorted(out)
+
+
+def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
+    """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
+    from genie.collectives.cost import bus_factor
+
+    run = store.run(run_id)
+    insts = store.instances(run.run_id)
+    topo, placement = _topology_and_placement(run)
+    groups: dict[tuple[str, str, int], dict[int, list[dict]]] = {}
+    for x in insts:
+        groups.setdefault(_group_key(x), {}).setdefault(int(x["size"]), []).append(x)
+    out = []
+    for (coll, algo, n), by_size in sorted(groups.items()):
+        sizes = sorted(by_size)
+        rows = []
+        for s in sizes:
+            times = [float(x["time_s"]) for x in by_size[s]]
+            p50 = _pct(times, 50)
+            alg = s / p50 if p50 > 0 else 0.0
+            rows.append(
+                {
+                    "size": s,
+                    "iterations": len(times),
+                    "time_p50_s": p50,
+                    "time_p99_s": _pct(times, 99),
+                    "time_min_s": min(times),
+                    "time_max_s": max(times),
+                    "times_s": times,
+                    "algbw_Bps": alg,
+                    "busbw_Bps": alg * bus_factor(coll, n),
+                    "modeled_s": model_time(by_size[s][0]["program"], s, topo, placement),
+                }
+            )
+        spec = by_size[sizes[0]][0]["program"]
+        curve = []
+        for s in _model_sizes(sizes):
+            t = model_time(spec, s, topo, placement)
+            if t is not None and t > 0:
+                curve.append({"size": s, "time_s": t, "busbw_Bps": s / t * bus_factor(coll, n)})
+        out.append(
+            {
+                "run_id": run.run_id,
+                "collective": coll,
+                "algorithm": algo,
+                "n_ranks": n,
+                "rows": rows,
+                "model": curve,
+            }
+        )
+    return out
+
+
+def run_facts(run: RunInfo) -> dict[str, Any]:
+    """What the HTML says about a run: its row, testbed text, host facts and clock offsets."""
+    return {
+        "run_id": run.run_id,
+        "status": run.status,
+        "command": run.command,
+        "created_at": run.created_at,
+        "finished_at": run.finished_at,
+        "genie_version": run.genie_version,
+        "testbed_name": run.testbed_name,
+        "testbed": run.testbed,
+        "host_facts": run.host_facts,
+        "clock_offsets": run.clock_offsets,
+        "meta": run.meta,
+        "error": run.error,
+        "instances": run.instances,
+    }
+
+
+def _label(g: dict[str, Any], many_runs: bool) -> str:
+    base = f"{g['algorithm']}, {g['n_ranks']} ranks"
+    return f"{g['run_id']} {base}" if many_runs else base
+
+
+def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two figures per collective (busbw and time vs size), every run's groups overlaid."""
+    by_coll: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        by_coll.setdefault(g["collective"], []).append(g)
+    many = len({g["run_id"] for g in groups}) > 1
+    figs = []
+    size_axis = {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"}
+    for coll, gs in by_coll.items():
+        for metric in ("busbw", "time"):
+            series = []
+            for g in gs:
+                rows = g["rows"]
+                lab = _label(g, many)
+                meas = {
+                    "label": f"{lab}: measured p50",
+                    "run_id": g["run_id"],
+                    "role": "measured",
+                    "x": [r["size"] for r in rows],
+                }
+                if metric == "busbw":
+                    meas["y"] = [r["busbw_Bps"] for r in rows]
+                else:
+                    meas["y"] = [r["time_p50_s"] for r in rows]
+                    meas["y_min"] = [r["time_min_s"] for r in rows]
+                    meas["y_max"] = [r["time_max_s"] for r in rows]
+                series.append(meas)
+                if g["model"]:
+                    key = "busbw_Bps" if metric == "busbw" else "time_s"
+                    series.append(
+                        {
+                            "label": f"{lab}: analytical model",
+                            "run_id": g["run_id"],
+                            "role": "model",
+                            "x": [m["size"] for m in g["model"]],
+                            "y": [m[key] for m in g["model"]],
+                        }
+                    )
+            if metric == "busbw":
+                y = {"label": "bus bandwidth", "unit": "bytes/s", "scale": "linear"}
+                title = f"{coll}: bus bandwidth vs message size"
+            else:
+                y = {"label": "time per collective", "unit": "s", "scale": "log"}
+                title = f"{coll}: completion time vs message size"
+            figs.append(
+                {
+                    "id": f"{metric}_{coll}",
+                    "kind": "size_sweep",
+                    "title": title,
+                    "x": size_axis,
+                    "y": y,
+                    "series": series,
+                }
+            )
+    return figs
+
+
+# ---- simulated / emulated runs ----------------------------------------------------------------
+def _check_sim_doc(doc: Any, source: str) -> list[dict[str, Any]]:
+    if not isinstance(doc, dict) or not isinstance(doc.get("reports"), list) or not doc["reports"]:
+        raise UsageError(
+            f"{source}: not the JSON of `genie simulate --json` or `genie emulate --json` "
+            "(no 'reports')"
+        )
+    for r in doc["reports"]:
+        if not isinstance(r, dict) or not {"backend", "iteration_s", "ranks"} <= r.keys():
+            raise UsageError(f"{source}: a report lacks backend/iteration_s/ranks")
+    return doc["reports"]
+
+
+def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[str, Any]]:
+    """Iteration time per backend, the stacked per-rank breakdown per backend, a timeline."""
+    reports = _check_sim_doc(doc, source)
+    workload = doc.get("workload") or reports[0].get("workload", "")
+    tag = f"sim{index}"
+    figs = [
+        {
+            "id": f"{tag}_iteration",
+            "kind": "backend_bars",
+            "title": f"{workload}: iteration time per network backend",
+            "source": source,
+            "x": {"label": "network backend", "unit": "", "scale": "category"},
+            "y": {"label": "iteration time", "unit": "s", "scale": "linear"},
+            "series": [
+                {
+                    "label": "iteration time",
+                    "role": "simulated",
+                    "x": [r["backend"] for r in reports],
+                    "y": [r["iteration_s"] for r in reports],
+                }
+            ],
+        }
+    ]
+    for b, r in enumerate(reports):
+        ranks = r["ranks"]
+        figs.append(
+            {
+                "id": f"{tag}_breakdown{b}",
+                "kind": "stacked_ranks",
+                "title": f"{workload} over {r['backend']}: where each rank's iteration went",
+                "source": source,
+                "x": {"label": "rank", "unit": "", "scale": "category"},
+                "y": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
+                "iteration_s": r["iteration_s"],
+                "series": [
+                    {
+                        "label": part.replace("_", " "),
+                        "role": part,
+                        "x": [k["rank"] for k in ranks],
+                        "y": [float(k.get(part) or 0.0) for k in ranks],
+                    }
+                    for part in ("compute", "exposed_comm", "wait", "idle")
+                ],
+            }
+        )
+    figs.append(collective_timeline(reports[0], workload, source, tag))
+    return figs
+
+
+def collective_timeline(
+    report: dict[str, Any], workload: str, source: str, tag: str
+) -> dict[str, Any]:
+    """Timeline of one iteration from the report's collective rows: one lane per group."""
+    lanes: dict[str, list[list[float]]] = {}
+    waits: dict[str, list[list[float]]] = {}
+    names: dict[str, list[str]] = {}
+    for c in report.get("collectives") or []:
+        g = str(c["group"])
+        lanes.setdefault(g, []).append([c["start"], c["end"] - c["start"]])
+        names.setdefault(g, []).append(c["collective"])
+        if c["start"] > c["first_arrival"]:
+            waits.setdefault(g, []).append([c["first_arrival"], c["start"] - c["first_arrival"]])
+    series = [
+        {"label": g, "role": "comm", "spans": lanes[g], "names": names[g]}
+        | {"waits": waits.get(g, [])}
+        for g in sorted(lanes)
+    ]
+    return {
+        "id": f"{tag}_timeline",
+        "kind": "timeline",
+        "title": f"{workload} over {report['backend']}: collectives in one iteration",
+        "source": source,
+        "x": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
+        "y": {"label": "communicator group", "unit": "", "scale": "category"},
+        "iteration_s": report["iteration_s"],
+        "series": series,
+    }
+
+
+TRACK_ROLE = {"compute": "compute", "comm": "comm", "wait": "wait", "memory/other": "other"}
+
+
+def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 16) -> dict[str, Any]:
+    """Timeline of one iteration per rank from a Chrome trace of ``genie simulate --trace``."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise UsageError(f"{source}: not a Chrome-trace JSON (no 'traceEvents')")
+    tracks: dict[tuple[int, int], str] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            tracks[(e["pid"], e["tid"])] = e["args"]["name"]
+    spans: dict[int, dict[str, list[list[float]]]] = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "X" or e.get("pid", 0) >= max_ranks:
+            continue
+        role = TRACK_ROLE.get(tracks.get((e["pid"], e.get("tid", 0)), ""), "other")
+        per = spans.setdefault(int(e["pid"]), {})
+        per.setdefault(role, []).append([e["ts"] * 1e-6, e.get("dur", 0) * 1e-6])
+    other = doc.get("otherData") or {}
+    end = max((s + d for r in spans.values() for v in r.values() for s, d in v), default=0.0)
+    return {
+        "id": f"trace{index}_timeline",
+        "kind": "rank_timeline",
+        "title": f"timeline of one iteration per rank ({other.get('backend', 'trace')})",
+        "source": source,
+        "x": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
+        "y": {"label": "rank", "unit": "", "scale": "category"},
+        "iteration_s": end,
+        "ranks_left_out": max(0, int(other.get("ranks_shown", len(spans))) - len(spans))
+        + int(other.get("ranks_left_out", 0)),
+        "series": [{"label": f"rank {r}", "rank": r, "spans": spans[r]} for r in sorted(spans)],
+    }

@@ -1,0 +1,167 @@
+"""One self-contained ``report.html``: figures as base64 data URIs, tables, run and host facts."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from genie.units import format_bytes, format_seconds
+
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.6em}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}
+td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}
+figure{margin:1em 0}figcaption{font-size:.85em;color:#555}
+img{max-width:100%;border:1px solid #eee}
+pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:28em}
+.note{color:#555;font-size:.9em}
+"""
+
+
+def _when(t: float | None) -> str:
+    if not t:
+        return "-"
+    return _dt.datetime.fromtimestamp(t, _dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _table(head: list[str], rows: list[list[Any]], left: int = 1) -> str:
+    def cell(tag: str, i: int, v: Any) -> str:
+        cls = ' class="l"' if i < left else ""
+        return f"<{tag}{cls}>{escape(str(v))}</{tag}>"
+
+    h = "".join(cell("th", i, v) for i, v in enumerate(head))
+    b = "".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{h}</tr>{b}</table>"
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (
+        f'<img src="data:image/png;base64,{data}" alt="{escape(alt)}" '
+        f'data-file="{escape(path.name)}">'
+    )
+
+
+def _run_section(facts: dict[str, Any]) -> str:
+    rows = [
+        ["run", facts["run_id"]],
+        ["status", facts["status"] + (f" ({facts['error']})" if facts["error"] else "")],
+        ["command", facts["command"]],
+        ["started", _when(facts["created_at"])],
+        ["finished", _when(facts["finished_at"])],
+        ["genie version", facts["genie_version"]],
+        ["testbed", facts["testbed_name"]],
+        ["measured instances", facts["instances"]],
+    ]
+    out = [f"<h2>Run {escape(facts['run_id'])}</h2>", _table(["", ""], rows, left=2)]
+    hosts = []
+    for agent, f in sorted(facts["host_facts"].items()):
+        nics = ", ".join(
+            f"{n.get('name')} mtu {n.get('mtu')}"
+            + (f" {n['speed_mbit']} Mbit/s" if n.get("speed_mbit") else "")
+            for n in f.get("nics", [])
+            if n.get("up")
+        )
+        hosts.append(
+            [
+                agent,
+                f.get("hostname", ""),
+                f"{f.get('cpus_logical', '?')} / {f.get('cpus_physical', '?')}",
+                format_bytes(f["memory_bytes"]) if f.get("memory_bytes") else "-",
+                nics,
+                f.get("python", ""),
+                f.get("platform", ""),
+            ]
+        )
+    if hosts:
+        out.append("<h3>Hosts (facts each agent reported at its hello)</h3>")
+        head = ["agent", "hostname", "CPUs logical/physical", "memory", "NICs up", "python"]
+        out.append(_table([*head, "platform"], hosts, left=2))
+    offs = [
+        [
+            a,
+            format_seconds(o.get("offset_ns", 0) * 1e-9),
+            format_seconds(o.get("uncertainty_ns", 0) * 1e-9),
+            format_seconds(o.get("rtt_min_ns", 0) * 1e-9),
+        ]
+        for a, o in sorted(facts["clock_offsets"].items())
+    ]
+    if offs:
+        out.append("<h3>Clock offsets to the controller</h3>")
+        out.append(_table(["agent", "offset", "uncertainty", "min RTT"], offs))
+    if facts["testbed"]:
+        out.append("<h3>Testbed file of the run</h3>")
+        out.append(f"<pre>{escape(facts['testbed'])}</pre>")
+    if facts["meta"]:
+        meta = json.dumps(facts["meta"], indent=1, sort_keys=True)
+        out.append(f"<details><summary>run options</summary><pre>{escape(meta)}</pre></details>")
+    return "\n".join(out)
+
+
+def _group_table(g: dict[str, Any]) -> str:
+    rows = []
+    for r in g["rows"]:
+        m = r["modeled_s"]
+        rows.append(
+            [
+                format_bytes(r["size"]),
+                r["iterations"],
+                format_seconds(r["time_p50_s"]),
+                format_seconds(r["time_p99_s"]),
+                f"{r['algbw_Bps'] / 1e9:.3f}",
+                f"{r['busbw_Bps'] / 1e9:.3f}",
+                format_seconds(m) if m else "-",
+                f"{r['time_p50_s'] / m:.2f}" if m else "-",
+            ]
+        )
+    head = ["size", "iters", "time p50", "p99", "algbw GB/s", "busbw GB/s", "model", "meas/model"]
+    title = f"{g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks (run {g['run_id']})"
+    return f"<h3>{escape(title)}</h3>" + _table(head, rows)
+
+
+def render_html(
+    title: str,
+    facts: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    figures: list[dict[str, Any]],
+    files: dict[str, Path],
+    sim_notes: list[str],
+) -> str:
+    """The whole page as a string (images inlined from ``files``: figure id -> PNG path)."""
+    parts = [
+        "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        '<p class="note">Units: sizes in bytes (KiB = 2^10 B, MiB = 2^20 B); times in seconds; '
+        "bandwidths in GB/s = 10^9 bytes/s (nccl-tests: algbw = S/t, busbw = algbw x factor). "
+        "The analytical curves are genie's cost model priced on the run's own testbed.</p>",
+    ]
+    sweep = [f for f in figures if f["kind"] == "size_sweep"]
+    if sweep:
+        parts.append("<h2>Collectives: measured beside the analytical model</h2>")
+        for f in sweep:
+            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
+            parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
+            parts.append("</figcaption></figure>")
+        for g in groups:
+            parts.append(_group_table(g))
+    other = [f for f in figures if f["kind"] != "size_sweep"]
+    if other:
+        parts.append("<h2>Simulated and emulated iterations</h2>")
+        for n in sim_notes:
+            parts.append(f'<p class="note">{escape(n)}</p>')
+        for f in other:
+            src = f" from {f['source']}" if f.get("source") else ""
+            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
+            parts.append(f"<figcaption>{escape(f['title'] + src)} ({files[f['id']].name})")
+            parts.append("</figcaption></figure>")
+    for fa in facts:
+        parts.append(_run_section(fa))
+    parts.append("</body></html>\n")
+    return "\n".join(parts)

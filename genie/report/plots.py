@@ -1,0 +1,181 @@
+"""Draw the figure dicts of ``genie.report.data`` as PNG files (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from genie.errors import UsageError
+from genie.units import format_bytes
+
+INSTALL_HINT = (
+    "genie report needs matplotlib: install it with `pip install 'genie[report]'` "
+    "(or `pip install matplotlib`)"
+)
+DPI = 110
+SIZE_IN = (8.0, 4.8)
+ROLE_COLOURS = {
+    "compute": "#4c72b0",
+    "exposed_comm": "#dd8452",
+    "comm": "#dd8452",
+    "wait": "#c44e52",
+    "idle": "#b0b0b0",
+    "other": "#8c8c8c",
+}
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _size_axis(ax, xs: list[int]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    lo, hi = min(xs), max(xs)
+    ticks, t = [], 1
+    while t <= hi * 1.0001:
+        if t >= lo / 1.0001:
+            ticks.append(t)
+        t *= 2
+    if len(ticks) > 12:  # keep about ten labels
+        step = -(-len(ticks) // 10)
+        ticks = ticks[::step]
+    if ticks:
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: format_bytes(v).replace(".0 ", " ")))
+    ax.set_xlabel("message size, whole buffer (bytes; KiB = 2^10 B, MiB = 2^20 B)")
+
+
+def _seconds_axis(axis, label: str) -> None:
+    from matplotlib.ticker import EngFormatter
+
+    axis.set_major_formatter(EngFormatter(unit="s"))
+    axis.set_label_text(f"{label} (seconds)")
+
+
+def _sweep(ax, fig: dict[str, Any]) -> None:
+    xs = [x for s in fig["series"] for x in s["x"]]
+    colours: dict[str, Any] = {}
+    cycle = iter(f"C{i}" for i in range(100))
+    for s in fig["series"]:
+        key = s["label"].rsplit(":", 1)[0]
+        c = colours.setdefault(key, next(cycle))
+        scale = 1e-9 if fig["y"]["unit"] == "bytes/s" else 1.0
+        ys = [v * scale for v in s["y"]]
+        if s["role"] == "model":
+            ax.plot(s["x"], ys, "--", color=c, lw=1.6, label=s["label"])
+        else:
+            ax.plot(s["x"], ys, "o-", color=c, lw=1.8, ms=5, label=s["label"])
+            if "y_min" in s:
+                ax.fill_between(s["x"], s["y_min"], s["y_max"], color=c, alpha=0.15, lw=0)
+    _size_axis(ax, xs)
+    if fig["y"]["unit"] == "bytes/s":
+        ax.set_ylabel("bus bandwidth (GB/s, 1 GB = 10^9 bytes)")
+        pos = [v * 1e-9 for s in fig["series"] for v in s["y"] if v > 0]
+        if pos and max(pos) / min(pos) > 50:  # model far above measured: log keeps both legible
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+    else:
+        ax.set_yscale("log")
+        _seconds_axis(ax.yaxis, "time per collective, p50; band = min..max")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+
+
+def _bars(ax, fig: dict[str, Any]) -> None:
+    s = fig["series"][0]
+    ax.barh(range(len(s["x"])), s["y"], color="C0")
+    ax.set_yticks(range(len(s["x"])), [str(v) for v in s["x"]], fontsize=8)
+    ax.invert_yaxis()
+    for i, v in enumerate(s["y"]):
+        ax.text(v, i, f" {v * 1e3:.3f} ms", va="center", fontsize=8)
+    _seconds_axis(ax.xaxis, "iteration time")
+    ax.set_xlim(0, max(s["y"] or [1]) * 1.25)
+    ax.set_ylabel("network backend")
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+def _stacked(ax, fig: dict[str, Any]) -> None:
+    bottom = None
+    for s in fig["series"]:
+        kw = {"bottom": bottom} if bottom is not None else {}
+        ax.bar(s["x"], s["y"], color=ROLE_COLOURS.get(s["role"]), label=s["label"], **kw)
+        prev = bottom or [0.0] * len(s["y"])
+        bottom = [a + b for a, b in zip(prev, s["y"], strict=True)]
+    ax.axhline(fig["iteration_s"], color="k", lw=0.8, ls=":", label="iteration time")
+    _seconds_axis(ax.yaxis, "time in the iteration")
+    ax.set_xlabel("rank")
+    n = len(fig["series"][0]["x"]) if fig["series"] else 0
+    if n <= 32:
+        ax.set_xticks(fig["series"][0]["x"])
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def _timeline(ax, fig: dict[str, Any]) -> None:
+    lanes = fig["series"]
+    for i, s in enumerate(lanes):
+        if fig["kind"] == "rank_timeline":
+            order = [("compute", 0.0, 0.45), ("comm", 0.45, 0.35), ("wait", 0.8, 0.15)]
+            for role, off, h in order:
+                spans = s["spans"].get(role, [])
+                if spans:
+                    ax.broken_barh(spans, (i + off - 0.5, h), color=ROLE_COLOURS[role])
+        else:
+            ax.broken_barh(s["waits"], (i - 0.1, 0.2), color=ROLE_COLOURS["wait"])
+            ax.broken_barh(s["spans"], (i - 0.35, 0.7), color=ROLE_COLOURS["comm"])
+    ax.set_yticks(range(len(lanes)), [s["label"] for s in lanes], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, fig["iteration_s"] * 1.02 or 1)
+    _seconds_axis(ax.xaxis, "time in the iteration")
+    from matplotlib.patches import Patch
+
+    roles = ["compute", "comm", "wait"] if fig["kind"] == "rank_timeline" else ["comm", "wait"]
+    names = {"compute": "compute", "comm": "communication", "wait": "waiting for peers"}
+    ax.legend(
+        handles=[Patch(color=ROLE_COLOURS[r], label=names[r]) for r in roles],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
+    ax.grid(True, axis="x", alpha=0.3)
+
+
+DRAW = {
+    "size_sweep": _sweep,
+    "backend_bars": _bars,
+    "stacked_ranks": _stacked,
+    "timeline": _timeline,
+    "rank_timeline": _timeline,
+}
+
+
+def draw(fig: dict[str, Any], path: Path) -> Path:
+    """Draw one figure dict to ``path`` (PNG) and return the path."""
+    plt = _plt()
+    height = SIZE_IN[1]
+    if fig["kind"] in ("timeline", "rank_timeline"):
+        height = max(2.4, min(12.0, 1.4 + 0.45 * len(fig["series"])))
+    f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
+    try:
+        DRAW[fig["kind"]](ax, fig)
+        ax.set_title(fig["title"], fontsize=11)
+        f.tight_layout()
+        f.savefig(path, format="png", bbox_inches="tight")
+    finally:
+        plt.close(f)
+    return path
+
+
+def require_matplotlib() -> None:
+    """Raise UsageError with the install line when matplotlib is missing."""
+    _plt()
