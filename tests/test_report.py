@@ -1,0 +1,253 @@
+"""``genie report`` on real runs: a local cluster measures, the report plots and embeds it all."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra 'report')")
+
+from genie.cli import main
+from genie.commands.bench import BenchConfig, run_bench
+from genie.controller.local import LocalCluster
+
+SIZES = (1024, 8192, 65536)
+PNG_SIG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two real bench runs (3 and 2 ranks) on a 3-agent loopback cluster, in one store."""
+    d = tmp_path_factory.mktemp("report-runs")
+    store = d / "runs.sqlite"
+    cl = LocalCluster.start(3, d / "cluster", heartbeat_s=0.2)
+    try:
+        out = {}
+        for ranks in (3, 2):
+            cfg = BenchConfig(
+                testbed_path=str(cl.testbed_path),
+                sizes=SIZES,
+                iters=3,
+                warmup=1,
+                ranks=ranks,
+                store=str(store),
+                command=f"test bench {ranks} ranks",
+                progress=False,
+            )
+            run_id, rows, _ = run_bench(cfg)
+            out[ranks] = (run_id, rows)
+    finally:
+        cl.stop()
+    return store, out
+
+
+@pytest.fixture(scope="module")
+def sim_files(tmp_path_factory):
+    """`genie simulate --json` output and its Chrome trace for a small data-parallel workload."""
+    from genie.workload import save_workload
+    from genie.workload.generators import data_parallel
+
+    d = tmp_path_factory.mktemp("report-sim")
+    save_workload(data_parallel(4, layers=3, hidden=256), d / "dp")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main(["simulate", str(d / "dp"), "--json", "--trace", str(d / "trace.json")])
+    assert rc == 0
+    (d / "sim.json").write_text(buf.getvalue())
+    return d / "sim.json", d / "trace.json"
+
+
+def _report(capsys, *args) -> dict:
+    assert main(["report", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIG, path
+    assert data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def _check_pngs_and_html(doc: dict) -> None:
+    html = Path(doc["html"]).read_text()
+    for f in doc["figures"]:
+        p = Path(f["file"])
+        assert p.is_file() and p.stat().st_size > 5000, p
+        w, h = _png_size(p)
+        assert 400 <= w <= 3000 and 150 <= h <= 2000, (p, w, h)
+        # embedded in the page, byte for byte, as a data URI (no server, no network)
+        m = re.search(rf'<img src="data:image/png;base64,([^"]+)"[^>]*data-file="{p.name}"', html)
+        assert m, p.name
+        assert base64.b64decode(m.group(1)) == p.read_bytes()
+    assert "http://" not in html and "https://" not in html
+
+
+def test_report_of_a_real_run_has_valid_pngs_in_the_html(runs, tmp_path, capsys):
+    store, out = runs
+    run_id, _ = out[3]
+    doc = _report(capsys, run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
+    assert doc["runs"] == [run_id]
+    ids = {f["id"] for f in doc["figures"]}
+    assert ids == {"busbw_all_reduce", "time_all_reduce"}
+    _check_pngs_and_html(doc)
+    html = Path(doc["html"]).read_text()
+    # testbed and host facts of the run are in the page
+    assert run_id in html and "loopback3" in html and "cpus_logical" not in html
+    assert "CPUs logical/physical" in html and "127.0.0.1" in html
+
+
+def test_json_figures_hold_the_numbers_of_the_run(runs, tmp_path, capsys):
+    store, out = runs
+    run_id, rows = out[3]
+    doc = _report(capsys, run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
+    figs = {f["id"]: f for f in doc["figures"]}
+    meas = [s for s in figs["time_all_reduce"]["series"] if s["role"] == "measured"]
+    assert len(meas) == 1 and meas[0]["run_id"] == run_id
+    assert meas[0]["x"] == [r.size for r in rows] == list(SIZES)
+    assert meas[0]["y"] == pytest.approx([r.stats.p50 for r in rows], rel=1e-12)
+    bus = next(s for s in figs["busbw_all_reduce"]["series"] if s["role"] == "measured")
+    assert bus["y"] == pytest.approx([r.busbw for r in rows], rel=1e-9)
+    # the analytical curve passes through the model times the bench printed
+    model = next(s for s in figs["time_all_reduce"]["series"] if s["role"] == "model")
+    at = dict(zip(model["x"], model["y"], strict=True))
+    assert len(model["x"]) > len(SIZES)
+    for r in rows:
+        assert r.modeled_s and at[r.size] == pytest.approx(r.modeled_s, rel=1e-9)
+    assert json.loads(Path(doc["html"]).with_name("figures.json").read_text()) == doc
+
+
+def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path, capsys):
+    store, out = runs
+    (a, _), (b, rows_b) = out[3], out[2]
+    one = _report(capsys, a, "--store", str(store), "--out", str(tmp_path / "one"))
+    both = _report(
+        capsys, a[:-2], "--compare", b, "--store", str(store), "--out", str(tmp_path / "two")
+    )
+    assert both["runs"] == [a, b]
+    _check_pngs_and_html(both)
+    fig = next(f for f in both["figures"] if f["id"] == "busbw_all_reduce")
+    meas = {s["run_id"]: s for s in fig["series"] if s["role"] == "measured"}
+    assert set(meas) == {a, b}
+    assert meas[b]["y"] == pytest.approx([r.busbw for r in rows_b], rel=1e-9)
+    assert all(a in s["label"] or b in s["label"] for s in fig["series"])
+    png_one = Path(next(f["file"] for f in one["figures"] if f["id"] == "busbw_all_reduce"))
+    assert Path(fig["file"]).read_bytes() != png_one.read_bytes()
+    html = Path(both["html"]).read_text()
+    assert html.count("<h2>Run ") == 2
+
+
+def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path, capsys):
+    store, out = runs
+    sim, trace = sim_files
+    simdoc = json.loads(sim.read_text())
+    args = [out[3][0], "--store", str(store), "--sim", str(sim), "--trace", str(trace)]
+    doc = _report(capsys, *args, "--out", str(tmp_path / "rep"))
+    _check_pngs_and_html(doc)
+    figs = {f["id"]: f for f in doc["figures"]}
+    rep = simdoc["reports"][0]
+    it = figs["sim0_iteration"]["series"][0]
+    assert it["x"] == [r["backend"] for r in simdoc["reports"]]
+    assert it["y"] == [r["iteration_s"] for r in simdoc["reports"]]
+    parts = {s["role"]: s["y"] for s in figs["sim0_breakdown0"]["series"]}
+    assert set(parts) == {"compute", "exposed_comm", "wait", "idle"}
+    assert parts["compute"] == [r["compute"] for r in rep["ranks"]]
+    for k in range(rep["n_ranks"]):  # the stack reaches the iteration time on every rank
+        total = sum(p[k] for p in parts.values())
+        assert total == pytest.approx(rep["iteration_s"], rel=1e-6)
+    lanes = figs["sim0_timeline"]["series"]
+    assert sum(len(s["spans"]) for s in lanes) == len(rep["collectives"])
+    tl = figs["trace0_timeline"]
+    assert [s["rank"] for s in tl["series"]] == list(range(rep["n_ranks"]))
+    assert tl["iteration_s"] == pytest.approx(rep["iteration_s"], rel=1e-6)
+    assert {"compute", "comm"} <= set(tl["series"][0]["spans"])
+
+
+def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path, capsys):
+    store, _ = runs
+    cases = [
+        (["nosuchrun", "--store", str(store)], "no run 'nosuchrun'"),
+        (["r1", "--store", str(tmp_path / "none.sqlite")], "run store not found"),
+        (["--store", str(store)], "nothing to report"),
+        (["--sim", str(store)], "not JSON"),
+        (["--sim", str(tmp_path / "missing.json")], "file not found"),
+    ]
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    cases.append((["--sim", str(tmp_path / "x.json")], "no 'reports'"))
+    cases.append((["--trace", str(tmp_path / "x.json")], "no 'traceEvents'"))
+    for args, msg in cases:
+        assert main(["report", *args, "--out", str(tmp_path / "o")]) == 2, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("genie: error:") and msg in err[0], err
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_missing_matplotlib_says_how_to_install(runs, tmp_path, capsys, monkeypatch):
+    import sys
+
+    store, out = runs
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import now raises ImportError
+    rc = main(["report", out[3][0], "--store", str(store), "--out", str(tmp_path / "o")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "pip install 'genie[report]'" in err and "matplotlib" in err
+
+
+_PROBE = """<script>
+window.addEventListener('load', function () {
+  var out = [];
+  document.querySelectorAll('img').forEach(function (im) {
+    out.push(im.getAttribute('data-file') + '=' + (im.complete ? im.naturalWidth : -1));
+  });
+  var pre = document.createElement('pre');
+  pre.id = 'genie-probe';
+  pre.textContent = 'PROBE[' + out.join(';') + ']PROBE';
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def test_every_image_loads_in_headless_chromium(runs, sim_files, tmp_path, capsys):
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.skip("chromium not installed (Debian: apt-get install chromium)")
+    store, out = runs
+    sim, trace = sim_files
+    args = [out[3][0], "--compare", out[2][0], "--store", str(store), "--sim", str(sim)]
+    doc = _report(capsys, *args, "--trace", str(trace), "--out", str(tmp_path / "rep"))
+    page = tmp_path / "probe.html"
+    page.write_text(Path(doc["html"]).read_text().replace("</body>", _PROBE + "</body>"))
+    cmd = [
+        exe,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"chromium could not run: {exc}")
+    m = re.search(r'<pre id="genie-probe">PROBE\[(.*?)\]PROBE</pre>', res.stdout)
+    if res.returncode != 0 and not m:
+        pytest.skip(f"chromium could not start: {res.stderr.strip().splitlines()[-1:]}")
+    assert m, res.stdout[-500:]
+    loaded = dict(item.split("=") for item in m.group(1).split(";"))
+    want = {Path(f["file"]).name: _png_size(Path(f["file"]))[0] for f in doc["figures"]}
+    assert {k: int(v) for k, v in loaded.items()} == want
