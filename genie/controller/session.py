@@ -131,6 +131,7 @@ class Controller:
         self._synced_at: int | None = None
         self._sync_rounds = 16
         self.resync_s = RESYNC_S
+        self._rank_bytes: dict[int, int] = {}  # id(program) -> rank_bytes, current job's programs
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg) -> None:
@@ -230,8 +231,8 @@ class Controller:
         """After ``reporter`` failed a job step: raise naming any agent that no longer answers.
 
         Every other agent is probed (TimeProbe, answered at once by a live agent whoever holds
-        it); one that stays silent for ``missed_limit - 1`` heartbeat intervals (at least one)
-        is lost. Returns if all answer.
+        it); one that stays silent for one heartbeat interval is lost (the job has failed
+        already, so this only decides whom the error names). Returns if all answer.
         """
         others = {a for a in agents if a != reporter and a not in self.lost}
         if not others:
@@ -242,7 +243,7 @@ class Controller:
                 self._send(a, TimeProbe(t0=start))
             except GenieError:
                 continue  # unreachable: stays silent
-        window = max(1, self.missed_limit - 1) * self.hb_ns
+        window = self.hb_ns  # a live agent answers a probe in far less than one beat
         silent = set(others)
         while silent and self.clock.now() - start < window:
             item = self.t.recv(max(1, window - (self.clock.now() - start)) / 1e9)
@@ -357,7 +358,14 @@ class Controller:
 
     def iteration_timeout(self, program: Program) -> float:
         """Bound of one iteration: bytes a rank moves / slow rate x margin + base."""
-        return self.to.base_s + rank_bytes(program) / self.to.slow_rate * self.to.margin
+        key = id(program)
+        if key not in self._rank_bytes:  # walking every rank's steps is slow for big programs
+            self._rank_bytes = {k: v for k, v in self._rank_bytes.items() if k in self._live_ids()}
+            self._rank_bytes[key] = rank_bytes(program)
+        return self.to.base_s + self._rank_bytes[key] / self.to.slow_rate * self.to.margin
+
+    def _live_ids(self) -> set[int]:
+        return {id(p) for p in self.programs}
 
     def run(
         self,
