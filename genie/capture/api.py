@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,18 @@ class CaptureResult:
     files: list[Path]
 
 
+_ERROR_RE = re.compile(r"^([\w.]+(Error|Exception)(:|$)|capture: )")
+
+
+def _error_line(stderr: str) -> str:
+    """The most telling line of a failed runner's stderr (its last exception line)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if _ERROR_RE.match(ln):
+            return ln[:300]
+    return lines[-1][:300] if lines else ""
+
+
 def lower_in_subprocess(
     jobs: list[tuple[str, list[tuple[str, int]]]], devices: int, timeout: float = 600.0
 ) -> list[dict]:
@@ -92,8 +105,7 @@ def lower_in_subprocess(
         except subprocess.TimeoutExpired:
             raise WorkloadError(f"capture of {names} took longer than {timeout:.0f} s") from None
         if proc.returncode != 0 or not answer.exists():
-            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-            last = lines[-1] if lines else f"exit code {proc.returncode}"
+            last = _error_line(proc.stderr) or f"exit code {proc.returncode}"
             raise WorkloadError(f"capture of {names} failed: {last}")
         return json.loads(answer.read_text())
 

@@ -12,6 +12,9 @@ Entry-point convention (``MODULE:FUNCTION``, MODULE a dotted module or a ``.py``
   (nothing is allocated for these), the specs ``PartitionSpec`` pytrees matching ``args`` (or
   NamedShardings). ``out_specs`` None lets XLA choose.
 
+FUNCTION is traced and lowered under ``jax.set_mesh(mesh)``, so ``jax.shard_map`` without a
+``mesh=`` argument and ``jax.sharding.get_abstract_mesh()`` see the capture's mesh.
+
 The mesh is ``jax.sharding.Mesh`` over devices 0..N-1 in order, shaped by ``--mesh`` (axis
 names in order, row-major), so rank r of the captured ETs is device r.
 """
@@ -60,6 +63,17 @@ def _cost(compiled) -> dict:
     return {k: float(v) for k, v in (ca or {}).items() if k in ("flops", "bytes accessed")}
 
 
+def _mesh_context(jax, mesh):
+    """``jax.set_mesh(mesh)`` (or the older spellings) as a context manager."""
+    for make in (
+        getattr(jax, "set_mesh", None),
+        getattr(jax.sharding, "use_mesh", None),
+    ):
+        if make is not None:
+            return make(mesh)
+    return mesh
+
+
 def lower(job: dict, n: int) -> dict:
     """Compile one job's function for ``n`` devices; returns the HLO text and cost analysis."""
     import jax
@@ -96,7 +110,8 @@ def lower(job: dict, n: int) -> dict:
     kw = {"in_shardings": shard(tuple(in_specs))}
     if out_specs is not None:
         kw["out_shardings"] = shard(out_specs)
-    compiled = jax.jit(fn, **kw).lower(*args).compile()
+    with _mesh_context(jax, mesh):
+        compiled = jax.jit(fn, **kw).lower(*args).compile()
     return {
         "hlo": compiled.as_text(),
         "cost_analysis": _cost(compiled),
