@@ -43,6 +43,7 @@ def test_emulate_dp_workload_and_compare_with_bench(cluster, tmp_path, capsys):
     store = tmp_path / "runs.sqlite"
     args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path)]
     args += ["--store", str(store), "--iterations", "8", "--warmup", "3", "--json"]
+    args += ["--mode", "isolated"]
     assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
     (coll,) = doc["collectives"]  # one gradient bucket: one distinct all-reduce
@@ -73,7 +74,7 @@ def test_emulate_pipeline_runs_send_recv_on_the_agents(cluster, tmp_path, capsys
     save_workload(llm(4, tp=1, pp=2, layers=2, hidden=64, seq=16, micro_batches=2), prefix)
     args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path)]
     args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "1"]
-    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json", "--mode", "isolated"]) == 0
     doc = json.loads(capsys.readouterr().out)
     kinds = {c["collective"] for c in doc["collectives"]}
     assert "send_recv" in kinds
@@ -93,3 +94,25 @@ def test_emulate_refuses_a_testbed_without_agents(tmp_path, capsys):
     args = ["emulate", str(prefix), "--testbed", str(tb), "--max-collectives", "0"]
     assert main(args) == 2
     assert "distinct collectives" in capsys.readouterr().err
+
+
+def test_overlapped_emulation_runs_a_pipeline_of_send_recv(cluster, tmp_path, capsys):
+    prefix = tmp_path / "llm"
+    save_workload(llm(4, tp=1, pp=2, layers=2, hidden=64, seq=16, micro_batches=2), prefix)
+    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
+    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "1"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["mode"] == "overlapped"
+    p2p = [x for x in doc["instances"] if x["collective"] == "send_recv"]
+    assert p2p and all(len(x["ranks"]) == 2 and x["measured_p50_s"] > 0 for x in p2p)
+    for x in p2p:  # a send/recv starts on the wire no earlier than its sender reached it
+        for run in x["rank_intervals_s"]:
+            (_, s_send, _), (_, _, e_recv) = run
+            assert e_recv >= s_send
+    testbed = doc["reports"][0]
+    assert testbed["iteration_s"] > 0
+    by_iid = {x["iid"]: x["measured_p50_s"] for x in doc["instances"]}
+    assert sorted(c["time"] for c in testbed["collectives"]) == pytest.approx(
+        sorted(by_iid.values())
+    )

@@ -1,6 +1,9 @@
-"""``genie emulate``: hardware in the loop, isolated mode (see ``genie.sim.emulate``).
+"""``genie emulate``: hardware in the loop (see ``genie.sim.emulate``).
 
-Registered by ``genie.commands.simulate`` so the simulator's commands stay together.
+``--mode overlapped`` (the default) runs the whole trace's communication on the agents with the
+compute gaps honoured, so collectives that overlap in the trace overlap on the wire; ``--mode
+isolated`` measures each distinct collective alone. Registered by ``genie.commands.simulate``
+so the simulator's commands stay together.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ import argparse
 import json
 import sys
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -33,19 +37,36 @@ def register_emulate(sub: argparse._SubParsersAction) -> None:
     """Add ``genie emulate`` (hardware in the loop, isolated mode; see genie.sim.emulate)."""
     p = sub.add_parser(
         "emulate",
-        help="run every distinct collective of a workload on the testbed's agents and replay it",
-        description="Hardware in the loop, isolated mode: each distinct (collective, size, "
-        "group) of the workload runs on the live agents; the workload is then replayed with "
-        "the measured times, beside the analytical model. Results go to the run store.",
+        help="run a workload's communication on the testbed's agents and replay it",
+        description="Hardware in the loop. overlapped (default): every rank's compiled op list "
+        "(its collectives with the compute gaps between them) runs on the live agents, all "
+        "starting together, so collectives in flight together share the wire; each instance "
+        "then takes its measured time in the replay. isolated: each distinct (collective, "
+        "size, group) runs alone. Beside the analytical model; results go to the run store.",
+    )
+    p.add_argument(
+        "--mode",
+        choices=("overlapped", "isolated"),
+        default="overlapped",
+        help="overlapped: the whole trace on the wire with compute gaps (default); "
+        "isolated: each distinct collective alone",
     )
     p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
     p.add_argument("--testbed", required=True, help="testbed TOML with running agents")
-    p.add_argument("--iterations", type=int, default=5, help="measured runs per collective")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up runs per collective")
+    p.add_argument(
+        "--iterations", type=int, default=5, help="measured runs (of each collective / the trace)"
+    )
+    p.add_argument("--warmup", type=int, default=2, help="warm-up runs")
     p.add_argument("--placement", choices=("testbed", "round-robin"), default="testbed")
     p.add_argument("--algorithm", help="as for genie simulate")
     p.add_argument("--chunks", type=int, default=1)
     p.add_argument("--max-collectives", type=int, default=64, help="refuse more distinct ones")
+    p.add_argument(
+        "--max-instances",
+        type=int,
+        default=256,
+        help="overlapped: refuse more communication instances (each has buffers of its own)",
+    )
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -91,13 +112,20 @@ def run_emulate(args: argparse.Namespace) -> int:
         )
     algos = _algorithms(args.algorithm)
     topo = tb.to_topology()
+    if args.mode == "overlapped":
+        return _run_overlapped(args, cw, tb, agents, algos, topo, err)
     store = RunStore(args.store or DEFAULT_STORE)
     run_id = store.start_run(
         " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
         testbed_name=tb.name,
         testbed_text=Path(args.testbed).read_text(errors="replace"),
         workload_hash=_workload_hash(cw),
-        meta={"workload": cw.name, "placement": agents, "iterations": args.iterations},
+        meta={
+            "workload": cw.name,
+            "placement": agents,
+            "iterations": args.iterations,
+            "mode": "isolated",
+        },
     )
     ctl = open_controller(tb)
     try:
@@ -167,6 +195,7 @@ def run_emulate(args: argparse.Namespace) -> int:
     if args.json:
         doc = {
             "run_id": run_id,
+            "mode": "isolated",
             "workload": cw.name,
             "testbed": tb.name,
             "collectives": rows,
@@ -193,5 +222,193 @@ def run_emulate(args: argparse.Namespace) -> int:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
+    _print(con, cw, _describe(backends[1].pricer), reports, {}, 20)
+    return 0
+
+
+def _instances_of(plan, passes, warmup: int, iid: int) -> list:
+    """The store's Instance rows of one communication instance, one per pass."""
+    from genie.controller.results import Instance
+
+    out = []
+    ranks = list(plan.programs[iid].spec.ranks)
+    for k, p in enumerate(passes):
+        first, _last_start, end = p.inst[iid]
+        starts, ends = [], []
+        for r in ranks:
+            j = plan.op_iid[r].index(iid)
+            s, e = p.rank_times[r][j]
+            starts.append(s)
+            ends.append(e)
+        out.append(
+            Instance(
+                iteration=k,
+                warmup=k < warmup,
+                start_ns=first,
+                end_ns=end,
+                time_s=(end - first) / 1e9,
+                rank_start_ns=starts,
+                rank_end_ns=ends,
+                ranks=ranks,
+            )
+        )
+    return out
+
+
+def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
+    """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
+    from pathlib import Path
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from genie.collectives.cost import estimate
+    from genie.controller.local import open_controller
+    from genie.sim.emulate import (
+        InstanceBackend,
+        compile_oplists,
+        emulate_overlapped,
+        instance_medians,
+    )
+    from genie.sim.program_pricer import ProgramPricer
+    from genie.store import DEFAULT_STORE, RunStore
+
+    with err.status("compiling op lists", spinner="dots"):
+        plan = compile_oplists(cw, algos, args.chunks, max_instances=args.max_instances)
+    store = RunStore(args.store or DEFAULT_STORE)
+    run_id = store.start_run(
+        " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
+        testbed_name=tb.name,
+        testbed_text=Path(args.testbed).read_text(errors="replace"),
+        workload_hash=_workload_hash(cw),
+        meta={
+            "workload": cw.name,
+            "placement": agents,
+            "iterations": args.iterations,
+            "mode": "overlapped",
+        },
+    )
+    total = args.iterations + args.warmup
+    ctl = open_controller(tb)
+    try:
+        ctl.connect()
+        ctl.sync_clocks()
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} runs of the trace"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as prog:
+            task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
+
+            def on_pass(k, p) -> None:
+                prog.update(task, advance=1, description=f"run {k + 1}: {p.makespan_s:.4g} s")
+
+            passes = emulate_overlapped(
+                ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
+            )
+        for iid, program in zip(plan.iids, plan.programs, strict=True):
+            store.add_instances(run_id, program.spec, _instances_of(plan, passes, args.warmup, iid))
+        store.finish_run(run_id, "ok")
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", "interrupted by user")
+        raise
+    except GenieError as exc:
+        store.finish_run(run_id, "failed", str(exc))
+        raise
+    finally:
+        ctl.close()
+        ctl.t.close()
+        store.close()
+    medians = instance_medians(passes, args.warmup)
+    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
+    backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
+    reports, raws = [], []
+    for be in backends:
+        rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
+        reports.append(rep)
+        raws.append(raw)
+    if args.trace:
+        chrome_trace(cw, raws[0], args.trace)
+    measured = passes[args.warmup :]
+    rows = []
+    for iid, program in zip(plan.iids, plan.programs, strict=True):
+        spec = program.spec
+        try:
+            model = float(estimate(program, topo, [agents[r] for r in spec.ranks]).time_s)
+        except GenieError:
+            model = None
+        rows.append(
+            {
+                "iid": iid,
+                "collective": spec.collective,
+                "algorithm": spec.algorithm,
+                "ranks": list(spec.ranks),
+                "size": int(cw.instances.size[iid]),
+                "measured_p50_s": medians[iid],
+                # per measured run: seconds from the run's start, first rank start / last
+                # member's arrival / last rank end
+                "intervals_s": [[(t - p.start_at_ns) / 1e9 for t in p.inst[iid]] for p in measured],
+                # per measured run: [rank, start, end] of each member, seconds from the start
+                "rank_intervals_s": [
+                    [
+                        [r, *((t - p.start_at_ns) / 1e9 for t in p.rank_times[r][j])]
+                        for r, j in ((r, plan.op_iid[r].index(iid)) for r in spec.ranks)
+                    ]
+                    for p in measured
+                ],
+                "modeled_s": model,
+            }
+        )
+    runs = [
+        {
+            "makespan_s": p.makespan_s,
+            "bytes_sent": p.bytes_sent,
+            "messages_verified": p.verified,
+            "warmup": k < args.warmup,
+        }
+        for k, p in enumerate(passes)
+    ]
+    if args.json:
+        doc = {
+            "run_id": run_id,
+            "mode": "overlapped",
+            "workload": cw.name,
+            "testbed": tb.name,
+            "instances": rows,
+            "runs": runs,
+            "reports": [_with_closed(r.to_dict(), {}) for r in reports],
+        }
+        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
+        sys.stdout.write("\n")
+        return 0
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    t = Table(
+        title=f"communication of {cw.name} run on {tb.name}, overlapped (run {run_id})",
+        title_justify="left",
+    )
+    for c in ("instance", "collective", "ranks", "size", "measured p50", "model alone"):
+        t.add_column(c, justify="left" if c == "collective" else "right")
+    t.add_column("meas/model", justify="right")
+    for row in rows[:40]:
+        model = row["modeled_s"]
+        t.add_row(
+            str(row["iid"]),
+            f"{row['collective']} {row['algorithm']}",
+            str(len(row["ranks"])),
+            format_bytes(row["size"]),
+            format_seconds(row["measured_p50_s"]),
+            format_seconds(model) if model else "-",
+            f"{row['measured_p50_s'] / model:.2f}" if model else "-",
+        )
+    con.print(t)
+    if len(rows) > 40:
+        con.print(f"({len(rows) - 40} more instances; --json lists all)")
+    spans = [r["makespan_s"] for r in runs if not r["warmup"]]
+    con.print(
+        f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
+        f"start to the last op's end, over {len(spans)} runs"
+    )
     _print(con, cw, _describe(backends[1].pricer), reports, {}, 20)
     return 0
