@@ -96,6 +96,65 @@ def load_pyverbs(paths: tuple[str, ...] = DISTRO_PATHS) -> SimpleNamespace:
     raise TransportError(f"pyverbs cannot be imported ({'; '.join(errors)}); {INSTALL_HINT}")
 
 
+# ---- pyverbs structs from plain data (no device needed: tested on any host with pyverbs) -----
+def init_qpattr(pv: SimpleNamespace, a: dict):
+    """QPAttr of RESET -> INIT from ``rdma_conn.init_attrs``."""
+    e = pv.enums
+    attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_INIT)
+    attr.pkey_index = a["pkey_index"]
+    attr.port_num = a["port_num"]
+    attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+    return attr
+
+
+def rtr_qpattr(pv: SimpleNamespace, r: dict):
+    """QPAttr of INIT -> RTR from ``rdma_conn.rtr_attrs`` (address vector with GRH for RoCE)."""
+    attr = pv.qp.QPAttr(qp_state=pv.enums.IBV_QPS_RTR)
+    attr.path_mtu = MTU_ENUM[r["path_mtu"]]
+    attr.dest_qp_num = r["dest_qp_num"]
+    attr.rq_psn = r["rq_psn"]
+    attr.max_dest_rd_atomic = r["max_dest_rd_atomic"]
+    attr.min_rnr_timer = r["min_rnr_timer"]
+    gr = pv.addr.GlobalRoute(
+        dgid=pv.addr.GID(gid_text(r["dgid"])), sgid_index=r["sgid_index"], hop_limit=r["hop_limit"]
+    )
+    # pyverbs names the route argument ``gr`` (its docstring says ``grh``)
+    attr.ah_attr = pv.addr.AHAttr(
+        port_num=r["port_num"], is_global=r["is_global"], gr=gr, dlid=r["dlid"]
+    )
+    return attr
+
+
+def rts_qpattr(pv: SimpleNamespace, s: dict):
+    """QPAttr of RTR -> RTS from ``rdma_conn.rts_attrs``."""
+    attr = pv.qp.QPAttr(qp_state=pv.enums.IBV_QPS_RTS)
+    for k in ("sq_psn", "timeout", "retry_cnt", "rnr_retry", "max_rd_atomic"):
+        setattr(attr, k, s[k])
+    return attr
+
+
+def send_wr(pv: SimpleNamespace, wr_id: int, opcode: int, sge, imm: int, rdma=None):
+    """A signaled SendWR; ``sge`` None makes a zero-byte request, ``rdma`` = (rkey, address)."""
+    e = pv.enums
+    # pyverbs refuses a WR without an SGE at construction but lets num_sge be set to 0 after
+    sg = [sge] if sge is not None else [pv.wr.SGE(0, 0, 0)]
+    wr = pv.wr.SendWR(wr_id=wr_id, opcode=opcode, num_sge=1, sg=sg, imm_data=imm,
+                      send_flags=e.IBV_SEND_SIGNALED)  # fmt: skip
+    if sge is None:
+        wr.num_sge = 0
+    if rdma is not None:
+        wr.set_wr_rdma(*rdma)
+    return wr
+
+
+def recv_wr(pv: SimpleNamespace, wr_id: int, sge):
+    """A RecvWR; ``sge`` None takes zero-byte messages (write-with-imm, credits)."""
+    wr = pv.wr.RecvWR(wr_id=wr_id, num_sge=1, sg=[sge if sge is not None else pv.wr.SGE(0, 0, 0)])
+    if sge is None:
+        wr.num_sge = 0
+    return wr
+
+
 class VerbsDevice:
     """An opened verbs device and port with its protection domain (shared by the agent's ranks)."""
 
@@ -156,11 +215,7 @@ class VerbsRank:
         init = pv.qp.QPInitAttr(qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap,
                                 sq_sig_all=1)  # fmt: skip
         qp = pv.qp.QP(self.dev.pd, init)
-        a = init_attrs(self.dev.choice.port)
-        attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_INIT)
-        attr.pkey_index = a["pkey_index"]
-        attr.port_num = a["port_num"]
-        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        attr = init_qpattr(pv, init_attrs(self.dev.choice.port))
         qp.to_init(attr)
         return qp
 
@@ -195,56 +250,30 @@ class VerbsRank:
 
     def connect(self, mine: QpFacts, peer: QpFacts) -> None:
         """INIT -> RTR -> RTS with the peer's facts."""
-        pv, e = self.pv, self.e
+        pv = self.pv
         qp = self.qps[mine.dst]
         r = rtr_attrs(mine, peer, self.dev.choice, self.opts)
         try:
-            attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_RTR)
-            attr.path_mtu = MTU_ENUM[r["path_mtu"]]
-            attr.dest_qp_num = r["dest_qp_num"]
-            attr.rq_psn = r["rq_psn"]
-            attr.max_dest_rd_atomic = r["max_dest_rd_atomic"]
-            attr.min_rnr_timer = r["min_rnr_timer"]
-            gr = pv.addr.GlobalRoute(
-                dgid=pv.addr.GID(gid_text(r["dgid"])),
-                sgid_index=r["sgid_index"],
-                hop_limit=r["hop_limit"],
-            )
-            attr.ah_attr = pv.addr.AHAttr(
-                port_num=r["port_num"], is_global=r["is_global"], grh=gr, dlid=r["dlid"]
-            )
-            qp.to_rtr(attr)
-            s = rts_attrs(mine, self.opts)
-            attr = pv.qp.QPAttr(qp_state=e.IBV_QPS_RTS)
-            for k in ("sq_psn", "timeout", "retry_cnt", "rnr_retry", "max_rd_atomic"):
-                setattr(attr, k, s[k])
-            qp.to_rts(attr)
+            qp.to_rtr(rtr_qpattr(pv, r))
+            qp.to_rts(rts_qpattr(pv, rts_attrs(mine, self.opts)))
         except self.pv.errors as exc:
             raise TransportError(f"queue pair to rank {mine.dst}: {exc}") from None
         self.rkeys[mine.dst] = peer.rkey
 
     # ---- posting and polling ----------------------------------------------------------------
     def _sge(self, r: Region | None, off: int, n: int):
-        if r is None or n == 0:
-            return 0, None
-        return 1, [self.pv.wr.SGE(r.addr + off, n, r.lkey)]
+        return None if r is None or n == 0 else self.pv.wr.SGE(r.addr + off, n, r.lkey)
 
     def post_write_imm(self, peer, wr_id, src, off, n, raddr, imm) -> None:
         """RDMA WRITE WITH IMMEDIATE."""
-        num, sg = self._sge(src, off, n)
-        wr = self.pv.wr.SendWR(wr_id=wr_id, opcode=self.e.IBV_WR_RDMA_WRITE_WITH_IMM,
-                               num_sge=num, sg=sg, imm_data=imm,
-                               send_flags=self.e.IBV_SEND_SIGNALED)  # fmt: skip
-        wr.set_wr_rdma(self.rkeys[peer], raddr)
-        self._post(peer, wr)
+        op = self.e.IBV_WR_RDMA_WRITE_WITH_IMM
+        rdma = (self.rkeys[peer], raddr)
+        self._post(peer, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm, rdma))
 
     def post_send_imm(self, peer, wr_id, src, off, n, imm) -> None:
         """SEND WITH IMMEDIATE."""
-        num, sg = self._sge(src, off, n)
-        wr = self.pv.wr.SendWR(wr_id=wr_id, opcode=self.e.IBV_WR_SEND_WITH_IMM, num_sge=num,
-                               sg=sg, imm_data=imm,
-                               send_flags=self.e.IBV_SEND_SIGNALED)  # fmt: skip
-        self._post(peer, wr)
+        op = self.e.IBV_WR_SEND_WITH_IMM
+        self._post(peer, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm))
 
     def _post(self, peer: int, wr) -> None:
         try:
@@ -254,9 +283,8 @@ class VerbsRank:
 
     def post_recv(self, peer, wr_id, dst, off, n) -> None:
         """Post one receive."""
-        num, sg = self._sge(dst, off, n)
         try:
-            self.qps[peer].post_recv(self.pv.wr.RecvWR(wr_id=wr_id, num_sge=num, sg=sg))
+            self.qps[peer].post_recv(recv_wr(self.pv, wr_id, self._sge(dst, off, n)))
         except self.pv.errors as exc:
             raise TransportError(f"posting a receive for rank {peer} failed: {exc}") from None
 
