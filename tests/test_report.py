@@ -26,15 +26,20 @@ PNG_SIG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two real bench runs (3 and 2 ranks) on a 3-agent loopback cluster, in one store."""
+    """Real bench runs (all-reduce on 3 and 2 ranks, all-gather on 3) on 3 loopback agents."""
     d = tmp_path_factory.mktemp("report-runs")
     store = d / "runs.sqlite"
     cl = LocalCluster.start(3, d / "cluster", heartbeat_s=0.2)
     try:
         out = {}
-        for ranks in (3, 2):
+        for key, ranks, coll in (
+            (3, 3, "all_reduce"),
+            (2, 2, "all_reduce"),
+            ("ag", 3, "all_gather"),
+        ):
             cfg = BenchConfig(
                 testbed_path=str(cl.testbed_path),
+                collective=coll,
                 sizes=SIZES,
                 iters=3,
                 warmup=1,
@@ -44,7 +49,7 @@ def runs(tmp_path_factory):
                 progress=False,
             )
             run_id, rows, _ = run_bench(cfg)
-            out[ranks] = (run_id, rows)
+            out[key] = (run_id, rows)
     finally:
         cl.stop()
     return store, out
@@ -144,6 +149,22 @@ def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path, capsys):
     assert Path(fig["file"]).read_bytes() != png_one.read_bytes()
     html = Path(both["html"]).read_text()
     assert html.count("<h2>Run ") == 2
+
+
+def test_each_collective_gets_its_own_plots_and_table(runs, tmp_path, capsys):
+    store, out = runs
+    (ar, _), (ag, rows) = out[3], out["ag"]
+    doc = _report(capsys, ag, "--compare", ar, "--store", str(store), "--out", str(tmp_path / "r"))
+    _check_pngs_and_html(doc)
+    ids = {f["id"] for f in doc["figures"]}
+    assert ids == {f"{m}_{c}" for m in ("busbw", "time") for c in ("all_reduce", "all_gather")}
+    fig = next(f for f in doc["figures"] if f["id"] == "time_all_gather")
+    assert {s["run_id"] for s in fig["series"]} == {ag}
+    table = next(t for t in doc["tables"] if t["collective"] == "all_gather")
+    assert [r["size"] for r in table["rows"]] == list(SIZES)
+    assert [len(r["times_s"]) for r in table["rows"]] == [3, 3, 3]  # warm-up left out
+    assert [r["time_p50_s"] for r in table["rows"]] == pytest.approx([r.stats.p50 for r in rows])
+    assert "all_gather / ring on 3 ranks" in Path(doc["html"]).read_text()
 
 
 def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path, capsys):

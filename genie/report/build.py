@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class Report:
     runs: list[str]
     figures: list[dict[str, Any]]
     files: dict[str, Path] = field(default_factory=dict)
+    tables: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The figures as JSON-ready data (units: bytes, seconds, bytes/s)."""
@@ -35,7 +37,26 @@ class Report:
             "html": str(self.html),
             "units": {"size": "bytes", "time": "s", "bandwidth": "bytes/s (GB/s = 1e9 B/s)"},
             "figures": [{**f, "file": str(self.files[f["id"]])} for f in self.figures],
+            "tables": self.tables,
         }
+
+
+@contextlib.contextmanager
+def _progress(total: int, enabled: bool):
+    """A rich progress bar on stderr while the PNGs are drawn; yields advance(name)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} plots"),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=True,
+    ) as prog:
+        task = prog.add_task("drawing", total=total)
+        yield lambda name: prog.update(task, advance=1, description=f"drew {name}")
 
 
 def _read_json(path: str | Path) -> Any:
@@ -55,6 +76,7 @@ def build_report(
     *,
     sims: Sequence[str | Path] = (),
     traces: Sequence[str | Path] = (),
+    progress: bool = False,
 ) -> Report:
     """Write PNGs, ``report.html`` and ``figures.json`` for runs (first = main) into ``out``."""
     from genie.report.plots import draw, require_matplotlib
@@ -91,10 +113,14 @@ def build_report(
         raise UsageError(f"run {resolved[0]} has no measured instances to plot")
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {f["id"]: draw(f, outdir / f"{f['id']}.png") for f in figures}
+    files = {}
+    with _progress(len(figures), progress) as advance:
+        for f in figures:
+            files[f["id"]] = draw(f, outdir / f"{f['id']}.png")
+            advance(f["id"])
     title = "genie report: " + (", ".join(resolved) if resolved else ", ".join(map(str, sims)))
     html = outdir / HTML_NAME
     html.write_text(render_html(title, facts, groups, figures, files, notes))
-    rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files)
+    rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files, groups)
     rep.json_path.write_text(json.dumps(rep.to_dict(), indent=1))
     return rep

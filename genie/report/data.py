@@ -319,15 +319,19 @@ def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 16) -
         per.setdefault(role, []).append([e["ts"] * 1e-6, e.get("dur", 0) * 1e-6])
     other = doc.get("otherData") or {}
     end = max((s + d for r in spans.values() for v in r.values() for s, d in v), default=0.0)
+    left = max(0, int(other.get("ranks_shown", len(spans))) - len(spans))
+    left += int(other.get("ranks_left_out", 0))
+    title = f"timeline of one iteration per rank ({other.get('backend', 'trace')})"
+    if left:
+        title += f"; first {len(spans)} ranks, {left} left out"
     return {
         "id": f"trace{index}_timeline",
         "kind": "rank_timeline",
-        "title": f"timeline of one iteration per rank ({other.get('backend', 'trace')})",
+        "title": title,
         "source": source,
         "x": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
         "y": {"label": "rank", "unit": "", "scale": "category"},
         "iteration_s": end,
-        "ranks_left_out": max(0, int(other.get("ranks_shown", len(spans))) - len(spans))
-        + int(other.get("ranks_left_out", 0)),
+        "ranks_left_out": left,
         "series": [{"label": f"rank {r}", "rank": r, "spans": spans[r]} for r in sorted(spans)],
     }
