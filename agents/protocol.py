@@ -24,6 +24,7 @@ Abort / Release           c->a    stop and drop the job / drop a finished job (b
 Ack                       a->c    Abort/Release done, agent idle
 Quit                      c->a    stop the agent process
 Bye                       c->a    the controller leaves; the agent is free again
+DataProbe / ...Reply      c<->a   can this agent reach its last job's peers' data ports?
 ========================  ======  =========================================================
 
 Sizes in a message are checked against ``Limits`` before anything is allocated.
@@ -250,6 +251,19 @@ class Bye(Msg, tag="bye"):
     """The controller leaves: release any job and free the agent for another controller."""
 
 
+class DataProbe(Msg, tag="data_probe"):
+    """Check the data network: TCP-connect to every peer of the agent's last job (no address
+    comes in the message: the agent probes only the endpoints its last Prepare named)."""
+
+    timeout_s: float = 1.0
+
+
+class DataProbeReply(Msg, tag="data_probe_reply"):
+    """Per peer agent: "" if its data listener answered, else why not."""
+
+    peers: dict[str, str]
+
+
 ERROR_CODES = (
     "malformed",  # frame could not be decoded
     "stale",  # job/epoch does not match the agent's current job
@@ -280,6 +294,8 @@ Message = (
     | Ack
     | Quit
     | Bye
+    | DataProbe
+    | DataProbeReply
 )
 
 _encoder = msgspec.msgpack.Encoder()
