@@ -33,6 +33,11 @@ HLO = """HloModule jit_step, is_scheduled=true, num_partitions=4
   ROOT %t = (s32[], f32[8,16]{1,0}) tuple(%i, %ar)
 }
 
+%wrapped_rs (wp: f32[8,16]) -> f32[2,16] {
+  %wp = f32[8,16]{1,0} parameter(0)
+  ROOT %wrs = f32[2,16]{1,0} reduce-scatter(%wp), channel_id=7, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=%add
+}
+
 %cond (cs: (s32[], f32[8,16])) -> pred[] {
   %cs = (s32[], f32[8,16]{1,0}) parameter(0)
   ROOT %c = pred[] constant(true)
@@ -56,7 +61,12 @@ ENTRY %main (a: f32[8,32], w: f32[32,16], k: bf16[3,3,4,8], img: bf16[2,10,10,4]
   %init = (s32[], f32[8,16]{1,0}) tuple(%zero, %f)
   %loop = (s32[], f32[8,16]{1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"3"}}
   %res = f32[8,16]{1,0} get-tuple-element(%loop), index=1
-  ROOT %out = f32[8,16]{1,0} add(%res, %res)
+  %rss = ((f32[8,16]{1,0}), f32[2,16]{1,0}, s32[]) async-start(%res), calls=%wrapped_rs
+  %ars = f32[8,16]{1,0} all-reduce-start(%res), channel_id=8, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=%add
+  %between = f32[8,16]{1,0} negate(%res)
+  %rsd = f32[2,16]{1,0} async-done(%rss), calls=%wrapped_rs
+  %ard = f32[8,16]{1,0} all-reduce-done(%ars)
+  ROOT %out = f32[8,16]{1,0} add(%ard, %between)
 }
 """
 
@@ -148,6 +158,24 @@ def test_async_pair_overlaps_and_done_is_a_wait(conv):
     assert a2a in first_loop_compute.data_deps
 
 
+def test_async_start_wrappers_and_all_reduce_start(conv):
+    r2 = conv.workload.ranks[2]
+    rss, ars = _node(r2, "rss"), _node(r2, "ars")
+    assert (rss.collective, rss.comm_size, rss.pg_name) == (
+        CollectiveType.REDUCE_SCATTER,
+        8 * 16 * 4,
+        "",
+    )
+    assert (ars.collective, ars.comm_size, ars.pg_name) == (
+        CollectiveType.ALL_REDUCE,
+        8 * 16 * 4,
+        "tp_dp1",
+    )
+    between, out = _node(r2, "between"), _node(r2, "out")
+    assert rss.id not in between.data_deps and ars.id not in between.data_deps
+    assert {rss.id, ars.id} <= set(out.data_deps)
+
+
 def test_durations_follow_the_roofline():
     cost = CaptureCost(peak_flops=1e12, efficiency=0.5, memory_bandwidth=1e9)
     wl = hlo_to_workload(parse_hlo(HLO), cost=cost).workload
@@ -170,3 +198,18 @@ def test_bad_hlo_is_a_clear_error():
         parse_hlo("not hlo")
     with pytest.raises(TraceFormatError, match="not closed"):
         parse_hlo("HloModule m\nENTRY %e () -> f32[] {\n  ROOT %c = f32[] constant(0)\n")
+
+
+def test_cli_converts_an_hlo_file(tmp_path, capsys):
+    from genie import cli
+
+    f = tmp_path / "step.hlo.txt"
+    f.write_text(HLO)
+    out = tmp_path / "et" / "step"
+    assert cli.main(["capture", "hlo", str(f), "--mesh", "dp=2,tp=2", "--out", str(out)]) == 0
+    assert "4 ranks" in capsys.readouterr().out
+    wl = load_workload(out)
+    assert wl.n_ranks == 4 and wl.groups["tp_dp1"] == (2, 3)
+    assert summarize(wl)["problems"] == []
+    assert cli.main(["capture", "hlo", str(f), "--mesh", "dp=3", "--out", str(out)]) == 2
+    assert "--mesh" in capsys.readouterr().err

@@ -155,3 +155,30 @@ def capture_jax(
     axes = parse_mesh(mesh, devices)
     (answer,) = lower_in_subprocess([(target, axes)], devices, timeout)
     return convert_answer(answer, target, devices, axes, out=out, cost=cost)
+
+
+def capture_hlo_file(
+    path: str | Path,
+    mesh: str | None = None,
+    *,
+    out: str | Path | None = None,
+    cost: CaptureCost | None = None,
+) -> Conversion:
+    """Convert an HLO text file (``as_text()`` or an XLA dump's ``after_optimizations.txt``).
+
+    The rank count is the module's partitions (or replicas); ``mesh`` only names the groups.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise WorkloadError(f"{p}: cannot read: {exc.strerror}") from None
+    module = parse_hlo(text)
+    n = max(module.num_partitions, module.num_replicas)
+    axes = parse_mesh(mesh, n) if mesh else None
+    params = {"hlo": p.name, "devices": n}
+    conv = hlo_to_workload(module, mesh=axes, cost=cost, name="capture", params=params)
+    conv.workload.name = Path(out).name if out else p.stem
+    if out:
+        save_workload(conv.workload, out)
+    return conv

@@ -283,7 +283,8 @@ class _RankEmitter:
             called = self.c.module.computations[inst.called()[0]]
             root = called.root
             if root.opcode.removesuffix("-start") in COLLECTIVES:
-                return self.collective(root.opcode.removesuffix("-start"), root, called, vals)
+                base = root.opcode.removesuffix("-start")
+                return self.collective(base, root, called, vals, label=inst.name)
             return self.run(called, vals)
         if op == "call":
             return self.run(self.c.module.computations[inst.called()[0]], vals)
@@ -331,11 +332,16 @@ class _RankEmitter:
         return {nid}
 
     def collective(
-        self, base: str, inst: Instruction, comp: Computation, vals: list[Value]
+        self,
+        base: str,
+        inst: Instruction,
+        comp: Computation,
+        vals: list[Value],
+        label: str | None = None,
     ) -> set[int]:
         size = sum(s.nbytes for s in _operand_shapes(inst, comp))
         deps = set().union(*(_flat(v) for v in vals))
-        name = inst.name + self.suffix
+        name = (label or inst.name) + self.suffix
         if base == "collective-permute":
             return self.permute(inst, name, size, deps)
         if self.c.local_only(inst):

@@ -27,33 +27,67 @@ def register(sub: argparse._SubParsersAction) -> None:
     j.add_argument("--devices", type=int, required=True, help="number of devices (ranks)")
     j.add_argument("--mesh", help="mesh axes NAME=SIZE,... multiplying to --devices (default dp=N)")
     j.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
-    j.add_argument("--peak-flops", type=float, default=989e12, help="peak FLOP/s (H100 bf16)")
-    j.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak reached")
-    j.add_argument(
-        "--memory-bandwidth", default="3.35TB/s", help="for memory-bound ops (H100 HBM3)"
-    )
+    _cost_args(j)
     j.add_argument("--hlo", help="also write the optimized HLO text here")
     j.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for jax")
     j.add_argument("--json", action="store_true", help="print the summary as JSON")
     j.set_defaults(func=run_jax)
+    h = csub.add_parser(
+        "hlo",
+        help="convert an optimized HLO text file (no jax needed)",
+        description="Convert compiled.as_text() or an XLA dump's *after_optimizations.txt; "
+        "the rank count is the module's num_partitions.",
+    )
+    h.add_argument("file", help="HLO text file")
+    h.add_argument("--mesh", help="mesh axes NAME=SIZE,... (names the process groups)")
+    h.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
+    _cost_args(h)
+    h.set_defaults(func=run_hlo)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _cost_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--peak-flops", type=float, default=989e12, help="peak FLOP/s (H100 bf16)")
+    p.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak reached")
+    p.add_argument(
+        "--memory-bandwidth", default="3.35TB/s", help="for memory-bound ops (H100 HBM3)"
+    )
+
+
+def _cost(args: argparse.Namespace):
+    from genie.capture.convert import CaptureCost
+    from genie.sim.netmodel import parse_bandwidth
+
+    if not (0 < args.efficiency <= 1):
+        raise UsageError(f"--efficiency must be in (0, 1], got {args.efficiency}")
+    if args.peak_flops <= 0:
+        raise UsageError("--peak-flops must be > 0")
+    return CaptureCost(args.peak_flops, args.efficiency, parse_bandwidth(args.memory_bandwidth))
+
+
+def run_hlo(args: argparse.Namespace) -> int:
+    """Handle ``genie capture hlo``."""
+    from genie.capture.api import capture_hlo_file
+
+    conv = capture_hlo_file(args.file, args.mesh, out=args.out, cost=_cost(args))
+    st = conv.stats[0]
+    print(
+        f"converted {args.file}: {conv.workload.n_ranks} ranks; rank 0: {st.compute_nodes} "
+        f"compute nodes, {st.flops:.4g} FLOPs, {len(st.collectives)} communication ops"
+    )
+    for n in conv.notes:
+        print(f"note: {n}")
+    return 0
 
 
 def run_jax(args: argparse.Namespace) -> int:
     """Handle ``genie capture jax``."""
     from genie.capture.api import INSTALL_HINT, capture_jax, jax_available
-    from genie.capture.convert import CaptureCost
 
     if not jax_available():
         print(f"genie: {INSTALL_HINT}", file=sys.stderr)
         return 2
-    if not (0 < args.efficiency <= 1):
-        raise UsageError(f"--efficiency must be in (0, 1], got {args.efficiency}")
-    if args.peak_flops <= 0:
-        raise UsageError("--peak-flops must be > 0")
-    from genie.sim.netmodel import parse_bandwidth
-
-    cost = CaptureCost(args.peak_flops, args.efficiency, parse_bandwidth(args.memory_bandwidth))
+    cost = _cost(args)
     from rich.console import Console
 
     err = Console(stderr=True)
