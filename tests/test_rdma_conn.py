@@ -194,13 +194,20 @@ def test_exchange_over_a_socket_pair_and_a_wrong_peer() -> None:
     t.join()
     assert peer == theirs and got["b"] == [mine]
     c, d = socket.socketpair()
-    t = threading.Thread(
-        target=lambda: pytest.raises(TransportError, exchange_facts, [(d, _facts(2, 0, 1, 1))], 2.0)
-    )
+    errs = []
+
+    def wrong_side() -> None:
+        try:
+            exchange_facts([(d, _facts(2, 0, 1, 1))], 2.0)
+        except TransportError as exc:
+            errs.append(exc)
+
+    t = threading.Thread(target=wrong_side)
     t.start()
     with pytest.raises(TransportError, match="expected facts of rank 1 for 0, got 2 for 0"):
         exchange_facts([(c, mine)], 2.0)
     t.join()
+    assert errs  # and the other side refuses ours too
     e, f = socket.socketpair()
     with pytest.raises(TransportError, match="exchange with rank 1 failed"):
         exchange_facts([(e, mine)], 0.1)  # silent peer: bounded
