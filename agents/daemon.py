@@ -25,6 +25,7 @@ import queue
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -70,6 +71,33 @@ def start_auth(ctx: zmq.Context, keys_dir: str, log: Callable[[str], None]):
     auth.start()
     auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=provider)
     return auth, provider
+
+
+PROBE_THREADS_MAX = 64
+
+
+def probe_peers(
+    targets: dict[str, str], timeout_s: float, done: Callable[[dict[str, str]], None]
+) -> None:
+    """TCP-connect to every target's data listener in the background; report to ``done``."""
+
+    def one(addr: str) -> str:
+        host, _, port = addr.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return ""
+        except (OSError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+    def run() -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        names = sorted(targets)[: PROBE_THREADS_MAX * 64]
+        with ThreadPoolExecutor(max_workers=min(PROBE_THREADS_MAX, max(1, len(names)))) as ex:
+            results = list(ex.map(lambda a: one(targets[a]), names))
+        done(dict(zip(names, results, strict=True)))
+
+    threading.Thread(target=run, name="genie-probe", daemon=True).start()
 
 
 def is_loopback(listen: str) -> bool:
@@ -171,6 +199,7 @@ def run_agent(
         facts=host_facts(),
         limits=Limits(),
         heartbeat_interval_s=heartbeat_s,
+        prober=probe_peers,
     )
     stop = {"flag": False}
 

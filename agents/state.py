@@ -28,6 +28,8 @@ from agents.protocol import (
     Abort,
     Ack,
     Bye,
+    DataProbe,
+    DataProbeReply,
     Error,
     Go,
     Heartbeat,
@@ -92,6 +94,13 @@ class DataPlane(Protocol):
         ...
 
 
+Prober = Callable[[dict[str, str], float, Callable[[dict[str, str]], None]], None]
+"""prober(peer -> "IP:PORT", timeout_s, done): connect to each in the background, then call
+done(peer -> "" or the reason it failed)."""
+
+PROBE_TIMEOUT_MAX_S = 10.0
+
+
 class AgentCore:
     """Pure control logic of one agent."""
 
@@ -105,6 +114,7 @@ class AgentCore:
         limits: Limits | None = None,
         heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S,
         missed_beats_limit: int = MISSED_BEATS_LIMIT,
+        prober: Prober | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.dp = data_plane
@@ -128,6 +138,8 @@ class AgentCore:
         self._sender = ""
         self.peer = ""  # transport id of the holding controller: events and beats go there
         self.log: list[str] = []  # refusals and losses, newest last (the shell prints them)
+        self.prober = prober
+        self.peer_endpoints: dict[str, str] = {}  # data endpoints of the last job's peers
 
     # ---- helpers -------------------------------------------------------------------------
     def _err(self, code: str, message: str, about: Msg | None = None) -> Error:
@@ -195,6 +207,8 @@ class AgentCore:
             return self._on_go(msg)
         if isinstance(msg, Abort | Release):
             return self._on_abort(msg)
+        if isinstance(msg, DataProbe):
+            return self._on_probe(msg)
         if isinstance(msg, Bye):
             self._drop_job("controller said bye")
             self.controller = None
@@ -258,6 +272,9 @@ class AgentCore:
             raise ProtocolError(f"no data endpoint for {sorted(missing)}")
         self.job, self.epoch, self.last_epoch = msg.job, msg.epoch, msg.epoch
         self.plan = plan
+        self.peer_endpoints = {
+            a: msg.endpoints[a] for a in sorted(set(msg.placement)) if a != self.agent_id
+        }
         self.state = State.PREPARING
         self.dp.prepare(plan, msg, self.post)
         return []
@@ -294,8 +311,24 @@ class AgentCore:
         self._drop_job(what if isinstance(msg, Release) else f"abort: {msg.reason}")
         return [Ack(job=job, epoch=epoch, what=what)]
 
+    def _on_probe(self, msg: DataProbe) -> list[Msg]:
+        if self.prober is None:
+            return [self._err("state", "this agent cannot probe its data network", msg)]
+        if not 0 < msg.timeout_s <= PROBE_TIMEOUT_MAX_S:
+            return [self._err("limit", f"probe timeout {msg.timeout_s} s out of bounds", msg)]
+        job, epoch = msg.job, msg.epoch
+
+        def done(peers: dict[str, str]) -> None:
+            reply = DataProbeReply(job=job, epoch=epoch, peers=peers)
+            self.post(Event("probe", job, epoch, reply))
+
+        self.prober(dict(self.peer_endpoints), msg.timeout_s, done)
+        return []
+
     def on_event(self, ev: Event) -> list[Msg]:
         """Handle a data-plane event; events of a job no longer current are dropped."""
+        if ev.kind == "probe":  # answers a DataProbe, whatever job is current
+            return [ev.msg] if ev.msg else []
         if ev.job != self.job or ev.epoch != self.epoch:
             return []
         if ev.kind == "prepared" and self.state is State.PREPARING:

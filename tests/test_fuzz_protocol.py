@@ -43,6 +43,8 @@ TAGS = [
     "ack",
     "quit",
     "bye",
+    "data_probe",
+    "data_probe_reply",
     "nope",
 ]
 FIELDS = [

@@ -22,6 +22,8 @@ from agents.protocol import (
     Ack,
     Bye,
     DataOptions,
+    DataProbe,
+    DataProbeReply,
     Error,
     Go,
     Heartbeat,
@@ -416,8 +418,12 @@ class Controller:
         bound = lead + per_iter * (iters + warmup) + self.to.base_s
         try:
             got = self._wait(Result, involved, bound, f"{prog!r}")
-        except GenieError:
+        except GenieError as exc:
             self.abort("run failed")
+            if isinstance(exc, RuntimeFault) and "timed out" in str(exc) and not self.lost:
+                where = self.locate_data_fault(involved)
+                if where:
+                    raise RuntimeFault(f"{exc}; {where}") from None
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
@@ -429,6 +435,41 @@ class Controller:
             lateness_ns={a: r.start_lateness_ns for a, r in results.items()},
             offsets_ns=offs,
         )
+
+    def locate_data_fault(self, agents: Sequence[str], timeout_s: float = 1.0) -> str:
+        """After a data-plane stall: which agents cannot reach which peers' data ports.
+
+        Every agent TCP-connects to the data listeners of its last job's peers. Returns "" if
+        all connect; else a sentence naming the host common to every failed pair (its link is
+        the one down) or, if none is common, the failed pairs.
+        """
+        try:
+            for a in agents:
+                self._send(a, DataProbe(timeout_s=timeout_s))
+            got = self._wait(
+                DataProbeReply, agents, timeout_s + self.to.base_s, "data probe", match_job=False
+            )
+        except GenieError as exc:
+            self.log(f"data probe failed: {exc}")
+            return ""
+        bad = sorted(
+            (a, peer)
+            for a, rep in got.items()
+            if isinstance(rep, DataProbeReply)
+            for peer, why in rep.peers.items()
+            if why
+        )
+        if not bad:
+            return ""
+        common = set.intersection(*({a, b} for a, b in bad))
+        pairs = ", ".join(f"{a}->{b}" for a, b in bad[:8])
+        if len(common) == 1:
+            (host,) = common
+            return (
+                f"data network: {host} is cut off (unreachable: {pairs}); "
+                f"the link of host {host} is down"
+            )
+        return f"data network: unreachable {pairs}"
 
     def release(self) -> None:
         """Drop the current job on every agent (connections closed, buffers freed)."""
