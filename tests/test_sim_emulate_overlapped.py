@@ -168,3 +168,25 @@ def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "overlapped" in out and "trace on the wire" in out
+
+
+def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_path, capsys):
+    # ranks beyond hosts: two ranks per agent, each its own executor thread; two groups of two
+    # all-reduce at once (ranks 0,2 and 1,3 with round-robin placement: across the agents)
+    from genie.workload.generators import data_parallel
+
+    prefix = tmp_path / "dp4"
+    save_workload(data_parallel(4, layers=2, hidden=64, bucket_bytes=12 * 64 * 64 * 2), prefix)
+    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
+    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
+    assert main([*args, "--placement", "round-robin"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    insts = doc["instances"]
+    assert len(insts) == 2 and all(x["ranks"] == [0, 1, 2, 3] for x in insts)
+    size = 12 * 64 * 64 * 2
+    for run in doc["runs"]:  # ring all-reduce on 4: each rank sends 2 x 3/4 of the buffer
+        assert run["bytes_sent"] == 2 * 4 * 2 * 3 * size // 4
+    # the second bucket's all-reduce is issued after the first layer's backward compute
+    a, b = sorted(insts, key=lambda x: x["intervals_s"][0][0])
+    assert all(x["measured_p50_s"] > 0 for x in insts)
+    assert b["intervals_s"][0][0] > a["intervals_s"][0][0]

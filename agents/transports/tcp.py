@@ -17,10 +17,13 @@ read) until this iteration ends.
 
 Executor. Each rank runs in its own thread with its own selector over its non-blocking sockets:
 steps whose dependencies are done start at once (sends are queued on their streams, recvs may
-already have arrived), so every ready send and recv progresses concurrently. Measured against a
-sender+receiver thread pair with blocking calls (``bench/tcp_vs_iperf3.py``, 2-core VM): on
-32 MiB exchanges the two are within noise (0.9-1.2x), on 1 KiB lock-step exchanges the selector
-is 1.9-5x faster, so threads are used only per rank.
+already have arrived), so every ready send and recv progresses concurrently. In op-list mode
+(``run_ops``, see ``agents.oplist``) one rank runs a whole list of programs in one go: each
+starts when its deps and compute gap allow, and the steps of every started program progress
+together over the same streams (frames carry their program; each program has its own buffers).
+Measured against a sender+receiver thread pair with blocking calls (``bench/tcp_vs_iperf3.py``,
+2-core VM): on 32 MiB exchanges the two are within noise (0.9-1.2x), on 1 KiB lock-step
+exchanges the selector is 1.9-5x faster, so threads are used only per rank.
 REDUCE adds bytes (uint8, wrapping) and COPY copies, with numpy.
 """
 

@@ -352,6 +352,9 @@ def run_pass(
     if not ctl.job:
         raise RuntimeFault("run before prepare")
     involved = sorted(set(rank_agents))
+    synced = getattr(ctl, "_synced_at", None)
+    if synced is not None and ctl.clock.now() - synced > ctl.resync_s * 1e9:
+        ctl.sync_clocks(ctl._sync_rounds)  # clocks of different hosts drift, as in ctl.run
     gaps = max((sum(g for _, _, g in ops) for ops in plan.rank_ops.values()), default=0)
     timeout = sum(ctl.iteration_timeout(p) for p in plan.programs) + gaps / 1e9 + ctl.to.base_s
     lead = lead_s if lead_s is not None else 0.01 + 0.002 * len(involved)
