@@ -182,7 +182,17 @@ def test_durations_follow_the_roofline():
     f = _node(wl.ranks[0], "f")
     nbytes = (8 * 32 + 32 * 16 + 8 * 16) * 4
     assert f.tensor_size == nbytes
+    first = wl.ranks[0].nodes[: wl.ranks[0].nodes.index(f)]
+    assert all(n.type != NodeType.COMP_NODE for n in first)  # f is rank 0's first compute
     assert f.duration_micros == round(max(f.num_ops / 0.5e12, nbytes / 1e9) * 1e6)
+    # rounding error is carried: the rank's total is the exact sum to within 1 us
+    exact = 0.0
+    for n in wl.ranks[0].nodes:
+        if n.type == NodeType.COMP_NODE:
+            flops, size = n.num_ops or 0, n.tensor_size
+            exact += max(flops / 0.5e12, size / 1e9) * 1e6
+    total = sum(n.duration_micros for n in wl.ranks[0].nodes if n.type == NodeType.COMP_NODE)
+    assert abs(total - exact) <= 1
 
 
 def test_saved_workload_inspects_clean(tmp_path, conv):

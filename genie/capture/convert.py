@@ -10,7 +10,9 @@ Rank r is partition r (device r of the mesh; replica r when the module has one p
   workload's groups. ``collective-permute`` becomes COMM_SEND/COMM_RECV pairs.
 * Dots and convolutions, bare or inside fusions, carry ``num_ops`` = 2*M*N*K; every other op
   that does work is a memory-bound compute node with ``tensor_size`` = operand + result bytes.
-  Duration = max(flops / (peak x efficiency), bytes / memory bandwidth), at least 1 us.
+  Duration = max(flops / (peak x efficiency), bytes / memory bandwidth), in whole
+  microseconds with the rounding error carried to the next node (tiny ops may get 0 us; a
+  rank's total is within 1 us of the exact sum).
 * Dependencies follow the dataflow (tuples tracked per element). A synchronous collective, or
   the ``-done`` of an async pair, is a point where the compute stream waits: the next compute
   node depends on it. Compute scheduled between a ``-start`` and its ``-done`` does not, so the
@@ -243,6 +245,8 @@ class _RankEmitter:
         self.pending: set[int] = set()  # collectives the compute stream waits for next
         self.seq = 0  # collective-permute occurrences (send/recv tags)
         self.suffix = ""
+        self.exact_us = 0.0  # exact compute time so far, microseconds
+        self.emitted_us = 0  # whole microseconds written so far
 
     def run(self, comp: Computation, args: list[Value]) -> Value:
         env: dict[str, Value] = {}
@@ -319,13 +323,20 @@ class _RankEmitter:
         nbytes = inst.shape.nbytes + sum(s.nbytes for s in shapes)
         deps = set().union(*(_flat(v) for v in vals)) | self.pending
         self.pending = set()
+        seconds = self.c.cost.seconds(flops, nbytes)
         nid = self.b.compute(
             inst.name + self.suffix,
-            self.c.cost.seconds(flops, nbytes),
+            seconds,
             deps,
             flops=flops if flops else None,
             tensor_bytes=nbytes,
         )
+        # whole microseconds with the rounding error carried forward: sub-microsecond ops may
+        # get 0 us, and the rank's compute total stays within 1 us of the exact sum
+        self.exact_us += seconds * 1e6
+        target = round(self.exact_us)
+        self.b.nodes[nid].duration_micros = target - self.emitted_us
+        self.emitted_us = target
         self.stats.flops += flops
         self.stats.compute_nodes += 1
         self.stats.memory_bytes += nbytes
