@@ -54,6 +54,19 @@ def test_a_chain_gives_the_compute_gap_after_its_dependency() -> None:
         assert plan.op_iid[r] == [p0, p1]
 
 
+def test_only_the_nearest_dependencies_are_shipped() -> None:
+    # A -> B -> C in a chain, and D after both A and C: C depends on B only, D on C only
+    b = GraphBuilder(2)
+    for r in range(2):
+        a = b.collective(r, "all_reduce", 100)
+        bb = b.collective(r, "all_reduce", 100, deps=[a])
+        c = b.collective(r, "all_reduce", 100, deps=[bb])
+        b.collective(r, "all_reduce", 100, deps=[a, c])
+    plan = compile_oplists(b.build())
+    for r in range(2):
+        assert [d for _, d, _ in plan.rank_ops[r]] == [[], [0], [1], [2]]
+
+
 def test_a_rank_that_arrives_late_waits_on_its_own_compute_only() -> None:
     # rank 1 computes 4 ms before the all-reduce, rank 0 1 ms: each rank's gap is its own
     b = GraphBuilder(2)

@@ -305,7 +305,11 @@ def compile_oplists(
         ops = []
         for j, v in enumerate(comm):
             bits = anc[v]
-            deps = [i for i in range(j) if bits >> i & 1]
+            implied = 0  # ancestors of ancestors: their end is before their dependents' end
+            for i in range(j):
+                if bits >> i & 1:
+                    implied |= anc[comm[i]]
+            deps = [i for i in range(j) if (bits & ~implied) >> i & 1]
             iid = int(cr.instance[v])
             base = max((float(inst_end[int(cr.instance[comm[d]])]) for d in deps), default=0.0)
             gap = max(0, round((float(ready[v]) - base) * 1e9))
