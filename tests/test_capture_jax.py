@@ -24,11 +24,12 @@ from genie.workload import CollectiveType, load_workload, summarize
 DP = "genie.capture.examples.mlp_dp:train_step"
 FSDP = "genie.capture.examples.mlp_dp:fsdp_step"
 TP = "genie.capture.examples.transformer_tp:block"
+TPT = "genie.capture.examples.transformer_tp:train_step"
 MIX = "genie.capture.examples.collectives_mix:mix"
 CASES = {
-    2: [(DP, "dp=2"), (TP, "tp=2")],
-    4: [(DP, "dp=4"), (TP, "dp=2,tp=2"), (FSDP, "dp=4"), (MIX, "dp=2,tp=2")],
-    8: [(DP, "dp=8"), (TP, "dp=2,tp=4"), (MIX, "dp=2,tp=4")],
+    2: [(DP, "dp=2"), (TP, "tp=2"), (TPT, "tp=2")],
+    4: [(DP, "dp=4"), (TP, "dp=2,tp=2"), (TPT, "dp=2,tp=2"), (FSDP, "dp=4"), (MIX, "dp=2,tp=2")],
+    8: [(DP, "dp=8"), (TP, "dp=2,tp=4"), (TPT, "dp=2,tp=4"), (MIX, "dp=2,tp=4")],
 }
 needs_jax = pytest.mark.skipif(not jax_available(), reason="jax not installed (extra 'capture')")
 
@@ -119,6 +120,25 @@ def test_tensor_parallel_block_all_reduces_twice_per_tp_group(captures, n, mesh)
             + 2 * 2 * b * s * h * (f // tp)  # the two MLP matrices
         )
         assert st.flops == expect
+
+
+@needs_jax
+@pytest.mark.parametrize(("n", "mesh"), [(2, "tp=2"), (4, "dp=2,tp=2"), (8, "dp=2,tp=4")])
+def test_tensor_parallel_training_step(captures, n, mesh):
+    t = _tp()
+    axes = _mesh_dict(mesh)
+    dp, tp = axes.get("dp", 1), axes["tp"]
+    res = captures[(TPT, mesh)]
+    for r, st in enumerate(res.conversion.stats):
+        d, k = divmod(r, tp)
+        tp_group = tuple(range(d * tp, (d + 1) * tp))
+        dp_group = tuple(j * tp + k for j in range(dp))
+        assert {c.comm_type for c in st.collectives} == {CollectiveType.ALL_REDUCE}
+        on_tp = [c.size for c in st.collectives if c.group == tp_group]
+        on_dp = [c.size for c in st.collectives if c.group == dp_group and dp > 1]
+        assert on_tp == [t.activation_bytes(dp)] * 3  # 2 forward, 1 backward
+        assert sum(on_dp) == (t.weight_bytes() // tp if dp > 1 else 0)
+        assert len(on_tp) + len(on_dp) == len(st.collectives)
 
 
 @needs_jax

@@ -5,6 +5,10 @@ Heads and the MLP's hidden dimension are split over mesh axis ``tp`` (QKV and th
 matrix column-parallel, the output projection and the second MLP matrix row-parallel); the
 batch is split over ``dp`` when the mesh has it. The sharding implies, per forward pass, two
 all-reduces over each ``tp`` group, each of one rank's activations: (BATCH/dp) x SEQ x HIDDEN.
+
+``train_step`` adds the backward pass and an SGD update: one more such all-reduce (the input
+gradient of the MLP's column-parallel matrix; the block input's gradient is not needed), and
+with ``dp`` > 1 the weight gradients all-reduced over each ``dp`` group: weight_bytes()/tp.
 """
 
 from __future__ import annotations
@@ -57,3 +61,26 @@ def block_inputs(mesh):
     x = jax.ShapeDtypeStruct((BATCH, SEQ, HIDDEN), DTYPE)
     pspec = (P(None, None, "tp", None), P("tp", None, None), P(None, "tp"), P("tp", None))
     return (params, x), (pspec, P(dp, None, None)), P(dp, None, None)
+
+
+def train_step(params, x):
+    """Gradients of a squared-output loss through the block, weights updated by SGD."""
+
+    def loss(p, xx):
+        return jnp.mean(block(p, xx) ** 2)
+
+    grads = jax.grad(loss)(params, x)
+    return jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
+
+
+def train_step_inputs(mesh):
+    """As ``block_inputs``; the updated weights keep their tensor-parallel sharding."""
+    args, in_specs, _ = block_inputs(mesh)
+    return args, in_specs, in_specs[0]
+
+
+def weight_bytes() -> int:
+    """Bytes of all the block's weights."""
+    hd = HIDDEN // HEADS
+    n = HIDDEN * 3 * HEADS * hd + HEADS * hd * HIDDEN + 2 * HIDDEN * FFN
+    return n * jnp.dtype(DTYPE).itemsize
