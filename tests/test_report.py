@@ -50,9 +50,25 @@ def runs(tmp_path_factory):
             )
             run_id, rows, _ = run_bench(cfg)
             out[key] = (run_id, rows)
+        out["emulate"] = _emulate(cl, d, store)
     finally:
         cl.stop()
     return store, out
+
+
+def _emulate(cl, d: Path, store: Path) -> Path:
+    """`genie emulate --json` of a tiny data-parallel step on the live agents (stored run)."""
+    from genie.workload import save_workload
+    from genie.workload.generators import data_parallel
+
+    save_workload(data_parallel(3, layers=2, hidden=128), d / "small")
+    args = ["emulate", str(d / "small"), "--testbed", str(cl.testbed_path)]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = main([*args, "--store", str(store), "--iterations", "2", "--warmup", "1", "--json"])
+    assert rc == 0
+    (d / "emulate.json").write_text(buf.getvalue())
+    return d / "emulate.json"
 
 
 @pytest.fixture(scope="module")
@@ -191,6 +207,25 @@ def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path, 
     assert [s["rank"] for s in tl["series"]] == list(range(rep["n_ranks"]))
     assert tl["iteration_s"] == pytest.approx(rep["iteration_s"], rel=1e-6)
     assert {"compute", "comm"} <= set(tl["series"][0]["spans"])
+
+
+def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path, capsys):
+    store, out = runs
+    emu = json.loads(out["emulate"].read_text())
+    args = [emu["run_id"], "--store", str(store), "--sim", str(out["emulate"])]
+    doc = _report(capsys, *args, "--out", str(tmp_path / "rep"))
+    _check_pngs_and_html(doc)
+    figs = {f["id"]: f for f in doc["figures"]}
+    assert {"busbw_all_reduce", "sim0_iteration", "sim0_breakdown0", "sim0_timeline"} <= set(figs)
+    it = figs["sim0_iteration"]["series"]
+    assert it[0]["x"] == [r["backend"] for r in emu["reports"]]
+    measured = [r["makespan_s"] for r in emu["runs"] if not r["warmup"]]
+    assert len(measured) == 2
+    assert it[1]["role"] == "measured_iterations" and it[1]["y"] == measured
+    assert set(it[1]["x"]) == {f"testbed:{emu['run_id']}"}
+    tab = doc["tables"][0]
+    stored = {i["size"] for i in emu["instances"]}
+    assert {r["size"] for r in tab["rows"]} == stored
 
 
 def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path, capsys):

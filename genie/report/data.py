@@ -243,6 +243,21 @@ def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[s
             ],
         }
     ]
+    measured = [
+        float(x["makespan_s"])
+        for x in doc.get("runs") or []
+        if isinstance(x, dict) and x.get("makespan_s") is not None and not x.get("warmup")
+    ]
+    if measured:  # `genie emulate`: the whole iteration's communication timed on the agents
+        on = next((r["backend"] for r in reports if r["backend"].startswith("testbed")), None)
+        figs[0]["series"].append(
+            {
+                "label": "communication makespan measured on the testbed, each iteration",
+                "role": "measured_iterations",
+                "x": [on or reports[0]["backend"]] * len(measured),
+                "y": measured,
+            }
+        )
     for b, r in enumerate(reports):
         ranks = r["ranks"]
         figs.append(

@@ -94,13 +94,20 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
 
 def _bars(ax, fig: dict[str, Any]) -> None:
     s = fig["series"][0]
-    ax.barh(range(len(s["x"])), s["y"], color="C0")
+    ax.barh(range(len(s["x"])), s["y"], height=0.6, color="C0")
     ax.set_yticks(range(len(s["x"])), [str(v) for v in s["x"]], fontsize=8)
     ax.invert_yaxis()
+    right = list(s["y"])  # where each row's value label goes: past its bar and its markers
+    for extra in fig["series"][1:]:
+        pos = [s["x"].index(x) for x in extra["x"]]
+        ax.plot(extra["y"], pos, "kx", ms=7, label=extra["label"])
+        for i, v in zip(pos, extra["y"], strict=True):
+            right[i] = max(right[i], v)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18))
     for i, v in enumerate(s["y"]):
-        ax.text(v, i, f" {v * 1e3:.3f} ms", va="center", fontsize=8)
+        ax.text(right[i], i, f"  {v * 1e3:.3f} ms", va="center", fontsize=8)
     _seconds_axis(ax.xaxis, "iteration time")
-    ax.set_xlim(0, max(s["y"] or [1]) * 1.25)
+    ax.set_xlim(0, max(right or [1]) * 1.25)
     ax.set_ylabel("network backend")
     ax.grid(True, axis="x", alpha=0.3)
 
