@@ -162,6 +162,10 @@ class AgentDataPlane(TcpDataPlane):
         t.start()
 
     def _go_rdma(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
+        if go.ops:
+            msg = "op-list runs (genie emulate) use the TCP transport; prepare with transport tcp"
+            post(Event("run_failed", go.job, go.epoch, error=msg))
+            return
         execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
         results: dict[int, RankResult] = {}
         errors: list[str] = []
