@@ -223,6 +223,8 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     assert len(measured) == 2
     assert it[1]["role"] == "measured_iterations" and it[1]["y"] == measured
     assert set(it[1]["x"]) == {f"testbed:{emu['run_id']}"}
+    html = Path(doc["html"]).read_text()
+    assert f"small over testbed:{emu['run_id']}" in html and "exposed comm" in html
     tab = doc["tables"][0]
     stored = {i["size"] for i in emu["instances"]}
     assert {r["size"] for r in tab["rows"]} == stored
@@ -245,6 +247,16 @@ def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("genie: error:") and msg in err[0], err
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_a_run_without_instances_is_a_clear_error(tmp_path, capsys):
+    from genie.store import RunStore
+
+    with RunStore(tmp_path / "s.sqlite") as st:
+        rid = st.start_run("genie bench (interrupted before any size)")
+    assert main(["report", rid, "--store", str(tmp_path / "s.sqlite"), "--out", "o"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"genie: error: run {rid} has no measured instances to plot"]
 
 
 def test_missing_matplotlib_says_how_to_install(runs, tmp_path, capsys, monkeypatch):

@@ -125,6 +125,25 @@ def _group_table(g: dict[str, Any]) -> str:
     return f"<h3>{escape(title)}</h3>" + _table(head, rows)
 
 
+_PARTS = ("compute", "exposed_comm", "wait", "idle")
+
+
+def _breakdown_table(figs: list[dict[str, Any]]) -> str:
+    """Iteration time and the mean breakdown over ranks, one row per simulated backend."""
+    rows = []
+    for f in figs:
+        means = {s["role"]: sum(s["y"]) / len(s["y"]) if s["y"] else 0.0 for s in f["series"]}
+        rows.append(
+            [f["title"].split(": ")[0], format_seconds(f["iteration_s"])]
+            + [format_seconds(means.get(k, 0.0)) for k in _PARTS]
+        )
+    head = ["workload over backend", "iteration", "compute", "exposed comm", "wait", "idle"]
+    return _table(head, rows) + (
+        '<p class="note">compute, exposed comm, wait and idle: means over ranks; on every rank '
+        "they add up to the iteration time.</p>"
+    )
+
+
 def render_html(
     title: str,
     facts: list[dict[str, Any]],
@@ -154,6 +173,9 @@ def render_html(
     other = [f for f in figures if f["kind"] != "size_sweep"]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
+        stacks = [f for f in other if f["kind"] == "stacked_ranks"]
+        if stacks:
+            parts.append(_breakdown_table(stacks))
         for n in sim_notes:
             parts.append(f'<p class="note">{escape(n)}</p>')
         for f in other:
