@@ -219,3 +219,34 @@ def test_lost_controller_agents_go_idle_and_accept_the_next(cluster, how) -> Non
         proc.wait(timeout=5)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_batched_size_stores_each_go_before_a_kill(cluster, tmp_path) -> None:
+    from genie.controller.bench import run_size
+    from genie.store import RunStore
+
+    names = [h.name for h in cluster.testbed.hosts]
+    prog = _long_program(3)
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts())
+    batches: list[int] = []
+    with RunStore(tmp_path / "runs.sqlite") as st:
+        rid = st.start_run("batched")
+
+        def store(batch) -> None:
+            st.add_instances(rid, prog.spec, batch)
+            batches.append(len(batch))
+            if sum(batches) >= 12 and len(batches) >= 3:
+                os.kill(cluster.procs[2].pid, signal.SIGKILL)
+
+        try:
+            ctl.connect()
+            with pytest.raises(RuntimeFault, match=names[2]):
+                run_size(ctl, prog, names, iters=100_000, warmup=2, on_instances=store, batch_s=0.1)
+        finally:
+            ctl.close()
+            ctl.t.close()
+        rows = st.instances(rid, include_warmup=True)
+    assert batches[0] == 3 and len(batches) >= 3  # 2 warm-up + 1 measured, then growing batches
+    assert len(rows) == sum(batches)  # every batch that ended is in the store
+    assert [r["iteration"] for r in rows] == list(range(len(rows)))
+    assert [r["warmup"] for r in rows[:3]] == [1, 1, 0]

@@ -19,6 +19,8 @@ from genie.controller.results import Instance, Stats, measured, stats
 from genie.controller.session import Controller
 from genie.errors import GenieError
 
+BATCH_S = 1.0  # with a per-batch callback: about this long per Go
+
 
 @dataclass
 class SizeRow:
@@ -85,16 +87,44 @@ def run_size(
     warmup: int,
     options: DataOptions | None = None,
     record_steps: bool = False,
+    on_instances: Callable[[list[Instance]], None] | None = None,
+    batch_s: float = BATCH_S,
 ) -> list[Instance]:
-    """Prepare, run and release one program; return all its instances (warm-up flagged)."""
+    """Prepare, run and release one program; return all its instances (warm-up flagged).
+
+    With ``on_instances`` the iterations are split over several Gos, each expected to last
+    about ``batch_s`` (judged from the Gos so far), and every Go's instances are handed over as
+    soon as it ends: a store written from it loses at most one batch to a crash. Iterations
+    within a Go run back to back; Gos start in sync like the first.
+    """
     ctl.prepare([program], list(placement), options)
+    got: list[Instance] = []
     try:
-        out = ctl.run(0, iters=iters, warmup=warmup, record_steps=record_steps)
+        if on_instances is None:
+            got = ctl.run(0, iters=iters, warmup=warmup, record_steps=record_steps).instances
+        else:
+            done, spent = 0, 0.0
+            while done < iters:
+                n = 1 if done == 0 else max(1, min(iters - done, int(batch_s * done / spent)))
+                out = ctl.run(
+                    0, iters=n, warmup=warmup if done == 0 else 0, record_steps=record_steps
+                )
+                batch = out.instances
+                offset = len(got)
+                for x in batch:
+                    x.iteration += offset
+                measured_now = [x for x in batch if not x.warmup]
+                spent += max(1e-9, sum(x.time_s for x in measured_now))
+                done += len(measured_now)
+                got.extend(batch)
+                on_instances(batch)
+                if not measured_now:
+                    break  # an agent returned no iterations: nothing more will come
     except BaseException:
         ctl.abort("interrupted")
         raise
     ctl.release()
-    return out.instances
+    return got
 
 
 def sweep(
