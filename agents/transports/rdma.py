@@ -233,21 +233,9 @@ class VerbsRank:
         self.regions.append(r)
         return r
 
-    def facts(self, src: int, dst: int, psn: int, scratch: Region, slots: list) -> QpFacts:
-        """What rank ``src`` tells ``dst`` about its queue pair to it."""
-        return QpFacts(
-            src=src,
-            dst=dst,
-            qpn=self.qps[dst].qp_num,
-            psn=psn,
-            gid=self.dev.gid,
-            lid=self.dev.lid,
-            rkey=scratch.rkey,
-            address=scratch.addr,
-            length=len(scratch.view),
-            mtu=self.dev.mtu,
-            slots=slots,
-        )
+    def qpn(self, peer: int) -> int:
+        """Number of the queue pair to ``peer``."""
+        return self.qps[peer].qp_num
 
     def connect(self, mine: QpFacts, peer: QpFacts) -> None:
         """INIT -> RTR -> RTS with the peer's facts."""

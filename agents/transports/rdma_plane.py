@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from agents.plan import AgentPlan
-from agents.protocol import Go, Prepare, Prepared, RankResult, Result
+from agents.protocol import Go, Prepare, Prepared, QpFacts, RankResult, Result
 from agents.state import Event
 from agents.transports.rdma_conn import (
     check_options,
@@ -81,25 +81,41 @@ class AgentDataPlane(TcpDataPlane):
                 setup_s=time.monotonic() - t0,
             )
             post(Event("prepared", prep.job, prep.epoch, msg))
-        except (TransportError, OSError, ValueError) as exc:
+        except Exception as exc:  # a bug must fail the prepare in one line, not leave it hanging
             self._close_rdma()
             self._close_job()
-            post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {exc}"))
+            known = isinstance(exc, TransportError | OSError | ValueError)
+            why = str(exc) if known else f"{type(exc).__name__}: {exc}"
+            post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {why}"))
 
-    def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
+    # the three steps that touch verbs, overridable (tests put an in-memory fabric here)
+    def find_devices(self) -> list:
+        """The host's verbs devices (sysfs)."""
+        return find_devices()
+
+    def open_device(self, choice):
+        """Import pyverbs and open the chosen device and port (with its PD)."""
         from agents.transports import rdma  # the one pyverbs module, only for RDMA jobs
 
+        return rdma.VerbsDevice(rdma.load_pyverbs(), choice)
+
+    def rank_verbs(self, dev, ro, rank: int, peers: list[int], depth: int):
+        """Rank ``rank``'s CQ and queue pairs (in INIT) on ``dev``."""
+        from agents.transports import rdma
+
+        return rdma.VerbsRank(dev, ro, peers, depth)
+
+    def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
         opts = prep.options
         ro = opts.rdma
         check_options(ro)  # 1.
-        choice = choose_port(find_devices(), ro, self.addr)
-        pv = rdma.load_pyverbs()  # 2.
-        self._dev = rdma.VerbsDevice(pv, choice)
+        choice = choose_port(self.find_devices(), ro, self.addr)
+        self._dev = self.open_device(choice)  # 2.
         socks = self._side_channels(plan, prep)  # 3. (my rank, peer) -> socket
         for r in plan.ranks:  # 4.
             rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
             ex = RdmaRankExecutor(r, None, rplans, ro, opts.verify, self._abort)
-            vr = rdma.VerbsRank(self._dev, ro, ex.peers, ex.recv_depth + ro.window)
+            vr = self.rank_verbs(self._dev, ro, r, ex.peers, ex.recv_depth + ro.window)
             ex.v = vr
             self._ranks[r] = vr
             self._rexecs[r] = ex
@@ -108,7 +124,20 @@ class AgentDataPlane(TcpDataPlane):
         for (r, q), sock in sorted(socks.items()):  # 5.
             ex, vr = self._rexecs[r], self._ranks[r]
             psn = int.from_bytes(os.urandom(3), "little")
-            pairs.append((sock, vr.facts(r, q, psn, ex.scratch, recv_slots(ex.plans, q))))
+            facts = QpFacts(
+                src=r,
+                dst=q,
+                qpn=vr.qpn(q),
+                psn=psn,
+                gid=self._dev.gid,
+                lid=self._dev.lid,
+                rkey=ex.scratch.rkey,
+                address=ex.scratch.addr,
+                length=len(ex.scratch.view),
+                mtu=self._dev.mtu,
+                slots=recv_slots(ex.plans, q),
+            )
+            pairs.append((sock, facts))
         peers = exchange_facts(pairs, opts.connect_timeout_s)
         for sock_mine, peer in zip(pairs, peers, strict=True):
             mine = sock_mine[1]

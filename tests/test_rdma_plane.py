@@ -1,0 +1,133 @@
+"""The RDMA data plane end to end in-process: real TCP side channels, the real QpFacts exchange,
+landing slots and executors, with the verbs calls played by the in-memory fabric of
+test_rdma_exec (the only simulated part). Then a TCP job on the same planes.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+
+import msgspec
+from test_rdma_exec import Fabric, FakeVerbs, run_tcp
+
+from agents.plan import plan_agent
+from agents.programs import builtin_program
+from agents.protocol import DataOptions, Go, Limits, Prepare, RdmaOptions
+from agents.transports.rdma_conn import Device, Gid, Port, gid_hex
+from agents.transports.rdma_plane import AgentDataPlane
+from agents.transports.tcp import new_token
+from genie.collectives.program import ProgramSpec
+
+LOOP_GID = "0000:0000:0000:0000:0000:ffff:7f00:0001"  # RoCE v2 GID of 127.0.0.1
+
+
+class FabricRank(FakeVerbs):
+    """FakeVerbs with the queue-pair bookkeeping the plane asks of a VerbsRank."""
+
+    def __init__(self, fab, rank, peers):
+        super().__init__(fab, rank)
+        fab.cq.setdefault(rank, deque())
+        self.peers = peers
+        self.connected: dict[int, tuple] = {}
+
+    def qpn(self, peer: int) -> int:
+        return 1000 * self.r + peer
+
+    def connect(self, mine, peer) -> None:
+        assert peer.qpn == 1000 * mine.dst + mine.src  # the peer's QP towards us
+        self.connected[mine.dst] = (mine, peer)
+
+    def to_error(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class FabricDevice:
+    gid = gid_hex(LOOP_GID)
+    lid = 0
+    mtu = 4096
+
+    def close(self) -> None:
+        pass
+
+
+class FabricPlane(AgentDataPlane):
+    def __init__(self, fab: Fabric):
+        super().__init__("127.0.0.1")
+        self.fab = fab
+        self.chosen = None
+        self.made: list[FabricRank] = []
+
+    def find_devices(self):
+        gids = (Gid(0, "fe80:0000:0000:0000:0000:0000:0000:0001", "RoCE v2", "lo"),
+                Gid(1, LOOP_GID, "RoCE v2", "lo"))  # fmt: skip
+        return [Device("fab0", (Port(1, "ACTIVE", "Ethernet", 0, gids),))]
+
+    def open_device(self, choice):
+        self.chosen = choice
+        return FabricDevice()
+
+    def rank_verbs(self, dev, ro, rank, peers, depth):
+        vr = FabricRank(self.fab, rank, peers)
+        self.made.append(vr)
+        return vr
+
+
+def _job(planes, specs, placement, opts, epoch):
+    agents = [f"a{i}" for i in range(len(planes))]
+    prep = Prepare(
+        job=f"j{epoch}",
+        epoch=epoch,
+        programs=[msgspec.msgpack.encode(s) for s in specs],
+        placement=placement,
+        endpoints={a: f"127.0.0.1:{dp.port}" for a, dp in zip(agents, planes, strict=True)},
+        options=opts,
+    )
+    ev: queue.Queue = queue.Queue()
+    programs = [builtin_program(s) for s in specs]
+    for a, dp in zip(agents, planes, strict=True):
+        dp.prepare(plan_agent(a, programs, placement, Limits()), prep, ev.put)
+    prepared = [ev.get(timeout=10) for _ in planes]
+    return prepared, ev
+
+
+def test_rdma_job_through_the_plane_matches_tcp() -> None:
+    fab = Fabric(seed=5)
+    planes = [FabricPlane(fab), FabricPlane(fab)]
+    try:
+        s = ProgramSpec(collective="selftest", algorithm="ring", n_ranks=3, size=3 * 30_000,
+                        chunks=3)  # fmt: skip
+        placement = ["a0", "a1", "a0"]  # ranks 0 and 2 share a0: their pair is exchanged too
+        opts = DataOptions(token=new_token(), transport="rdma",
+                           rdma=RdmaOptions(window=2, segment=8192))  # fmt: skip
+        prepared, ev = _job(planes, [s], placement, opts, 1)
+        assert all(e.kind == "prepared" for e in prepared), prepared
+        assert all(dp.chosen.gid_index == 1 for dp in planes)  # the GID of the data address
+        # the ring 0->1->2->0: rank 0 talks to 1 and 2, rank 1 to 0 and 2, rank 2 to 1 and 0
+        for dp in planes:
+            for vr in dp.made:
+                assert sorted(vr.connected) == sorted(vr.peers) and len(vr.peers) == 2
+        go = Go(job="j1", epoch=1, iters=3, warmup=1, timeout_s=5)
+        for dp in planes:
+            dp.go(go, time.monotonic_ns(), ev.put)
+        out = [ev.get(timeout=20) for _ in planes]
+        assert all(e.kind == "result" for e in out), out
+        crcs = {r.rank: r.buffer_crc for e in out for r in e.msg.ranks}
+        tcp = run_tcp([s], 3)
+        assert crcs == {r: x.buffer_crc for r, x in tcp.items()}
+        for dp in planes:
+            dp.release()
+        # the same planes run a TCP job next
+        prepared, ev = _job(planes, [s], placement, DataOptions(token=new_token()), 2)
+        assert all(e.kind == "prepared" for e in prepared), prepared
+        go = Go(job="j2", epoch=2, iters=1, timeout_s=5)
+        for dp in planes:
+            dp.go(go, time.monotonic_ns(), ev.put)
+        assert all(ev.get(timeout=20).kind == "result" for _ in planes)
+    finally:
+        for dp in planes:
+            dp.close()
