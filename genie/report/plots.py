@@ -45,6 +45,9 @@ def _size_axis(ax, xs: list[int]) -> None:
         if t >= lo / 1.0001:
             ticks.append(t)
         t *= 2
+    if len(ticks) < 2:  # a narrow sweep: label the sizes themselves
+        ticks = sorted(set(xs))
+        ax.set_xlim(lo / 1.5, hi * 1.5)
     if len(ticks) > 12:  # keep about ten labels
         step = -(-len(ticks) // 10)
         ticks = ticks[::step]
@@ -72,11 +75,15 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
         scale = 1e-9 if fig["y"]["unit"] == "bytes/s" else 1.0
         ys = [v * scale for v in s["y"]]
         if s["role"] == "model":
-            ax.plot(s["x"], ys, "--", color=c, lw=1.6, label=s["label"])
+            style = "--" if len(ys) > 1 else "x"  # one size: a cross, a line would not show
+            ax.plot(s["x"], ys, style, color=c, lw=1.6, ms=8, label=s["label"])
         else:
             ax.plot(s["x"], ys, "o-", color=c, lw=1.8, ms=5, label=s["label"])
-            if "y_min" in s:
+            if "y_min" in s and len(ys) > 1:
                 ax.fill_between(s["x"], s["y_min"], s["y_max"], color=c, alpha=0.15, lw=0)
+            elif "y_min" in s:  # one size: the min..max range as an error bar
+                err = [[ys[0] - s["y_min"][0]], [s["y_max"][0] - ys[0]]]
+                ax.errorbar(s["x"], ys, yerr=err, color=c, capsize=4, lw=1)
     _size_axis(ax, xs)
     if fig["y"]["unit"] == "bytes/s":
         ax.set_ylabel("bus bandwidth (GB/s, 1 GB = 10^9 bytes)")
