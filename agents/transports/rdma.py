@@ -283,12 +283,12 @@ class VerbsRank:
             out, self._early = self._early, []
             return out
         got, wcs = self.cq.poll(n)
-        recv_ops = (self.e.IBV_WC_RECV, self.e.IBV_WC_RECV_RDMA_WITH_IMM)
         return [
             Completion(
                 wr_id=wc.wr_id,
                 status=wc.status,
-                recv=bool(wc.wr_id >> 63) or wc.opcode in recv_ops,
+                recv=bool(wc.wr_id >> 63),  # our receive ids carry bit 63 (an error's opcode
+                # is undefined, the id is not)
                 imm=wc.imm_data,
                 byte_len=wc.byte_len,
                 vendor_err=wc.vendor_err,
