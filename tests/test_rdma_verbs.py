@@ -66,3 +66,21 @@ def test_work_requests_with_and_without_data() -> None:
     r = recv_wr(pv, (1 << 63) | 7, None)
     assert r.num_sge == 0 and r.wr_id == (1 << 63) | 7
     assert recv_wr(pv, 8, sge).num_sge == 1
+
+
+def test_the_device_objects_have_the_methods_the_verbs_layer_calls() -> None:
+    pv = _pv()
+    calls = {
+        pv.device.Context: ("query_port", "query_gid", "close"),
+        pv.pd.PD: ("close",),
+        pv.cq.CQ: ("poll", "req_notify", "ack_events", "close"),
+        pv.cq.CompChannel: ("get_cq_event", "close"),
+        pv.qp.QP: ("to_init", "to_rtr", "to_rts", "modify", "post_send", "post_recv", "qp_num"),
+        pv.mr.MR: ("buf", "lkey", "rkey", "close"),
+        pv.cq.WC: ("wr_id", "status", "imm_data", "byte_len", "vendor_err"),
+    }
+    missing = [f"{c.__name__}.{m}" for c, ms in calls.items() for m in ms if not hasattr(c, m)]
+    assert not missing
+    e = pv.enums
+    for name in ("IBV_PORT_ACTIVE", "IBV_QPS_ERR", "IBV_QP_STATE", "IBV_SEND_SIGNALED"):
+        assert hasattr(e, name), name
