@@ -208,10 +208,11 @@ def run_tcp(specs, n, iters=3, warmup=1):
             dp.close()
 
 
-@pytest.mark.parametrize("mode", ["write_imm", "send"])
-def test_ring_matches_tcp_data_plane_byte_for_byte(mode: str) -> None:
+@pytest.mark.parametrize(("mode", "events"), [("write_imm", False), ("send", False),
+                                               ("write_imm", True)])  # fmt: skip
+def test_ring_matches_tcp_data_plane_byte_for_byte(mode: str, events: bool) -> None:
     s = spec("selftest", "ring", 3, 3 * 50_000 + 6, chunks=4)
-    opts = RdmaOptions(mode=mode, window=2, segment=4096)
+    opts = RdmaOptions(mode=mode, window=2, segment=4096, events=events)
     res, errors, execs = run_rdma([s], 3, opts)
     assert not errors, errors
     tcp = run_tcp([s], 3)
