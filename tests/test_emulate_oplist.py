@@ -90,10 +90,10 @@ def expected_crc(progs, used: list[int], reps: dict[int, int], rank: int) -> int
 
 def test_overlapping_ops_are_on_the_wire_together_and_slower_than_alone(job) -> None:
     dps, progs, events = job
-    # alone: program 0, then program 1, each by itself (a few rounds, median)
-    alone, together, serial = [], [], []
+    alone, together = [], []
     reps = {0: 0, 1: 0}
-    for _ in range(3):
+    # alone and together alternate, so the load of the shared machine swings both alike
+    for _ in range(4):
         res, _ = go_ops(dps, events, [OpItem(program=0)])
         (a,) = intervals(res)
         alone.append(a[1] - a[0])
@@ -101,7 +101,6 @@ def test_overlapping_ops_are_on_the_wire_together_and_slower_than_alone(job) -> 
         for rr in res.values():
             assert rr.bytes_sent == rr.bytes_received == SIZE // 2 * 2  # ring on 2: 2 halves each
             assert rr.messages_verified > 0
-    for _ in range(3):
         res, _ = go_ops(dps, events, [OpItem(program=0), OpItem(program=1)])
         (a, b) = intervals(res)
         reps[0] += 1
@@ -117,16 +116,13 @@ def test_overlapping_ops_are_on_the_wire_together_and_slower_than_alone(job) -> 
         res, _ = go_ops(
             dps, events, [OpItem(program=0), OpItem(program=1, deps=[0], gap_ns=5_000_000)]
         )
-        (a, b) = intervals(res)
-        for rr in res.values():
+        for rr in res.values():  # on every rank: op 1 only after its op 0 and the gap
             assert rr.start[1] >= rr.end[0] + 5_000_000
-        assert b[0] > a[1] - 1  # strictly after op 0 ended on the rank that ended it last
-        serial.append((a[1] - a[0], b[1] - b[0]))
     alone_p50 = statistics.median(alone)
     both_p50 = statistics.median(max(x) for x in together)
     print(f"alone p50 {alone_p50 / 1e6:.2f} ms, overlapped p50 {both_p50 / 1e6:.2f} ms")
-    # sharing the loopback (and the 2 cores) between two 8 MiB all-reduces: each takes longer
-    # than one alone; only the direction is asserted, not a ratio (the machine is shared)
+    # sharing the loopback (and the 2 cores) between two 8 MiB all-reduces: the later of them
+    # takes longer than one alone; only the direction is asserted, not a ratio (shared machine)
     assert both_p50 > alone_p50
 
 
