@@ -138,7 +138,8 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     for ia, ib in zip(a["intervals_s"], b["intervals_s"], strict=True):
         # (first start, last arrival, end) from the common start: A and B overlap on the wire
         assert ia[0] < ib[2] and ib[0] < ia[2]
-        assert ia[0] >= 1 * MS and ib[0] >= 1 * MS  # the 1 ms of compute before them
+        # the 1 ms of compute before them (less the clock-offset estimate error)
+        assert ia[0] >= 0.9 * MS and ib[0] >= 0.9 * MS
     runs = zip(a["rank_intervals_s"], b["rank_intervals_s"], c["rank_intervals_s"], strict=True)
     for ra, rb, rc in runs:
         for (r, _, ea), (_, _, eb), (_, sc, _) in zip(ra, rb, rc, strict=True):
