@@ -13,6 +13,20 @@ import sys
 
 from genie.store import DEFAULT_STORE
 
+DESCRIPTION = """\
+Write PNG plots, one self-contained report.html (images inlined, no server or network needed)
+and figures.json (the plotted numbers) into --out: busbw and time vs message size per collective,
+measured beside genie's cost model on the run's own testbed, with --compare runs overlaid; the
+run's testbed and host facts.
+
+Simulated iterations are not kept in the run store, so they come as files: --sim takes the output
+of `genie simulate --json` or `genie emulate --json` (iteration time per backend, per-rank
+breakdown, a timeline of collectives), --trace a Chrome trace from `genie simulate --trace`
+(a per-rank timeline of one iteration).
+
+Units: bytes (KiB = 2^10 B), seconds, GB/s = 10^9 bytes/s.
+Needs matplotlib: pip install 'genie[report]'"""
+
 
 def _run(args: argparse.Namespace) -> int:
     from genie.report import build_report
@@ -32,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report",
         help="plots and a self-contained HTML report of runs (needs matplotlib)",
-        description=__doc__ + "\nInstall matplotlib with: pip install 'genie[report]'",
+        description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("run_id", nargs="?", metavar="RUN_ID", help="run to report (a unique prefix)")
