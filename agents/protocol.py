@@ -104,6 +104,7 @@ class RdmaOptions(msgspec.Struct, kw_only=True):
     """RDMA data-plane settings for one job (used when ``DataOptions.transport == "rdma"``)."""
 
     device: str = ""  # verbs device name; "" picks the device behind the agent's data address
+    devices: dict[str, str] = {}  # per agent id: its device (testbed hosts' rdma_device)
     port: int = 1  # device port
     gid_index: int = -1  # GID table index; -1 picks the RoCE v2 GID of the data address
     mode: str = "write_imm"  # "write_imm" (RDMA WRITE WITH IMMEDIATE) or "send" (SEND/RECV)

@@ -131,3 +131,21 @@ def test_rdma_job_through_the_plane_matches_tcp() -> None:
     finally:
         for dp in planes:
             dp.close()
+
+
+def test_per_host_device_names_are_used_and_a_wrong_one_is_one_line() -> None:
+    fab = Fabric()
+    planes = [FabricPlane(fab), FabricPlane(fab)]
+    try:
+        s = ProgramSpec(collective="flow", algorithm="oneway", n_ranks=2, size=4096)
+        opts = DataOptions(token=new_token(), transport="rdma", connect_timeout_s=1.0,
+                           rdma=RdmaOptions(devices={"a0": "fab0", "a1": "mlx5_9"}))  # fmt: skip
+        prepared, _ = _job(planes, [s], ["a0", "a1"], opts, 1)
+        by_agent = {e.error.split(":")[0]: e for e in prepared}
+        assert by_agent["a1"].kind == "prepare_failed"
+        assert by_agent["a1"].error == "a1: RDMA device 'mlx5_9' not found (have fab0)"
+        assert planes[0].chosen is not None and planes[0].chosen.device == "fab0"
+        assert planes[1].chosen is None  # refused before opening anything
+    finally:
+        for dp in planes:
+            dp.close()

@@ -28,6 +28,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from agents.plan import AgentPlan
 from agents.protocol import Go, Prepare, Prepared, QpFacts, RankResult, Result
 from agents.state import Event
@@ -108,6 +110,8 @@ class AgentDataPlane(TcpDataPlane):
     def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
         opts = prep.options
         ro = opts.rdma
+        if ro.devices.get(plan.agent):  # this host's own device name (testbed rdma_device)
+            ro = msgspec.structs.replace(ro, device=ro.devices[plan.agent])
         check_options(ro)  # 1.
         choice = choose_port(self.find_devices(), ro, self.addr)
         self._dev = self.open_device(choice)  # 2.
