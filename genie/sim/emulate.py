@@ -423,6 +423,10 @@ def emulate_overlapped(
     on_pass: Callable[[int, Pass], None] | None = None,
 ) -> list[Pass]:
     """Prepare every instance's program once, run the op lists warmup+iters times, release."""
+    from genie.errors import UsageError
+
+    if options is not None and getattr(options, "transport", "tcp") != "tcp":
+        raise UsageError("overlapped emulation runs op lists on the TCP data plane only")
     ctl.prepare(plan.programs, list(rank_agents), options)
     passes = []
     try:
