@@ -225,6 +225,17 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     assert set(it[1]["x"]) == {f"testbed:{emu['run_id']}"}
     html = Path(doc["html"]).read_text()
     assert f"small over testbed:{emu['run_id']}" in html and "exposed comm" in html
+    # the measured timeline is the median measured run; each rank's spans end where it ended
+    tl = figs["sim0_measured_timeline"]
+    k = tl["measured_run"]
+    assert tl["iteration_s"] == sorted(x["intervals_s"][k][2] for x in emu["instances"])[-1]
+    ends = {}
+    for x in emu["instances"]:
+        for rank, _start, end in x["rank_intervals_s"][k]:
+            ends[rank] = max(ends.get(rank, 0.0), end)
+    for lane in tl["series"]:
+        last = max(s + d for s, d in lane["spans"]["comm"])
+        assert last == pytest.approx(ends[lane["rank"]], abs=1e-12)
     tab = doc["tables"][0]
     stored = {i["size"] for i in emu["instances"]}
     assert {r["size"] for r in tab["rows"]} == stored

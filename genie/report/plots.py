@@ -150,10 +150,14 @@ def _timeline(ax, fig: dict[str, Any]) -> None:
     ax.set_yticks(range(len(lanes)), [s["label"] for s in lanes], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, fig["iteration_s"] * 1.02 or 1)
-    _seconds_axis(ax.xaxis, "time in the iteration")
+    _seconds_axis(ax.xaxis, fig["x"]["label"])
     from matplotlib.patches import Patch
 
-    roles = ["compute", "comm", "wait"] if fig["kind"] == "rank_timeline" else ["comm", "wait"]
+    if fig["kind"] == "rank_timeline":
+        present = {r for s in lanes for r, v in s["spans"].items() if v}
+        roles = [r for r in ("compute", "comm", "wait") if r in present]
+    else:
+        roles = ["comm", "wait"]
     names = {"compute": "compute", "comm": "communication", "wait": "waiting for peers"}
     ax.legend(
         handles=[Patch(color=ROLE_COLOURS[r], label=names[r]) for r in roles],
