@@ -127,6 +127,7 @@ def _stacked(ax, fig: dict[str, Any]) -> None:
         prev = bottom or [0.0] * len(s["y"])
         bottom = [a + b for a, b in zip(prev, s["y"], strict=True)]
     ax.axhline(fig["iteration_s"], color="k", lw=0.8, ls=":", label="iteration time")
+    ax.set_ylim(0, max([fig["iteration_s"], *bottom]) * 1.08 if bottom else 1)
     _seconds_axis(ax.yaxis, "time in the iteration")
     ax.set_xlabel("rank")
     n = len(fig["series"][0]["x"]) if fig["series"] else 0
