@@ -153,3 +153,19 @@ def test_agent_warns_when_listening_beyond_loopback_without_keys(monkeypatch) ->
     with pytest.raises(GenieError):
         run_agent("127.0.0.1:1", "h0", "198.18.0.1", log=lines.append)
     assert not any("warning" in line for line in lines)
+
+
+def test_keys_init_cli(tmp_path, capsys) -> None:
+    from genie.cli import main as genie_main
+
+    assert genie_main(["keys", "init", "--dir", str(tmp_path / "k"), "--agents", "h0,h1"]) == 0
+    out = capsys.readouterr().out
+    assert "agent-h1" in out and "GENIE_KEYS" in out
+    assert sorted(p.name for p in (tmp_path / "k").glob("*.secret")) == [
+        "agent-h0.secret",
+        "agent-h1.secret",
+        "agent.secret",
+        "controller.secret",
+    ]
+    assert genie_main(["keys", "init", "--dir", str(tmp_path / "k")]) == 2
+    assert "already exists" in capsys.readouterr().err
