@@ -2,7 +2,7 @@
 
 Runs only where a device exists; otherwise every test skips with the check that failed, in
 order: (1) a device in /sys/class/infiniband, (2) the pyverbs import, (3) an ACTIVE port with
-a usable GID. Bring one up with ``genie softroce up --netdev IF`` on a kernel with rdma_rxe.
+a usable GID. Bring one up with ``genie testbed softroce up --netdev IF`` on a kernel with rdma_rxe.
 """
 
 from __future__ import annotations

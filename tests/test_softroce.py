@@ -110,11 +110,11 @@ def test_this_host_verdict_and_cli(capsys) -> None:
     ks = sr.kernel_support()
     if not ks.problem():
         pytest.skip(f"kernel {ks.release} supports soft-RoCE; the refusal path is not exercised")
-    assert main(["softroce", "status"]) == 0
+    assert main(["testbed", "softroce", "status"]) == 0
     out = capsys.readouterr().out
     assert "has no soft-RoCE support" in out and "RDMA devices: none" in out
-    assert main(["softroce", "up", "--netdev", "lo"]) == 2
+    assert main(["testbed", "softroce", "up", "--netdev", "lo"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("genie: error: this kernel") and "\n" not in err
-    assert main(["softroce", "down", "--dry-run"]) == 0  # no links: nothing to remove
+    assert main(["testbed", "softroce", "down", "--dry-run"]) == 0  # no links: nothing to remove
     assert capsys.readouterr().out == ""

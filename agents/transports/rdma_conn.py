@@ -39,7 +39,7 @@ from genie.collectives.program import Op
 from genie.errors import TransportError
 
 SYS_IB = "/sys/class/infiniband"
-SOFTROCE_HINT = "genie softroce up --netdev IF"
+SOFTROCE_HINT = "genie testbed softroce up --netdev IF"
 MTU_ENUM = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}  # enum ibv_mtu
 QP_PATH = ("RESET", "INIT", "RTR", "RTS")
 MODES = ("write_imm", "send")

@@ -9,7 +9,7 @@ and rdma-core's tests do the same over a plain socket), and stays open until rel
 RDMA prepare, step by step (any failure is one ``prepare_failed`` line; the agent stays up):
 
 1. check the options; find the device/port/GID (``choose_port``): no device means the line
-   "no RDMA device found: ...; get one with `genie softroce up --netdev IF` ...";
+   "no RDMA device found: ...; get one with `genie testbed softroce up --netdev IF` ...";
 2. import pyverbs (``load_pyverbs``), open the device and its PD;
 3. connect the rank pairs' TCP side channels (as a TCP job does);
 4. per rank: CQ, memory regions (buffers, scratch), one RC QP per peer in INIT;

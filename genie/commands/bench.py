@@ -42,6 +42,7 @@ class BenchConfig:
     store: str | None = DEFAULT_STORE
     command: str = ""
     progress: bool = True
+    transport: str | None = None  # "tcp" | "rdma"; None takes the testbed file's transport
     timeouts: object = None  # genie.controller.session.Timeouts; None = defaults
 
 
@@ -50,7 +51,7 @@ def run_bench(cfg: BenchConfig, log=None):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.protocol import DataOptions
+    from agents.protocol import DataOptions, RdmaOptions
     from genie.collectives.registry import canonical_algorithm, canonical_collective
     from genie.controller.bench import plan_sizes, sweep
     from genie.controller.local import open_controller
@@ -73,7 +74,16 @@ def run_bench(cfg: BenchConfig, log=None):
         topology = tb.to_topology()
     except (GenieError, ValueError, KeyError):
         topology = None
-    opts = DataOptions(streams=cfg.streams, sndbuf=cfg.sndbuf, rcvbuf=cfg.rcvbuf, verify=cfg.verify)
+    transport = cfg.transport or tb.transport
+    rdma = RdmaOptions(devices={h.name: h.rdma_device for h in tb.hosts if h.rdma_device})
+    opts = DataOptions(
+        streams=cfg.streams,
+        sndbuf=cfg.sndbuf,
+        rcvbuf=cfg.rcvbuf,
+        verify=cfg.verify,
+        transport=transport,
+        rdma=rdma,
+    )
     store = RunStore(cfg.store) if cfg.store else None
     run_id = None
     if store:
@@ -243,6 +253,7 @@ def _run(args: argparse.Namespace) -> int:
         sndbuf=parse_size(args.sndbuf),
         rcvbuf=parse_size(args.rcvbuf),
         verify=not args.no_verify,
+        transport=args.transport,
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=sys.stderr.isatty(),
@@ -294,6 +305,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sndbuf", default="0", help="SO_SNDBUF (0 = kernel autotuning)")
     p.add_argument("--rcvbuf", default="0", help="SO_RCVBUF (0 = kernel autotuning)")
     p.add_argument("--no-verify", action="store_true", help="skip per-message CRC checks")
+    p.add_argument(
+        "--transport",
+        choices=["tcp", "rdma"],
+        default=None,
+        help="data plane (default: the testbed file's transport, tcp if unset)",
+    )
     p.add_argument(
         "--slow-rate", default="160mbit", help="slowest rate assumed when bounding waits"
     )

@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 
+from genie.commands import _softroce as softroce
 from genie.errors import TestbedError
 from genie.units import format_bytes
 
@@ -211,6 +212,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "No delay is emulated (no netem on this kernel).",
     )
     tsub = p.add_subparsers(dest="testbed_command", metavar="SUBCOMMAND", required=True)
+    softroce.add_commands(tsub)  # `genie testbed softroce up|down|status`
 
     s = tsub.add_parser("show", help="validate a testbed file and print what it describes")
     s.add_argument("file")

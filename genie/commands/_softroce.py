@@ -1,4 +1,4 @@
-"""``genie softroce up|down|status``: soft-RoCE links for RDMA jobs on hosts without RDMA NICs.
+"""``genie testbed softroce up|down|status``: soft-RoCE links for hosts without RDMA NICs.
 
 ``add_commands(subparsers)`` adds the three commands to any subparser set, so ``genie testbed``
 can offer them as ``genie testbed softroce ...`` too.
@@ -90,8 +90,3 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     d.set_defaults(func=_down)
     st = s.add_parser("status", help="kernel support, RDMA devices, ports, GIDs and links")
     st.set_defaults(func=_status)
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``genie softroce``."""
-    add_commands(sub)
