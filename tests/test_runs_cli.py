@@ -13,9 +13,9 @@ import textwrap
 
 import pytest
 
-from genie.cli import main as genie_main
 from genie.collectives.program import ProgramSpec
 from genie.controller.results import Instance
+from genie.errors import GenieError
 from genie.store import RunStore
 
 
@@ -49,6 +49,22 @@ def store(tmp_path):
             st.add_instances(rid, spec, [_inst(0, 1.0, True), _inst(1, t), _inst(2, t)])
         st.finish_run(rid, "failed", "agent h1 lost during all_reduce")
     return path, rid
+
+
+def genie_main(argv: list[str]) -> int:
+    """Run ``genie runs ...`` through its own parser (as genie.cli does: GenieError -> code)."""
+    import argparse
+
+    from genie.commands import runs as runs_cmd
+
+    parser = argparse.ArgumentParser(prog="genie")
+    runs_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except GenieError as exc:
+        print(f"genie: error: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str, str]:

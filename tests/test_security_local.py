@@ -155,9 +155,24 @@ def test_agent_warns_when_listening_beyond_loopback_without_keys(monkeypatch) ->
     assert not any("warning" in line for line in lines)
 
 
-def test_keys_init_cli(tmp_path, capsys) -> None:
-    from genie.cli import main as genie_main
+def genie_main(argv: list[str]) -> int:
+    """Run ``genie keys ...`` through its own parser (as genie.cli does: GenieError -> code)."""
+    import argparse
+    import sys
 
+    from genie.commands import keys as keys_cmd
+
+    parser = argparse.ArgumentParser(prog="genie")
+    keys_cmd.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except GenieError as exc:
+        print(f"genie: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def test_keys_init_cli(tmp_path, capsys) -> None:
     assert genie_main(["keys", "init", "--dir", str(tmp_path / "k"), "--agents", "h0,h1"]) == 0
     out = capsys.readouterr().out
     assert "agent-h1" in out and "GENIE_KEYS" in out
