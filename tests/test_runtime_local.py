@@ -107,6 +107,25 @@ def test_parallel_streams_and_repeated_gos_reuse_connections(ctl) -> None:
     assert rr.messages_verified == 2 * 6 * 3
 
 
+def test_sweep_hands_over_each_batch_as_it_ends(ctl) -> None:
+    from genie.controller.bench import sweep
+
+    progs = [build_program("all_gather", "ring", 4, s) for s in (1024, 8192)]
+    batches: list[tuple[int, list[int], list[bool]]] = []
+
+    def on_batch(prog, batch) -> None:
+        batches.append((prog.spec.size, [x.iteration for x in batch], [x.warmup for x in batch]))
+
+    rows = sweep(ctl, progs, ["h0", "h1", "h2", "h3"], iters=4, warmup=1, on_instances=on_batch)
+    assert [r.stats.n for r in rows] == [4, 4]
+    for size in (1024, 8192):
+        mine = [b for b in batches if b[0] == size]
+        assert len(mine) >= 2  # the first Go runs one measured iteration, the rest follow
+        iterations = [i for b in mine for i in b[1]]
+        assert iterations == list(range(len(iterations)))  # consecutive across batches
+        assert [w for b in mine for w in b[2]].count(True) == 1
+
+
 def test_clock_offsets_are_small_on_one_machine(ctl) -> None:
     for est in ctl.offsets.values():
         # one machine, one monotonic clock: the estimate must sit within its own uncertainty

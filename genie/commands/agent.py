@@ -21,7 +21,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     host, port = _split_addr(args.listen)
     data_addr = args.data_addr or host
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return run_agent(listen, args.id, data_addr, args.data_port, heartbeat_s=args.heartbeat)
+    return run_agent(
+        listen,
+        args.id,
+        data_addr,
+        args.data_port,
+        heartbeat_s=args.heartbeat,
+        keys_dir=args.keys,
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,3 +52,9 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--data-port", type=int, default=0, help="data listener port (default: any)")
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="heartbeat interval")
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        default=None,
+        help="CURVE keys from `genie keys init` (default: $GENIE_KEYS; none: unauthenticated)",
+    )

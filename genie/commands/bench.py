@@ -125,11 +125,10 @@ def run_bench(cfg: BenchConfig, log=None):
         ) as prog:
             task = prog.add_task(f"{coll}/{algo} on {len(placement)} ranks", total=len(programs))
 
+            def on_batch(program, batch) -> None:
+                store.add_instances(run_id, program.spec, batch, streams=cfg.streams)
+
             def on_size(row) -> None:
-                if store and run_id:
-                    store.add_instances(
-                        run_id, programs[len(rows)].spec, row.instances, streams=cfg.streams
-                    )
                 rows.append(row)
                 prog.update(
                     task, advance=1, description=f"{coll}/{algo} {format_bytes(row.size)} done"
@@ -144,6 +143,7 @@ def run_bench(cfg: BenchConfig, log=None):
                 options=opts,
                 topology=topology,
                 on_size=on_size,
+                on_instances=on_batch if store and run_id else None,
             )
         if store and run_id:
             store.finish_run(run_id, "ok")

@@ -8,6 +8,7 @@ store every instance, release. Rows carry p50/p99/min/max of completion time, al
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -137,11 +138,27 @@ def sweep(
     options: DataOptions | None = None,
     topology=None,
     on_size: Callable[[SizeRow], None] | None = None,
+    on_instances: Callable[[Program, list[Instance]], None] | None = None,
 ) -> list[SizeRow]:
-    """Run every program in turn; ``on_size`` sees each row as soon as it is measured."""
+    """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
+
+    With ``on_instances`` each program's iterations run in batches (see ``run_size``) and every
+    batch is handed over with its program as soon as it ends, so a store loses at most one batch.
+    """
     rows = []
     for prog in programs:
-        inst = run_size(ctl, prog, placement, iters=iters, warmup=warmup, options=options)
+        per_batch = None
+        if on_instances is not None:
+            per_batch = functools.partial(on_instances, prog)
+        inst = run_size(
+            ctl,
+            prog,
+            placement,
+            iters=iters,
+            warmup=warmup,
+            options=options,
+            on_instances=per_batch,
+        )
         st = stats(measured(inst))
         size = nccl_size(prog)
         bw = algbw(size, st.p50)
