@@ -62,6 +62,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"wrote Ansible inventory for {len(testbed.hosts)} hosts to {p}")
         print(f"  next: ansible-playbook -i {p} ansible/site.yml -e genie_wheel=WHEEL")
         return 0
+    if cfg.keys:
+        from genie.deploy.keyfiles import plan_keys
+
+        for n in names:
+            plan_keys(cfg.keys, n)  # a missing or bad key directory: one line, before any work
     err = Console(stderr=True)
     if args.wheel:
         wheel = Path(args.wheel)
@@ -108,8 +113,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "extra where /sys/class/infiniband has devices), write the agent config, start the "
         "agent (systemd user unit, else a supervised process with a pid file) and wait for "
         "its hello. SSH access comes from the file's [deploy] and [deploy.hosts.NAME] tables "
-        "(user, port, key path, ssh_host) or ~/.ssh/config; passwords are refused. A second "
-        "deploy with nothing changed reinstalls nothing and leaves a healthy agent alone.",
+        "(user, port, key path, ssh_host) or ~/.ssh/config; passwords are refused. With "
+        '[deploy] keys = "DIR" (a `genie keys init` directory) each host gets ROOT/keys (0700): '
+        "its agent's key pair and the controller's public keys, never the controller's "
+        "secret; the agent then admits only those controllers (CURVE). A second deploy with "
+        "nothing changed reinstalls nothing and leaves a healthy agent alone; changed keys are "
+        "rewritten and the agent restarted, without a reinstall.",
     )
     p.add_argument("--testbed", required=True, metavar="FILE", help="testbed TOML file")
     p.add_argument("--hosts", metavar="H0,H1", help="deploy only these hosts (default: all)")

@@ -2,7 +2,10 @@
 
 ``evaluate`` is pure: it turns a host's probe facts (see ``remote_probe``) and a measured clock
 offset into checks, so the rules are tested without SSH. ``check_hosts`` gathers the facts over
-SSH, in parallel, and an unreachable host is one failed check, not an error.
+SSH, in parallel, and an unreachable host is one failed check, not an error. Two more checks
+per reachable host: ``keys`` (the host's ``ROOT/keys`` matches ``[deploy] keys``: modes, public
+keys, no controller secret) and ``agent`` (it says hello to this controller, over CURVE with
+the controller's keys when set).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any, Literal
 from genie import __version__
 from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.deployer import MIN_PYTHON
+from genie.deploy.hello import say_hello
 from genie.deploy.inventory import host_mtu
+from genie.deploy.keyfiles import key_plan_or_error, key_problem
 from genie.deploy.ssh import Remote, probe
 from genie.errors import DeployError
 from genie.testbed import Host, Testbed
@@ -25,6 +30,7 @@ from genie.testbed import Host, Testbed
 Status = Literal["ok", "warn", "fail", "skip"]
 CLOCK_WARN_S = 0.005  # the controller syncs clocks itself; beyond this, timelines look skewed
 CLOCK_SAMPLES = 16
+AGENT_HELLO_S = 3.0  # how long hosts check waits for a deployed agent's hello
 
 
 @dataclass
@@ -282,7 +288,56 @@ def check_host(testbed: Testbed, cfg: DeployConfig, name: str) -> list[Check]:
                 "install Python >= 3.11 or set [deploy] python",
             ),
         ]
-    return evaluate(testbed, host, access, facts, clock)
+    out = evaluate(testbed, host, access, facts, clock)
+    return [*out, keys_check(cfg, name, facts), agent_check(host, cfg, facts)]
+
+
+def keys_check(cfg: DeployConfig, name: str, facts: dict[str, Any]) -> Check:
+    """Does the host's key directory match ``[deploy] keys`` (never reads a secret's bytes)?"""
+    deploy_fix = "genie deploy --testbed FILE (rewrites ROOT/keys)"
+    if not cfg.keys:
+        return Check(
+            "keys",
+            "warn",
+            "no [deploy] keys: any host that reaches the agent can drive it",
+            'genie keys init --dir DIR; set [deploy] keys = "DIR"; genie deploy --testbed FILE',
+        )
+    plan, error = key_plan_or_error(cfg.keys, name)
+    if plan is None:
+        return Check("keys", "fail", error, "genie keys init --dir DIR")
+    problem = key_problem(facts.get("keys"), plan)
+    if problem and "controller.secret" in problem:
+        return Check("keys", "fail", problem, f"rm {facts['root']}/keys/controller.secret")
+    if problem:
+        return Check("keys", "fail", problem, deploy_fix)
+    n = sum(1 for f in plan.files if not f.rel.startswith("agent"))
+    return Check("keys", "ok", f"{plan.agent_pair} pair + {n} controller key(s), dir 700")
+
+
+def agent_check(host: Host, cfg: DeployConfig, facts: dict[str, Any]) -> Check:
+    """Does the deployed agent say hello to this controller (with its keys, if set)?"""
+    if not facts.get("genie_version"):
+        return Check("agent", "skip", "genie not installed")
+    hello = say_hello(host, AGENT_HELLO_S, cfg.keys)
+    auth = "CURVE" if cfg.keys else "unauthenticated"
+    if hello.reply is not None:
+        r = hello.reply
+        return Check("agent", "ok", f"pid {r.pid}, genie {r.version}, {auth}")
+    if hello.busy:
+        return Check("agent", "warn", f"held by another controller ({auth})", "")
+    if "refused" in hello.error:
+        return Check(
+            "agent",
+            "fail",
+            hello.error,
+            "the agent does not trust these keys: set [deploy] keys and genie deploy",
+        )
+    return Check(
+        "agent",
+        "fail",
+        f"no hello at {host.control}: {hello.error}",
+        f"genie agents restart {host.name} --testbed FILE, or genie deploy --testbed FILE",
+    )
 
 
 def check_hosts(

@@ -8,7 +8,9 @@ line numbers. Keys: ``user``, ``port``, ``key`` (a private key path; never a pas
 (auto | systemd | process), ``rdma_extra`` (auto | yes | no), ``wheelhouse`` (index | bundle),
 ``find_links`` and ``pip_args`` (lists), ``connect_timeout``, ``hello_timeout``, ``heartbeat``,
 ``host_keys`` (accept-new: a key that differs from known_hosts is refused, an unknown host is
-accepted for this run; strict: unknown hosts are refused too) and ``known_hosts`` (a path).
+accepted for this run; strict: unknown hosts are refused too), ``known_hosts`` (a path) and
+``keys`` (the ``genie keys init`` directory on this machine: deploy gives every agent its own
+pair and the trusted controller public keys, and the controller side speaks CURVE with them).
 
 A password-like key anywhere in the file is refused: keys are given by path, and their
 passphrases belong to ssh-agent.
@@ -49,6 +51,7 @@ _DEFAULT_FIELDS = _HOST_FIELDS - {"ssh_host"} | {
     "hello_timeout",
     "heartbeat",
     "hosts",
+    "keys",
 }
 
 
@@ -84,6 +87,7 @@ class DeployConfig(msgspec.Struct, frozen=True, kw_only=True):
     connect_timeout: float = 10.0
     hello_timeout: float = 20.0
     heartbeat: float = 0.5
+    keys: str | None = None  # local `genie keys init` directory; None: no CURVE
 
 
 def refuse_secrets(text: str, data: dict[str, Any], source: str) -> None:
@@ -205,6 +209,9 @@ def parse_deploy(data: dict[str, Any], testbed: Testbed, source: str) -> DeployC
             if not all(isinstance(x, str) for x in value):
                 raise DeployConfigError(f"deploy.{key}: must be a list of strings")
             opts[key] = tuple(value)
+    if "keys" in dep:
+        value = _field(dep, "keys", (str,), "deploy")
+        opts["keys"] = os.path.expanduser(value)
     for key in ("connect_timeout", "hello_timeout", "heartbeat"):
         if key in dep:
             value = float(_field(dep, key, (int, float), "deploy"))

@@ -2,9 +2,11 @@
 
 Per host, in its own thread: connect, probe (Python, RDMA devices, systemd, what is already
 there), install the wheel into ``ROOT/venv`` unless the stamp on the host says this very wheel
-(and extras) is installed, write ``ROOT/agent.json``, (re)start the agent only if something
-changed or it is not running, and wait for its hello on the control address. A failure on one
-host is that host's outcome; the others go on.
+(and extras) is installed, write ``ROOT/keys`` when ``[deploy] keys`` is set and the host's copy
+differs (see ``genie.deploy.keyfiles``), write ``ROOT/agent.json``, (re)start the agent only if
+something changed or it is not running, and wait for its hello on the control address (over
+CURVE with the controller's keys when set). A failure on one host is that host's outcome; the
+others go on.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from genie import __version__
 from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.hello import say_hello
+from genie.deploy.keyfiles import KEYS_DIR, plan_keys, remove_keys, write_keys
 from genie.deploy.ssh import Remote, probe
 from genie.deploy.wheel import bundle_dependencies, wheel_digest
 from genie.errors import DeployError
@@ -85,9 +88,19 @@ def python_problem(facts: dict[str, Any], python: str) -> str | None:
     return None
 
 
-def agent_config(host: Host, access: HostAccess, root: str, service: str, heartbeat: float) -> str:
-    """The agent config file written to ``ROOT/agent.json`` (stable text, for comparison)."""
-    cfg = {
+def agent_config(
+    host: Host,
+    access: HostAccess,
+    root: str,
+    service: str,
+    heartbeat: float,
+    keys: bool = False,
+) -> str:
+    """The agent config file written to ``ROOT/agent.json`` (stable text, for comparison).
+
+    ``keys``: the agent serves CURVE with the key directory ``ROOT/keys``.
+    """
+    cfg: dict[str, Any] = {
         "id": host.name,
         "listen": host.control,
         "data_addr": host.data_addr,
@@ -95,6 +108,8 @@ def agent_config(host: Host, access: HostAccess, root: str, service: str, heartb
         "service": service,
         "root": root,
     }
+    if keys:
+        cfg["keys"] = f"{root}/{KEYS_DIR}"
     return json.dumps(cfg, sort_keys=True)
 
 
@@ -158,16 +173,20 @@ class HostDeploy:
                 remote.write_text(f"{root}/stamp.json", json.dumps(stamp), f"{name}: stamp")
                 action = "updated" if facts.get("genie_version") else "installed"
             service = self._service(facts)
-            text = agent_config(self.host, self.access, root, service, self.cfg.heartbeat)
-            changed = facts.get("agent_config") != text
-            if changed:
+            keys = self.cfg.keys
+            keys_changed = self._timed("keys", lambda: self._keys(remote, facts, root))
+            text = agent_config(
+                self.host, self.access, root, service, self.cfg.heartbeat, keys=bool(keys)
+            )
+            changed = facts.get("agent_config") != text or keys_changed
+            if facts.get("agent_config") != text:
                 remote.write_text(f"{root}/agent.json", text, f"{name}: agent config")
             qroot = shlex.quote(root)
             ctl = f"{qroot}/venv/bin/python -m genie.deploy.agentctl {qroot}"
             if action == "unchanged" and not changed:
                 st = self._agentctl(remote, ctl, "status")
                 if st.get("running"):
-                    hello = self._timed("hello", lambda: say_hello(self.host, 3.0))
+                    hello = self._timed("hello", lambda: say_hello(self.host, 3.0, keys))
                     if hello.alive:
                         return HostOutcome(
                             name,
@@ -185,7 +204,7 @@ class HostDeploy:
             st = self._timed("start", lambda: self._agentctl(remote, ctl, "restart"))
             if st.get("action") == "failed":
                 raise DeployError(f"agent did not start: {st.get('error', 'no reason given')}")
-            hello = self._timed("hello", lambda: say_hello(self.host, self.cfg.hello_timeout))
+            hello = self._timed("hello", lambda: say_hello(self.host, self.cfg.hello_timeout, keys))
             if hello.reply is None:
                 raise DeployError(
                     f"agent runs (pid {st.get('agent_pid')}) but no hello at "
@@ -206,6 +225,21 @@ class HostDeploy:
             )
         finally:
             remote.close()
+
+    def _keys(self, remote: Remote, facts: dict[str, Any], root: str) -> bool:
+        """Make ``ROOT/keys`` match ``[deploy] keys``; True if anything was written or removed."""
+        what = f"{self.host.name}: keys"
+        have = facts.get("keys")
+        if not self.cfg.keys:
+            if have is None:
+                return False
+            remove_keys(remote, root, what)
+            return True
+        plan = plan_keys(self.cfg.keys, self.host.name)
+        if have is not None and have.get("digest") == plan.digest:
+            return False
+        write_keys(remote, root, plan, what)
+        return True
 
     def _extras(self, facts: dict[str, Any]) -> str:
         if self.cfg.rdma_extra == "yes" or (self.cfg.rdma_extra == "auto" and facts["rdma"]):

@@ -25,9 +25,14 @@ class HelloResult:
         return self.reply is not None or self.busy
 
 
-def say_hello(host: Host, timeout_s: float) -> HelloResult:
-    """Connect to ``host``'s agent, wait up to ``timeout_s`` for its hello, then leave (Bye)."""
-    transport = ZmqTransport({host.name: host.control})
+def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> HelloResult:
+    """Connect to ``host``'s agent, wait up to ``timeout_s`` for its hello, then leave (Bye).
+
+    ``keys_dir``: speak CURVE with the controller pair and the agent's public key from this
+    ``genie keys init`` directory (None: unauthenticated). A refused handshake is an error
+    whose text says ``refused``.
+    """
+    transport = ZmqTransport({host.name: host.control}, keys_dir=keys_dir)
     ctl = Controller(transport, [host.name], timeouts=Timeouts(register_s=timeout_s))
     deadline = time.monotonic() + timeout_s
     try:
@@ -38,7 +43,14 @@ def say_hello(host: Host, timeout_s: float) -> HelloResult:
             except GenieError as exc:
                 text = str(exc)
                 if "cannot send" in text and time.monotonic() < deadline:
-                    time.sleep(0.05)  # the ZeroMQ connection is not up yet
+                    transport.recv(0.05)  # the connection is not up yet; watch its handshake
+                    if host.name in transport.refused:
+                        return HelloResult(
+                            None,
+                            f"agent {host.name} refused this controller: "
+                            f"{transport.refused[host.name]} (the agent does not trust this "
+                            "controller's key, or keys differ)",
+                        )
                     continue
                 return HelloResult(None, text, busy="busy" in text)
     finally:

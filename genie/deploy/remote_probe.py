@@ -7,6 +7,7 @@ there, so it must not import genie and must parse on old Pythons. Argument: the 
 """
 
 import glob
+import hashlib
 import json
 import os
 import platform
@@ -22,6 +23,45 @@ def _read(path):
             return f.read().strip()
     except (OSError, UnicodeDecodeError):
         return None
+
+
+def keys_digest(entries):
+    """A digest of key-directory entries ``(relpath, mode, content)``: names, modes, bytes."""
+    h = hashlib.sha256()
+    for rel, mode, content in sorted(entries):
+        h.update(("%s\0%o\0%d\0" % (rel, mode, len(content))).encode())
+        h.update(content)
+    return h.hexdigest()
+
+
+def keys_state(path):
+    """What is in the agent's key directory (digest, modes, public keys), or None if absent.
+
+    Secret files are hashed into the digest but their bytes are never reported.
+    """
+    if not os.path.isdir(path):
+        return None
+    entries, modes, publics = [], {}, {}
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames.sort()
+        rel_dir = os.path.relpath(dirpath, path)
+        rel_dir = "" if rel_dir == "." else rel_dir + "/"
+        mode = os.stat(dirpath).st_mode & 0o777
+        entries.append((rel_dir, mode, b""))
+        modes[rel_dir] = mode
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(full).st_mode & 0o777
+                with open(full, "rb") as f:
+                    content = f.read(4096)
+            except OSError:
+                mode, content = 0, b""
+            entries.append((rel_dir + name, mode, content))
+            modes[rel_dir + name] = mode
+            if name.endswith(".public"):
+                publics[rel_dir + name] = content.decode("ascii", "replace").strip()
+    return {"digest": keys_digest(entries), "modes": modes, "publics": publics}
 
 
 def _alive(pid):
@@ -148,6 +188,7 @@ def probe(root_arg):
         "genie_version": None,
         "stamp": None,
         "agent_config": _read(os.path.join(root, "agent.json")),
+        "keys": keys_state(os.path.join(root, "keys")),
         "agent": None,
         "rdma": _rdma(),
         "systemd_user": _systemd_user(),

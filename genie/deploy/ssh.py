@@ -141,6 +141,16 @@ class Remote:
         except Exception as exc:
             raise DeployError(f"{what}: {_why(exc)}") from None
 
+    def put_bytes(self, data: bytes, remote: str, mode: int, what: str) -> None:
+        """Write ``data`` to a new remote file over SFTP, made ``mode`` before any byte lands."""
+        try:
+            sftp = self.conn.sftp()
+            with sftp.open(remote, "wb") as f:
+                f.chmod(mode)
+                f.write(data)
+        except Exception as exc:
+            raise DeployError(f"{what}: {_why(exc)}") from None
+
     def write_text(self, remote: str, text: str, what: str) -> None:
         """Write ``text`` to an absolute remote path (atomically: temp file then rename)."""
         import io

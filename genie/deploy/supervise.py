@@ -28,8 +28,8 @@ LOG = "agent.log"
 
 
 def agent_command(cfg: dict, python: str | None = None) -> list[str]:
-    """The command line of the agent described by an agent config."""
-    return [
+    """The command line of the agent described by an agent config (``--keys`` if it has keys)."""
+    cmd = [
         python or sys.executable,
         "-m",
         "genie",
@@ -43,6 +43,9 @@ def agent_command(cfg: dict, python: str | None = None) -> list[str]:
         "--heartbeat",
         str(cfg.get("heartbeat", 0.5)),
     ]
+    if cfg.get("keys"):
+        cmd += ["--keys", cfg["keys"]]
+    return cmd
 
 
 def _log(root: Path, text: str) -> None:
