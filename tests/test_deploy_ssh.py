@@ -1,7 +1,9 @@
 """Deploy to localhost over real SSH (a throwaway sshd on a loopback port), then bench, then stop.
 
-Module-scoped: one sshd, one first deploy; the tests run in order (deploy, bench, redeploy
-unchanged with bad hosts beside it, agents status/logs/stop, redeploy after stop). Every agent
+Module-scoped: one sshd, one first deploy; the tests run in order (deploy, bench, CURVE
+hello and refusal, redeploy unchanged with bad hosts beside it, key rotation, agents
+status/logs/stop, redeploy after stop). The deploy carries ``[deploy] keys``, so the agent
+serves CURVE throughout and every controller here uses the keys. Every agent
 and the sshd are ended by pid in teardown, even on failure. The remote root is a temporary
 directory, so the machine's own ~/.genie is never touched.
 """
@@ -23,6 +25,7 @@ from genie.deploy.config import load_deploy
 from genie.deploy.deployer import Artifacts, deploy
 from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
 from genie.deploy.wheel import build_wheel, wheel_digest
+from genie.keys import init_keys, write_pair
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +78,15 @@ def site(tmp_path_factory):
     root = d / "remote-genie"
     ports = free_port_range(4)
     closed = free_port_range(1, lo=61000, hi=64000)  # nothing listens there
-    common = sshd.deploy_toml(remote_root=str(root), wheelhouse="bundle", hello_timeout=15)
+    keys = d / "keys"
+    init_keys(keys, agents=["h0"])
+    other = d / "other-keys"  # a controller the agent does not know (right agent key, so the
+    other.mkdir()  # refusal is the agent's decision, not a failed server-key check)
+    write_pair(other, "controller")
+    (other / "agent-h0.public").write_bytes((keys / "agent-h0.public").read_bytes())
+    common = sshd.deploy_toml(
+        remote_root=str(root), wheelhouse="bundle", hello_timeout=15, keys=str(keys)
+    )
     good = d / "good.toml"
     good.write_text(_testbed("dep", [("h0", ports)]) + "\n" + common)
     mixed = d / "mixed.toml"
@@ -90,7 +101,10 @@ def site(tmp_path_factory):
         + f'\n[deploy.hosts.badkey]\nkey = "{sshd.other_key}"\n'
         + f'\n[deploy.hosts.nopy]\npython = "{d}/no-such-python3.11"\n'
     )
-    info = {"dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed}
+    info = {
+        "dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed,
+        "keys": keys, "other": other,
+    }  # fmt: skip
     try:
         yield info
     finally:
@@ -126,9 +140,53 @@ def test_first_deploy_installs_runs_agent_from_remote_venv(site, first) -> None:
     assert pidrec["agent"] == outcome.agent_pid
     seen = [s for h, s in stages if h == "h0"]
     assert seen[0] == "connect" and "pip" in seen and seen[-1] == "ok"
+    assert cmd[cmd.index(b"--keys") + 1].decode() == str(root / "keys")
 
 
-def test_bench_runs_through_deployed_agent(site, first, capsys) -> None:
+def test_remote_key_files_modes_and_no_controller_secret(site, first) -> None:
+    assert first[0].ok, first[0].detail
+    root, keys = site["root"], site["keys"]
+    kd = root / "keys"
+    mode = {p.relative_to(kd).as_posix(): p.stat().st_mode & 0o777 for p in kd.rglob("*")}
+    assert kd.stat().st_mode & 0o777 == 0o700
+    assert mode == {
+        "agent-h0.public": 0o644,
+        "agent-h0.secret": 0o600,
+        "controller.public": 0o644,
+        "trusted": 0o700,
+    }
+    assert (kd / "agent-h0.secret").read_bytes() == (keys / "agent-h0.secret").read_bytes()
+    ctl_secret = (keys / "controller.secret").read_bytes().strip()
+    assert not list(root.rglob("controller.secret"))
+    for p in root.rglob("*"):  # not under another name either (venv and wheels included)
+        if p.is_file() and p.stat().st_size < 1 << 20 and p.suffix not in (".so", ".whl"):
+            assert ctl_secret not in p.read_bytes(), p
+    assert json.loads((root / "agent.json").read_text())["keys"] == str(kd)
+
+
+def test_controller_with_right_keys_gets_hello_other_keys_refused(site, first) -> None:
+    from genie.deploy.hello import say_hello
+    from genie.testbed import load_testbed
+
+    assert first[0].ok, first[0].detail
+    host = load_testbed(site["good"]).host("h0")
+    good = say_hello(host, 10.0, str(site["keys"]))
+    assert good.reply is not None and good.reply.pid == first[0].agent_pid, good.error
+    t0 = time.monotonic()
+    bad = say_hello(host, 10.0, str(site["other"]))
+    took = time.monotonic() - t0
+    assert bad.reply is None and not bad.busy
+    assert "refused" in bad.error and "authentication" in bad.error, bad.error
+    assert took < 5.0  # refused at the handshake, not a timeout
+    plain = say_hello(host, 1.0)  # no keys at all: no hello either
+    assert plain.reply is None
+    fp = (site["other"] / "controller.public").read_bytes()[:8].decode()
+    log = (site["root"] / "agent.log").read_text()
+    assert f"refused controller with unknown CURVE key {fp}" in log
+
+
+def test_bench_runs_through_deployed_agent(site, first, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("GENIE_KEYS", str(site["keys"]))  # bench's controller speaks CURVE
     outcome = first[0]
     assert outcome.ok, outcome.detail
     rc = main(
@@ -154,6 +212,10 @@ def test_hosts_check_sees_the_deployed_genie(site, first, capsys) -> None:
     checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)[0]["checks"]}
     assert checks["genie"] == {"name": "genie", "status": "ok", "value": __version__, "fix": ""}
     assert checks["nic"]["status"] == "ok" and checks["nic"]["value"].startswith("lo up")
+    assert checks["keys"]["status"] == "ok", checks["keys"]
+    assert checks["keys"]["value"].startswith("agent-h0 pair + 1 controller key")
+    assert checks["agent"]["status"] == "ok", checks["agent"]
+    assert checks["agent"]["value"].endswith("CURVE")
 
 
 def test_second_deploy_unchanged_and_bad_hosts_fail_one_line_each(site, first, capsys) -> None:
@@ -202,9 +264,48 @@ def test_supervisor_restarts_a_crashed_agent(site, first) -> None:
         time.sleep(0.05)
     assert new != old
     host = load_testbed(site["good"]).host("h0")
-    hello = say_hello(host, 15.0)
+    hello = say_hello(host, 15.0, str(site["keys"]))
     assert hello.reply is not None and hello.reply.pid == new, hello.error
     assert json.loads(pidfile.read_text())["restarts"] == 1
+
+
+def test_new_keys_rewritten_agent_restarted_without_reinstall(site, first, capsys) -> None:
+    from genie.deploy.hello import say_hello
+    from genie.testbed import load_testbed
+
+    root, keys = site["root"], site["keys"]
+    old_copy = site["dir"] / "old-keys"
+    old_copy.mkdir()
+    for name in ("controller.public", "controller.secret"):
+        (old_copy / name).write_bytes((keys / name).read_bytes())
+    os.chmod(old_copy / "controller.secret", 0o600)
+    old_pid = json.loads((root / "agent.pid").read_text())["agent"]
+    stamp = (root / "stamp.json").stat().st_mtime_ns
+    init_keys(keys, agents=["h0"], overwrite=True)  # rotate every key
+    wheel = str(first[1].wheel)
+    rc = main(["deploy", "--testbed", str(site["good"]), "--wheel", wheel, "--json"])
+    cap = capsys.readouterr()
+    [h0] = json.loads(cap.out)
+    assert rc == 0 and h0["ok"], h0
+    assert h0["action"] == "restarted" and "install" not in h0["timings_s"]
+    assert h0["agent_pid"] != old_pid and stamp == (root / "stamp.json").stat().st_mtime_ns
+    assert (root / "keys" / "agent-h0.secret").read_bytes() == (
+        keys / "agent-h0.secret"
+    ).read_bytes()
+    for name in ("controller.secret", "agent-h0.secret", "agent.secret"):
+        for d in (keys, old_copy):
+            if (d / name).exists():
+                secret = (d / name).read_text().strip()
+                assert secret not in cap.out and secret not in cap.err  # never printed
+    # the old controller, told the agent's new public key, must be refused by the agent
+    (old_copy / "agent-h0.public").write_bytes((keys / "agent-h0.public").read_bytes())
+    host = load_testbed(site["good"]).host("h0")
+    now = say_hello(host, 10.0, str(keys))
+    assert now.reply is not None and now.reply.pid == h0["agent_pid"], now.error
+    stale = say_hello(host, 10.0, str(old_copy))  # the old controller key is no longer trusted
+    assert stale.reply is None and "refused" in stale.error, stale.error
+    fp = (old_copy / "controller.public").read_bytes()[:8].decode()
+    assert f"refused controller with unknown CURVE key {fp}" in (root / "agent.log").read_text()
 
 
 def test_agents_status_logs_stop(site, first, capsys) -> None:

@@ -52,6 +52,11 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
                             "controller's key, or keys differ)",
                         )
                     continue
+                if keys_dir and "timed out" in text:
+                    text += (
+                        " (over CURVE, an agent serving another key pair than "
+                        f"{keys_dir} expects fails the handshake silently: redeploy the keys)"
+                    )
                 return HelloResult(None, text, busy="busy" in text)
     finally:
         ctl.close()
