@@ -124,3 +124,32 @@ def test_bad_key_directory_is_one_line(tmp_path) -> None:
     os.chmod(d / "agent.secret", 0o644)
     with pytest.raises(DeployConfigError, match="readable by others"):
         plan_keys(str(d), "h0")
+
+
+def test_systemd_unit_starts_agent_with_keys() -> None:
+    from genie.deploy.agentctl import unit_text
+
+    conf = {"id": "h0", "listen": "127.0.0.1:7000", "data_addr": "127.0.0.1", "root": "/r"}
+    unit = unit_text({**conf, "keys": "/r/keys"}, "/r/venv/bin/python")
+    exec_start = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+    assert exec_start.endswith("--keys /r/keys")
+    assert "--keys" not in unit_text(conf, "/r/venv/bin/python")
+
+
+def test_hosts_check_keys_rule(tmp_path) -> None:
+    from genie.deploy.checks import keys_check
+
+    keys = tmp_path / "keys"
+    init_keys(keys, agents=["h0"])
+    _tb, plain = loads_deploy(TB)
+    assert keys_check(plain, "h0", {"root": "/r", "keys": None}).status == "warn"
+    _tb, cfg = loads_deploy(TB + f'\n[deploy]\nkeys = "{keys}"\n')
+    host = _lay_out(plan_keys(str(keys), "h0"), tmp_path / "host-keys")
+    ok = keys_check(cfg, "h0", {"root": "/r", "keys": keys_state(str(host))})
+    assert ok.status == "ok" and ok.value.startswith("agent-h0 pair + 1 controller key")
+    missing = keys_check(cfg, "h0", {"root": "/r", "keys": None})
+    assert missing.status == "fail" and "genie deploy" in missing.fix
+    (host / "controller.secret").write_bytes((keys / "controller.secret").read_bytes())
+    leaked = keys_check(cfg, "h0", {"root": "/r", "keys": keys_state(str(host))})
+    assert leaked.status == "fail" and leaked.fix == "rm /r/keys/controller.secret"
+    assert (keys / "controller.secret").read_text().strip() not in repr(leaked)
