@@ -11,8 +11,9 @@ rank starts op ``j`` at::
     due(j) = start + gap_ns                          (no deps: the gap is the offset from the start)
 
 and runs every started op's steps concurrently over the rank's streams (the TCP executor's
-``run_ops``). Frames carry their program, so a receive of an op that has not started yet on this
-rank (its peer was earlier) lands in that op's own scratch at once and completes when it starts.
+``run_ops``, in ``agents.transports.tcp_oplist``). Frames carry their program, so a receive
+of an op that has not started yet on this rank (its peer was earlier) lands in that op's own
+scratch at once and completes when it starts.
 
 Nothing here does I/O: ``check_ops`` validates a Go's op lists against this agent's plan before
 anything is allocated or started.

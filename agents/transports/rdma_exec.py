@@ -32,7 +32,6 @@ from typing import Protocol
 
 import numpy as np
 
-from agents.clock import sleep_until
 from agents.plan import RankPlan
 from agents.protocol import Go, RankResult, RdmaOptions
 from agents.transports.rdma_conn import (
@@ -44,7 +43,7 @@ from agents.transports.rdma_conn import (
     segments,
     wc_status_name,
 )
-from agents.transports.tcp import pattern_fill
+from agents.transports.steps import local_step, pattern_fill, run_iterations
 from genie.collectives.program import Op
 from genie.errors import TransportError
 
@@ -182,25 +181,14 @@ class RdmaRankExecutor:
         total = go.iters + go.warmup
         self.bytes_sent = self.bytes_received = self.verified = 0
         self.ready_for = dict.fromkeys(self.peers, 0)  # iteration 0 of a Go needs no credit
-        starts, ends, sst, sen = [], [], [], []
-        while start_local_ns - time.monotonic_ns() > 2 * go.spin_ns + 100_000_000:
-            if self.abort.wait(0.05):
-                raise TransportError(f"rank {self.rank}: aborted before the start")
-        for it in range(total):
-            st_start = [0] * len(plan.steps)
-            st_end = [0] * len(plan.steps)
-            runner = self._iteration(go, plan, it, total, st_start, st_end)
-            next(runner)
-            if it == 0:
-                sleep_until(start_local_ns, go.spin_ns)
-            t0 = time.monotonic_ns()
-            for _ in runner:
-                pass
-            starts.append(t0)
-            ends.append(max(st_end) if st_end else t0)
-            if go.record_steps:
-                sst.append(st_start)
-                sen.append(st_end)
+        starts, ends, sst, sen = run_iterations(
+            go,
+            self.abort,
+            self.rank,
+            len(plan.steps),
+            start_local_ns,
+            lambda it, st_start, st_end: self._iteration(go, plan, it, total, st_start, st_end),
+        )
         self._drain(go.timeout_s)
         buf = self.buffers[go.program].view[: plan.buffer_bytes]
         return RankResult(
@@ -261,12 +249,7 @@ class RdmaRankExecutor:
                     complete(i)
             else:
                 so = base + plan.scratch_offset[st.src]
-                dst = self.buffers[prog].view[st.offset : st.offset + st.nbytes]
-                src = scratch.view[so : so + st.nbytes]
-                if st.op == Op.REDUCE:
-                    np.add(dst, src, out=dst)
-                else:
-                    dst[:] = src
+                local_step(st, self.buffers[prog].view, scratch.view, so)
                 complete(i)
 
         def pump(q: int) -> None:

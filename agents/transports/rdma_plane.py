@@ -31,7 +31,7 @@ from collections.abc import Callable
 import msgspec
 
 from agents.plan import AgentPlan
-from agents.protocol import Go, Prepare, Prepared, QpFacts, RankResult, Result
+from agents.protocol import Go, Prepare, Prepared, QpFacts
 from agents.state import Event
 from agents.transports.rdma_conn import (
     check_options,
@@ -42,7 +42,7 @@ from agents.transports.rdma_conn import (
     send_targets,
 )
 from agents.transports.rdma_exec import RdmaRankExecutor
-from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC, POLL_S, TcpDataPlane, token_bytes
+from agents.transports.tcp import TcpDataPlane
 from genie.errors import TransportError
 
 
@@ -155,29 +155,12 @@ class AgentDataPlane(TcpDataPlane):
     def _side_channels(self, plan: AgentPlan, prep: Prepare) -> dict:
         """The job's TCP connections, stream 0 of each rank pair: (my rank, peer) -> socket."""
         opts = prep.options
-        tok = token_bytes(opts.token)
         deadline = time.monotonic() + opts.connect_timeout_s
         out = {}
-        for r, q in plan.outgoing:
-            host, _, port = prep.endpoints[prep.placement[q]].rpartition(":")
-            for k in range(opts.streams):
-                sock = self._connect(host.strip("[]"), int(port), opts, deadline)
-                self._socks.append(sock)
-                sock.sendall(HANDSHAKE.pack(HANDSHAKE_MAGIC, tok, r, q, k, opts.streams))
-                if k == 0:
-                    out[(r, q)] = sock
-        with self._lock:
-            while len(self._got) < len(self._expected):
-                left = deadline - time.monotonic()
-                if left <= 0 or self._abort.is_set():
-                    raise TransportError(
-                        f"{plan.agent}: {len(self._expected) - len(self._got)} side-channel "
-                        f"connections did not arrive within {opts.connect_timeout_s:.3g} s"
-                    )
-                self._lock.wait(min(left, POLL_S))
-            got = dict(self._got)
-        for (a, b, k), sock in got.items():
-            self._socks.append(sock)
+        for (r, q, k), sock in self._connect_pairs(plan, prep, deadline).items():
+            if k == 0:
+                out[(r, q)] = sock
+        for (a, b, k), sock in self._await_incoming(plan, opts, deadline, "side-channel").items():
             if k == 0:
                 out[(b, a)] = sock
         return out
@@ -200,41 +183,9 @@ class AgentDataPlane(TcpDataPlane):
             post(Event("run_failed", go.job, go.epoch, error=msg))
             return
         execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
-        results: dict[int, RankResult] = {}
-        errors: list[str] = []
-
-        def work(ex: RdmaRankExecutor) -> None:
-            try:
-                results[ex.rank] = ex.run(go, start_local_ns)
-            except TransportError as exc:
-                errors.append(str(exc))
-                self._abort.set()
-            except Exception as exc:  # a bug must fail the run, not hang it
-                errors.append(f"rank {ex.rank}: {type(exc).__name__}: {exc}")
-                self._abort.set()
-
-        threads = [
-            threading.Thread(target=work, args=(ex,), name=f"genie-rdma-{ex.rank}", daemon=True)
-            for ex in execs
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            first = next((e for e in errors if "aborted" not in e), errors[0])
-            post(Event("run_failed", go.job, go.epoch, error=first))
-            return
-        lateness = max(0, min((r.start[0] for r in results.values()), default=0) - start_local_ns)
-        msg = Result(
-            job=go.job,
-            epoch=go.epoch,
-            program=go.program,
-            warmup=go.warmup,
-            ranks=[results[r] for r in sorted(results)],
-            start_lateness_ns=lateness,
+        self._run_ranks(
+            go, start_local_ns, execs, lambda ex: ex.run(go, start_local_ns), "genie-rdma", post
         )
-        post(Event("result", go.job, go.epoch, msg))
 
     # ---- release ----------------------------------------------------------------------------
     def release(self) -> None:

@@ -1,0 +1,321 @@
+"""The frame machinery of a TCP rank executor: one selector over a rank's non-blocking streams.
+
+Both ways a rank runs (``RankExecutor.run``, one program for warmup+iters iterations, and
+``run_ops``, a whole op list in one go) drive their steps through the same ``RankEngine``: a
+started SEND queues its parts on its streams and writes what the sockets take; readable streams
+are read into the RECV step a header names (by (src, tag, seq), into that step's own scratch
+area), with the header fields and, with ``verify`` on, the CRC-32 of the bytes checked; a step
+completes when all its parts are sent or received, which readies its dependents. Each run state
+(``ProgRun``: one program in one iteration, or one op of an op list) keeps its own counters, so
+the steps of several programs progress together over the same streams. Which run a frame
+belongs to is decided by the run's ``match`` (it may park a frame of a later iteration: that
+stream is not read until its iteration starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import threading
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from agents.plan import RankPlan
+from agents.protocol import DataOptions
+from agents.transports.steps import local_step, pattern_fill, set_realtime
+from agents.transports.tcp_wire import HDR, OutFrame, Stream, split_parts
+from genie.collectives.program import Op
+from genie.errors import TransportError
+
+POLL_S = 0.05  # how often a waiting executor re-checks abort
+
+
+class ProgRun:
+    """The state of one program while it runs: one iteration of it, or one op of an op list."""
+
+    __slots__ = (
+        "buf",
+        "it",
+        "left",
+        "on_done",
+        "op",
+        "parts",
+        "pending",
+        "plan",
+        "program",
+        "remaining",
+        "scratch",
+        "st_end",
+        "st_start",
+        "started",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        program: int,
+        it: int,
+        plan: RankPlan,
+        buf: np.ndarray,
+        scratch: np.ndarray,
+        parts: list[list[tuple[int, int]]],
+        st_start: list[int] | None = None,
+        st_end: list[int] | None = None,
+        op: int = -1,
+        on_done: Callable[[ProgRun], None] | None = None,
+    ) -> None:
+        self.program = program
+        self.it = it  # the iteration its frames carry
+        self.op = op  # its index in the op list, -1 outside op-list mode
+        self.on_done = on_done  # called when its last step completes
+        self.plan = plan
+        self.buf = buf
+        self.scratch = scratch
+        self.parts = parts
+        n = len(plan.steps)
+        self.pending = list(plan.n_deps)
+        self.started = [False] * n
+        self.left = [len(parts[i]) for i in range(n)]  # parts still to send / receive
+        self.remaining = n
+        self.st_start = st_start if st_start is not None else [0] * n
+        self.st_end = st_end if st_end is not None else [0] * n
+
+
+class RankEngine:
+    """A rank's streams, buffers and selector, and the step machinery every run mode uses."""
+
+    def __init__(
+        self,
+        rank: int,
+        streams: dict[int, list[Stream]],
+        plans: dict[int, RankPlan],
+        opts: DataOptions,
+        abort: threading.Event,
+    ) -> None:
+        self.rank = rank
+        self.streams = streams
+        self.all_streams = [s for lst in streams.values() for s in lst]
+        self.plans = plans  # program index -> plan
+        self.opts = opts
+        self.abort = abort
+        self.buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.sel = selectors.DefaultSelector()
+        for s in self.all_streams:
+            s.sock.setblocking(False)
+            s.mask = selectors.EVENT_READ
+            self.sel.register(s.sock, s.mask, s)
+        self.bytes_sent = 0
+        self.bytes_received = 0
+        self.verified = 0
+        self.realtime = False  # under SCHED_FIFO until the first step starts
+        self.ready: deque[tuple[ProgRun, int]] = deque()  # steps whose deps are done
+        # the run a header belongs to (None: parked for a later iteration); set by each run
+        self.match: Callable[[Stream, tuple], ProgRun | None] = self._no_run
+        self.parts = {
+            p: [
+                split_parts(st.nbytes, opts.streams, opts.min_part)
+                if st.op in (Op.SEND, Op.RECV)
+                else []
+                for st in plan.steps
+            ]
+            for p, plan in plans.items()
+        }
+
+    def allocate(self) -> int:
+        """Allocate and pattern-fill every program's buffer and scratch; return bytes used."""
+        total = 0
+        for p, plan in self.plans.items():
+            buf = np.empty(plan.buffer_bytes, dtype=np.uint8)
+            pattern_fill(buf, self.rank)
+            scratch = np.zeros(plan.scratch_bytes, dtype=np.uint8)
+            self.buffers[p] = (buf, scratch)
+            total += buf.nbytes + scratch.nbytes
+        return total
+
+    def close(self) -> None:
+        """Release the selector and buffers (sockets are closed by the data plane)."""
+        with contextlib.suppress(Exception):
+            self.sel.close()
+        self.buffers.clear()
+
+    def reset_counters(self) -> None:
+        """Zero the byte and message counters (they are per Go)."""
+        self.bytes_sent = self.bytes_received = self.verified = 0
+
+    def end_realtime(self) -> None:
+        """Back to normal scheduling if the start ran real-time."""
+        if self.realtime:
+            self.realtime = set_realtime(False) and False
+
+    def _no_run(self, s: Stream, h: tuple) -> ProgRun | None:
+        raise TransportError(f"rank {self.rank}: frame from {s.peer} while no program runs")
+
+    # ---- interest management -------------------------------------------------------------
+    def want(self, s: Stream) -> None:
+        """Watch ``s`` for reading unless it is parked, and for writing while it has frames."""
+        mask = 0 if s.parked is not None else selectors.EVENT_READ
+        if s.out:
+            mask |= selectors.EVENT_WRITE
+        if mask == s.mask:
+            return
+        if s.mask and mask:
+            self.sel.modify(s.sock, mask, s)
+        elif mask:
+            self.sel.register(s.sock, mask, s)
+        else:
+            self.sel.unregister(s.sock)
+        s.mask = mask
+
+    # ---- steps ---------------------------------------------------------------------------
+    def complete(self, ps: ProgRun, i: int) -> None:
+        """Mark step ``i`` of ``ps`` done and ready the steps that waited only for it."""
+        ps.st_end[i] = time.monotonic_ns()
+        ps.remaining -= 1
+        pending = ps.pending
+        for d in ps.plan.dependents[i]:
+            pending[d] -= 1
+            if pending[d] == 0:
+                self.ready.append((ps, d))
+        if ps.remaining == 0 and ps.on_done is not None:
+            ps.on_done(ps)
+
+    def start_step(self, ps: ProgRun, i: int) -> None:
+        """Start step ``i`` of ``ps``: queue and write a SEND, complete a RECV that is in, or
+        run a local step."""
+        plan = ps.plan
+        st = plan.steps[i]
+        ps.st_start[i] = time.monotonic_ns()
+        ps.started[i] = True
+        if self.realtime:  # the first step has begun: back to normal scheduling at once
+            self.realtime = set_realtime(False) and False
+        if st.op == Op.SEND:
+            peer = plan.peer_global[i]
+            lst = self.streams[peer]
+            parts = ps.parts[i]
+            mv = memoryview(ps.buf)
+            verify = self.opts.verify
+            touched = []
+            for k, (off, ln) in enumerate(parts):
+                s = lst[k % len(lst)] if len(parts) > 1 else lst[plan.seq[i] % len(lst)]
+                payload = mv[st.offset + off : st.offset + off + ln]
+                crc = zlib.crc32(payload) if verify else 0
+                hdr = HDR.pack(
+                    ps.program, ps.it, self.rank, peer, st.tag, plan.seq[i], k, len(parts),
+                    off, ln, crc,
+                )  # fmt: skip
+                s.out.append(OutFrame([memoryview(hdr), payload], (ps, i)))
+                self.bytes_sent += ln
+                touched.append(s)
+            for s in touched:
+                self.write(s)
+                self.want(s)
+        elif st.op == Op.RECV:
+            if ps.left[i] == 0:
+                self.complete(ps, i)
+        else:
+            local_step(st, ps.buf, ps.scratch, plan.scratch_offset[st.src])
+            self.complete(ps, i)
+
+    def start_ready(self) -> None:
+        """Start every step whose dependencies are done."""
+        ready = self.ready
+        while ready:
+            self.start_step(*ready.popleft())
+
+    # ---- frames --------------------------------------------------------------------------
+    def on_header(self, s: Stream, h: tuple) -> None:
+        """Point ``s`` at the scratch area of the RECV step a frame header names."""
+        ps = self.match(s, h)
+        if ps is None:  # parked
+            return
+        hprog, _, src, _, tag, seq, part, nparts, off, ln, crc = h
+        plan = ps.plan
+        i = plan.recv_index.get((src, tag, seq))
+        if i is None or nparts != len(ps.parts[i]) or (off, ln) != ps.parts[i][part]:
+            where, which = (f"program {hprog} ", "that") if ps.op >= 0 else ("", "this")
+            raise TransportError(
+                f"rank {self.rank}: frame from {src} {where}tag {tag} seq {seq} part {part} "
+                f"matches no receive of {which} program"
+            )
+        base = plan.scratch_offset[i] + off
+        s.cur = ((ps, i), memoryview(ps.scratch)[base : base + ln], 0, ln, crc)
+        if ln == 0:
+            self.finish_part(s)
+
+    def finish_part(self, s: Stream) -> None:
+        """A part is in: check its CRC (with verify on) and complete its step when all are."""
+        (ps, i), view, _, ln, crc = s.cur
+        s.cur = None
+        if self.opts.verify:
+            if zlib.crc32(view) != crc:
+                where = (
+                    f"program {ps.program}, step {i}"
+                    if ps.op >= 0
+                    else f"step {i}, tag {ps.plan.steps[i].tag}"
+                )
+                raise TransportError(
+                    f"rank {self.rank}: CRC mismatch on {ln} bytes from rank {s.peer} ({where})"
+                )
+            self.verified += 1
+        self.bytes_received += ln
+        ps.left[i] -= 1
+        if ps.left[i] == 0 and ps.started[i]:
+            self.complete(ps, i)
+
+    def read(self, s: Stream) -> None:
+        """Read what ``s`` has (a bounded number of calls): headers, then payload bytes."""
+        for _ in range(64):
+            if s.cur is None:
+                view, have = memoryview(s.hdr)[s.hdr_got :], -1
+            else:
+                view, have = s.cur[1][s.cur[2] :], s.cur[2]
+            try:
+                got = s.sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
+            if got == 0:
+                raise TransportError(f"rank {self.rank}: rank {s.peer} closed the link")
+            if have < 0:
+                s.hdr_got += got
+                if s.hdr_got == HDR.size:
+                    s.hdr_got = 0
+                    self.on_header(s, HDR.unpack(s.hdr))
+                    if s.parked is not None:
+                        return
+            else:
+                key, v, _, ln, crc = s.cur
+                s.cur = (key, v, have + got, ln, crc)
+                if have + got == ln:
+                    self.finish_part(s)
+
+    def write(self, s: Stream) -> None:
+        """Send queued frames of ``s`` while the socket takes them; complete finished SENDs."""
+        while s.out:
+            f = s.out[0]
+            try:
+                sent = s.sock.sendmsg(f.pieces)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
+            if f.advance(sent):
+                s.out.popleft()
+                ps, i = f.step
+                ps.left[i] -= 1
+                if ps.left[i] == 0:
+                    self.complete(ps, i)
+
+    def poll(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for streams to be ready, then write and read them."""
+        for key, ev in self.sel.select(timeout_s):
+            s = key.data
+            if ev & selectors.EVENT_WRITE:
+                self.write(s)
+            if ev & selectors.EVENT_READ and s.parked is None:
+                self.read(s)
+            self.want(s)

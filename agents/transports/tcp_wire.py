@@ -1,0 +1,97 @@
+"""What the TCP data plane puts on the wire: the handshake, frame headers, parts, streams.
+
+Connections. For a job, the lower global rank of each pair that talks connects ``streams`` TCP
+connections to the higher rank's agent and introduces each with a handshake (``HANDSHAKE``:
+magic, 16-byte job token, src rank, dst rank, stream index, stream count).
+
+Frames. A message (one SEND step) is cut into parts (``split_parts``: one per stream when it is
+large enough), each sent as a 48-byte header (``HDR``: program, iteration, src, dst, tag, seq,
+part, nparts, offset, length, crc32) followed by its bytes, straight from the rank's buffer with
+``sendmsg`` of memoryviews (``OutFrame``). A ``Stream`` is one connection with its send queue
+and the receive state of the frame it is reading.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections import deque
+from dataclasses import dataclass, field
+
+from agents.protocol import DataOptions
+
+HANDSHAKE = struct.Struct("<4s16sIIHH")
+HANDSHAKE_MAGIC = b"GNI1"
+HDR = struct.Struct("<IIIIiIHHQQI")  # prog iter src dst tag seq part nparts off len crc
+
+
+def split_parts(nbytes: int, streams: int, min_part: int) -> list[tuple[int, int]]:
+    """Cut a message into (offset, length) parts, one per stream, each at least ``min_part``."""
+    k = max(1, min(streams, nbytes // max(1, min_part)))
+    base, extra = divmod(nbytes, k)
+    parts, off = [], 0
+    for i in range(k):
+        ln = base + (1 if i < extra else 0)
+        parts.append((off, ln))
+        off += ln
+    return parts
+
+
+def token_bytes(token: str) -> bytes:
+    """The 16 bytes a job token (hex string) puts in handshakes."""
+    raw = bytes.fromhex(token) if token else b""
+    return (raw + bytes(16))[:16]
+
+
+def new_token() -> str:
+    """A fresh random job token (hex)."""
+    return os.urandom(16).hex()
+
+
+def tune(sock: socket.socket, opts: DataOptions) -> None:
+    """Set TCP_NODELAY and the job's socket buffer sizes on a data connection."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if opts.sndbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, opts.sndbuf)
+    if opts.rcvbuf:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, opts.rcvbuf)
+
+
+class OutFrame:
+    """A frame being sent: remaining pieces (header, payload) and the step it belongs to."""
+
+    __slots__ = ("pieces", "step")
+
+    def __init__(self, pieces: list[memoryview], step: object) -> None:
+        self.pieces = pieces
+        self.step = step
+
+    def advance(self, n: int) -> bool:
+        """Drop ``n`` sent bytes; True when the frame is fully sent."""
+        while n and self.pieces:
+            head = self.pieces[0]
+            if n >= len(head):
+                n -= len(head)
+                self.pieces.pop(0)
+            else:
+                self.pieces[0] = head[n:]
+                n = 0
+        while self.pieces and len(self.pieces[0]) == 0:
+            self.pieces.pop(0)
+        return not self.pieces
+
+
+@dataclass(eq=False)
+class Stream:
+    """One TCP connection of a rank to a peer, with its send queue and receive state."""
+
+    sock: socket.socket
+    peer: int
+    index: int
+    out: deque[OutFrame] = field(default_factory=deque)
+    hdr: bytearray = field(default_factory=lambda: bytearray(HDR.size))
+    hdr_got: int = 0
+    cur: tuple | None = None  # (step key, dest view, got, length, crc)
+    parked: tuple | None = None  # header of a frame of a later iteration
+    mask: int = 0
