@@ -153,3 +153,16 @@ def test_hosts_check_keys_rule(tmp_path) -> None:
     leaked = keys_check(cfg, "h0", {"root": "/r", "keys": keys_state(str(host))})
     assert leaked.status == "fail" and leaked.fix == "rm /r/keys/controller.secret"
     assert (keys / "controller.secret").read_text().strip() not in repr(leaked)
+
+
+def test_ansible_inventory_names_the_key_directory_only(tmp_path) -> None:
+    from genie.deploy.inventory import host_vars
+
+    keys = tmp_path / "keys"
+    init_keys(keys, agents=["h0"])
+    tb, cfg = loads_deploy(TB + f'\n[deploy]\nkeys = "{keys}"\n')
+    hv = host_vars(tb, cfg, tb.host("h0"))
+    assert hv["genie_keys"] == str(keys)
+    text = repr(hv)
+    for p in keys.glob("*.secret"):
+        assert p.read_text().strip() not in text

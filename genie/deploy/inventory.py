@@ -10,6 +10,7 @@ Scalars are written as JSON, which YAML reads as the same values.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,8 @@ def host_vars(testbed: Testbed, cfg: DeployConfig, host: Host) -> dict[str, Any]
         genie_ranks=host.ranks,
         genie_remote_root=a.remote_root,
     )
+    if cfg.keys:  # a path on the controller; the role copies only the public keys and own pair
+        out["genie_keys"] = os.path.abspath(cfg.keys)
     if host.nic:
         out["genie_nic"] = host.nic
     if host.rdma_device:
