@@ -101,7 +101,11 @@ def site(tmp_path_factory):
         + f'\n[deploy.hosts.badkey]\nkey = "{sshd.other_key}"\n'
         + f'\n[deploy.hosts.nopy]\npython = "{d}/no-such-python3.11"\n'
     )
+    nokeys = d / "nokeys.toml"
+    nokeys.write_text(good.read_text().replace(f"keys = {json.dumps(str(keys))}\n", ""))
+    assert "keys" not in nokeys.read_text().split("[deploy]")[1]
     info = {
+        "nokeys": nokeys,
         "dir": d, "sshd": sshd, "root": root, "good": good, "mixed": mixed,
         "keys": keys, "other": other,
     }  # fmt: skip
@@ -343,3 +347,23 @@ def test_deploy_after_stop_restarts_without_reinstall(site, first, capsys) -> No
     while time.monotonic() < deadline and not _gone(h0["agent_pid"]):
         time.sleep(0.05)
     assert _gone(h0["agent_pid"])
+
+
+def test_deploy_without_keys_removes_them(site, first, capsys) -> None:
+    from genie.deploy.hello import say_hello
+    from genie.testbed import load_testbed
+
+    wheel = str(first[1].wheel)
+    rc = main(["deploy", "--testbed", str(site["nokeys"]), "--wheel", wheel, "--json"])
+    [h0] = json.loads(capsys.readouterr().out)
+    assert rc == 0 and h0["ok"], h0
+    assert "install" not in h0["timings_s"]
+    root = site["root"]
+    assert not (root / "keys").exists()
+    assert "keys" not in json.loads((root / "agent.json").read_text())
+    cmd = Path(f"/proc/{h0['agent_pid']}/cmdline").read_bytes().split(b"\0")
+    assert b"--keys" not in cmd
+    hello = say_hello(load_testbed(site["good"]).host("h0"), 10.0)
+    assert hello.reply is not None and hello.reply.pid == h0["agent_pid"], hello.error
+    assert main(["agents", "stop", "h0", "--testbed", str(site["good"]), "--json"]) == 0
+    capsys.readouterr()
