@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from agents.protocol import Limits
 from genie.collectives.program import Op, Program, Step
+from genie.collectives.registry import max_steps_per_rank
 from genie.errors import CollectiveError, ProtocolError
 
 
@@ -140,6 +141,11 @@ def plan_agent(
         sp = prog.spec
         if sp.n_ranks < 1 or sp.size < 0 or not 1 <= sp.chunks <= limits.max_chunks:
             raise ProtocolError(f"{prog!r}: ranks, size or chunks out of bounds")
+        if max_steps_per_rank(sp) > limits.max_steps:
+            raise ProtocolError(
+                f"{prog!r}: up to {max_steps_per_rank(sp)} steps per rank; "
+                f"limit {limits.max_steps} (use fewer chunks or ranks)"
+            )
         if sp.size > limits.max_rank_bytes:
             raise ProtocolError(
                 f"{prog!r}: size {sp.size} beyond the limit {limits.max_rank_bytes}"

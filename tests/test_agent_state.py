@@ -281,3 +281,21 @@ def test_go_far_in_the_future_is_refused(agent) -> None:
     to_prepared(core)
     (err,) = send(core, p.Go(job="job1", epoch=1, start_at=clock.now() + 3600 * 10**9))
     assert err.code == "limit" and core.state is State.PREPARED and not dp.gos
+
+
+def test_prepare_with_too_many_steps_is_refused_before_building() -> None:
+    import msgspec
+
+    core = AgentCore("a0", FakeDataPlane(), FakeClock(), lambda _e: None)
+    claim(core)
+    spec = {"collective": "all_reduce", "algorithm": "ring", "n_ranks": 9, "size": 1 << 20}
+    msg = p.Prepare(
+        job="j",
+        epoch=1,
+        programs=[msgspec.msgpack.encode({**spec, "chunks": 32768})],  # ~1.6M steps a rank
+        placement=["a0"] * 9,
+        endpoints={"a0": "127.0.0.1:1"},
+    )
+    (err,) = send(core, msg)
+    assert isinstance(err, p.Error) and err.code == "limit"
+    assert "steps per rank" in err.message and core.state is not State.PREPARED

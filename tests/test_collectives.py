@@ -17,7 +17,12 @@ from genie.collectives import (
     program_from_bytes,
 )
 from genie.collectives.data_exec import check_races, run_data, verify
-from genie.collectives.registry import ROTATION_SYMMETRIC, XOR_SYMMETRIC, build_steps
+from genie.collectives.registry import (
+    ROTATION_SYMMETRIC,
+    XOR_SYMMETRIC,
+    build_steps,
+    max_steps_per_rank,
+)
 from genie.errors import CollectiveError, DeadlockError
 
 PAIRS = [(c, a) for c, algos in ALGORITHMS.items() for a in algos]
@@ -257,3 +262,18 @@ def test_run_data_uses_given_inputs():
     res = run_data(p, inputs)
     for b in res.buffers:
         assert np.array_equal(b, inputs[2])
+
+
+@pytest.mark.parametrize(("collective", "algorithm"), PAIRS)
+def test_step_bound_holds_for_every_algorithm(collective: str, algorithm: str) -> None:
+    """Agents refuse programs by this bound before building them, so it must never undercount."""
+    rph = 2 if algorithm == "hierarchical" else 1
+    for n in (2, 3, 4, 8, 9, 16, 32):
+        if n % rph:
+            continue
+        for chunks in (1, 3):
+            prog = build_program(
+                collective, algorithm, n, 3 * 4096 + 5, chunks=chunks, ranks_per_host=rph
+            )
+            most = max(len(prog.steps(r)) for r in range(n))
+            assert most <= max_steps_per_rank(prog.spec), (n, chunks, most)

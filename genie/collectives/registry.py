@@ -174,6 +174,17 @@ def build_steps(spec: ProgramSpec, rank: int) -> list[Step]:
         return merge(emits)
 
 
+def max_steps_per_rank(spec: ProgramSpec) -> int:
+    """An upper bound on the steps of any rank of ``spec``, known before building them.
+
+    Every algorithm here emits at most 6(n-1) steps per chunk on a rank (ring all-reduce: 2(n-1)
+    sends, 2(n-1) recvs, (n-1) reduces, (n-1) copies; the others fewer), so chunks x (6n + 8)
+    bounds them all; a test checks it for every algorithm. Agents refuse a program whose bound
+    passes their limit before spending time on building it.
+    """
+    return max(1, spec.chunks) * (6 * max(1, spec.n_ranks) + 8)
+
+
 def _check_int(name: str, value: object, lo: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < lo:
         raise CollectiveError(f"{name} must be an integer >= {lo}: {value!r}")
