@@ -24,7 +24,6 @@ Two modes behind ``genie emulate``:
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ import numpy as np
 
 from genie.errors import StoreError
 from genie.sim.compiled import P2P, CompiledWorkload, coll_name
-from genie.sim.network import AnalyticalBackend, CalibratedPricer, Pricer, Transfer
+from genie.sim.network import FixedTimeBackend, Pricer, Transfer
 
 Key = tuple[int, int, tuple[int, ...]]  # (comm_type, size, global ranks)
 
@@ -119,7 +118,7 @@ def measure_all(
     return out
 
 
-class TestbedBackend:
+class TestbedBackend(FixedTimeBackend):
     """Each instance takes the median time measured for its own (collective, size, group).
 
     With a ``pricer``, instances in flight together share links as the analytical model says,
@@ -131,16 +130,13 @@ class TestbedBackend:
     def __init__(
         self, table: dict[Key, Measured], name: str = "testbed", pricer: Pricer | None = None
     ) -> None:
-        self.name = name
         self.table = table
-        self._heap: list[tuple[float, int]] = []
-        self.standalone: dict[int, float] = {}
-        self._inner = None
-        how = "do not slow each other"
-        if pricer is not None:
-            self._inner = AnalyticalBackend(CalibratedPricer(pricer, self.alone), name)
-            self.standalone = self._inner.standalone
-            how = "share links as the analytical model says"
+        super().__init__(name, pricer)
+        how = (
+            "do not slow each other"
+            if pricer is None
+            else "share links as the analytical model says"
+        )
         self.notes = [
             "testbed (isolated): each collective measured alone on the agents; collectives in "
             f"flight together {how}, they were not on the wire together"
@@ -154,57 +150,22 @@ class TestbedBackend:
             raise StoreError(f"no measured time for {coll_name(transfer.comm_type)} {key[1:]}")
         return m.p50
 
-    def start(self, transfer: Transfer, now: float) -> None:
-        """Begin the instance: its measured median, shared links when a pricer is given."""
-        if self._inner is not None:
-            self._inner.start(transfer, now)
-            return
-        t = self.alone(transfer)
-        self.standalone[transfer.iid] = t
-        heapq.heappush(self._heap, (now + t, transfer.iid))
-
-    def next_time(self) -> float:
-        """Earliest completion."""
-        if self._inner is not None:
-            return self._inner.next_time()
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop(self, now: float) -> list[int]:
-        """Instances completing at ``now``."""
-        if self._inner is not None:
-            return self._inner.pop(now)
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[1])
-        return out
+    duration = alone
 
 
 # ---- overlapped mode: the whole trace's communication on the agents -------------------------
 
 
-class ZeroNetwork:
+class ZeroNetwork(FixedTimeBackend):
     """A network on which every transfer completes the instant it starts (compute-only replay)."""
 
-    name = "zero"
-
     def __init__(self) -> None:
+        super().__init__("zero")
         self.notes: list[str] = []
-        self._heap: list[tuple[float, int]] = []
 
-    def start(self, transfer: Transfer, now: float) -> None:
-        """Complete at ``now``."""
-        heapq.heappush(self._heap, (now, transfer.iid))
-
-    def next_time(self) -> float:
-        """Earliest completion."""
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop(self, now: float) -> list[int]:
-        """Instances completing at ``now``."""
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[1])
-        return out
+    def duration(self, transfer: Transfer) -> float:
+        """Zero: no network."""
+        return 0.0
 
 
 @dataclass
@@ -442,38 +403,24 @@ def emulate_overlapped(
     return passes
 
 
-class InstanceBackend:
+class InstanceBackend(FixedTimeBackend):
     """Each instance takes the time measured for that very instance on the wire (median)."""
 
     def __init__(self, times: dict[int, float], name: str = "testbed") -> None:
-        self.name = name
         self.times = times
-        self.standalone: dict[int, float] = {}
-        self._heap: list[tuple[float, int]] = []
+        super().__init__(name)
         self.notes = [
             "testbed (overlapped): the whole trace's communication ran on the agents with the "
             "compute gaps honoured; each instance takes its own measured time (median over "
             "iterations), so interference between collectives in flight together is measured"
         ]
 
-    def start(self, transfer: Transfer, now: float) -> None:
-        """Complete after the measured time of this instance."""
+    def duration(self, transfer: Transfer) -> float:
+        """The measured time of this instance."""
         t = self.times.get(transfer.iid)
         if t is None:
             raise StoreError(f"no measured time for instance {transfer.iid}")
-        self.standalone[transfer.iid] = t
-        heapq.heappush(self._heap, (now + t, transfer.iid))
-
-    def next_time(self) -> float:
-        """Earliest completion."""
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop(self, now: float) -> list[int]:
-        """Instances completing at ``now``."""
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[1])
-        return out
+        return t
 
 
 def instance_medians(passes: Sequence[Pass], warmup: int) -> dict[int, float]:

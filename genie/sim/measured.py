@@ -12,7 +12,6 @@ each instance takes its measured time even when others are in flight (said in it
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 from collections import defaultdict
@@ -23,7 +22,7 @@ import numpy as np
 
 from genie.errors import StoreError
 from genie.sim.compiled import coll_name
-from genie.sim.network import AnalyticalBackend, CalibratedPricer, Pricer, Transfer
+from genie.sim.network import FixedTimeBackend, Pricer, Transfer
 
 
 class MeasuredTable:
@@ -133,7 +132,7 @@ class MeasuredTable:
 Fallback = Callable[[Transfer], float]
 
 
-class MeasuredBackend:
+class MeasuredBackend(FixedTimeBackend):
     """Each instance takes its measured (interpolated) time when alone on the network.
 
     With a ``pricer`` (the analytical model's links), instances in flight together share links
@@ -148,16 +147,11 @@ class MeasuredBackend:
         name: str = "",
         pricer: Pricer | None = None,
     ) -> None:
-        self.name = name or f"measured:{table.source}"
         self.table = table
         self.model = model
-        self._heap: list[tuple[float, int]] = []
-        self.standalone: dict[int, float] = {}
         self.counts: dict[str, int] = defaultdict(int)
-        self._inner = None
+        super().__init__(name or f"measured:{table.source}", pricer)
         if pricer is not None:
-            self._inner = AnalyticalBackend(CalibratedPricer(pricer, self.price), self.name)
-            self.standalone = self._inner.standalone
             self.notes = [
                 "measured backend: standalone times measured; instances in flight together "
                 "share links as the analytical model says"
@@ -199,29 +193,9 @@ class MeasuredBackend:
         ref_model = self.model(Transfer(tr.iid, tr.comm_type, ref_tr, tr.ranks, tr.group))
         return modeled * (t / ref_model) if ref_model > 0 else modeled
 
-    def start(self, transfer: Transfer, now: float) -> None:
-        """Schedule the instance's completion at its measured time."""
-        if self._inner is not None:
-            self._inner.start(transfer, now)
-            return
-        t = self.price(transfer)
-        self.standalone[transfer.iid] = t
-        heapq.heappush(self._heap, (now + t, transfer.iid))
-
-    def next_time(self) -> float:
-        """Earliest completion."""
-        if self._inner is not None:
-            return self._inner.next_time()
-        return self._heap[0][0] if self._heap else math.inf
-
-    def pop(self, now: float) -> list[int]:
-        """Instances completing at ``now``."""
-        if self._inner is not None:
-            return self._inner.pop(now)
-        out = []
-        while self._heap and self._heap[0][0] <= now:
-            out.append(heapq.heappop(self._heap)[1])
-        return out
+    def duration(self, transfer: Transfer) -> float:
+        """The instance's measured (or model-scaled) time alone."""
+        return self.price(transfer)
 
     def summary(self) -> str:
         """How many instances were measured, interpolated or extrapolated."""

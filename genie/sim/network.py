@@ -253,3 +253,49 @@ class CalibratedPricer:
                 dem = Demand(latency=t, links=dem.links[:0], nbytes=dem.nbytes[:0])
         self._cache[key] = dem
         return dem
+
+
+class FixedTimeBackend:
+    """A backend whose instances each take a duration known up front (measured or tabled).
+
+    Subclasses define ``duration(transfer)``. With a ``pricer`` the instances in flight together
+    share links as the analytical backend shares them, each scaled to its own duration
+    (``CalibratedPricer``); without one, each completes ``duration`` after it starts.
+    """
+
+    def __init__(self, name: str, pricer: Pricer | None = None) -> None:
+        self.name = name
+        self._heap: list[tuple[float, int]] = []
+        self.standalone: dict[int, float] = {}
+        self._inner: AnalyticalBackend | None = None
+        if pricer is not None:
+            self._inner = AnalyticalBackend(CalibratedPricer(pricer, self.duration), name)
+            self.standalone = self._inner.standalone
+
+    def duration(self, transfer: Transfer) -> float:
+        """The instance's time when alone on the network (s)."""
+        raise NotImplementedError
+
+    def start(self, transfer: Transfer, now: float) -> None:
+        """Begin the instance."""
+        if self._inner is not None:
+            self._inner.start(transfer, now)
+            return
+        t = self.duration(transfer)
+        self.standalone[transfer.iid] = t
+        heapq.heappush(self._heap, (now + t, transfer.iid))
+
+    def next_time(self) -> float:
+        """Earliest completion."""
+        if self._inner is not None:
+            return self._inner.next_time()
+        return self._heap[0][0] if self._heap else math.inf
+
+    def pop(self, now: float) -> list[int]:
+        """Instances completing at ``now``."""
+        if self._inner is not None:
+            return self._inner.pop(now)
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[1])
+        return out
