@@ -97,18 +97,36 @@ def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
+OPEN_TIMEOUT_S = 10.0  # how long opening waits for another process setting the store up
+
+
 class RunStore:
     """Read and write runs and their collective instances."""
 
     def __init__(self, path: str | os.PathLike = DEFAULT_STORE) -> None:
         self.path = Path(path)
-        try:
-            self.db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while True:
+            try:
+                self.db = sqlite3.connect(self.path, timeout=OPEN_TIMEOUT_S, isolation_level=None)
+                self._setup()
+                return
+            except sqlite3.OperationalError as exc:
+                # switching to WAL needs the file to itself and SQLite does not wait for that
+                # (no busy handler): another process opening the store at the same instant
+                # gets "database is locked" at once. Retry, bounded.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+                self.db.close()
+                time.sleep(0.02)
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+
+    def _setup(self) -> None:
+        if self.db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.executescript(_SCHEMA)
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open run store {self.path}: {exc}") from None
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(_SCHEMA)
 
     def close(self) -> None:
         """Close the database."""

@@ -176,6 +176,22 @@ def test_stale_reply_is_dropped(rig) -> None:
     assert len(out.instances) == 1
 
 
+def test_late_error_of_an_ended_job_does_not_fail_the_next_wait(rig) -> None:
+    ctl, tr, _, _, _ = rig
+    ctl.connect()
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    ended = ctl.job
+    ctl.abort("test")
+    # a run error the agent sent before it saw the abort, delivered after it
+    late = p.Error(job=ended, epoch=ctl.epoch, code="run", message="iteration timed out")
+    tr.inbox.append(("a1", p.encode(late)))
+    est = ctl.sync_clocks(rounds=2)  # waits with match_job=False: must not take it as an answer
+    assert sorted(est) == ["a0", "a1", "a2"]
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
+    tr.inbox.append(("a1", p.encode(late)))
+    assert len(ctl.run(iters=1).instances) == 1
+
+
 def test_placement_modes() -> None:
     hosts = [("h0", 2), ("h1", 2)]
     assert place_ranks(hosts) == ["h0", "h0", "h1", "h1"]

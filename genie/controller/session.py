@@ -124,6 +124,7 @@ class Controller:
         self.hello: dict[str, HelloReply] = {}
         self.offsets: dict[str, ClockEstimate] = {}
         self.job = ""
+        self.ended_jobs: set[str] = set()  # jobs this controller released or aborted
         self.epoch = 0
         self.programs: list[Program] = []
         self.placement: list[str] = []
@@ -208,6 +209,9 @@ class Controller:
             if isinstance(msg, Heartbeat):
                 continue
             if isinstance(msg, Error):
+                if msg.job and msg.job in self.ended_jobs:  # a late word on a job already over
+                    self.log(f"ignored error of ended job {msg.job} from {agent}: {msg.message}")
+                    continue
                 if errors_ok and agent in pending:
                     got[agent] = msg
                     pending.discard(agent)
@@ -481,6 +485,7 @@ class Controller:
         try:
             self._wait(Ack, involved, self.to.register_s, "release")
         finally:
+            self.ended_jobs.add(self.job)
             self.job = ""
 
     def abort(self, reason: str) -> None:
@@ -497,6 +502,7 @@ class Controller:
             self._wait(Ack, involved, self.to.abort_s, "abort", errors_ok=True)
         except GenieError as exc:
             self.log(f"abort incomplete: {exc}")
+        self.ended_jobs.add(self.job)
         self.job = ""
 
     def close(self, quit_agents: bool = False) -> None:
