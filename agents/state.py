@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
+
 from agents.clock import Clock
 from agents.plan import AgentPlan, plan_agent
 from agents.programs import rebuild
@@ -302,9 +304,10 @@ class AgentCore:
     def _on_abort(self, msg: Abort | Release) -> list[Msg]:
         what = "abort" if isinstance(msg, Abort) else "release"
         if not self._current(msg):
-            return [
-                self._err("stale", f"{what} for {msg.job}/{msg.epoch}, not the current job", msg)
-            ]
+            err = self._err("stale", f"{what} for {msg.job}/{msg.epoch}, not the current job", msg)
+            # stamped with the job it answers (often one this agent already dropped itself after
+            # a failed run), so the controller can tell it from news about its current job
+            return [msgspec.structs.replace(err, job=msg.job, epoch=msg.epoch)]
         if isinstance(msg, Release) and self.state is State.RUNNING:
             return [self._err("state", "release while running (use abort)", msg)]
         job, epoch = self.job, self.epoch

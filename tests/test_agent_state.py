@@ -299,3 +299,11 @@ def test_prepare_with_too_many_steps_is_refused_before_building() -> None:
     (err,) = send(core, msg)
     assert isinstance(err, p.Error) and err.code == "limit"
     assert "steps per rank" in err.message and core.state is not State.PREPARED
+
+
+def test_stale_abort_is_answered_with_the_job_it_names() -> None:
+    core = AgentCore("a0", FakeDataPlane(), FakeClock(), lambda _e: None)
+    claim(core)
+    (err,) = send(core, p.Abort(job="gone-j3", epoch=3, reason="run failed"))
+    assert isinstance(err, p.Error) and err.code == "stale"
+    assert (err.job, err.epoch) == ("gone-j3", 3)  # so the controller files it under that job
