@@ -9,6 +9,7 @@ so the simulator's commands stay together.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -83,17 +84,66 @@ def _workload_hash(cw: CompiledWorkload) -> str:
     return h.hexdigest()
 
 
-def run_emulate(args: argparse.Namespace) -> int:
-    """Handle ``genie emulate``."""
+@contextlib.contextmanager
+def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, err: Console, unit: str, total):
+    """One stored emulate run on the agents: yields (store, run_id, controller, progress, task).
+
+    The run is started in the store, the controller connected and clocks synced; on leaving,
+    the run is finished as ok, interrupted or failed, and controller and store are closed.
+    """
     from pathlib import Path
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from genie.controller.local import open_controller
+    from genie.store import DEFAULT_STORE, RunStore
+
+    store = RunStore(args.store or DEFAULT_STORE)
+    run_id = store.start_run(
+        " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
+        testbed_name=tb.name,
+        testbed_text=Path(args.testbed).read_text(errors="replace"),
+        workload_hash=_workload_hash(cw),
+        meta={
+            "workload": cw.name,
+            "placement": agents,
+            "iterations": args.iterations,
+            "mode": mode,
+        },
+    )
+    ctl = open_controller(tb)
+    try:
+        ctl.connect()
+        ctl.sync_clocks()
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as prog:
+            task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
+            yield store, run_id, ctl, prog, task
+        store.finish_run(run_id, "ok")
+    except KeyboardInterrupt:
+        store.finish_run(run_id, "interrupted", "interrupted by user")
+        raise
+    except GenieError as exc:
+        store.finish_run(run_id, "failed", str(exc))
+        raise
+    finally:
+        ctl.close()
+        ctl.t.close()
+        store.close()
+
+
+def run_emulate(args: argparse.Namespace) -> int:
+    """Handle ``genie emulate``."""
+
     from genie.controller.placement import place_ranks
     from genie.sim.emulate import TestbedBackend, distinct_transfers, measure_all
     from genie.sim.program_pricer import ProgramPricer
-    from genie.store import DEFAULT_STORE, RunStore
     from genie.testbed import load_testbed
 
     if args.iterations < 1 or args.warmup < 0:
@@ -114,59 +164,29 @@ def run_emulate(args: argparse.Namespace) -> int:
     topo = tb.to_topology()
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos, topo, err)
-    store = RunStore(args.store or DEFAULT_STORE)
-    run_id = store.start_run(
-        " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
-        testbed_name=tb.name,
-        testbed_text=Path(args.testbed).read_text(errors="replace"),
-        workload_hash=_workload_hash(cw),
-        meta={
-            "workload": cw.name,
-            "placement": agents,
-            "iterations": args.iterations,
-            "mode": "isolated",
-        },
-    )
-    ctl = open_controller(tb)
-    try:
-        ctl.connect()
-        ctl.sync_clocks()
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} collectives"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as prog:
-            task = prog.add_task(f"{cw.name} on {tb.name}", total=len(keys))
+    with _live_run(args, cw, tb, agents, "isolated", err, "collectives", len(keys)) as (
+        store,
+        run_id,
+        ctl,
+        prog,
+        task,
+    ):
 
-            def on_done(m, program, instances) -> None:
-                store.add_instances(run_id, program.spec, instances)
-                prog.update(task, advance=1, description=f"{m.collective} {m.key[1]} B done")
+        def on_done(m, program, instances) -> None:
+            store.add_instances(run_id, program.spec, instances)
+            prog.update(task, advance=1, description=f"{m.collective} {m.key[1]} B done")
 
-            table = measure_all(
-                ctl,
-                keys,
-                agents,
-                iters=args.iterations,
-                warmup=args.warmup,
-                algorithms=algos,
-                chunks=args.chunks,
-                topology=topo,
-                on_done=on_done,
-            )
-        store.finish_run(run_id, "ok")
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", "interrupted by user")
-        raise
-    except GenieError as exc:
-        store.finish_run(run_id, "failed", str(exc))
-        raise
-    finally:
-        ctl.close()
-        ctl.t.close()
-        store.close()
+        table = measure_all(
+            ctl,
+            keys,
+            agents,
+            iters=args.iterations,
+            warmup=args.warmup,
+            algorithms=algos,
+            chunks=args.chunks,
+            topology=topo,
+            on_done=on_done,
+        )
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
@@ -257,12 +277,8 @@ def _instances_of(plan, passes, warmup: int, iid: int) -> list:
 
 def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
-    from pathlib import Path
-
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from genie.collectives.cost import estimate
-    from genie.controller.local import open_controller
     from genie.sim.emulate import (
         InstanceBackend,
         compile_oplists,
@@ -270,57 +286,26 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
         instance_medians,
     )
     from genie.sim.program_pricer import ProgramPricer
-    from genie.store import DEFAULT_STORE, RunStore
 
     with err.status("compiling op lists", spinner="dots"):
         plan = compile_oplists(cw, algos, args.chunks, max_instances=args.max_instances)
-    store = RunStore(args.store or DEFAULT_STORE)
-    run_id = store.start_run(
-        " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
-        testbed_name=tb.name,
-        testbed_text=Path(args.testbed).read_text(errors="replace"),
-        workload_hash=_workload_hash(cw),
-        meta={
-            "workload": cw.name,
-            "placement": agents,
-            "iterations": args.iterations,
-            "mode": "overlapped",
-        },
-    )
     total = args.iterations + args.warmup
-    ctl = open_controller(tb)
-    try:
-        ctl.connect()
-        ctl.sync_clocks()
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} runs of the trace"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as prog:
-            task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
+    with _live_run(args, cw, tb, agents, "overlapped", err, "runs of the trace", total) as (
+        store,
+        run_id,
+        ctl,
+        prog,
+        task,
+    ):
 
-            def on_pass(k, p) -> None:
-                prog.update(task, advance=1, description=f"run {k + 1}: {p.makespan_s:.4g} s")
+        def on_pass(k, p) -> None:
+            prog.update(task, advance=1, description=f"run {k + 1}: {p.makespan_s:.4g} s")
 
-            passes = emulate_overlapped(
-                ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
-            )
+        passes = emulate_overlapped(
+            ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
+        )
         for iid, program in zip(plan.iids, plan.programs, strict=True):
             store.add_instances(run_id, program.spec, _instances_of(plan, passes, args.warmup, iid))
-        store.finish_run(run_id, "ok")
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", "interrupted by user")
-        raise
-    except GenieError as exc:
-        store.finish_run(run_id, "failed", str(exc))
-        raise
-    finally:
-        ctl.close()
-        ctl.t.close()
-        store.close()
     medians = instance_medians(passes, args.warmup)
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
