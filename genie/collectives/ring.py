@@ -16,10 +16,16 @@ from genie.collectives.program import ProgramSpec
 Shards = Sequence[Sequence[Range]]
 
 
-def reduce_scatter_phase(
-    e: Emit, members: Sequence[int], me: int, shards: Shards, after: Sequence[int]
+def _ring_phase(
+    e: Emit,
+    members: Sequence[int],
+    me: int,
+    shards: Shards,
+    after: Sequence[int],
+    shift: int,
+    reduce: bool,
 ) -> list[int]:
-    """Ring reduce-scatter; returns the phase's tail (steps later phases must wait for)."""
+    """m-1 ring rounds: round k sends shard (me-k-shift) right, receives shard (me-k-shift-1)."""
     m = len(members)
     if m < 2:
         return list(after)
@@ -27,27 +33,25 @@ def reduce_scatter_phase(
     right, left = members[(me + 1) % m], members[(me - 1) % m]
     prev: list[int] = list(after)
     for k in range(m - 1):
-        for rng in shards[(me - k - 1) % m]:
+        for rng in shards[(me - k - shift) % m]:
             e.send(right, rng, prev)
-        prev = e.recv_into(left, shards[(me - k - 2) % m], prev, reduce=True)
+        prev = e.recv_into(left, shards[(me - k - shift - 1) % m], prev, reduce=reduce)
+    # a phase of empty shards emits nothing: its tail is then what it waited for
     return e.sinks(start) if start < len(e.steps) else list(after)
+
+
+def reduce_scatter_phase(
+    e: Emit, members: Sequence[int], me: int, shards: Shards, after: Sequence[int]
+) -> list[int]:
+    """Ring reduce-scatter; returns the phase's tail (steps later phases must wait for)."""
+    return _ring_phase(e, members, me, shards, after, shift=1, reduce=True)
 
 
 def all_gather_phase(
     e: Emit, members: Sequence[int], me: int, shards: Shards, after: Sequence[int]
 ) -> list[int]:
     """Ring all-gather (member i starts with shard i); returns the phase's tail."""
-    m = len(members)
-    if m < 2:
-        return list(after)
-    start = len(e.steps)
-    right, left = members[(me + 1) % m], members[(me - 1) % m]
-    prev: list[int] = list(after)
-    for k in range(m - 1):
-        for rng in shards[(me - k) % m]:
-            e.send(right, rng, prev)
-        prev = e.recv_into(left, shards[(me - k - 1) % m], prev, reduce=False)
-    return e.sinks(start)
+    return _ring_phase(e, members, me, shards, after, shift=0, reduce=False)
 
 
 def _ring_shards(spec: ProgramSpec, c: int) -> list[list[Range]]:
