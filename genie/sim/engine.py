@@ -239,19 +239,9 @@ def simulate(
     # hot loop: compute/memory completions come from the heap, comm ones from the backend
     net_events = 0
     while True:
-        if heap:
-            now, g = heap[0]
-            if net_next <= now:
-                now = net_next
-                for iid in backend.pop(now):
-                    iend[iid] = now
-                    for m in members[iid]:
-                        complete(m, now)
-                net_next = backend.next_time()
-                net_events += 1
-                continue
-            pop(heap)
-        elif net_next < inf:
+        if heap and heap[0][0] < net_next:
+            now, g = pop(heap)
+        elif net_next < inf:  # the network's completion comes first (ties too)
             now = net_next
             for iid in backend.pop(now):
                 iend[iid] = now
