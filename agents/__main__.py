@@ -14,7 +14,7 @@ from genie.errors import GenieError
 
 def main(argv: list[str] | None = None) -> int:
     """Parse agent options and run the agent; return its exit code."""
-    from genie.commands.agent import add_agent_arguments, run_from_args
+    from agents.cli import add_agent_arguments, run_from_args
 
     p = argparse.ArgumentParser(prog="python -m agents", description="Run a genie agent.")
     add_agent_arguments(p)

@@ -31,12 +31,14 @@ from collections.abc import Callable
 
 import zmq
 
-from agents.clock import MonotonicClock, tighten_timer_slack
+from agents.clock import tighten_timer_slack
 from agents.facts import host_facts
-from agents.protocol import Limits, Msg, encode
-from agents.state import HEARTBEAT_INTERVAL_S, AgentCore, Event
+from agents.state import AgentCore, Event
 from agents.transports.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie.errors import TransportError, UsageError
+from genie.wire.clock import MonotonicClock
+from genie.wire.liveness import HEARTBEAT_INTERVAL_S
+from genie.wire.messages import Limits, Msg, encode
 
 
 class _TrustedKeys:

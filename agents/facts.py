@@ -7,7 +7,7 @@ import socket
 
 import psutil
 
-from agents.protocol import HostFacts
+from genie.wire.messages import HostFacts
 
 
 def host_facts() -> HostFacts:

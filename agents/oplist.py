@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agents.plan import AgentPlan
-from agents.protocol import OpItem, RankOps
 from genie.errors import ProtocolError
+from genie.wire.messages import OpItem, RankOps
 
 MAX_OPS_PER_RANK = 4096
 MAX_DEPS_PER_OP = 256

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.protocol import Limits
 from genie.collectives.program import Op, Program, Step
 from genie.collectives.registry import max_steps_per_rank
 from genie.errors import CollectiveError, ProtocolError
+from genie.wire.messages import Limits
 
 
 @dataclass(frozen=True)

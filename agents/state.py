@@ -22,10 +22,13 @@ from typing import Protocol
 
 import msgspec
 
-from agents.clock import Clock
 from agents.plan import AgentPlan, plan_agent
 from agents.programs import rebuild
-from agents.protocol import (
+from genie import __version__
+from genie.errors import GenieError, ProtocolError
+from genie.wire.clock import Clock
+from genie.wire.liveness import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
+from genie.wire.messages import (
     PROTOCOL_VERSION,
     Abort,
     Ack,
@@ -49,11 +52,6 @@ from agents.protocol import (
     TimeReply,
     decode,
 )
-from genie import __version__
-from genie.errors import GenieError, ProtocolError
-
-HEARTBEAT_INTERVAL_S = 0.5  # both sides beat this often
-MISSED_BEATS_LIMIT = 3  # a peer silent for this many intervals is lost
 
 
 class State(enum.Enum):

@@ -15,8 +15,9 @@ import time
 
 from genie.collectives import build_program
 from genie.collectives import topology as T
-from genie.collectives.cost import closed_form, estimate
+from genie.collectives.cost import estimate
 from genie.collectives.data_exec import run_data
+from genie.vocabulary import closed_form
 
 RANKS = (8, 64, 512, 1024)
 BW, LAT = 12.5e9, 1e-6  # 100 Gbit/s, 1 us per link

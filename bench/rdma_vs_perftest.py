@@ -27,12 +27,12 @@ import sys
 import time
 
 from agents.programs import BUILTIN
-from agents.protocol import DataOptions, RdmaOptions
 from agents.transports.rdma_conn import SYS_IB, choose_port, find_devices, no_device_message
 from genie.collectives.program import Program, ProgramSpec
 from genie.controller.local import LocalCluster, free_port_range, open_controller
 from genie.errors import TransportError
 from genie.units import format_bytes, parse_size
+from genie.wire.messages import DataOptions, RdmaOptions
 
 
 def why_not(device: str) -> tuple[str, object]:

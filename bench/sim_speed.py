@@ -24,9 +24,9 @@ from rich.console import Console
 from rich.table import Table
 
 from genie.sim.api import replay
-from genie.sim.netmodel import NetModel
 from genie.sim.network import AnalyticalBackend
 from genie.sim.synthetic import data_parallel
+from genie.sim.traffic import NetModel
 
 
 def workload(n: int, nodes: int, source: str):

@@ -28,10 +28,10 @@ import sys
 import time
 
 from agents.programs import BUILTIN
-from agents.protocol import DataOptions
 from genie.collectives.program import Program, ProgramSpec
 from genie.controller.local import LocalCluster, free_port_range, open_controller
 from genie.units import parse_size
+from genie.wire.messages import DataOptions
 
 
 def ensure_iperf3() -> str:

@@ -57,6 +57,30 @@ class RuntimeFault(GenieError):
     exit_code = 1
 
 
+class RunTimeout(RuntimeFault):
+    """A bounded wait on the agents ran out (the message says what was awaited, from whom)."""
+
+
+class AgentLost(RuntimeFault):
+    """An agent stopped answering (missed heartbeats, or silent to a probe)."""
+
+
+class AgentRefused(RuntimeFault):
+    """An agent refused this controller (CURVE keys, or another controller holds it)."""
+
+
+class AgentBusy(AgentRefused):
+    """An agent is held by another controller."""
+
+
+class DataPlaneError(RuntimeFault):
+    """An agent's run failed on the data plane (a peer closed, a stall timed out, bad data)."""
+
+
+class ControlUnreachable(RuntimeFault):
+    """A control message could not be sent to an agent (no route, socket gone)."""
+
+
 class ProtocolError(GenieError):
     """A control-channel message was malformed, stale or unexpected."""
 
@@ -73,6 +97,10 @@ class DeployError(GenieError):
     """Deploying to, or checking, a lab host failed."""
 
     exit_code = 1
+
+
+class SshError(DeployError):
+    """SSH to a lab host failed (unreachable, refused, bad or missing key)."""
 
 
 class DeployConfigError(DeployError):

@@ -75,6 +75,34 @@ def parse_rate(text: str | int | float) -> float:
     return bits / 8.0
 
 
+_PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_PREFIX.update({"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40})
+
+
+def parse_bandwidth(text: str | float) -> float:
+    """Parse ``50GiB/s`` (2^30 B/s), ``50GB/s`` (10^9 B/s), ``100Gb/s`` or ``400gbit`` into B/s.
+
+    ``B`` is bytes and ``b`` bits; ASTRA-sim's "GB/s" is 2^30 B/s, which is ``GiB/s`` here.
+    """
+    if isinstance(text, int | float):
+        if text <= 0:
+            raise UnitError(f"bandwidth must be positive: {text}")
+        return float(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)[bB]/s\s*", text)
+    if m:
+        prefix, letter = m.group(2).lower(), text.strip()[-3]
+        if prefix not in _PREFIX:
+            raise UnitError(
+                f"not a bandwidth: {text!r} (bytes: 50GiB/s = 50*2^30 B/s, 50GB/s = 50e9 B/s; "
+                "bits: 100Gb/s, 400gbit)"
+            )
+        value = float(m.group(1)) * _PREFIX[prefix] / (8 if letter == "b" else 1)
+        if value <= 0:
+            raise UnitError(f"bandwidth must be positive: {text!r}")
+        return value
+    return parse_rate(text)
+
+
 def parse_duration(text: str | int | float) -> float:
     """Parse a duration such as ``500ns``, ``2ms`` or ``1.5`` (seconds) into seconds."""
     if isinstance(text, int | float):

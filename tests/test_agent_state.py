@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from agents import protocol as p
-from agents.clock import FakeClock
-from agents.state import MISSED_BEATS_LIMIT, AgentCore, Event, State
+from agents.state import AgentCore, Event, State
 from genie.collectives.program import ProgramSpec
+from genie.wire import messages as p
+from genie.wire.clock import FakeClock
+from genie.wire.liveness import MISSED_BEATS_LIMIT
 
 INTERVAL_NS = 500_000_000
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from agents import protocol as p
-from agents.clock import FakeClock
 from agents.programs import BUILTIN
 from agents.state import AgentCore, Event
 from genie.collectives.program import Program, ProgramSpec
 from genie.controller import Controller, InProcTransport, place_ranks
 from genie.controller.results import stats
 from genie.errors import RuntimeFault, UsageError
+from genie.wire import messages as p
+from genie.wire.clock import FakeClock
 
 SKEWS = {"a0": 0, "a1": 5_000_000, "a2": -3_000_000}  # agent clock - controller clock
 DURATION_NS = 4_000_000

@@ -8,16 +8,9 @@ import pytest
 
 from genie.collectives import build_program
 from genie.collectives import topology as T
-from genie.collectives.cost import (
-    algbw,
-    bus_factor,
-    busbw,
-    closed_form,
-    estimate,
-    estimate_concurrent,
-    nccl_size,
-)
+from genie.collectives.cost import estimate, estimate_concurrent, nccl_size
 from genie.errors import CollectiveError, DeadlockError, TopologyError
+from genie.vocabulary import algbw, bus_factor, busbw, closed_form
 
 B = 12.5e9  # 100 Gbit/s in bytes/s
 LAT = 1e-6  # per link; a switch path has two links

@@ -12,18 +12,11 @@ import pytest
 
 from agents.plan import plan_agent
 from agents.programs import builtin_program
-from agents.protocol import DataOptions, Go, Limits, Prepare
 from agents.state import Event
-from agents.transports.tcp import (
-    HANDSHAKE,
-    HANDSHAKE_MAGIC,
-    HDR,
-    TcpDataPlane,
-    new_token,
-    split_parts,
-    token_bytes,
-)
+from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC, HDR, TcpDataPlane, split_parts
 from genie.collectives.program import ProgramSpec
+from genie.wire.messages import DataOptions, Go, Limits, Prepare
+from genie.wire.tokens import new_token, token_bytes
 
 
 @pytest.fixture

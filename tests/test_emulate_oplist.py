@@ -14,12 +14,13 @@ import pytest
 from agents.oplist import check_ops
 from agents.plan import plan_agent
 from agents.programs import rebuild
-from agents.protocol import DataOptions, Go, Limits, OpItem, Prepare, RankOps
 from agents.state import Event
-from agents.transports.tcp import TcpDataPlane, new_token, pattern_fill
+from agents.transports.tcp import TcpDataPlane, pattern_fill
 from genie.collectives import build_program
 from genie.collectives.data_exec import run_data
 from genie.errors import ProtocolError
+from genie.wire.messages import DataOptions, Go, Limits, OpItem, Prepare, RankOps
+from genie.wire.tokens import new_token
 
 SIZE = 8 << 20
 
@@ -180,7 +181,7 @@ def test_a_missing_peer_op_times_out_bounded(job) -> None:
 
 
 def test_protocol_round_trip_of_op_lists() -> None:
-    from agents.protocol import decode, encode
+    from genie.wire.messages import decode, encode
 
     go = Go(job="j", epoch=2, ops=[RankOps(rank=3, ops=[OpItem(program=1, deps=[], gap_ns=7)])])
     back = decode(encode(go))

@@ -135,7 +135,7 @@ HARNESS = textwrap.dedent(
     import atheris
 
     with atheris.instrument_imports():
-        from agents.protocol import decode
+        from genie.wire.messages import decode
         from genie.errors import GenieError
         from genie.workload.et_codec import decode_trace
 

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from agents import protocol as p
-from agents.clock import FakeClock
 from agents.state import AgentCore, State
 from genie.collectives.program import ProgramSpec
 from genie.errors import ProtocolError
+from genie.wire import messages as p
+from genie.wire.clock import FakeClock
 
 FRAME_CASES = 3000
 SHAPE_CASES = 2000

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from agents import protocol as p
-from agents.clock import estimate_offset, sample_offset
 from genie.errors import ProtocolError
+from genie.wire import messages as p
+from genie.wire.clock import estimate_offset, sample_offset
 
 SAMPLES = [
     p.Hello(controller="c1", version="0.1.0"),

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from agents.protocol import DataOptions, RdmaOptions
 from agents.transports.rdma_conn import SOFTROCE_HINT, SYS_IB, find_devices
 from genie.collectives import build_program
 from genie.controller.local import LocalCluster, open_controller
 from genie.errors import RuntimeFault, TransportError
+from genie.wire.messages import DataOptions, RdmaOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRO_PYVERBS = "/usr/lib/python3/dist-packages/pyverbs"

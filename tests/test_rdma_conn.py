@@ -9,7 +9,6 @@ import pytest
 
 from agents.plan import plan_agent
 from agents.programs import builtin_program
-from agents.protocol import Limits, QpFacts, RdmaOptions
 from agents.transports.rdma_conn import (
     IMM_READY,
     Choice,
@@ -35,6 +34,7 @@ from agents.transports.rdma_conn import (
 )
 from genie.collectives.program import ProgramSpec
 from genie.errors import TransportError
+from genie.wire.messages import Limits, QpFacts, RdmaOptions
 
 V4 = "0000:0000:0000:0000:0000:ffff:c612:0001"  # ::ffff:198.18.0.1
 LL = "fe80:0000:0000:0000:0a00:27ff:fe00:0001"

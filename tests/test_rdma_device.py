@@ -12,7 +12,6 @@ import zlib
 import numpy as np
 import pytest
 
-from agents.protocol import DataOptions, RdmaOptions
 from agents.transports.rdma_conn import SYS_IB, find_devices, no_device_message
 from agents.transports.tcp import pattern_fill
 from genie.collectives import build_program
@@ -20,6 +19,7 @@ from genie.collectives.data_exec import run_data
 from genie.collectives.program import Op
 from genie.controller.local import LocalCluster, open_controller
 from genie.errors import TransportError
+from genie.wire.messages import DataOptions, RdmaOptions
 
 
 def device_check() -> tuple[str, str]:

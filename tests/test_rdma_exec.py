@@ -24,12 +24,13 @@ import pytest
 
 from agents.plan import plan_agent
 from agents.programs import builtin_program
-from agents.protocol import DataOptions, Go, Limits, Prepare, RdmaOptions
 from agents.transports.rdma_conn import QpFacts, recv_slots, send_targets
 from agents.transports.rdma_exec import Completion, RdmaRankExecutor, Region
-from agents.transports.tcp import TcpDataPlane, new_token
+from agents.transports.tcp import TcpDataPlane
 from genie.collectives.program import ProgramSpec
 from genie.errors import TransportError
+from genie.wire.messages import DataOptions, Go, Limits, Prepare, RdmaOptions
+from genie.wire.tokens import new_token
 
 
 class Fabric:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from agents.protocol import QpFacts, RdmaOptions
 from agents.transports.rdma_conn import Choice, gid_text, init_attrs, rtr_attrs, rts_attrs
 from genie.errors import TransportError
+from genie.wire.messages import QpFacts, RdmaOptions
 
 
 def _pv():

@@ -7,11 +7,11 @@ import time
 import pytest
 import zmq
 
-from agents import protocol as p
 from genie.collectives import ALGORITHMS, build_program
 from genie.collectives.program import Op
 from genie.controller.local import LocalCluster, open_controller
 from genie.errors import RuntimeFault
+from genie.wire import messages as p
 
 N_AGENTS = 4
 ITERS, WARMUP = 2, 1
@@ -92,7 +92,7 @@ def test_every_collective_moves_checked_bytes(ctl, collective: str, algorithm: s
 
 
 def test_parallel_streams_and_repeated_gos_reuse_connections(ctl) -> None:
-    from agents.protocol import DataOptions
+    from genie.wire.messages import DataOptions
 
     progs = [build_program("all_reduce", "ring", 4, s) for s in (1 << 20, 4096)]
     ctl.prepare(progs, ["h0", "h1", "h2", "h3"], DataOptions(streams=3))

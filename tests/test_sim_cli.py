@@ -8,7 +8,7 @@ import pytest
 
 from genie.cli import main
 from genie.sim.adapter import ComputeModel, compile_workload
-from genie.sim.netmodel import closed_form
+from genie.vocabulary import closed_form
 from genie.workload.model import Attr, Node, NodeType, RankGraph, Workload
 
 SAMPLES = "astra-sim/microbenchmarks"
@@ -36,7 +36,7 @@ def test_all_reduce_sample_beside_closed_form(et_samples, capsys):
     assert main(args) == 0
     out = capsys.readouterr().out
     # ASTRA-sim latency is per link: a switch route is 2 hops, so alpha = 1000 ns per message
-    expected = closed_form("all_reduce", 4, 2**20, 50 * 2**30, 1000e-9)
+    expected = closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 1000e-9)
     assert f"closed form 2(n-1)(alpha + S/(nB)) = {expected * 1e6:.4f} us" in out
     assert "ratio 1.000000" in out
     assert main([*args, "--json"]) == 0

@@ -9,9 +9,9 @@ import pytest
 
 from genie.cli import main
 from genie.controller.local import LocalCluster
+from genie.emulate.plan import compile_oplists
 from genie.errors import UsageError
 from genie.sim.compiled import GraphBuilder
-from genie.sim.emulate import compile_oplists
 from genie.store import RunStore
 from genie.workload import save_workload
 from genie.workload.generators.builder import RankBuilder, finish

@@ -8,8 +8,8 @@ from genie.errors import CollectiveError, DeadlockError, ValidationError
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder
 from genie.sim.engine import simulate
-from genie.sim.netmodel import NetModel
 from genie.sim.network import AnalyticalBackend
+from genie.sim.traffic import NetModel
 
 US = 1e-6
 GIB = 2**30

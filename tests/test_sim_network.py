@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from genie.errors import StoreError, TopologyError, UnitError
-from genie.sim.compiled import P2P, coll_type
 from genie.sim.measured import MeasuredBackend, MeasuredTable
-from genie.sim.netmodel import NetModel, closed_form, parse_bandwidth
 from genie.sim.network import AnalyticalBackend, Demand, Transfer
+from genie.sim.traffic import NetModel
+from genie.units import parse_bandwidth
+from genie.vocabulary import P2P, chakra_type, closed_form
 
 US = 1e-6
 
@@ -103,35 +104,35 @@ def test_parse_bandwidth_units_are_explicit():
 def test_switch_model_alone_equals_closed_form(coll, size, n):
     m = NetModel(n, 25e9, 2 * US)
     be = AnalyticalBackend(m)
-    t = be.alone(Transfer(0, coll_type(coll), size, tuple(range(n)), 0))
-    assert t == pytest.approx(closed_form(coll, n, size, 25e9, 4 * US), rel=1e-12)  # 2 hops
+    t = be.alone(Transfer(0, chakra_type(coll), size, tuple(range(n)), 0))
+    assert t == pytest.approx(closed_form(coll, None, n, size, 25e9, 4 * US), rel=1e-12)  # 2 hops
 
 
 def test_ranks_on_one_host_use_the_intra_host_bandwidth():
     m = NetModel(4, 10e9, 1 * US, ranks_per_host=2, intra_bandwidth=100e9, intra_latency=0.0)
     be = AnalyticalBackend(m)
-    inside = be.alone(Transfer(0, coll_type("all_reduce"), 2**20, (0, 1), 0))
-    across = be.alone(Transfer(1, coll_type("all_reduce"), 2**20, (0, 2), 1))
+    inside = be.alone(Transfer(0, chakra_type("all_reduce"), 2**20, (0, 1), 0))
+    across = be.alone(Transfer(1, chakra_type("all_reduce"), 2**20, (0, 2), 1))
     assert inside == pytest.approx(2**20 / 100e9)  # 2 ranks: each sends S, no latency inside
     assert across == pytest.approx(2 * 2 * US + 2**20 / 10e9)  # 2 steps x 2 hops x 1 us
     # a 4-rank ring over 2 hosts: each host NIC carries one ring edge each way
-    ring4 = be.alone(Transfer(2, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), 2))
+    ring4 = be.alone(Transfer(2, chakra_type("all_reduce"), 2**20, (0, 1, 2, 3), 2))
     assert ring4 == pytest.approx(6 * 2 * US + 1.5 * 2**20 / 10e9)
 
 
 def test_topology_pricer_on_a_star_matches_the_switch_model():
     from genie.collectives import topology
-    from genie.sim.topo_pricer import TopologyPricer
+    from genie.sim.traffic import TopologyPricer
 
     topo = topology.switch(4, 50 * 2**30, 250e-9)  # 2 links per route: 500 ns per message
     be = AnalyticalBackend(TopologyPricer(topo, [0, 1, 2, 3]))
-    t = be.alone(Transfer(0, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), 0))
-    assert t == pytest.approx(closed_form("all_reduce", 4, 2**20, 50 * 2**30, 500e-9))
+    t = be.alone(Transfer(0, chakra_type("all_reduce"), 2**20, (0, 1, 2, 3), 0))
+    assert t == pytest.approx(closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 500e-9))
 
 
 def test_oversubscribed_leaf_spine_slows_cross_leaf_traffic():
     from genie.collectives import topology
-    from genie.sim.topo_pricer import TopologyPricer
+    from genie.sim.traffic import TopologyPricer
 
     topo = topology.leaf_spine(2, 1, 2, 1e9, 0.0, oversubscription=2.0)
     be = AnalyticalBackend(TopologyPricer(topo, [0, 1, 2, 3]))
@@ -146,7 +147,7 @@ def test_oversubscribed_leaf_spine_slows_cross_leaf_traffic():
 
 def test_placement_must_cover_the_ranks():
     from genie.collectives import topology
-    from genie.sim.topo_pricer import TopologyPricer
+    from genie.sim.traffic import TopologyPricer
 
     with pytest.raises(TopologyError, match="placement covers 2 ranks"):
         TopologyPricer(topology.switch(2, 1e9, 0.0), [0, 1], n_ranks=4)
@@ -166,8 +167,8 @@ def test_measured_table_interpolates_log_log_and_flags_extrapolation(tmp_path):
     t, how = table.lookup("all_reduce", 4, 4096)
     assert how == "interpolated" and t == pytest.approx(40e-6)
     be = MeasuredBackend(table, model=lambda tr: tr.size * 1e-9)
-    be.start(Transfer(0, coll_type("all_reduce"), 4096, (0, 1, 2, 3), 0), 0.0)
-    be.start(Transfer(1, coll_type("all_reduce"), 32768, (0, 1, 2, 3), 0), 0.0)
+    be.start(Transfer(0, chakra_type("all_reduce"), 4096, (0, 1, 2, 3), 0), 0.0)
+    be.start(Transfer(1, chakra_type("all_reduce"), 32768, (0, 1, 2, 3), 0), 0.0)
     done = drain(be)
     assert done[0] == pytest.approx(40e-6)
     # outside: the model (1 ns/B) scaled to the measured point at 16 KiB: 80 us * 2
@@ -197,7 +198,7 @@ def test_program_pricer_alone_equals_the_collectives_cost_model():
     for algo in ("ring", "halvingDoubling"):
         pricer = ProgramPricer(topo, list(range(8)), algorithms={"all_reduce": algo})
         be = AnalyticalBackend(pricer)
-        t = be.alone(Transfer(0, coll_type("all_reduce"), 3 * 2**20, tuple(range(8)), 0))
+        t = be.alone(Transfer(0, chakra_type("all_reduce"), 3 * 2**20, tuple(range(8)), 0))
         prog = build_program("all_reduce", algo, 8, 3 * 2**20)
         assert t == pytest.approx(estimate(prog, topo).time_s, rel=1e-12)
 
@@ -210,7 +211,7 @@ def test_program_pricer_sharing_matches_estimate_concurrent_for_equal_programs()
     topo = topology.switch(4, 10e9, 1 * US)
     be = AnalyticalBackend(ProgramPricer(topo, [0, 1, 2, 3]))
     for iid, g in ((0, 0), (1, 1)):
-        be.start(Transfer(iid, coll_type("all_reduce"), 2**20, (0, 1, 2, 3), g), 0.0)
+        be.start(Transfer(iid, chakra_type("all_reduce"), 2**20, (0, 1, 2, 3), g), 0.0)
     done = drain(be)
     prog = build_program("all_reduce", "ring", 4, 2**20)
     ref = estimate_concurrent([(prog, 0.0), (prog, 0.0)], topo)
@@ -225,9 +226,9 @@ def test_program_pricer_falls_back_for_collectives_without_a_plan():
     from genie.sim.program_pricer import ProgramPricer
 
     pricer = ProgramPricer(topology.switch(4, 10e9, 1 * US), [0, 1, 2, 3])
-    t = AnalyticalBackend(pricer).alone(Transfer(0, coll_type("barrier"), 0, (0, 1, 2, 3), 0))
+    t = AnalyticalBackend(pricer).alone(Transfer(0, chakra_type("barrier"), 0, (0, 1, 2, 3), 0))
     assert t == pytest.approx(2 * 2 * US)  # dissemination: log2(4) steps x 2 hops x 1 us
-    t = AnalyticalBackend(pricer).alone(Transfer(1, coll_type("gather"), 4000, (0, 1, 2, 3), 0))
+    t = AnalyticalBackend(pricer).alone(Transfer(1, chakra_type("gather"), 4000, (0, 1, 2, 3), 0))
     assert t == pytest.approx(2 * US + 3000 / 10e9)
     assert pricer.fallbacks == {"gather": 1}
 
@@ -241,7 +242,7 @@ def test_measured_times_share_links_through_a_calibrated_pricer():
     alone = MeasuredBackend(table)
     for be in (shared, alone):
         for iid in (0, 1):
-            be.start(Transfer(iid, coll_type("all_reduce"), 4096, (0, 1), iid), 0.0)
+            be.start(Transfer(iid, chakra_type("all_reduce"), 4096, (0, 1), iid), 0.0)
     assert drain(shared) == {0: pytest.approx(200e-6), 1: pytest.approx(200e-6)}
     assert drain(alone) == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}
     assert shared.standalone == {0: pytest.approx(100e-6), 1: pytest.approx(100e-6)}

@@ -6,11 +6,11 @@ import pytest
 
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder
-from genie.sim.netmodel import NetModel
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import chrome_trace
 from genie.sim.symmetry import representatives
 from genie.sim.synthetic import data_parallel
+from genie.sim.traffic import NetModel
 
 
 def be(n):

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder, Kind
-from genie.sim.netmodel import NetModel
 from genie.sim.network import AnalyticalBackend
+from genie.sim.traffic import NetModel
 from genie.workload.generators import data_parallel, llm, moe
 
 

@@ -32,7 +32,6 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from agents.protocol import QpFacts, RdmaOptions
 from agents.transports.rdma_conn import (
     MTU_ENUM,
     Choice,
@@ -44,6 +43,7 @@ from agents.transports.rdma_conn import (
 )
 from agents.transports.rdma_exec import Completion, Region
 from genie.errors import TransportError
+from genie.wire.messages import QpFacts, RdmaOptions
 
 DISTRO_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 INSTALL_HINT = (

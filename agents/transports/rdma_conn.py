@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 import msgspec
 
 from agents.plan import RankPlan
-from agents.protocol import QpFacts, RdmaOptions
 from genie.collectives.program import Op
 from genie.errors import TransportError
+from genie.wire.messages import QpFacts, RdmaOptions
 
 SYS_IB = "/sys/class/infiniband"
 SOFTROCE_HINT = "genie testbed softroce up --netdev IF"

@@ -33,7 +33,6 @@ from typing import Protocol
 import numpy as np
 
 from agents.plan import RankPlan
-from agents.protocol import Go, RankResult, RdmaOptions
 from agents.transports.rdma_conn import (
     IMM_ITER_MASK,
     decode_imm,
@@ -46,6 +45,7 @@ from agents.transports.rdma_conn import (
 from agents.transports.steps import local_step, pattern_fill, run_iterations
 from genie.collectives.program import Op
 from genie.errors import TransportError
+from genie.wire.messages import Go, RankResult, RdmaOptions
 
 RECV_FLAG = 1 << 63
 POLL_BATCH = 32

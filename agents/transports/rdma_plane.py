@@ -31,7 +31,6 @@ from collections.abc import Callable
 import msgspec
 
 from agents.plan import AgentPlan
-from agents.protocol import Go, Prepare, Prepared, QpFacts
 from agents.state import Event
 from agents.transports.rdma_conn import (
     check_options,
@@ -44,6 +43,7 @@ from agents.transports.rdma_conn import (
 from agents.transports.rdma_exec import RdmaRankExecutor
 from agents.transports.tcp import TcpDataPlane
 from genie.errors import TransportError
+from genie.wire.messages import Go, Prepare, Prepared, QpFacts
 
 
 class AgentDataPlane(TcpDataPlane):

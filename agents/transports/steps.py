@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from agents.clock import sleep_until
-from agents.protocol import Go
 from genie.collectives.program import Op, Step
 from genie.errors import TransportError
+from genie.wire.messages import Go
 
 
 def pattern_fill(buf: np.ndarray, rank: int) -> None:

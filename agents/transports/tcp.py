@@ -23,23 +23,15 @@ from collections.abc import Callable
 
 from agents.oplist import check_ops
 from agents.plan import AgentPlan
-from agents.protocol import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
 from agents.state import Event
 from agents.transports.steps import pattern_fill
 from agents.transports.steps import set_realtime as _set_realtime
 from agents.transports.tcp_engine import POLL_S
 from agents.transports.tcp_exec import RankExecutor
-from agents.transports.tcp_wire import (
-    HANDSHAKE,
-    HANDSHAKE_MAGIC,
-    HDR,
-    Stream,
-    new_token,
-    split_parts,
-    token_bytes,
-    tune,
-)
+from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC, HDR, Stream, split_parts, tune
 from genie.errors import GenieError, TransportError
+from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
+from genie.wire.tokens import new_token, token_bytes
 
 __all__ = [
     "HANDSHAKE",

@@ -25,11 +25,11 @@ from collections.abc import Callable
 import numpy as np
 
 from agents.plan import RankPlan
-from agents.protocol import DataOptions
 from agents.transports.steps import local_step, pattern_fill, set_realtime
 from agents.transports.tcp_wire import HDR, OutFrame, Stream, split_parts
 from genie.collectives.program import Op
 from genie.errors import TransportError
+from genie.wire.messages import DataOptions
 
 POLL_S = 0.05  # how often a waiting executor re-checks abort
 

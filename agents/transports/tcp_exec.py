@@ -19,12 +19,12 @@ from collections import deque
 from collections.abc import Iterator
 
 from agents.plan import RankPlan
-from agents.protocol import Go, OpItem, RankResult
 from agents.transports.steps import run_iterations, set_realtime
 from agents.transports.tcp_engine import POLL_S, ProgRun, RankEngine
 from agents.transports.tcp_oplist import run_ops
 from agents.transports.tcp_wire import Stream
 from genie.errors import TransportError
+from genie.wire.messages import Go, OpItem, RankResult
 
 
 class RankExecutor(RankEngine):

@@ -16,11 +16,11 @@ from collections import deque
 
 from agents.clock import sleep_until
 from agents.oplist import dependents
-from agents.protocol import Go, OpItem, RankResult
 from agents.transports.steps import set_realtime, wait_for_start
 from agents.transports.tcp_engine import POLL_S, ProgRun, RankEngine
 from agents.transports.tcp_wire import Stream
 from genie.errors import TransportError
+from genie.wire.messages import Go, OpItem, RankResult
 
 
 def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> RankResult:

@@ -13,13 +13,12 @@ and the receive state of the frame it is reading.
 
 from __future__ import annotations
 
-import os
 import socket
 import struct
 from collections import deque
 from dataclasses import dataclass, field
 
-from agents.protocol import DataOptions
+from genie.wire.messages import DataOptions
 
 HANDSHAKE = struct.Struct("<4s16sIIHH")
 HANDSHAKE_MAGIC = b"GNI1"
@@ -36,17 +35,6 @@ def split_parts(nbytes: int, streams: int, min_part: int) -> list[tuple[int, int
         parts.append((off, ln))
         off += ln
     return parts
-
-
-def token_bytes(token: str) -> bytes:
-    """The 16 bytes a job token (hex string) puts in handshakes."""
-    raw = bytes.fromhex(token) if token else b""
-    return (raw + bytes(16))[:16]
-
-
-def new_token() -> str:
-    """A fresh random job token (hex)."""
-    return os.urandom(16).hex()
 
 
 def tune(sock: socket.socket, opts: DataOptions) -> None:

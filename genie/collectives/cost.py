@@ -14,7 +14,7 @@ rank 0 alone against link classes gives the same answer as the full simulation a
 work (tests check that both agree). With uneven shards the full simulation runs instead, unless
 the program is too big for it; then the shortcut is used and the Cost says "symmetric-approx".
 
-Also here: closed forms for the classic cases, and nccl-tests' algbw / busbw.
+Closed forms and nccl-tests' algbw / busbw live in ``genie.vocabulary``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,7 @@ from genie.collectives.emit import gc_paused
 from genie.collectives.flowsim import FlowSim, Instance
 from genie.collectives.layout import buffer_bytes, chunk_segments
 from genie.collectives.program import Op, Program, Step
-from genie.collectives.registry import (
-    ROTATION_SYMMETRIC,
-    XOR_SYMMETRIC,
-    canonical_algorithm,
-    canonical_collective,
-)
+from genie.collectives.registry import ROTATION_SYMMETRIC, XOR_SYMMETRIC
 from genie.collectives.topology import Topology
 from genie.errors import CollectiveError, TopologyError
 
@@ -344,80 +339,6 @@ def _estimate_symmetric(
         bottleneck_s=_bottleneck(topology, link_bytes, {}),
         rank_finish_s=[],
     )
-
-
-# -- closed forms and nccl-tests figures -------------------------------------------------------
-
-
-def closed_form(
-    collective: str,
-    algorithm: str,
-    n: int,
-    size: int,
-    bandwidth: float,
-    latency: float,
-    *,
-    size_convention: str = "astra-sim",
-    window: int | None = None,
-) -> float:
-    """Textbook time (alpha-beta) of a collective: latency is per message end to end.
-
-    Ring all-reduce 2(n-1)(a + S/(nB)); ring reduce-scatter / all-gather (n-1)(a + S/(nB));
-    halving-doubling (n a power of two) all-reduce 2 log2(n) a + 2 (n-1)/n S/B, reduce-scatter and
-    all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B) and tree all-reduce
-    twice that (exact for n a power of two: otherwise some children overlap); direct all-to-all
-    with window K: ceil((n-1)/K) a + (n-1) S/(nB); pairwise send/recv a + S/B. S is the whole
-    buffer (all-gather: n x size under the ASTRA-sim convention).
-    """
-    coll = canonical_collective(collective)
-    algo = canonical_algorithm(coll, algorithm)
-    a, b = latency, bandwidth
-    s = float(size * n if coll == "all_gather" and size_convention != "nccl" else size)
-    if n < 2:
-        return 0.0
-    lg = math.log2(n)
-    key = (coll, algo)
-    if key == ("all_reduce", "ring"):
-        return 2 * (n - 1) * (a + s / (n * b))
-    if key in (("reduce_scatter", "ring"), ("all_gather", "ring")):
-        return (n - 1) * (a + s / (n * b))
-    if algo == "halvingDoubling" and coll in ("all_reduce", "reduce_scatter", "all_gather"):
-        if n & (n - 1):
-            raise CollectiveError("closed form for halvingDoubling needs n a power of two")
-        one = lg * a + (n - 1) / n * s / b
-        return 2 * one if coll == "all_reduce" else one
-    if key in (("broadcast", "tree"), ("reduce", "tree")):
-        return math.ceil(lg) * (a + s / b)
-    if key == ("all_reduce", "tree"):
-        return 2 * math.ceil(lg) * (a + s / b)
-    if key == ("all_to_all", "direct"):
-        k = window or (n - 1)
-        return math.ceil((n - 1) / k) * a + (n - 1) * s / (n * b)
-    if key == ("send_recv", "pairwise"):
-        return a + s / b
-    raise CollectiveError(f"no closed form for {coll}/{algo}")
-
-
-def bus_factor(collective: str, n: int) -> float:
-    """nccl-tests' busbw factor: 2(n-1)/n all-reduce, (n-1)/n RS/AG/A2A, 1 otherwise."""
-    coll = canonical_collective(collective)
-    if n < 1:
-        raise CollectiveError(f"group size must be positive: {n}")
-    if coll == "all_reduce":
-        return 2 * (n - 1) / n
-    if coll in ("reduce_scatter", "all_gather", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
-
-
-def algbw(size: float, t: float) -> float:
-    """Algorithm bandwidth S / t in bytes/s (S the whole buffer, as nccl-tests)."""
-    return size / t if t > 0 else math.inf
-
-
-def busbw(collective: str, n: int, size: float, t: float) -> float:
-    """Bus bandwidth: algbw times the nccl-tests factor, in bytes/s."""
-    return algbw(size, t) * bus_factor(collective, n)
 
 
 def nccl_size(program: Program) -> int:

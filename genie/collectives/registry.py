@@ -1,7 +1,7 @@
 """The catalogue of (collective, algorithm) pairs and ``build_program``, the one way to plan.
 
 Collective names are genie's (all_reduce, reduce_scatter, all_gather, all_to_all, broadcast,
-reduce, send_recv); Chakra's CollectiveCommType names and numbers map onto them. Algorithm names
+reduce, send_recv; ``genie.vocabulary`` maps Chakra's names and numbers onto them). Algorithm names
 follow ASTRA-sim (ring, direct, halvingDoubling, doubleBinaryTree) plus tree (binomial),
 pairwise and hierarchical.
 """
@@ -16,6 +16,8 @@ from genie.collectives import direct, halving_doubling, hierarchical, ring, tree
 from genie.collectives.emit import Emit, gc_paused, merge
 from genie.collectives.program import Program, ProgramSpec, Step
 from genie.errors import CollectiveError
+from genie.vocabulary import PLANNED as COLLECTIVES
+from genie.vocabulary import algorithm_spelling, canonical_collective
 
 ChunkBuilder = Callable[[ProgramSpec, int, Emit], None]
 
@@ -39,16 +41,6 @@ _BUILDERS: dict[tuple[str, str], ChunkBuilder] = {
     ("reduce", "tree"): trees.reduce,
     ("send_recv", "pairwise"): direct.send_recv,
 }
-
-COLLECTIVES = (
-    "all_reduce",
-    "reduce_scatter",
-    "all_gather",
-    "all_to_all",
-    "broadcast",
-    "reduce",
-    "send_recv",
-)
 
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     c: tuple(a for (cc, a) in _BUILDERS if cc == c) for c in COLLECTIVES
@@ -89,75 +81,39 @@ XOR_SYMMETRIC = frozenset(
     }
 )
 
-_COLL_ALIASES = {
-    "allreduce": "all_reduce",
-    "reducescatter": "reduce_scatter",
-    "reducescatterblock": "reduce_scatter",
-    "allgather": "all_gather",
-    "alltoall": "all_to_all",
-    "alltoallv": "all_to_all",
-    "broadcast": "broadcast",
-    "bcast": "broadcast",
-    "reduce": "reduce",
-    "sendrecv": "send_recv",
-    "send": "send_recv",
-    "recv": "send_recv",
-    "commsend": "send_recv",
-    "commrecv": "send_recv",
-    "p2p": "send_recv",
-}
-
-# Chakra CollectiveCommType numbers (see design.md); GATHER, SCATTER, BARRIER have no plan here.
-CHAKRA_COMM_TYPES = {
-    0: "all_reduce",
-    1: "reduce",
-    2: "all_gather",
-    5: "broadcast",
-    6: "all_to_all",
-    7: "reduce_scatter",
-    8: "reduce_scatter",
-}
-
-_ALGO_ALIASES = {
-    "ring": "ring",
-    "direct": "direct",
-    "halvingdoubling": "halvingDoubling",
-    "hd": "halvingDoubling",
-    "rabenseifner": "halvingDoubling",
-    "doublebinarytree": "doubleBinaryTree",
-    "dbt": "doubleBinaryTree",
-    "tree": "tree",
-    "binomial": "tree",
-    "binomialtree": "tree",
-    "pairwise": "pairwise",
-    "hierarchical": "hierarchical",
-}
-
 SIZE_CONVENTIONS = ("astra-sim", "nccl")
-
-
-def canonical_collective(name: str | int) -> str:
-    """Map a collective name (genie's, Chakra's name or number, camel/snake case) to genie's."""
-    if isinstance(name, int):
-        if name not in CHAKRA_COMM_TYPES:
-            raise CollectiveError(f"Chakra collective type {name} has no plan in genie")
-        return CHAKRA_COMM_TYPES[name]
-    key = name.strip().lower().replace("_", "").replace("-", "")
-    if key in ("gather", "scatter", "barrier"):
-        raise CollectiveError(f"collective {name!r} has no plan in genie")
-    out = _COLL_ALIASES.get(key)
-    if out is None:
-        raise CollectiveError(f"unknown collective {name!r}; known: {', '.join(COLLECTIVES)}")
-    return out
 
 
 def canonical_algorithm(collective: str, name: str) -> str:
     """Map an algorithm name (any case, with or without underscores) to its ASTRA-sim spelling."""
-    algo = _ALGO_ALIASES.get(name.strip().lower().replace("_", "").replace("-", ""))
+    algo = algorithm_spelling(name)
     if algo is None or (collective, algo) not in _BUILDERS:
         offered = ", ".join(ALGORITHMS[collective])
         raise CollectiveError(f"no algorithm {name!r} for {collective}; offered: {offered}")
     return algo
+
+
+def parse_algorithms(text: str | None) -> dict[str, str]:
+    """``ring`` (every collective that offers it) or ``all_reduce=ring,all_to_all=direct``."""
+    if not text:
+        return {}
+    out: dict[str, str] = {}
+    for part in [p.strip() for p in text.split(",") if p.strip()]:
+        if "=" in part:
+            coll, algo = (x.strip() for x in part.split("=", 1))
+            coll = canonical_collective(coll)
+            out[coll] = canonical_algorithm(coll, algo)
+        else:
+            hits = 0
+            for coll in ALGORITHMS:
+                try:
+                    out[coll] = canonical_algorithm(coll, part)
+                    hits += 1
+                except CollectiveError:
+                    continue
+            if not hits:
+                raise CollectiveError(f"no collective offers algorithm {part!r}")
+    return out
 
 
 def build_steps(spec: ProgramSpec, rank: int) -> list[Step]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from genie.errors import GenieError, UsageError
-from genie.store import DEFAULT_STORE, RunStore
+from genie.store import DEFAULT_STORE
 from genie.units import parse_rate, parse_size, parse_size_sweep
 
 
@@ -46,18 +46,18 @@ class BenchConfig:
     timeouts: object = None  # genie.controller.session.Timeouts; None = defaults
 
 
-def run_bench(cfg: BenchConfig, log=None):
+def run_bench(cfg: BenchConfig):
     """Run the sweep; return (run_id or None, rows, clock offsets). Stores as it goes."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from agents.protocol import DataOptions, RdmaOptions
     from genie.collectives.registry import canonical_algorithm, canonical_collective
     from genie.controller.bench import plan_sizes, sweep
-    from genie.controller.local import open_controller
     from genie.controller.placement import place_ranks
+    from genie.controller.stored_run import StoredRun
     from genie.testbed import load_testbed
     from genie.units import format_bytes
+    from genie.wire.messages import DataOptions, RdmaOptions
 
     tb = load_testbed(cfg.testbed_path)
     coll = canonical_collective(cfg.collective)
@@ -84,35 +84,21 @@ def run_bench(cfg: BenchConfig, log=None):
         transport=transport,
         rdma=rdma,
     )
-    store = RunStore(cfg.store) if cfg.store else None
-    run_id = None
-    if store:
-        run_id = store.start_run(
-            cfg.command or "genie bench",
-            testbed_name=tb.name,
-            testbed_text=Path(cfg.testbed_path).read_text(errors="replace"),
-            meta={
-                "collective": coll,
-                "algorithm": algo,
-                "sizes": list(cfg.sizes),
-                "iters": cfg.iters,
-                "warmup": cfg.warmup,
-                "placement": placement,
-                "options": msgspec.to_builtins(opts),
-            },
-        )
-    ctl = open_controller(tb, timeouts=cfg.timeouts, log=log)
+    meta = {
+        "collective": coll,
+        "algorithm": algo,
+        "sizes": list(cfg.sizes),
+        "iters": cfg.iters,
+        "warmup": cfg.warmup,
+        "placement": placement,
+        "options": msgspec.to_builtins(opts),
+    }
     rows = []
-    offsets = {}
-    try:
-        hellos = ctl.connect()
-        offsets = ctl.sync_clocks()
-        if store and run_id:
-            store.update_run(
-                run_id,
-                host_facts={a: msgspec.to_builtins(h.facts) for a, h in hellos.items()},
-                clock_offsets={a: msgspec.to_builtins(e) for a, e in offsets.items()},
-            )
+    command = cfg.command or "genie bench"
+    with StoredRun(
+        tb, cfg.testbed_path, command, store=cfg.store, meta=meta, timeouts=cfg.timeouts
+    ) as run:
+        run_id, offsets = run.run_id, run.offsets
         con = Console(stderr=True)
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -126,7 +112,7 @@ def run_bench(cfg: BenchConfig, log=None):
             task = prog.add_task(f"{coll}/{algo} on {len(placement)} ranks", total=len(programs))
 
             def on_batch(program, batch) -> None:
-                store.add_instances(run_id, program.spec, batch, streams=cfg.streams)
+                run.add_instances(program.spec, batch, streams=cfg.streams)
 
             def on_size(row) -> None:
                 rows.append(row)
@@ -135,7 +121,7 @@ def run_bench(cfg: BenchConfig, log=None):
                 )
 
             sweep(
-                ctl,
+                run.ctl,
                 programs,
                 placement,
                 iters=cfg.iters,
@@ -143,23 +129,8 @@ def run_bench(cfg: BenchConfig, log=None):
                 options=opts,
                 topology=topology,
                 on_size=on_size,
-                on_instances=on_batch if store and run_id else None,
+                on_instances=on_batch if run.store else None,
             )
-        if store and run_id:
-            store.finish_run(run_id, "ok")
-    except KeyboardInterrupt:
-        if store and run_id:
-            store.finish_run(run_id, "interrupted", "interrupted by user")
-        raise
-    except GenieError as exc:
-        if store and run_id:
-            store.finish_run(run_id, "failed", str(exc))
-        raise
-    finally:
-        ctl.close()
-        ctl.t.close()
-        if store:
-            store.close()
     return run_id, rows, offsets
 
 

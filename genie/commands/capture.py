@@ -56,7 +56,7 @@ def _cost_args(p: argparse.ArgumentParser) -> None:
 
 def _cost(args: argparse.Namespace):
     from genie.capture.convert import CaptureCost
-    from genie.sim.netmodel import parse_bandwidth
+    from genie.units import parse_bandwidth
 
     if not (0 < args.efficiency <= 1):
         raise UsageError(f"--efficiency must be in (0, 1], got {args.efficiency}")

@@ -62,7 +62,8 @@ def _show(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from genie.collectives import build_program
-    from genie.collectives.cost import algbw, busbw, estimate, nccl_size
+    from genie.collectives.cost import estimate, nccl_size
+    from genie.vocabulary import algbw, busbw
 
     if args.ranks < 1:
         raise UsageError(f"--ranks must be positive: {args.ranks}")

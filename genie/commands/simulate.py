@@ -8,31 +8,24 @@ side by side when several are given. Bandwidths print in GB/s = 10^9 B/s.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
-from genie.errors import GenieError, UsageError
+from genie.collectives.registry import parse_algorithms
+from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
+from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import replay
-from genie.sim.compiled import CompiledWorkload
 from genie.sim.measured import MeasuredBackend, MeasuredTable
-from genie.sim.netmodel import TOPOLOGIES, NetModel, closed_form, parse_bandwidth
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import SimReport, chrome_trace
-from genie.units import format_bytes, format_seconds, parse_duration
+from genie.sim.traffic import TOPOLOGIES, NetModel
+from genie.units import parse_bandwidth, parse_duration
 
 EXTRA_TOPOLOGIES = ("ring", "leaf_spine")
-_FORMULA = {
-    "all_reduce": "2(n-1)(alpha + S/(nB)) = ",
-    "reduce_scatter": "(n-1)(alpha + S/(nB)) = ",
-    "all_gather": "(n-1)(alpha + S/B) = ",
-    "all_to_all": "alpha + (n-1)S/(nB) = ",
-}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,34 +100,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rows", type=int, default=20, help="collective rows shown per backend")
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=run)
-    from genie.sim.emulate_cmd import register_emulate
-
-    register_emulate(sub)  # `genie emulate` lives with the simulator (genie/sim/emulate_cmd.py)
-
-
-def _algorithms(text: str | None) -> dict[str, str]:
-    """``ring`` (every collective that offers it) or ``all_reduce=ring,all_to_all=direct``."""
-    if not text:
-        return {}
-    from genie.collectives import ALGORITHMS, canonical_algorithm, canonical_collective
-
-    out: dict[str, str] = {}
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        if "=" in part:
-            coll, algo = (x.strip() for x in part.split("=", 1))
-            coll = canonical_collective(coll)
-            out[coll] = canonical_algorithm(coll, algo)
-        else:
-            hits = 0
-            for coll in ALGORITHMS:
-                try:
-                    out[coll] = canonical_algorithm(coll, part)
-                    hits += 1
-                except GenieError:
-                    continue
-            if not hits:
-                raise UsageError(f"no collective offers algorithm {part!r}")
-    return out
 
 
 def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
@@ -172,8 +137,8 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         placement = [r // k for r in range(n_ranks)]
         if args.pricer == "builtin" and kind in TOPOLOGIES:
             model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)
-            closed = {"bandwidth": bw, "latency": model.alpha} if k == 1 else {}
-            return model, closed if kind == "switch" else {}
+            closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
+            return model, closed if kind == "switch" and k == 1 else {}
         if kind == "switch":
             topo = ctopo.switch(n_hosts, bw, lat, **extra)
         elif kind == "fully_connected":
@@ -186,13 +151,14 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
                 args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
             )
     if args.pricer == "builtin":
-        from genie.sim.topo_pricer import TopologyPricer
+        from genie.sim.traffic import TopologyPricer
 
         pricer: Any = TopologyPricer(topo, placement, n_ranks)
+        algos: dict[str, str] | None = None
     else:
         from genie.sim.program_pricer import ProgramPricer
 
-        algos = _algorithms(args.algorithm)
+        algos = parse_algorithms(args.algorithm)
         pricer = ProgramPricer(topo, placement, n_ranks, algos, args.chunks)
     closed = {}
     one_per_host = len(set(placement)) == n_ranks
@@ -201,14 +167,27 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         closed = {
             "bandwidth": topo.route_bandwidth(route),
             "latency": topo.route_latency(route),
-            "algorithms": getattr(pricer, "algorithms", {}),
-            "chunks": args.chunks,
+            "algorithms": algos,
+            "chunks": args.chunks if algos is not None else 1,
         }
     return pricer, closed
 
 
-def _describe(pricer: Any) -> str:
-    return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__
+def measured_table(source: str, store: str | None, algorithm: str | None) -> MeasuredTable:
+    """The measured times of a ``genie bench`` run in the store, or of a JSON file of rows."""
+    from pathlib import Path
+
+    if source.endswith(".json") or Path(source).is_file():
+        return MeasuredTable.from_json(source)
+    from genie.store import DEFAULT_STORE, RunStore
+
+    path = Path(store or DEFAULT_STORE)
+    if not path.is_file():
+        raise StoreError(f"no run store at {path} (run `genie bench` first, or pass --store)")
+    with RunStore(path) as st:
+        info = st.run(source)
+        rows = st.instances(info.run_id)
+    return MeasuredTable.from_instances(rows, f"run {info.run_id}", parse_algorithms(algorithm))
 
 
 def _backends(args: argparse.Namespace, pricer: Any) -> list:
@@ -217,9 +196,7 @@ def _backends(args: argparse.Namespace, pricer: Any) -> list:
         if spec == "analytical":
             out.append(AnalyticalBackend(pricer))
         elif spec.startswith("measured:"):
-            table = MeasuredTable.from_store(
-                spec.split(":", 1)[1], args.store, _algorithms(args.algorithm)
-            )
+            table = measured_table(spec.split(":", 1)[1], args.store, args.algorithm)
             alone = AnalyticalBackend(pricer)
             share = None if args.no_sharing else pricer
             out.append(MeasuredBackend(table, model=alone.alone, name=spec, pricer=share))
@@ -273,165 +250,16 @@ def run(args: argparse.Namespace) -> int:
         left = cw.n_ranks - min(cw.n_ranks, args.trace_ranks)
         more = f"; {left} ranks left out (--trace-ranks)" if left > 0 else ""
         err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}{more}")
-    network = _describe(pricer)
+    network = describe(pricer)
     if args.json:
-        doc = {
-            "workload": cw.name,
-            "network": network,
-            "reports": [_with_closed(r.to_dict(), closed) for r in reports],
-        }
-        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
-        sys.stdout.write("\n")
+        dump_json(
+            {
+                "workload": cw.name,
+                "network": network,
+                "reports": [with_closed(r.to_dict(), closed) for r in reports],
+            }
+        )
         return 0
-    _print(
-        Console(width=None if sys.stdout.isatty() else 120), cw, network, reports, closed, args.rows
-    )
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    print_reports(con, cw, network, reports, closed, args.rows)
     return 0
-
-
-def _nan_safe(o: Any) -> Any:
-    return str(o)
-
-
-def _finite(o: Any) -> Any:
-    """Replace NaN and infinities (not JSON) by None, recursively."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [_finite(v) for v in o]
-    return o
-
-
-def _with_closed(d: dict, closed: dict) -> dict:
-    for row in d["collectives"]:
-        row["closed_form_s"] = _closed_for(row, closed)
-    return d
-
-
-def _closed_for(row: dict, closed: dict) -> float | None:
-    """The collectives module's closed form for a row (ours when it has none), or None."""
-    if not closed or row["collective"] == "send_recv":
-        return None
-    coll, n, size = row["collective"], row["ranks"], row["size"]
-    if closed.get("chunks", 1) == 1:
-        try:
-            from genie.collectives.cost import closed_form as cf
-            from genie.collectives.registry import DEFAULT_ALGORITHM
-
-            name = "reduce_scatter" if coll == "reduce_scatter_block" else coll
-            algo = closed.get("algorithms", {}).get(name) or DEFAULT_ALGORITHM[name]
-            return cf(name, algo, n, size, closed["bandwidth"], closed["latency"])
-        except (ImportError, KeyError, GenieError):
-            pass
-    if closed.get("algorithms"):
-        return None
-    return closed_form(coll, n, size, closed["bandwidth"], closed["latency"])
-
-
-def _print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
-    """Per-rank breakdown: every rank when few, else the extremes of waiting and comm."""
-    ranks = rep.ranks
-    if len(ranks) > limit:
-        by_wait = sorted(ranks, key=lambda b: (b.wait, b.rank))
-        by_comm = sorted(ranks, key=lambda b: (b.exposed_comm, b.rank))
-        pick = {b.rank: b for b in (by_wait[0], by_wait[-1], by_comm[0], by_comm[-1])}
-        ranks = [pick[k] for k in sorted(pick)]
-        title = f"ranks over {rep.backend}: least/most waiting and exposed comm of {rep.n_ranks}"
-    else:
-        title = f"ranks over {rep.backend}"
-    if rep.symmetric:
-        title += " (all ranks identical)"
-        ranks = ranks[:1]
-    t = Table(title=title, title_justify="left")
-    for c in ("rank", "compute", "exposed comm", "wait", "idle", "finish"):
-        t.add_column(c, justify="right")
-    for b in ranks:
-        t.add_row(
-            str(b.rank),
-            format_seconds(b.compute),
-            format_seconds(b.exposed_comm),
-            format_seconds(b.wait),
-            format_seconds(b.idle),
-            format_seconds(b.finish),
-        )
-    con.print(t)
-
-
-def _print(
-    con: Console,
-    cw: CompiledWorkload,
-    network: str,
-    reports: list[SimReport],
-    closed: dict,
-    rows: int,
-) -> None:
-    con.print(
-        f"[bold]workload[/] {cw.name}: {cw.n_ranks} ranks, {cw.n_nodes} nodes, "
-        f"{len(cw.instances)} communication instances"
-    )
-    con.print(f"[bold]network[/]  {network}")
-    summary = Table(title="iteration (per-rank means)", title_justify="left")
-    for col in ("backend", "iteration", "compute", "exposed comm", "wait", "idle", "replay"):
-        summary.add_column(col, justify="right" if col != "backend" else "left")
-    for r in reports:
-        summary.add_row(
-            r.backend,
-            format_seconds(r.iteration_s),
-            format_seconds(r.mean("compute")),
-            format_seconds(r.mean("exposed_comm")),
-            format_seconds(r.mean("wait")),
-            format_seconds(r.mean("idle")),
-            format_seconds(r.wall_s) + (" (sym)" if r.symmetric else ""),
-        )
-    con.print(summary)
-    for r in reports:
-        _print_ranks(con, r)
-    for r in reports:
-        t = Table(
-            title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
-            title_justify="left",
-        )
-        cols = ["#", "collective", "group", "n", "size", "start", "end", "arrival skew", "time"]
-        cols += ["algbw", "busbw"]
-        if closed:
-            cols += ["closed form", "ratio"]
-        for c in cols:
-            t.add_column(c, justify="left" if c in ("collective", "group") else "right")
-        for row in r.collectives[:rows]:
-            cells = [
-                str(row.seq),
-                row.collective,
-                row.group,
-                str(row.ranks),
-                format_bytes(row.size),
-                format_seconds(row.start),
-                format_seconds(row.end),
-                format_seconds(row.start - row.first_arrival),
-                format_seconds(row.time),
-                f"{row.algbw_gbps:.2f}",
-                f"{row.busbw_gbps:.2f}",
-            ]
-            if closed:
-                cf = _closed_for({**row.__dict__}, closed)
-                cells += [
-                    format_seconds(cf) if cf is not None else "-",
-                    f"{row.time / cf:.4f}" if cf else "-",
-                ]
-            t.add_row(*cells)
-        con.print(t)
-        if len(r.collectives) > rows:
-            con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
-        if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
-            row = r.collectives[0]
-            cf = _closed_for({**row.__dict__}, closed)
-            if cf:
-                con.print(
-                    f"{row.collective} of {row.size} B on {row.ranks} ranks: {r.backend} "
-                    f"{row.time * 1e6:.4f} us, closed form {_FORMULA.get(row.collective, '')}"
-                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns per message, B "
-                    f"{closed['bandwidth'] / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
-                )
-        for note in r.notes:
-            con.print(f"note ({r.backend}): {note}")

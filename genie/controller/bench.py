@@ -12,13 +12,14 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.protocol import DataOptions
 from genie.collectives import build_program
-from genie.collectives.cost import algbw, bus_factor, estimate, nccl_size
+from genie.collectives.cost import estimate, nccl_size
 from genie.collectives.program import Program
 from genie.controller.results import Instance, Stats, measured, stats
 from genie.controller.session import Controller
 from genie.errors import GenieError
+from genie.vocabulary import algbw, bus_factor
+from genie.wire.messages import DataOptions
 
 BATCH_S = 1.0  # with a per-batch callback: about this long per Go
 

@@ -233,7 +233,7 @@ def stop_recorded(directory: str | Path) -> list[int]:
 
 
 def open_controller(
-    testbed, timeouts: Timeouts | None = None, log=None, keys_dir: str | None = None
+    testbed, timeouts: Timeouts | None = None, keys_dir: str | None = None
 ) -> Controller:
     """A Controller connected (ZeroMQ) to every host of ``testbed``; call ``.connect()`` next.
 
@@ -248,4 +248,4 @@ def open_controller(
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir)
-    return Controller(tr, list(endpoints), timeouts=timeouts, log=log, controller_id=cid)
+    return Controller(tr, list(endpoints), timeouts=timeouts, controller_id=cid)

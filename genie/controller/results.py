@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import numpy as np
 
-from agents.protocol import Result
+from genie.wire.messages import Result
 
 
 class Instance(msgspec.Struct, kw_only=True):

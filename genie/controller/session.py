@@ -10,13 +10,29 @@ agent and a ``RuntimeFault`` names the agent and what was being waited for.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.clock import SPIN_NS, Clock, ClockEstimate, MonotonicClock, estimate_offset
-from agents.protocol import (
+from genie import __version__
+from genie.collectives.program import Op, Program, ProgramSpec
+from genie.controller.results import Instance, completion_times, step_times
+from genie.controller.transport import Transport
+from genie.errors import (
+    AgentBusy,
+    AgentLost,
+    AgentRefused,
+    DataPlaneError,
+    GenieError,
+    ProtocolError,
+    RuntimeFault,
+    RunTimeout,
+)
+from genie.wire.clock import SPIN_NS, Clock, ClockEstimate, MonotonicClock, estimate_offset
+from genie.wire.liveness import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
+from genie.wire.messages import (
     PROTOCOL_VERSION,
     Abort,
     Ack,
@@ -30,9 +46,11 @@ from agents.protocol import (
     Hello,
     HelloReply,
     Msg,
+    OpItem,
     Prepare,
     Prepared,
     Quit,
+    RankOps,
     Release,
     Result,
     TimeProbe,
@@ -40,13 +58,12 @@ from agents.protocol import (
     decode,
     encode,
 )
-from agents.state import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
-from agents.transports.tcp import new_token
-from genie import __version__
-from genie.collectives.program import Op, Program, ProgramSpec
-from genie.controller.results import Instance, completion_times, step_times
-from genie.controller.transport import Transport
-from genie.errors import GenieError, ProtocolError, RuntimeFault
+from genie.wire.tokens import new_token
+
+log = logging.getLogger(__name__)
+
+# an agent's Error code -> the exception the controller raises for it
+_ERROR_KINDS: dict[str, type[RuntimeFault]] = {"busy": AgentBusy, "run": DataPlaneError}
 
 SLOW_RATE = 20e6  # bytes/s: the slowest a rank's traffic is assumed to move, for timeouts
 TIMEOUT_MARGIN = 4.0
@@ -89,6 +106,18 @@ class RunOutcome:
         return step_times(self.results, self.offsets_ns, iteration)
 
 
+@dataclass
+class OpListOutcome:
+    """What one Go of op lists produced: each agent's Result and its clock offset."""
+
+    start_at_ns: int  # the common start, controller clock
+    results: dict[str, Result]
+    offsets_ns: dict[str, int]  # agent -> agent clock - controller clock
+
+
+OpList = Sequence[tuple[int, Sequence[int], int]]  # per op: (program index, deps, gap ns)
+
+
 def rank_bytes(program: Program) -> int:
     """Most bytes any rank of ``program`` sends plus receives (for timeouts)."""
     best = 0
@@ -110,7 +139,6 @@ class Controller:
         timeouts: Timeouts | None = None,
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         missed_beats_limit: int = MISSED_BEATS_LIMIT,
-        log: Callable[[str], None] | None = None,
     ) -> None:
         self.t = transport
         self.agents = list(agents)
@@ -120,7 +148,6 @@ class Controller:
         self.hb_ns = int((self.to.heartbeat_s or heartbeat_s) * 1e9)
         self.missed_limit = self.to.missed_beats or missed_beats_limit
         self.lost: set[str] = set()  # agents found dead or cut off (skipped by abort/close)
-        self.log = log or (lambda _m: None)
         self.hello: dict[str, HelloReply] = {}
         self.offsets: dict[str, ClockEstimate] = {}
         self.job = ""
@@ -175,14 +202,14 @@ class Controller:
         while pending:
             now = self.clock.now()
             if now >= deadline:
-                raise RuntimeFault(
+                raise RunTimeout(
                     f"timed out after {timeout_s:.3g} s waiting for {about} from "
                     f"{', '.join(sorted(pending))}"
                 )
             refused = getattr(self.t, "refused", {})
             for a in sorted(pending):
                 if a in refused:
-                    raise RuntimeFault(
+                    raise AgentRefused(
                         f"agent {a} refused this controller during {about}: {refused[a]} "
                         "(the agent does not trust this controller's key, or keys differ)"
                     )
@@ -190,7 +217,7 @@ class Controller:
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:
                     self.lost.add(a)
-                    raise RuntimeFault(
+                    raise AgentLost(
                         f"agent {a} lost: silent for {silent} heartbeat intervals during {about}"
                     )
             self._beat(now)
@@ -204,13 +231,15 @@ class Controller:
             try:
                 msg = decode(frame)
             except ProtocolError as exc:
-                self.log(f"dropped malformed frame from {agent}: {exc}")
+                log.warning("dropped malformed frame from %s: %s", agent, exc)
                 continue
             if isinstance(msg, Heartbeat):
                 continue
             if isinstance(msg, Error):
                 if msg.job and msg.job in self.ended_jobs:  # a late word on a job already over
-                    self.log(f"ignored error of ended job {msg.job} from {agent}: {msg.message}")
+                    log.info(
+                        "ignored error of ended job %s from %s: %s", msg.job, agent, msg.message
+                    )
                     continue
                 if errors_ok and agent in pending:
                     got[agent] = msg
@@ -220,17 +249,18 @@ class Controller:
                     detail = f"{msg.code}: {msg.message}"
                     if msg.code in ("run", "prepare") and self.job:
                         self._name_lost(agents, agent, about, detail)
-                    raise RuntimeFault(f"agent {agent} during {about}: {detail}")
-                self.log(f"ignored stale error from {agent}: {msg.message}")
+                    kind = _ERROR_KINDS.get(msg.code, RuntimeFault)
+                    raise kind(f"agent {agent} during {about}: {detail}")
+                log.info("ignored stale error from %s: %s", agent, msg.message)
                 continue
             if match_job and (msg.job, msg.epoch) != (self.job, self.epoch):
-                self.log(f"dropped stale {type(msg).__name__} from {agent}")
+                log.debug("dropped stale %s from %s", type(msg).__name__, agent)
                 continue
             if isinstance(msg, want) and agent in pending:
                 got[agent] = msg
                 pending.discard(agent)
             else:
-                self.log(f"dropped unexpected {type(msg).__name__} from {agent}")
+                log.debug("dropped unexpected %s from %s", type(msg).__name__, agent)
         return got
 
     def _name_lost(self, agents: Sequence[str], reporter: str, about: str, detail: str) -> None:
@@ -261,7 +291,7 @@ class Controller:
             beats = (self.clock.now() - min(self.last_heard.get(a, start) for a in silent)) / (
                 self.hb_ns
             )
-            raise RuntimeFault(
+            raise AgentLost(
                 f"agent {', '.join(sorted(silent))} lost during {about}: no answer for "
                 f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})"
             )
@@ -290,7 +320,7 @@ class Controller:
             if r.agent != a:
                 raise ProtocolError(f"agent at the address of {a} says it is {r.agent!r}")
             if r.version != __version__:
-                self.log(f"agent {a} runs genie {r.version}, controller {__version__}")
+                log.warning("agent %s runs genie %s, controller %s", a, r.version, __version__)
         self.hello = {a: replies[a] for a in self.agents}  # type: ignore[misc]
         return self.hello
 
@@ -396,9 +426,7 @@ class Controller:
         per_iter = timeout_s or self.iteration_timeout(prog)
         involved = sorted(set(self.placement))
         lead = lead_s if lead_s is not None else 0.005 + 0.0015 * len(involved)
-        synced = self._synced_at
-        if synced is not None and self.clock.now() - synced > self.resync_s * 1e9:
-            self.sync_clocks(self._sync_rounds)
+        self._resync_if_due()
         spin = self.default_spin_ns() if spin_ns is None else spin_ns
         start_at = self.clock.now() + int(lead * 1e9)
         for a in involved:
@@ -424,10 +452,10 @@ class Controller:
             got = self._wait(Result, involved, bound, f"{prog!r}")
         except GenieError as exc:
             self.abort("run failed")
-            if isinstance(exc, RuntimeFault) and "timed out" in str(exc) and not self.lost:
+            if isinstance(exc, RunTimeout | DataPlaneError) and not self.lost:
                 where = self.locate_data_fault(involved)
                 if where:
-                    raise RuntimeFault(f"{exc}; {where}") from None
+                    raise RunTimeout(f"{exc}; {where}") from None
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
@@ -439,6 +467,67 @@ class Controller:
             lateness_ns={a: r.start_lateness_ns for a, r in results.items()},
             offsets_ns=offs,
         )
+
+    def run_oplists(
+        self,
+        rank_ops: dict[int, OpList],
+        rank_agents: Sequence[str],
+        *,
+        lead_s: float | None = None,
+    ) -> OpListOutcome:
+        """Start every rank's op list over the prepared programs at one controller instant.
+
+        ``rank_ops``: rank -> its ops in order, each (index of a prepared program, indices of
+        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent.
+        The wait is bounded by every program's iteration timeout plus the longest rank's gaps,
+        plus the base; on failure the job is aborted everywhere.
+        """
+        if not self.job:
+            raise RuntimeFault("run before prepare")
+        involved = sorted(set(rank_agents))
+        self._resync_if_due()
+        gaps = max((sum(g for _, _, g in ops) for ops in rank_ops.values()), default=0)
+        timeout = sum(self.iteration_timeout(p) for p in self.programs) + gaps / 1e9
+        timeout += self.to.base_s
+        lead = lead_s if lead_s is not None else 0.01 + 0.002 * len(involved)
+        start_at = self.clock.now() + int(lead * 1e9)
+        for a in involved:
+            est = self.offsets.get(a)
+            ops = [
+                RankOps(
+                    rank=r,
+                    ops=[OpItem(program=p, deps=list(d), gap_ns=g) for p, d, g in rank_ops[r]],
+                )
+                for r, ag in enumerate(rank_agents)
+                if ag == a and rank_ops.get(r)
+            ]
+            go = Go(
+                job=self.job,
+                epoch=self.epoch,
+                start_at=start_at,
+                offset=est.offset_ns if est else 0,
+                timeout_s=timeout,
+                spin_ns=self.default_spin_ns(),
+                rt_start=True,
+                ops=ops,
+            )
+            self._send(a, go)
+        try:
+            got = self._wait(
+                Result, involved, lead + timeout + self.to.base_s, "the workload's op lists"
+            )
+        except GenieError:
+            self.abort("op-list run failed")
+            raise
+        results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
+        return OpListOutcome(start_at_ns=start_at, results=results, offsets_ns=offs)
+
+    def _resync_if_due(self) -> None:
+        """Re-estimate clock offsets when the last sync is older than ``resync_s``."""
+        synced = self._synced_at
+        if synced is not None and self.clock.now() - synced > self.resync_s * 1e9:
+            self.sync_clocks(self._sync_rounds)
 
     def locate_data_fault(self, agents: Sequence[str], timeout_s: float = 1.0) -> str:
         """After a data-plane stall: which agents cannot reach which peers' data ports.
@@ -454,7 +543,7 @@ class Controller:
                 DataProbeReply, agents, timeout_s + self.to.base_s, "data probe", match_job=False
             )
         except GenieError as exc:
-            self.log(f"data probe failed: {exc}")
+            log.warning("data probe failed: %s", exc)
             return ""
         bad = sorted(
             (a, peer)
@@ -501,7 +590,7 @@ class Controller:
         try:
             self._wait(Ack, involved, self.to.abort_s, "abort", errors_ok=True)
         except GenieError as exc:
-            self.log(f"abort incomplete: {exc}")
+            log.warning("abort incomplete: %s", exc)
         self.ended_jobs.add(self.job)
         self.job = ""
 
@@ -517,6 +606,6 @@ class Controller:
                     self._send(a, msg)
             self._wait(Ack, targets, self.to.abort_s, "bye", match_job=False, errors_ok=True)
         except GenieError as exc:
-            self.log(f"close: {exc}")
+            log.warning("close: %s", exc)
         finally:
             self.hello = {}

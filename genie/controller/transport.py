@@ -13,7 +13,7 @@ from typing import Protocol
 
 import zmq
 
-from genie.errors import RuntimeFault
+from genie.errors import ControlUnreachable
 
 
 class Transport(Protocol):
@@ -97,11 +97,11 @@ class ZmqTransport:
             self.refused[who] = f"{what} handshake refused (error {ev['value']})"
 
     def send(self, agent: str, frame: bytes) -> None:
-        """Send one frame to ``agent``; RuntimeFault if it is not connected."""
+        """Send one frame to ``agent``; ControlUnreachable if it is not connected."""
         try:
             self.sock.send_multipart([agent.encode(), frame], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            raise RuntimeFault(f"cannot send to agent {agent}: {exc}") from None
+            raise ControlUnreachable(f"cannot send to agent {agent}: {exc}") from None
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:
         """Next frame from any agent, or None after ``timeout_s``."""
@@ -150,7 +150,7 @@ class InProcTransport:
         if agent in self.drop:
             return
         if agent not in self.handlers:
-            raise RuntimeFault(f"cannot send to agent {agent}: unknown")
+            raise ControlUnreachable(f"cannot send to agent {agent}: unknown")
         self.inbox.extend((agent, f) for f in self.handlers[agent](frame))
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:

@@ -24,7 +24,7 @@ from genie.deploy.hello import say_hello
 from genie.deploy.inventory import host_mtu
 from genie.deploy.keyfiles import key_plan_or_error, key_problem
 from genie.deploy.ssh import Remote, probe
-from genie.errors import DeployError
+from genie.errors import DeployError, SshError
 from genie.testbed import Host, Testbed
 
 Status = Literal["ok", "warn", "fail", "skip"]
@@ -277,7 +277,7 @@ def check_host(testbed: Testbed, cfg: DeployConfig, name: str) -> list[Check]:
             clock = measure_clock(remote)
     except DeployError as exc:
         msg = str(exc)
-        if "ssh to" in msg or "ssh key" in msg:
+        if isinstance(exc, SshError):
             return [Check("reachable", "fail", msg.removeprefix(f"{name}: "), _ssh_hint(access))]
         return [
             Check("reachable", "ok", access.target),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-from agents.protocol import HelloReply
 from genie.controller.session import Controller, Timeouts
 from genie.controller.transport import ZmqTransport
-from genie.errors import GenieError
+from genie.errors import AgentBusy, ControlUnreachable, GenieError, RunTimeout
 from genie.testbed import Host
+from genie.wire.messages import HelloReply
 
 
 class HelloResult:
@@ -42,7 +42,7 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
                 return HelloResult(replies[host.name])
             except GenieError as exc:
                 text = str(exc)
-                if "cannot send" in text and time.monotonic() < deadline:
+                if isinstance(exc, ControlUnreachable) and time.monotonic() < deadline:
                     transport.recv(0.05)  # the connection is not up yet; watch its handshake
                     if host.name in transport.refused:
                         return HelloResult(
@@ -52,12 +52,12 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
                             "controller's key, or keys differ)",
                         )
                     continue
-                if keys_dir and "timed out" in text:
+                if keys_dir and isinstance(exc, RunTimeout):
                     text += (
                         " (over CURVE, an agent serving another key pair than "
                         f"{keys_dir} expects fails the handshake silently: redeploy the keys)"
                     )
-                return HelloResult(None, text, busy="busy" in text)
+                return HelloResult(None, text, busy=isinstance(exc, AgentBusy))
     finally:
         ctl.close()
         transport.close()

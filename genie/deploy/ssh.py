@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.deploy.config import HostAccess
-from genie.errors import DeployError
+from genie.errors import DeployError, SshError
 
 COMMAND_TIMEOUT_S = 300.0
 
@@ -66,7 +66,7 @@ class Remote:
         }
         if access.key:
             if not Path(access.key).is_file():
-                raise DeployError(f"{access.name}: ssh key {access.key} does not exist")
+                raise SshError(f"{access.name}: ssh key {access.key} does not exist")
             kwargs.update(key_filename=[access.key], look_for_keys=False, allow_agent=False)
         config = Config(overrides={"run": {"hide": True, "warn": True, "in_stream": False}})
         self.conn = Connection(
@@ -99,7 +99,7 @@ class Remote:
         try:
             self.conn.open()
         except Exception as exc:  # paramiko raises many unrelated types
-            raise DeployError(f"ssh to {self.access.target}: {_why(exc)}") from None
+            raise SshError(f"ssh to {self.access.target}: {_why(exc)}") from None
         return self
 
     def run(self, cmd: str, what: str, timeout: float = COMMAND_TIMEOUT_S, check: bool = True):

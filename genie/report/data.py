@@ -77,7 +77,7 @@ def _model_sizes(sizes: Sequence[int]) -> list[int]:
 
 def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
-    from genie.collectives.cost import bus_factor
+    from genie.vocabulary import bus_factor
 
     run = store.run(run_id)
     insts = store.instances(run.run_id)

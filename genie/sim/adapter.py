@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from genie.errors import ValidationError
-from genie.sim.compiled import P2P, CompiledWorkload, Kind, finish, make_rank
+from genie.sim.compiled import CompiledWorkload, Kind, finish, make_rank
+from genie.vocabulary import P2P
 
 _KIND = {
     "compute": Kind.COMPUTE,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from genie.errors import CollectiveError, ValidationError
+from genie.vocabulary import P2P, chakra_name, chakra_type
 
 
 class Kind(enum.IntEnum):
@@ -40,39 +41,6 @@ class Kind(enum.IntEnum):
 
 
 COMM_KINDS = (Kind.COLLECTIVE, Kind.SEND, Kind.RECV)
-
-# Chakra CollectiveCommType numbering.
-COLL_NAMES = (
-    "all_reduce",
-    "reduce",
-    "all_gather",
-    "gather",
-    "scatter",
-    "broadcast",
-    "all_to_all",
-    "reduce_scatter",
-    "reduce_scatter_block",
-    "barrier",
-)
-P2P = -1  # comm_type of a send/recv instance
-
-
-def coll_type(value: int | str) -> int:
-    """Turn a collective name (``all_reduce``) or Chakra number into the Chakra number."""
-    if isinstance(value, str):
-        key = value.strip().lower().replace("-", "_")
-        if key not in COLL_NAMES:
-            raise CollectiveError(f"unknown collective {value!r}; known: {', '.join(COLL_NAMES)}")
-        return COLL_NAMES.index(key)
-    v = int(value)
-    if not 0 <= v < len(COLL_NAMES):
-        raise CollectiveError(f"collective type {v} outside Chakra's 0..{len(COLL_NAMES) - 1}")
-    return v
-
-
-def coll_name(ctype: int) -> str:
-    """Name of a Chakra collective number, or ``send_recv`` for point-to-point."""
-    return "send_recv" if ctype == P2P else COLL_NAMES[ctype]
 
 
 @dataclass
@@ -225,8 +193,8 @@ def finish(
                     r0, n0 = members[iid][0]
                     raise CollectiveError(
                         f"collective #{key[1]} of group {group_names[g]!r} does not match across "
-                        f"ranks: rank {r0} node {ranks[r0].name(n0)} is {coll_name(i_type[iid])} "
-                        f"of {i_size[iid]} B, rank {r} node {cr.name(i)} is {coll_name(ctype)} "
+                        f"ranks: rank {r0} node {ranks[r0].name(n0)} is {chakra_name(i_type[iid])} "
+                        f"of {i_size[iid]} B, rank {r} node {cr.name(i)} is {chakra_name(ctype)} "
                         f"of {size} B"
                     )
                 members[iid].append((r, i))
@@ -376,7 +344,7 @@ class GraphBuilder:
     ) -> int:
         """Add a collective call of ``size`` bytes on ``group`` (id or name)."""
         g = self.group_names.index(group) if isinstance(group, str) else group
-        row = (Kind.COLLECTIVE, 0.0, tuple(deps), coll_type(ctype), size, g, -1, 0, name)
+        row = (Kind.COLLECTIVE, 0.0, tuple(deps), chakra_type(ctype), size, g, -1, 0, name)
         return self._add(rank, row)
 
     def send(

@@ -34,8 +34,9 @@ import numpy as np
 
 from genie.errors import DeadlockError
 from genie.sim.chains import Collapsed, collapse, expand
-from genie.sim.compiled import P2P, CompiledWorkload, Kind, coll_name
+from genie.sim.compiled import CompiledWorkload, Kind
 from genie.sim.network import NetworkBackend, Transfer
+from genie.vocabulary import P2P, chakra_name
 
 _COMPUTE = int(Kind.COMPUTE)
 _COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
@@ -356,7 +357,7 @@ def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst) -> str:
                 }
                 missing = [x for x in cw.group_ranks[grp] if x not in present]
                 parts.append(
-                    f"node {cr.name(i)} ({coll_name(int(ins.comm_type[iid]))} "
+                    f"node {cr.name(i)} ({chakra_name(int(ins.comm_type[iid]))} "
                     f"#{int(ins.seq[iid])} of group {cw.group_names[grp]!r}) waits for ranks "
                     f"{_short(missing)}"
                 )

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from genie.errors import StoreError
-from genie.sim.compiled import coll_name
 from genie.sim.network import FixedTimeBackend, Pricer, Transfer
+from genie.vocabulary import chakra_name
 
 
 class MeasuredTable:
@@ -88,28 +88,19 @@ class MeasuredTable:
         return cls(rows, source=str(p))
 
     @classmethod
-    def from_store(
+    def from_instances(
         cls,
-        run_id: str,
-        store_path: str | Path | None = None,
+        rows: Iterable[dict],
+        source: str,
         algorithms: dict[str, str] | None = None,
     ) -> MeasuredTable:
-        """Rows of one ``genie bench`` run from the run store (or a JSON file of rows).
+        """A table from a bench run's stored instances (dicts: collective, algorithm, n_ranks,
+        size, time_s; warm-up already left out).
 
-        Warm-up iterations are left out. With ``algorithms``, a collective's rows are only those
-        of its chosen algorithm; otherwise a run that measured several algorithms of one
-        collective is an error (their times would be mixed).
+        With ``algorithms``, a collective's rows are only those of its chosen algorithm;
+        otherwise a run that measured several algorithms of one collective is an error (their
+        times would be mixed).
         """
-        if run_id.endswith(".json") or Path(run_id).is_file():
-            return cls.from_json(run_id)
-        from genie.store import DEFAULT_STORE, RunStore
-
-        path = Path(store_path or DEFAULT_STORE)
-        if not path.is_file():
-            raise StoreError(f"no run store at {path} (run `genie bench` first, or pass --store)")
-        with RunStore(path) as store:
-            info = store.run(run_id)
-            rows = store.instances(info.run_id)
         by_coll: dict[str, set[str]] = defaultdict(set)
         out = []
         for row in rows:
@@ -122,11 +113,11 @@ class MeasuredTable:
         mixed = {c: sorted(a) for c, a in by_coll.items() if len(a) > 1}
         if mixed:
             raise StoreError(
-                f"run {info.run_id} measured several algorithms {mixed}; choose with --algorithm"
+                f"{source} measured several algorithms {mixed}; choose with --algorithm"
             )
         if not out:
-            raise StoreError(f"run {info.run_id} has no measured collective instances")
-        return cls(out, source=f"run {info.run_id}")
+            raise StoreError(f"{source} has no measured collective instances")
+        return cls(out, source=source)
 
 
 Fallback = Callable[[Transfer], float]
@@ -161,7 +152,7 @@ class MeasuredBackend(FixedTimeBackend):
 
     def price(self, tr: Transfer) -> float:
         """Time of one transfer from the table, else the scaled or raw model."""
-        coll = coll_name(tr.comm_type)
+        coll = chakra_name(tr.comm_type)
         n = len(tr.ranks)
         size = tr.size * n if coll == "all_gather" else tr.size
         t, how = self.table.lookup(coll, n, size)

@@ -56,6 +56,35 @@ class Pricer(Protocol):
         ...
 
 
+class CachedPricer:
+    """Base of the analytical pricers: each demand is built once per (type, size, group).
+
+    A collective's demand depends on its type, size and group only (its ranks are the group's);
+    a send/recv's (group -1) on its two ranks too. Subclasses define ``capacity()`` and
+    ``_price(transfer)``; ``price`` serves repeats from the cache.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, Demand] = {}
+
+    def capacity(self) -> np.ndarray:
+        """Bandwidth of every link, bytes/s."""
+        raise NotImplementedError
+
+    def _price(self, transfer: Transfer) -> Demand:
+        raise NotImplementedError
+
+    def price(self, transfer: Transfer) -> Demand:
+        """Bytes per link and latency of one transfer (cached)."""
+        key = (transfer.comm_type, transfer.size, transfer.group)
+        if transfer.group < 0:
+            key = (*key, transfer.ranks)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._price(transfer)
+        return hit
+
+
 class NetworkBackend(Protocol):
     """The interface the engine drives (see the module docstring)."""
 
@@ -215,7 +244,7 @@ class AnalyticalBackend:
         return done
 
 
-class CalibratedPricer:
+class CalibratedPricer(CachedPricer):
     """A pricer whose transfers alone take a given (e.g. measured) time, with the base's links.
 
     ``alone(transfer)`` gives the time the transfer takes with the network to itself (or None to
@@ -224,23 +253,17 @@ class CalibratedPricer:
     """
 
     def __init__(self, base: Pricer, alone) -> None:
+        super().__init__()
         self.base = base
         self.alone = alone
         self._cap = np.asarray(base.capacity(), np.float64)
-        self._cache: dict[tuple, Demand] = {}
 
     def capacity(self) -> np.ndarray:
         """The base pricer's links."""
         return self._cap
 
-    def price(self, transfer: Transfer) -> Demand:
-        """The base demand scaled to the calibrated standalone time (cached)."""
-        key = (transfer.comm_type, transfer.size, transfer.group)
-        if transfer.group < 0:
-            key = (*key, transfer.ranks)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
+    def _price(self, transfer: Transfer) -> Demand:
+        """The base demand scaled to the calibrated standalone time."""
         dem = self.base.price(transfer)
         t = self.alone(transfer)
         if t is not None:
@@ -251,7 +274,6 @@ class CalibratedPricer:
                 dem = Demand(latency=dem.latency * f, links=dem.links, nbytes=dem.nbytes * f)
             else:
                 dem = Demand(latency=t, links=dem.links[:0], nbytes=dem.nbytes[:0])
-        self._cache[key] = dem
         return dem
 
 
@@ -299,3 +321,15 @@ class FixedTimeBackend:
         while self._heap and self._heap[0][0] <= now:
             out.append(heapq.heappop(self._heap)[1])
         return out
+
+
+class ZeroNetwork(FixedTimeBackend):
+    """A network on which every transfer completes the instant it starts (compute-only replay)."""
+
+    def __init__(self) -> None:
+        super().__init__("zero")
+        self.notes: list[str] = []
+
+    def duration(self, transfer: Transfer) -> float:
+        """Zero: no network."""
+        return 0.0

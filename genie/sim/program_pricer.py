@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from genie.errors import CollectiveError
-from genie.sim.compiled import P2P, coll_name
-from genie.sim.network import Demand, Transfer
-from genie.sim.topo_pricer import TopologyPricer
+from genie.sim.network import CachedPricer, Demand, Transfer
+from genie.sim.traffic import TopologyPricer
+from genie.vocabulary import chakra_name, planned_name
 
 
 def ranks_per_host(hosts: Sequence[int]) -> int:
@@ -39,7 +39,7 @@ def ranks_per_host(hosts: Sequence[int]) -> int:
     return runs[0] if runs and len(set(runs)) == 1 else 1
 
 
-class ProgramPricer:
+class ProgramPricer(CachedPricer):
     """Prices transfers with programs and the collectives cost model (see module docstring)."""
 
     def __init__(
@@ -53,6 +53,7 @@ class ProgramPricer:
         from genie.collectives import build_program
         from genie.collectives.cost import estimate
 
+        super().__init__()
         self._build = build_program
         self._estimate = estimate
         self.fallback = TopologyPricer(topology, placement, n_ranks)
@@ -60,7 +61,6 @@ class ProgramPricer:
         self.host_of = self.fallback.host_of
         self.algorithms = dict(algorithms or {})
         self.chunks = chunks
-        self._cache: dict[tuple, Demand] = {}
         self.fallbacks: dict[str, int] = {}
         self.priced: dict[tuple[str, str, int, int], float] = {}
 
@@ -73,27 +73,19 @@ class ProgramPricer:
         algos = ", ".join(f"{k}={v}" for k, v in sorted(self.algorithms.items())) or "defaults"
         return f"{self.fallback.describe()}; programs priced by genie.collectives.cost ({algos})"
 
-    def price(self, transfer: Transfer) -> Demand:
-        """Demand of one transfer from its program's cost (cached per type, size and group)."""
-        key = (transfer.comm_type, transfer.size, transfer.group)
-        if transfer.group < 0:
-            key = (*key, transfer.ranks)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        name = "send_recv" if transfer.comm_type == P2P else coll_name(transfer.comm_type)
+    def _price(self, transfer: Transfer) -> Demand:
+        """Demand of one transfer from its program's cost."""
+        name = chakra_name(transfer.comm_type)
         ranks = tuple(int(r) for r in transfer.ranks)
         n = len(ranks)
         if n < 2 or (transfer.size == 0 and name != "send_recv"):
-            dem = self.fallback.price(transfer)
-            self._cache[key] = dem
-            return dem
+            return self.fallback.price(transfer)
         hosts = [int(self.host_of[r]) for r in ranks]
         try:
-            algo = self.algorithms.get(name)
+            planned = planned_name(transfer.comm_type)
             prog = self._build(
-                "reduce_scatter" if name == "reduce_scatter_block" else name,
-                algo,
+                planned,
+                self.algorithms.get(planned),
                 n,
                 int(transfer.size),
                 chunks=self.chunks,
@@ -103,9 +95,7 @@ class ProgramPricer:
             cost = self._estimate(prog, self.topology, hosts)
         except CollectiveError:
             self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
-            dem = self.fallback.price(transfer)
-            self._cache[key] = dem
-            return dem
+            return self.fallback.price(transfer)
         cap = self.capacity()
         links = sorted(cost.link_bytes)
         nbytes = [float(cost.link_bytes[lid]) for lid in links]
@@ -119,5 +109,4 @@ class ProgramPricer:
         w = float(np.max(nb / cap[la])) if len(la) else 0.0
         dem = Demand(latency=max(0.0, cost.time_s - w), links=la, nbytes=nb)
         self.priced[(name, prog.spec.algorithm, n, int(transfer.size))] = cost.time_s
-        self._cache[key] = dem
         return dem

@@ -17,23 +17,9 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from genie.sim.compiled import COMM_KINDS, P2P, CompiledWorkload, Kind, coll_name
+from genie.sim.compiled import COMM_KINDS, CompiledWorkload, Kind
 from genie.sim.engine import RawResult
-
-
-def bus_factor(name: str, n: int) -> float:
-    """nccl-tests bus bandwidth factor of a collective over ``n`` ranks."""
-    if n <= 1:
-        return 0.0 if name != "send_recv" else 1.0
-    if name == "all_reduce":
-        return 2 * (n - 1) / n
-    if name in ("reduce_scatter", "reduce_scatter_block", "all_gather", "all_to_all"):
-        return (n - 1) / n
-    if name in ("gather", "scatter"):
-        return (n - 1) / n
-    if name == "barrier":
-        return 0.0
-    return 1.0
+from genie.vocabulary import P2P, bus_factor, chakra_name
 
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -154,7 +140,7 @@ def build_report(
         if math.isnan(start):
             continue
         ctype = int(ins.comm_type[iid])
-        name = coll_name(ctype)
+        name = chakra_name(ctype)
         g = int(ins.group[iid])
         n = len(cw.group_ranks[g]) if g >= 0 else 2
         size = int(ins.size[iid])
@@ -243,7 +229,7 @@ def chrome_trace(
             if k_i in (Kind.COLLECTIVE, Kind.SEND, Kind.RECV):
                 iid = int(cr.instance[i])
                 args = {"bytes": int(cw.instances.size[iid]), "instance": iid}
-                name = name if cr.names else coll_name(int(cw.instances.comm_type[iid]))
+                name = name if cr.names else chakra_name(int(cw.instances.comm_type[iid]))
                 if st[i] > rd[i]:
                     events.append(
                         {

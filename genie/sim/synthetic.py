@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from genie.sim.compiled import CompiledWorkload, Kind, coll_type, finish, make_rank
+from genie.sim.compiled import CompiledWorkload, Kind, finish, make_rank
+from genie.vocabulary import chakra_type
 
 
 def data_parallel(
@@ -26,7 +27,7 @@ def data_parallel(
     per_layer = 2 + 1 / layers_per_bucket
     layers = max(1, int((nodes_per_rank - 1) / per_layer))
     rng = np.random.default_rng(seed)
-    ar = coll_type("all_reduce")
+    ar = chakra_type("all_reduce")
     ranks = []
     for _ in range(n_ranks):
         cols: tuple[list, ...] = ([], [], [], [], [], [])

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from genie.errors import ValidationError
+from genie.vocabulary import CollectiveType
 
 DEFAULT_VERSION = "0.0.4"
 DEFAULT_GROUP = ""
@@ -44,21 +45,6 @@ class NodeKind(enum.Enum):
     RECV = "recv"
     MEMORY = "memory"
     OTHER = "other"
-
-
-class CollectiveType(enum.IntEnum):
-    """Chakra's CollectiveCommType, with its numbering (ALL_REDUCE is 0)."""
-
-    ALL_REDUCE = 0
-    REDUCE = 1
-    ALL_GATHER = 2
-    GATHER = 3
-    SCATTER = 4
-    BROADCAST = 5
-    ALL_TO_ALL = 6
-    REDUCE_SCATTER = 7
-    REDUCE_SCATTER_BLOCK = 8
-    BARRIER = 9
 
 
 KIND_OF_TYPE: dict[int, NodeKind] = {

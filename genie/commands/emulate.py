@@ -1,30 +1,23 @@
-"""``genie emulate``: hardware in the loop (see ``genie.sim.emulate``).
+"""``genie emulate``: hardware in the loop (see ``genie.emulate``).
 
 ``--mode overlapped`` (the default) runs the whole trace's communication on the agents with the
 compute gaps honoured, so collectives that overlap in the trace overlap on the wire; ``--mode
-isolated`` measures each distinct collective alone. Registered by ``genie.commands.simulate``
-so the simulator's commands stay together.
+isolated`` measures each distinct collective alone. Either way the run goes through
+``StoredRun``: stored with host facts and clock offsets, finished with its reason on any error.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from genie.commands.simulate import (
-    _algorithms,
-    _describe,
-    _finite,
-    _nan_safe,
-    _print,
-    _with_closed,
-)
+from genie.collectives.registry import parse_algorithms
+from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import GenieError, UsageError
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.api import replay
@@ -34,8 +27,8 @@ from genie.sim.report import chrome_trace
 from genie.units import format_bytes, format_seconds
 
 
-def register_emulate(sub: argparse._SubParsersAction) -> None:
-    """Add ``genie emulate`` (hardware in the loop, isolated mode; see genie.sim.emulate)."""
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``genie emulate`` (hardware in the loop; see genie.emulate)."""
     p = sub.add_parser(
         "emulate",
         help="run a workload's communication on the testbed's agents and replay it",
@@ -72,7 +65,7 @@ def register_emulate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=run_emulate)
+    p.set_defaults(func=run)
 
 
 def _workload_hash(cw: CompiledWorkload) -> str:
@@ -86,63 +79,47 @@ def _workload_hash(cw: CompiledWorkload) -> str:
 
 @contextlib.contextmanager
 def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, err: Console, unit: str, total):
-    """One stored emulate run on the agents: yields (store, run_id, controller, progress, task).
+    """One stored emulate run on the agents: yields (run, progress, task).
 
-    The run is started in the store, the controller connected and clocks synced; on leaving,
-    the run is finished as ok, interrupted or failed, and controller and store are closed.
+    ``StoredRun`` starts the run in the store, connects the controller, syncs clocks and records
+    host facts and offsets; on leaving, the run is finished as ok, interrupted or failed.
     """
-    from pathlib import Path
-
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from genie.controller.local import open_controller
-    from genie.store import DEFAULT_STORE, RunStore
+    from genie.controller.stored_run import StoredRun
+    from genie.store import DEFAULT_STORE
 
-    store = RunStore(args.store or DEFAULT_STORE)
-    run_id = store.start_run(
-        " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate",
-        testbed_name=tb.name,
-        testbed_text=Path(args.testbed).read_text(errors="replace"),
-        workload_hash=_workload_hash(cw),
-        meta={
-            "workload": cw.name,
-            "placement": agents,
-            "iterations": args.iterations,
-            "mode": mode,
-        },
-    )
-    ctl = open_controller(tb)
-    try:
-        ctl.connect()
-        ctl.sync_clocks()
-        with Progress(
+    command = " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate"
+    meta = {"workload": cw.name, "placement": agents, "iterations": args.iterations, "mode": mode}
+    with (
+        StoredRun(
+            tb,
+            args.testbed,
+            command,
+            store=args.store or DEFAULT_STORE,
+            meta=meta,
+            workload_hash=_workload_hash(cw),
+        ) as run,
+        Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
             TimeElapsedColumn(),
             console=err,
             transient=True,
-        ) as prog:
-            task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
-            yield store, run_id, ctl, prog, task
-        store.finish_run(run_id, "ok")
-    except KeyboardInterrupt:
-        store.finish_run(run_id, "interrupted", "interrupted by user")
-        raise
-    except GenieError as exc:
-        store.finish_run(run_id, "failed", str(exc))
-        raise
-    finally:
-        ctl.close()
-        ctl.t.close()
-        store.close()
+        ) as prog,
+    ):
+        task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
+        yield run, prog, task
 
 
-def run_emulate(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     """Handle ``genie emulate``."""
 
     from genie.controller.placement import place_ranks
-    from genie.sim.emulate import TestbedBackend, distinct_transfers, measure_all
+    from genie.emulate.backends import TestbedBackend
+    from genie.emulate.plan import distinct_transfers
+    from genie.emulate.run import measure_all
     from genie.sim.program_pricer import ProgramPricer
     from genie.testbed import load_testbed
 
@@ -160,24 +137,22 @@ def run_emulate(args: argparse.Namespace) -> int:
             f"the workload has {len(keys)} distinct collectives (more than --max-collectives "
             f"{args.max_collectives})"
         )
-    algos = _algorithms(args.algorithm)
+    algos = parse_algorithms(args.algorithm)
     topo = tb.to_topology()
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos, topo, err)
     with _live_run(args, cw, tb, agents, "isolated", err, "collectives", len(keys)) as (
-        store,
-        run_id,
-        ctl,
+        run,
         prog,
         task,
     ):
 
         def on_done(m, program, instances) -> None:
-            store.add_instances(run_id, program.spec, instances)
+            run.add_instances(program.spec, instances)
             prog.update(task, advance=1, description=f"{m.collective} {m.key[1]} B done")
 
         table = measure_all(
-            ctl,
+            run.ctl,
             keys,
             agents,
             iters=args.iterations,
@@ -187,6 +162,7 @@ def run_emulate(args: argparse.Namespace) -> int:
             topology=topo,
             on_done=on_done,
         )
+    run_id = run.run_id
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
@@ -213,16 +189,16 @@ def run_emulate(args: argparse.Namespace) -> int:
         for m in table.values()
     ]
     if args.json:
-        doc = {
-            "run_id": run_id,
-            "mode": "isolated",
-            "workload": cw.name,
-            "testbed": tb.name,
-            "collectives": rows,
-            "reports": [_with_closed(r.to_dict(), {}) for r in reports],
-        }
-        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
-        sys.stdout.write("\n")
+        dump_json(
+            {
+                "run_id": run_id,
+                "mode": "isolated",
+                "workload": cw.name,
+                "testbed": tb.name,
+                "collectives": rows,
+                "reports": [with_closed(r.to_dict(), {}) for r in reports],
+            }
+        )
         return 0
     con = Console(width=None if sys.stdout.isatty() else 120)
     t = Table(title=f"collectives measured on {tb.name} (run {run_id})", title_justify="left")
@@ -242,7 +218,7 @@ def run_emulate(args: argparse.Namespace) -> int:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
-    _print(con, cw, _describe(backends[1].pricer), reports, {}, 20)
+    print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
     return 0
 
 
@@ -279,21 +255,16 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
 
     from genie.collectives.cost import estimate
-    from genie.sim.emulate import (
-        InstanceBackend,
-        compile_oplists,
-        emulate_overlapped,
-        instance_medians,
-    )
+    from genie.emulate.backends import InstanceBackend
+    from genie.emulate.plan import compile_oplists
+    from genie.emulate.run import emulate_overlapped, instance_medians
     from genie.sim.program_pricer import ProgramPricer
 
     with err.status("compiling op lists", spinner="dots"):
         plan = compile_oplists(cw, algos, args.chunks, max_instances=args.max_instances)
     total = args.iterations + args.warmup
     with _live_run(args, cw, tb, agents, "overlapped", err, "runs of the trace", total) as (
-        store,
-        run_id,
-        ctl,
+        run,
         prog,
         task,
     ):
@@ -302,10 +273,11 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
             prog.update(task, advance=1, description=f"run {k + 1}: {p.makespan_s:.4g} s")
 
         passes = emulate_overlapped(
-            ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
+            run.ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
         )
         for iid, program in zip(plan.iids, plan.programs, strict=True):
-            store.add_instances(run_id, program.spec, _instances_of(plan, passes, args.warmup, iid))
+            run.add_instances(program.spec, _instances_of(plan, passes, args.warmup, iid))
+    run_id = run.run_id
     medians = instance_medians(passes, args.warmup)
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
@@ -356,17 +328,17 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
         for k, p in enumerate(passes)
     ]
     if args.json:
-        doc = {
-            "run_id": run_id,
-            "mode": "overlapped",
-            "workload": cw.name,
-            "testbed": tb.name,
-            "instances": rows,
-            "runs": runs,
-            "reports": [_with_closed(r.to_dict(), {}) for r in reports],
-        }
-        json.dump(_finite(doc), sys.stdout, indent=1, allow_nan=False, default=_nan_safe)
-        sys.stdout.write("\n")
+        dump_json(
+            {
+                "run_id": run_id,
+                "mode": "overlapped",
+                "workload": cw.name,
+                "testbed": tb.name,
+                "instances": rows,
+                "runs": runs,
+                "reports": [with_closed(r.to_dict(), {}) for r in reports],
+            }
+        )
         return 0
     con = Console(width=None if sys.stdout.isatty() else 120)
     t = Table(
@@ -395,5 +367,5 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
         f"start to the last op's end, over {len(spans)} runs"
     )
-    _print(con, cw, _describe(backends[1].pricer), reports, {}, 20)
+    print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
     return 0

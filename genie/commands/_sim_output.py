@@ -1,0 +1,194 @@
+"""What ``genie simulate`` and ``genie emulate`` print: replay reports as tables, or as JSON.
+
+``print_reports`` writes the iteration summary per backend, the per-rank breakdown and the
+per-collective tables (with the textbook closed form beside each row where the network is
+one the closed forms describe); ``dump_json`` writes a document with NaN and infinities as
+null. Closed forms come from ``genie.vocabulary``; ``closed`` describes the network they assume
+(bandwidth, latency per message, the algorithms the pricer used, chunks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from genie.collectives.registry import DEFAULT_ALGORITHM
+from genie.errors import CollectiveError
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.report import SimReport
+from genie.units import format_bytes, format_seconds
+from genie.vocabulary import FORMULA, TRAFFIC_ALGORITHM, canonical_collective, closed_form
+
+
+def describe(pricer: Any) -> str:
+    """The pricer's one-line description of the network it prices."""
+    return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__
+
+
+def finite(o: Any) -> Any:
+    """Replace NaN and infinities (not JSON) by None, recursively."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [finite(v) for v in o]
+    return o
+
+
+def dump_json(doc: Any) -> None:
+    """Write ``doc`` as JSON on stdout (NaN/inf as null, unknown objects as strings)."""
+    json.dump(finite(doc), sys.stdout, indent=1, allow_nan=False, default=str)
+    sys.stdout.write("\n")
+
+
+def _algorithm(coll: str, closed: dict) -> str | None:
+    """The algorithm the pricer used for ``coll`` (None: the built-in traffic model's)."""
+    algos = closed.get("algorithms")
+    if algos is None:
+        return None
+    try:
+        planned = canonical_collective(coll)
+    except CollectiveError:
+        return None  # no step program: the pricer fell back to the traffic model
+    return algos.get(planned) or DEFAULT_ALGORITHM[planned]
+
+
+def closed_for(row: dict, closed: dict) -> float | None:
+    """The textbook closed form of a report row on the network ``closed`` describes, or None."""
+    if not closed or row["collective"] == "send_recv" or closed.get("chunks", 1) != 1:
+        return None
+    coll, n, size = row["collective"], row["ranks"], row["size"]
+    try:
+        return closed_form(
+            coll, _algorithm(coll, closed), n, size, closed["bandwidth"], closed["latency"]
+        )
+    except CollectiveError:
+        return None
+
+
+def with_closed(d: dict, closed: dict) -> dict:
+    """A report dict with ``closed_form_s`` on every collective row."""
+    for row in d["collectives"]:
+        row["closed_form_s"] = closed_for(row, closed)
+    return d
+
+
+def _formula(coll: str, closed: dict) -> str:
+    name = "reduce_scatter" if coll == "reduce_scatter_block" else coll
+    algo = _algorithm(coll, closed) or TRAFFIC_ALGORITHM.get(name, "")
+    text = FORMULA.get((name, algo))
+    return f"{text} = " if text else ""
+
+
+def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
+    """Per-rank breakdown: every rank when few, else the extremes of waiting and comm."""
+    ranks = rep.ranks
+    if len(ranks) > limit:
+        by_wait = sorted(ranks, key=lambda b: (b.wait, b.rank))
+        by_comm = sorted(ranks, key=lambda b: (b.exposed_comm, b.rank))
+        pick = {b.rank: b for b in (by_wait[0], by_wait[-1], by_comm[0], by_comm[-1])}
+        ranks = [pick[k] for k in sorted(pick)]
+        title = f"ranks over {rep.backend}: least/most waiting and exposed comm of {rep.n_ranks}"
+    else:
+        title = f"ranks over {rep.backend}"
+    if rep.symmetric:
+        title += " (all ranks identical)"
+        ranks = ranks[:1]
+    t = Table(title=title, title_justify="left")
+    for c in ("rank", "compute", "exposed comm", "wait", "idle", "finish"):
+        t.add_column(c, justify="right")
+    for b in ranks:
+        t.add_row(
+            str(b.rank),
+            format_seconds(b.compute),
+            format_seconds(b.exposed_comm),
+            format_seconds(b.wait),
+            format_seconds(b.idle),
+            format_seconds(b.finish),
+        )
+    con.print(t)
+
+
+def print_reports(
+    con: Console,
+    cw: CompiledWorkload,
+    network: str,
+    reports: list[SimReport],
+    closed: dict,
+    rows: int,
+) -> None:
+    """The summary, per-rank and per-collective tables of one or more replays."""
+    con.print(
+        f"[bold]workload[/] {cw.name}: {cw.n_ranks} ranks, {cw.n_nodes} nodes, "
+        f"{len(cw.instances)} communication instances"
+    )
+    con.print(f"[bold]network[/]  {network}")
+    summary = Table(title="iteration (per-rank means)", title_justify="left")
+    for col in ("backend", "iteration", "compute", "exposed comm", "wait", "idle", "replay"):
+        summary.add_column(col, justify="right" if col != "backend" else "left")
+    for r in reports:
+        summary.add_row(
+            r.backend,
+            format_seconds(r.iteration_s),
+            format_seconds(r.mean("compute")),
+            format_seconds(r.mean("exposed_comm")),
+            format_seconds(r.mean("wait")),
+            format_seconds(r.mean("idle")),
+            format_seconds(r.wall_s) + (" (sym)" if r.symmetric else ""),
+        )
+    con.print(summary)
+    for r in reports:
+        print_ranks(con, r)
+    for r in reports:
+        t = Table(
+            title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",
+            title_justify="left",
+        )
+        cols = ["#", "collective", "group", "n", "size", "start", "end", "arrival skew", "time"]
+        cols += ["algbw", "busbw"]
+        if closed:
+            cols += ["closed form", "ratio"]
+        for c in cols:
+            t.add_column(c, justify="left" if c in ("collective", "group") else "right")
+        for row in r.collectives[:rows]:
+            cells = [
+                str(row.seq),
+                row.collective,
+                row.group,
+                str(row.ranks),
+                format_bytes(row.size),
+                format_seconds(row.start),
+                format_seconds(row.end),
+                format_seconds(row.start - row.first_arrival),
+                format_seconds(row.time),
+                f"{row.algbw_gbps:.2f}",
+                f"{row.busbw_gbps:.2f}",
+            ]
+            if closed:
+                cf = closed_for({**row.__dict__}, closed)
+                cells += [
+                    format_seconds(cf) if cf is not None else "-",
+                    f"{row.time / cf:.4f}" if cf else "-",
+                ]
+            t.add_row(*cells)
+        con.print(t)
+        if len(r.collectives) > rows:
+            con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
+        if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
+            row = r.collectives[0]
+            cf = closed_for({**row.__dict__}, closed)
+            if cf:
+                con.print(
+                    f"{row.collective} of {row.size} B on {row.ranks} ranks: {r.backend} "
+                    f"{row.time * 1e6:.4f} us, closed form {_formula(row.collective, closed)}"
+                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns per message, B "
+                    f"{closed['bandwidth'] / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
+                )
+        for note in r.notes:
+            con.print(f"note ({r.backend}): {note}")

@@ -1,0 +1,158 @@
+"""Running plans on the live testbed through the controller's public API.
+
+* ``measure_all`` (isolated mode): every distinct transfer prepared, run and released in turn
+  (``genie.controller.bench.run_size``);
+* ``emulate_overlapped``: every instance's program prepared once, then the op lists run
+  warm-up + iterations times with ``Controller.run_oplists``; each run is a ``Pass`` of
+  per-instance and per-rank times on the controller clock; ``instance_medians`` reduces them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from genie.emulate.backends import Measured
+from genie.emulate.plan import Key, OpListPlan, plan_key
+
+
+def measure_all(
+    ctl: Any,
+    keys: dict[Key, int],
+    rank_agents: Sequence[str],
+    *,
+    iters: int,
+    warmup: int,
+    algorithms: dict[str, str] | None = None,
+    chunks: int = 1,
+    options: Any = None,
+    topology: Any = None,
+    on_done: Callable[[Measured, Any, list], None] | None = None,
+) -> dict[Key, Measured]:
+    """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured."""
+    from genie.collectives.cost import estimate
+    from genie.controller.bench import run_size
+    from genie.controller.results import measured
+    from genie.errors import GenieError
+
+    out: dict[Key, Measured] = {}
+    for key, count in keys.items():
+        prog = plan_key(key, algorithms, chunks)
+        placement = [rank_agents[r] for r in key[2]]
+        instances = run_size(ctl, prog, placement, iters=iters, warmup=warmup, options=options)
+        m = Measured(
+            key=key,
+            collective=prog.spec.collective,
+            algorithm=prog.spec.algorithm,
+            count=count,
+            times=[float(t) for t in measured(instances)],
+        )
+        if topology is not None:
+            try:
+                m.modeled_s = float(estimate(prog, topology, placement).time_s)
+            except GenieError:
+                m.modeled_s = None
+        out[key] = m
+        if on_done:
+            on_done(m, prog, instances)
+    return out
+
+
+@dataclass
+class Pass:
+    """One run of the whole op list on the agents, controller clock ns.
+
+    ``inst``: per instance (earliest rank start, latest rank start, last rank end); the latest
+    start is when the last member arrived, from which the simulator's instance runs.
+    """
+
+    start_at_ns: int
+    inst: dict[int, tuple[int, int, int]]
+    rank_times: dict[int, list[tuple[int, int]]]  # rank -> per op (start, end)
+    bytes_sent: int
+    bytes_received: int
+    verified: int
+
+    @property
+    def makespan_s(self) -> float:
+        """From the common start to the last op's end."""
+        return max((e for _, _, e in self.inst.values()), default=self.start_at_ns) / 1e9 - (
+            self.start_at_ns / 1e9
+        )
+
+
+def run_pass(
+    ctl: Any, plan: OpListPlan, rank_agents: Sequence[str], *, lead_s: float | None = None
+) -> Pass:
+    """Send each agent its ranks' op lists in one Go, all starting together; gather the times.
+
+    ``Controller.run_oplists`` bounds the wait (heartbeats, lost agents, error naming) and
+    aborts the job on failure; the times come back on the controller clock.
+    """
+    from genie.errors import RuntimeFault
+
+    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s)
+    start_at = out.start_at_ns
+    inst: dict[int, tuple[int, int, int]] = {}
+    rank_times: dict[int, list[tuple[int, int]]] = {}
+    sent = received = verified = 0
+    for a, res in out.results.items():
+        off = out.offsets_ns.get(a, 0)
+        for rr in res.ranks:
+            sent += rr.bytes_sent
+            received += rr.bytes_received
+            verified += rr.messages_verified
+            times = [(s - off, e - off) for s, e in zip(rr.start, rr.end, strict=True)]
+            rank_times[rr.rank] = times
+            for iid, (s, e) in zip(plan.op_iid[rr.rank], times, strict=True):
+                lo, late, hi = inst.get(iid, (s, s, e))
+                inst[iid] = (min(lo, s), max(late, s), max(hi, e))
+    want = plan.sent_bytes()
+    if sent != want or received != want:
+        raise RuntimeFault(
+            f"op-list run moved {sent} bytes sent / {received} received; the plan has {want}"
+        )
+    return Pass(start_at, inst, rank_times, sent, received, verified)
+
+
+def emulate_overlapped(
+    ctl: Any,
+    plan: OpListPlan,
+    rank_agents: Sequence[str],
+    *,
+    iters: int,
+    warmup: int,
+    options: Any = None,
+    on_pass: Callable[[int, Pass], None] | None = None,
+) -> list[Pass]:
+    """Prepare every instance's program once, run the op lists warmup+iters times, release."""
+    from genie.errors import UsageError
+
+    if options is not None and getattr(options, "transport", "tcp") != "tcp":
+        raise UsageError("overlapped emulation runs op lists on the TCP data plane only")
+    ctl.prepare(plan.programs, list(rank_agents), options)
+    passes = []
+    try:
+        for k in range(warmup + iters):
+            p = run_pass(ctl, plan, rank_agents)
+            passes.append(p)
+            if on_pass:
+                on_pass(k, p)
+    except BaseException:
+        ctl.abort("interrupted")
+        raise
+    ctl.release()
+    return passes
+
+
+def instance_medians(passes: Sequence[Pass], warmup: int) -> dict[int, float]:
+    """Per instance, the median time (s) from its last member's arrival to its last rank's end
+    over the non-warm-up passes (the simulator starts an instance when all members arrived)."""
+    keep = list(passes[warmup:]) or list(passes)
+    out: dict[int, float] = {}
+    for iid in keep[0].inst if keep else ():
+        out[iid] = float(np.median([(p.inst[iid][2] - p.inst[iid][1]) / 1e9 for p in keep]))
+    return out

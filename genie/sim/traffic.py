@@ -1,0 +1,210 @@
+"""The simulator's built-in traffic model: collectives as bytes on the links of a topology.
+
+Each collective becomes the traffic of one textbook algorithm between its ranks
+(``genie.vocabulary.TRAFFIC_ALGORITHM``; ASTRA-sim size semantics: comm_size is the whole
+buffer, the per-rank shard for all-gather): ring for all-reduce (2(n-1) steps of S/n),
+reduce-scatter (n-1 steps of S/n) and all-gather (n-1 steps of S); direct for all-to-all (S/n
+to every other rank, one step) and for gather/scatter; a pipelined chain from the root for
+broadcast and reduce (S per edge, n-1 steps); dissemination barrier (ceil(log2 n) steps, no
+bytes).
+
+``TopologyPricer`` places ranks on the hosts of a ``genie.collectives.topology.Topology`` (a
+testbed's or a target's): an edge between two hosts loads every link of the topology's route
+between them, an edge inside a host loads the sending rank's private intra-host port (the
+topology's ``intra_bandwidth``), as the collectives cost model does. The latency term is steps x
+the largest route latency among the edges (ASTRA-sim's hops x latency per message). Oversubscribed
+uplinks of a leaf-spine thus show up as contended links, shared among concurrent transfers by the
+analytical backend. ``NetModel`` is the same pricer on a switch or fully-connected topology
+built from a bandwidth and a per-link latency, ``ranks_per_host`` ranks to a host; with one rank
+per host on a switch it gives the classic closed forms (``genie.vocabulary.closed_form`` with
+alpha = 2 hops x latency), e.g. ring all-reduce 2(n-1)(alpha + S/(n B)).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from genie.errors import TopologyError
+from genie.sim.network import CachedPricer, Demand, Transfer
+from genie.vocabulary import P2P, chakra_name
+
+TOPOLOGIES = ("switch", "fully_connected")
+
+
+def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
+    """(src, dst, bytes per edge, steps) of one collective under the algorithms above."""
+    n = len(ranks)
+    name = chakra_name(ctype)
+    ring = np.roll(ranks, -1)
+    if name in ("all_reduce",):
+        return ranks, ring, 2 * (n - 1) / n * size, 2 * (n - 1)
+    if name in ("reduce_scatter", "reduce_scatter_block"):
+        return ranks, ring, (n - 1) / n * size, n - 1
+    if name == "all_gather":
+        return ranks, ring, (n - 1) * size, n - 1
+    if name == "all_to_all":
+        i, j = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        mask = i != j
+        return ranks[i[mask]], ranks[j[mask]], size / n, 1
+    if name in ("broadcast", "reduce"):
+        chain_src, chain_dst = ranks[:-1], ranks[1:]
+        if name == "reduce":
+            chain_src, chain_dst = chain_dst, chain_src
+        return chain_src, chain_dst, float(size), n - 1
+    if name in ("gather", "scatter"):
+        root, others = ranks[:1].repeat(n - 1), ranks[1:]
+        if name == "gather":
+            return others, root, size / n, 1
+        return root, others, size / n, 1
+    if name == "barrier":
+        return ranks[:0], ranks[:0], 0.0, math.ceil(math.log2(n))
+    raise TopologyError(f"no algorithm for {name}")
+
+
+class TopologyPricer(CachedPricer):
+    """Link loads of transfers on a collectives ``Topology`` with a rank placement."""
+
+    def __init__(self, topology: Any, placement: Sequence[int], n_ranks: int | None = None):
+        super().__init__()
+        self.topology = topology
+        n = len(placement) if n_ranks is None else n_ranks
+        if len(placement) < n:
+            raise TopologyError(
+                f"placement covers {len(placement)} ranks but the workload has {n}; "
+                "add ranks per host to the testbed"
+            )
+        self.host_of = np.asarray([topology.host_index(h) for h in placement[:n]], np.int64)
+        self.n_ranks = n
+        self.n_links = len(topology.links)
+        self._cap = np.concatenate(
+            [
+                np.asarray([lk.bandwidth for lk in topology.links], np.float64),
+                np.full(n, float(topology.intra_bandwidth)),
+            ]
+        )
+        self._routes: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
+
+    def capacity(self) -> np.ndarray:
+        """Bandwidth of every topology link, then one intra-host port per rank (bytes/s)."""
+        return self._cap
+
+    def describe(self) -> str:
+        """One line: topology, link rates (GiB/s and GB/s), latencies, placement."""
+        hosts = len(set(self.host_of.tolist()))
+        links = self.topology.links
+        rates = sorted({lk.bandwidth for lk in links})
+        lats = sorted({lk.latency for lk in links})
+        rate_text = ", ".join(f"{b / 2**30:.3f} GiB/s = {b / 1e9:.3f} GB/s" for b in rates[:3])
+        lat_text = ", ".join(f"{x * 1e9:.0f} ns" for x in lats[:3])
+        intra = self.topology.intra_bandwidth
+        return (
+            f"{self.topology.describe()}; links {rate_text or '-'}, latency {lat_text or '-'} "
+            f"per link; intra-host {intra / 1e9:.1f} GB/s; {self.n_ranks} ranks on {hosts} hosts"
+        )
+
+    def _route(self, hs: int, hd: int) -> tuple[np.ndarray, float]:
+        key = (hs, hd)
+        hit = self._routes.get(key)
+        if hit is None:
+            route = self.topology.route(hs, hd)
+            hit = (np.asarray(route, np.int64), float(self.topology.route_latency(route)))
+            self._routes[key] = hit
+        return hit
+
+    def _price(self, transfer: Transfer) -> Demand:
+        """Bytes per link and latency of one transfer."""
+        ranks = np.asarray(transfer.ranks, np.int64)
+        if len(ranks) and (ranks.min() < 0 or ranks.max() >= self.n_ranks):
+            raise TopologyError(
+                f"transfer on ranks up to {int(ranks.max())} but the network model has "
+                f"{self.n_ranks} ranks"
+            )
+        if transfer.comm_type == P2P:
+            src, dst, per_edge, steps = ranks[:1], ranks[1:2], float(transfer.size), 1
+        elif len(ranks) <= 1:
+            src, dst, per_edge, steps = ranks[:0], ranks[:0], 0.0, 0
+        else:
+            src, dst, per_edge, steps = algorithm_edges(transfer.comm_type, ranks, transfer.size)
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        hs, hd = self.host_of[src], self.host_of[dst]
+        same = hs == hd
+        parts = [self.n_links + src[same]]
+        lat = float(self.topology.intra_latency) if same.any() else 0.0
+        if (~same).any():
+            pairs, counts = np.unique(
+                np.stack([hs[~same], hd[~same]], axis=1), axis=0, return_counts=True
+            )
+            for (a, b), c in zip(pairs.tolist(), counts.tolist(), strict=True):
+                links, rlat = self._route(a, b)
+                parts.append(np.repeat(links, c))
+                lat = max(lat, rlat)
+        elif not len(src):
+            hosts = len(self.topology.hosts)
+            lat = self._route(0, min(1, hosts - 1))[1] if steps else 0.0
+        links = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        if per_edge > 0 and len(links):
+            uniq, inv = np.unique(links, return_inverse=True)
+            nbytes = np.bincount(inv) * float(per_edge)
+        else:
+            uniq, nbytes = np.zeros(0, np.int64), np.zeros(0)
+        return Demand(latency=steps * lat, links=uniq.astype(np.int64), nbytes=nbytes)
+
+
+class NetModel(TopologyPricer):
+    """``TopologyPricer`` on a switch or fully-connected network of uniform links.
+
+    Ranks sit ``ranks_per_host`` to a host (ranks 0..k-1 on host 0, ...); ``latency`` is per
+    link, so a message between hosts takes ``alpha = hops x latency`` (2 hops through the
+    switch, 1 on a fully-connected link).
+    """
+
+    def __init__(
+        self,
+        n_ranks: int,
+        bandwidth: float,
+        latency: float,
+        topology: str = "switch",
+        ranks_per_host: int = 1,
+        intra_bandwidth: float | None = None,
+        intra_latency: float = 0.0,
+    ) -> None:
+        from genie.collectives import topology as ctopo
+
+        if topology not in TOPOLOGIES:
+            raise TopologyError(f"unknown topology {topology!r}; known: {', '.join(TOPOLOGIES)}")
+        if bandwidth <= 0 or latency < 0 or ranks_per_host < 1:
+            raise TopologyError("need bandwidth > 0, latency >= 0 and ranks_per_host >= 1")
+        self.kind = topology
+        self.bandwidth = float(bandwidth)
+        self.latency = float(latency)
+        self.hops = 2 if topology == "switch" else 1
+        self.alpha = self.hops * self.latency
+        self.ranks_per_host = ranks_per_host
+        self.n_hosts = max(1, math.ceil(n_ranks / ranks_per_host))
+        self.intra_bandwidth = float(intra_bandwidth or bandwidth)
+        intra = {"intra_bandwidth": self.intra_bandwidth, "intra_latency": float(intra_latency)}
+        if topology == "switch":
+            topo = ctopo.switch(self.n_hosts, self.bandwidth, self.latency, **intra)
+        else:
+            topo = ctopo.fully_connected(
+                max(2, self.n_hosts), self.bandwidth, self.latency, **intra
+            )
+        super().__init__(topo, [r // ranks_per_host for r in range(n_ranks)], n_ranks)
+
+    def describe(self) -> str:
+        """One line naming the topology, rates (GiB/s and GB/s) and latency."""
+        bw = self.bandwidth
+        text = (
+            f"{self.kind}, {self.n_hosts} hosts x {self.ranks_per_host} ranks, "
+            f"{bw / 2**30:.3f} GiB/s = {bw / 1e9:.3f} GB/s per link, latency "
+            f"{self.latency * 1e9:.0f} ns per link (alpha = {self.hops} hops = "
+            f"{self.alpha * 1e9:.0f} ns per message)"
+        )
+        if self.ranks_per_host > 1:
+            text += f", intra-host {self.intra_bandwidth / 1e9:.3f} GB/s"
+        return text
