@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import queue
 import signal
@@ -138,6 +139,23 @@ def make_agent_socket(
     return sock
 
 
+def agent_logger(agent_id: str) -> logging.Logger:
+    """The agent's logger: timestamped lines on stderr, ``genie-agent ID: message``."""
+    logger = logging.getLogger(f"agents.{agent_id}")
+    if not any(getattr(h, "_genie_agent", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler._genie_agent = True  # type: ignore[attr-defined]
+        handler.setFormatter(
+            logging.Formatter(
+                f"%(asctime)s.%(msecs)03d genie-agent {agent_id}: %(message)s", "%Y-%m-%d %H:%M:%S"
+            )
+        )
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+    return logger
+
+
 def run_agent(
     listen: str,
     agent_id: str,
@@ -152,7 +170,7 @@ def run_agent(
 
     ``keys_dir``: CURVE key directory (see ``genie.keys``); default ``$GENIE_KEYS``, else none.
     """
-    say = log or (lambda m: print(f"genie-agent {agent_id}: {m}", file=sys.stderr, flush=True))
+    say = log or agent_logger(agent_id).info
     tighten_timer_slack()  # inherited by every thread started later (rank workers)
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     ctx = zmq.Context()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,16 @@ def build_parser() -> argparse.ArgumentParser:
         "agents, simulation.",
     )
     parser.add_argument("--version", action="version", version=f"genie {__version__}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="show diagnostics with timestamps on stderr (-v: info, -vv: debug)",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="errors only: no warnings, no progress"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -33,10 +44,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(verbose: int, quiet: bool) -> None:
+    """Diagnostics of every genie module on stderr, timestamped; warnings and up by default."""
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO)[min(verbose, 1)]
+    if verbose >= 2:
+        level = logging.DEBUG
+    root = logging.getLogger("genie")
+    for h in list(root.handlers):
+        if getattr(h, "_genie_cli", False):
+            root.removeHandler(h)
+    handler = logging.StreamHandler(sys.stderr)
+    handler._genie_cli = True  # type: ignore[attr-defined]
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s.%(msecs)03d %(levelname)s %(name)s: %(message)s", "%H:%M:%S")
+    )
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the genie CLI and return its exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging(args.verbose, args.quiet)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

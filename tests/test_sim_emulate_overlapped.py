@@ -157,6 +157,10 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     with RunStore(store) as rs:
         info = rs.run(doc["run_id"])
         assert info.status == "ok"
+        # the one run lifecycle (StoredRun) records what bench records: host facts, offsets
+        assert sorted(info.host_facts) == sorted(info.clock_offsets) == ["h0", "h1"]
+        assert info.host_facts["h0"]["cpus_logical"] >= 1
+        assert abs(info.clock_offsets["h1"]["offset_ns"]) < 1e9
         assert len(rs.instances(info.run_id)) == 3 * 3  # 3 instances x 3 measured runs
         assert len(rs.instances(info.run_id, include_warmup=True)) == 3 * 4
 

@@ -168,13 +168,7 @@ def run(args: argparse.Namespace) -> int:
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
         AnalyticalBackend(pricer),
     ]
-    reports, raws = [], []
-    for be in backends:
-        rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
-        reports.append(rep)
-        raws.append(raw)
-    if args.trace:
-        chrome_trace(cw, raws[0], args.trace)
+    reports = _replay_all(args, cw, backends)
     rows = [
         {
             "collective": m.collective,
@@ -220,6 +214,18 @@ def run(args: argparse.Namespace) -> int:
     con.print(t)
     print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
     return 0
+
+
+def _replay_all(args, cw: CompiledWorkload, backends: list) -> list:
+    """Replay the workload over each backend; the first one's timeline to ``--trace``."""
+    reports, raws = [], []
+    for be in backends:
+        rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
+        reports.append(rep)
+        raws.append(raw)
+    if args.trace:
+        chrome_trace(cw, raws[0], args.trace)
+    return reports
 
 
 def _instances_of(plan, passes, warmup: int, iid: int) -> list:
@@ -281,13 +287,7 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
     medians = instance_medians(passes, args.warmup)
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
-    reports, raws = [], []
-    for be in backends:
-        rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
-        reports.append(rep)
-        raws.append(raw)
-    if args.trace:
-        chrome_trace(cw, raws[0], args.trace)
+    reports = _replay_all(args, cw, backends)
     measured = passes[args.warmup :]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):

@@ -322,6 +322,16 @@ class Controller:
             if r.version != __version__:
                 log.warning("agent %s runs genie %s, controller %s", a, r.version, __version__)
         self.hello = {a: replies[a] for a in self.agents}  # type: ignore[misc]
+        for a, h in self.hello.items():
+            log.info(
+                "agent %s: genie %s on %s, data %s:%d, pid %d",
+                a,
+                h.version,
+                h.facts.hostname,
+                h.data_addr,
+                h.data_port,
+                h.pid,
+            )
         return self.hello
 
     def sync_clocks(self, rounds: int = 16) -> dict[str, ClockEstimate]:
@@ -338,7 +348,14 @@ class Controller:
                     samples.append((t0, rep.t1, rep.t2, t3))
             if not samples:
                 raise RuntimeFault(f"no clock samples from agent {a}")
-            self.offsets[a] = estimate_offset(samples)
+            self.offsets[a] = est = estimate_offset(samples)
+            log.info(
+                "clock of %s: offset %+d ns, uncertainty %d ns (%d samples)",
+                a,
+                est.offset_ns,
+                est.uncertainty_ns,
+                est.samples,
+            )
         self._synced_at = self.clock.now()
         self._sync_rounds = rounds
         return self.offsets
@@ -382,6 +399,9 @@ class Controller:
         except GenieError:
             self.abort("prepare failed")
             raise
+        log.info(
+            "job %s prepared on %s: %d program(s)", self.job, ", ".join(involved), len(programs)
+        )
         return self.job
 
     def default_spin_ns(self) -> int:

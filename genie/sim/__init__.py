@@ -1,5 +1,6 @@
 """Discrete-event replay of a workload's per-rank DAGs over network backends, and its reports.
 
+A pure model: it imports no controller, agent, store or CLI code (``tests/test_architecture``).
 Pieces (each its own module):
 
 * ``compiled``: the engine's own compact form (per-rank numpy arrays, CSR deps, communication
@@ -7,14 +8,17 @@ Pieces (each its own module):
 * ``adapter``: ``compile_workload(genie.workload.Workload, ComputeModel)`` and ``load_workload``;
 * ``engine``: ``simulate(compiled, backend, ranks=None) -> RawResult`` (semantics in its docstring);
 * ``network``: the backend interface (``start`` / ``next_time`` / ``pop``), ``AnalyticalBackend``
-  (fluid max-min link sharing over a pricer) and ``CalibratedPricer``;
+  (fluid max-min link sharing over a pricer), ``FixedTimeBackend``, ``ZeroNetwork``, and the
+  pricer family's base ``CachedPricer`` with ``CalibratedPricer``;
 * pricers: ``program_pricer.ProgramPricer`` (step programs priced by ``genie.collectives.cost``,
-  the default), ``topo_pricer.TopologyPricer`` and ``netmodel.NetModel`` (built-in traffic model);
-* ``measured``: ``MeasuredTable`` (from a ``genie bench`` run or JSON) and ``MeasuredBackend``;
-* ``emulate``: isolated hardware in the loop (each distinct collective run on live agents);
+  the default) and ``traffic.TopologyPricer`` / ``traffic.NetModel`` (built-in traffic model);
+* ``measured``: ``MeasuredTable`` (from a ``genie bench`` run's rows or JSON) and
+  ``MeasuredBackend``;
 * ``symmetry``: proof that ranks are identical, so one representative is replayed;
 * ``report``: ``build_report`` (iteration, per-rank breakdown, per-collective table) and
   ``chrome_trace``; ``api.replay(compiled, backend)`` ties it together.
+
+The live path (the trace's communication run on agents) is ``genie.emulate``.
 """
 
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
