@@ -177,6 +177,19 @@ def display_name(name: str | int) -> str:
     return _ALIASES.get(key, name)
 
 
+def base_collective(name: str | int) -> str:
+    """``display_name`` with REDUCE_SCATTER_BLOCK folded into reduce_scatter (the same traffic)."""
+    out = display_name(name)
+    return "reduce_scatter" if out == "reduce_scatter_block" else out
+
+
+def formula(collective: str | int, algorithm: str | None) -> str:
+    """The closed form of (collective, algorithm) in words ("" when there is none)."""
+    name = base_collective(collective)
+    algo = algorithm_spelling(algorithm) if algorithm else TRAFFIC_ALGORITHM.get(name)
+    return FORMULA.get((name, algo or ""), "")
+
+
 def algorithm_spelling(name: str) -> str | None:
     """ASTRA-sim's spelling of an algorithm name, or None when the name is unknown."""
     return ALGORITHM_ALIASES.get(_key(name))
@@ -255,9 +268,7 @@ def closed_form(
     ceil(log2 n) a; pairwise send/recv a + S/B. S is the whole buffer (all-gather: n x size
     under the ASTRA-sim convention). ``algorithm`` None takes ``TRAFFIC_ALGORITHM``'s.
     """
-    name = display_name(collective)
-    if name == "reduce_scatter_block":
-        name = "reduce_scatter"
+    name = base_collective(collective)
     if name not in TRAFFIC_ALGORITHM:
         raise CollectiveError(f"unknown collective {collective!r}")
     algo = algorithm_spelling(algorithm) if algorithm else TRAFFIC_ALGORITHM[name]

@@ -22,7 +22,7 @@ from genie.errors import CollectiveError
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.report import SimReport
 from genie.units import format_bytes, format_seconds
-from genie.vocabulary import FORMULA, TRAFFIC_ALGORITHM, canonical_collective, closed_form
+from genie.vocabulary import canonical_collective, closed_form, formula
 
 
 def describe(pricer: Any) -> str:
@@ -80,9 +80,7 @@ def with_closed(d: dict, closed: dict) -> dict:
 
 
 def _formula(coll: str, closed: dict) -> str:
-    name = "reduce_scatter" if coll == "reduce_scatter_block" else coll
-    algo = _algorithm(coll, closed) or TRAFFIC_ALGORITHM.get(name, "")
-    text = FORMULA.get((name, algo))
+    text = formula(coll, _algorithm(coll, closed))
     return f"{text} = " if text else ""
 
 

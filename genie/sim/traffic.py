@@ -30,7 +30,7 @@ import numpy as np
 
 from genie.errors import TopologyError
 from genie.sim.network import CachedPricer, Demand, Transfer
-from genie.vocabulary import P2P, chakra_name
+from genie.vocabulary import P2P, base_collective
 
 TOPOLOGIES = ("switch", "fully_connected")
 
@@ -38,11 +38,11 @@ TOPOLOGIES = ("switch", "fully_connected")
 def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
     """(src, dst, bytes per edge, steps) of one collective under the algorithms above."""
     n = len(ranks)
-    name = chakra_name(ctype)
+    name = base_collective(ctype)
     ring = np.roll(ranks, -1)
     if name in ("all_reduce",):
         return ranks, ring, 2 * (n - 1) / n * size, 2 * (n - 1)
-    if name in ("reduce_scatter", "reduce_scatter_block"):
+    if name == "reduce_scatter":
         return ranks, ring, (n - 1) / n * size, n - 1
     if name == "all_gather":
         return ranks, ring, (n - 1) * size, n - 1
