@@ -17,9 +17,44 @@ from genie import __version__, commands
 from genie.errors import GenieError
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that shows every option's default (unless it is None, False or already said)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "%(default)" in text
+            or "default" in text.lower()
+            or default in (None, False, argparse.SUPPRESS)
+            or action.option_strings == []
+            or isinstance(action, argparse._HelpAction | argparse._VersionAction)
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class _RawHelpFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown, description kept as written."""
+
+
+class GenieParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (with where to look) and exit code 2."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        if kwargs["formatter_class"] is argparse.RawDescriptionHelpFormatter:
+            kwargs["formatter_class"] = _RawHelpFormatter
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # type: ignore[override]
+        """Print ``genie: error: MESSAGE (see PROG --help)`` and exit 2, like a GenieError."""
+        self.exit(2, f"genie: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the full argument parser from every command module."""
-    parser = argparse.ArgumentParser(
+    parser = GenieParser(
         prog="genie",
         description="Network emulation testbed for distributed ML: workloads, collectives, "
         "agents, simulation.",
@@ -65,7 +100,10 @@ def configure_logging(verbose: int, quiet: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the genie CLI and return its exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument (already said, one line)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     configure_logging(args.verbose, args.quiet)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -1,11 +1,14 @@
-"""Parse and format the units genie speaks: bytes, bit rates, durations and size sweeps.
+"""Parse and format the units genie speaks: bytes, bandwidths, durations, ratios, size sweeps.
 
 Inside genie sizes are bytes, times seconds and bandwidths bytes/s. GB means 10^9 bytes and
-GiB 2^30 bytes; output always names which one it uses.
+GiB 2^30 bytes; output always names which one it uses. One parser per quantity serves the CLI
+and the testbed files alike: a bandwidth must carry its unit (``B`` bytes, ``b``/``bit`` bits),
+a bare size is bytes, a bare duration seconds, a ratio is ``2:1`` or ``2``.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from genie.errors import UnitError
@@ -25,20 +28,6 @@ _SIZE_UNITS = {
     "mib": 1024**2,
     "gib": 1024**3,
     "tib": 1024**4,
-}
-
-_RATE_UNITS = {  # to bit/s
-    "": 1,
-    "bit": 1,
-    "bps": 1,
-    "kbit": 1e3,
-    "kbps": 1e3,
-    "mbit": 1e6,
-    "mbps": 1e6,
-    "gbit": 1e9,
-    "gbps": 1e9,
-    "tbit": 1e12,
-    "tbps": 1e12,
 }
 
 _TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9, "min": 60.0}
@@ -61,46 +50,69 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
-def parse_rate(text: str | int | float) -> float:
-    """Parse a link rate such as ``10gbit`` or ``1e9`` (bit/s) into bytes/s."""
-    if isinstance(text, int | float):
-        bits = float(text)
-    else:
-        m = re.fullmatch(_NUM, text)
-        if not m or m.group(2).lower() not in _RATE_UNITS:
-            raise UnitError(f"not a rate: {text!r} (use e.g. 1gbit, 100mbit, 25e9)")
-        bits = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
-    if bits <= 0:
-        raise UnitError(f"rate must be positive: {text!r}")
-    return bits / 8.0
-
-
 _PREFIX = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
 _PREFIX.update({"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40})
 
+#: The bandwidth spellings genie accepts, for error messages.
+BANDWIDTH_FORMS = (
+    "bytes: 50GiB/s (50 x 2^30 B/s, ASTRA-sim's 'GB/s'), 50GB/s (50 x 10^9 B/s), 12.5GBps; "
+    "bits: 100Gb/s, 100gbit, 100gbps, 800mbit"
+)
+MAX_BANDWIDTH = 1e15  # bytes/s (8 Pbit/s): anything faster is a typo
 
-def parse_bandwidth(text: str | float) -> float:
-    """Parse ``50GiB/s`` (2^30 B/s), ``50GB/s`` (10^9 B/s), ``100Gb/s`` or ``400gbit`` into B/s.
 
-    ``B`` is bytes and ``b`` bits; ASTRA-sim's "GB/s" is 2^30 B/s, which is ``GiB/s`` here.
+def parse_bandwidth(text: str) -> float:
+    """Parse a bandwidth with its unit into bytes/s; a bare number is an error.
+
+    ``B`` is bytes and ``b`` bits: ``50GiB/s`` (2^30 B/s), ``50GB/s`` and ``12.5GBps``
+    (10^9 B/s); ``100Gb/s``, ``100gbit``, ``100gbps`` (bits/s). ASTRA-sim's "GB/s" is GiB/s here.
     """
+    if not isinstance(text, str) or isinstance(text, bool):
+        raise UnitError(f"bandwidth {text!r} needs a unit, e.g. {BANDWIDTH_FORMS}")
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z/]*)\s*", text)
+    if not m:
+        raise UnitError(f"not a bandwidth: {text!r} (use {BANDWIDTH_FORMS})")
+    number, unit = m.group(1), m.group(2)
+    if not unit:
+        raise UnitError(f"bandwidth {text!r} needs a unit, e.g. {BANDWIDTH_FORMS}")
+    u = re.fullmatch(r"([kKmMgGtT]i?|)(B/s|Bps|b/s|bps|bit/s|bit|Bit/s|Bit)", unit)
+    if not u:
+        low = unit.lower()  # 10Gbit, 10GBIT: "bit" in any case means bits
+        u = re.fullmatch(r"([kmgt]i?|)(bit/s|bit|bps)", low)
+        if not u or unit.endswith("Bps"):
+            raise UnitError(f"not a bandwidth: {text!r} (use {BANDWIDTH_FORMS})")
+    prefix, kind = u.group(1).lower(), u.group(2)
+    bits = kind.lower().startswith("bit") or kind in ("b/s", "bps")
+    value = float(number) * _PREFIX[prefix] / (8 if bits else 1)
+    if not (0 < value <= MAX_BANDWIDTH):
+        raise UnitError(
+            f"bandwidth must be positive and at most {MAX_BANDWIDTH / 1e12:g} TB/s: {text!r}"
+        )
+    return value
+
+
+def format_bandwidth(bytes_per_s: float) -> str:
+    """Format bytes/s as GB/s (10^9 B/s) and Gbit/s, e.g. ``12.500 GB/s (100 Gbit/s)``."""
+    return f"{bytes_per_s / 1e9:.3f} GB/s ({bytes_per_s * 8 / 1e9:g} Gbit/s)"
+
+
+def parse_ratio(text: str | int | float) -> float:
+    """Parse an oversubscription ratio: ``2:1``, ``3:2``, ``2`` or a number; positive, finite."""
+    if isinstance(text, bool):
+        raise UnitError(f"not a ratio: {text!r} (use 2:1 or 2)")
     if isinstance(text, int | float):
-        if text <= 0:
-            raise UnitError(f"bandwidth must be positive: {text}")
-        return float(text)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)[bB]/s\s*", text)
-    if m:
-        prefix, letter = m.group(2).lower(), text.strip()[-3]
-        if prefix not in _PREFIX:
-            raise UnitError(
-                f"not a bandwidth: {text!r} (bytes: 50GiB/s = 50*2^30 B/s, 50GB/s = 50e9 B/s; "
-                "bits: 100Gb/s, 400gbit)"
-            )
-        value = float(m.group(1)) * _PREFIX[prefix] / (8 if letter == "b" else 1)
-        if value <= 0:
-            raise UnitError(f"bandwidth must be positive: {text!r}")
-        return value
-    return parse_rate(text)
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?::\s*([0-9]*\.?[0-9]+)\s*)?", text)
+        if not m:
+            raise UnitError(f"not a ratio: {text!r} (use 2:1 or 2)")
+        den = float(m.group(2)) if m.group(2) else 1.0
+        if den == 0:
+            raise UnitError(f"not a ratio: {text!r} (the second number is 0)")
+        value = float(m.group(1)) / den
+    if not (math.isfinite(value) and 0 < value <= 1e6):
+        raise UnitError(f"ratio must be positive and finite: {text!r}")
+    return value
 
 
 def parse_duration(text: str | int | float) -> float:
@@ -112,15 +124,25 @@ def parse_duration(text: str | int | float) -> float:
         if not m or m.group(2).lower() not in _TIME_UNITS:
             raise UnitError(f"not a duration: {text!r} (use e.g. 500ns, 2us, 1.5ms, 3s)")
         value = float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
-    if value < 0:
-        raise UnitError(f"duration must not be negative: {text!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise UnitError(f"duration must be finite and not negative: {text!r}")
     return value
 
 
-def parse_size_sweep(text: str) -> list[int]:
-    """Parse ``MIN:MAX:xF`` (geometric, factor F) or ``MIN:MAX:+STEP`` or ``A,B,C`` into sizes."""
+MAX_SWEEP_POINTS = 10_000
+
+
+def parse_size_sweep(text: str, max_points: int = MAX_SWEEP_POINTS) -> list[int]:
+    """Parse ``MIN:MAX:xF`` (geometric, factor F) or ``MIN:MAX:+STEP`` or ``A,B,C`` into sizes.
+
+    The number of points is computed before the list is built; more than ``max_points`` is an
+    error, so a sweep like ``1:1TiB:+1`` is refused at once.
+    """
     if "," in text:
-        return [parse_size(part) for part in text.split(",") if part.strip()]
+        parts = [part for part in text.split(",") if part.strip()]
+        if len(parts) > max_points:
+            raise UnitError(f"size list has {len(parts)} sizes; at most {max_points}")
+        return [parse_size(part) for part in parts]
     parts = text.split(":")
     if len(parts) == 1:
         return [parse_size(parts[0])]
@@ -129,28 +151,31 @@ def parse_size_sweep(text: str) -> list[int]:
     lo, hi, step = parse_size(parts[0]), parse_size(parts[1]), parts[2].strip()
     if lo <= 0 or hi < lo:
         raise UnitError(f"size sweep needs 0 < MIN <= MAX: {text!r}")
-    sizes: list[int] = []
     if step.startswith("x"):
         try:
             factor = float(step[1:])
         except ValueError as exc:
             raise UnitError(f"bad sweep factor in {text!r}") from exc
-        if factor <= 1:
-            raise UnitError(f"sweep factor must be > 1: {text!r}")
+        if not (math.isfinite(factor) and factor > 1):
+            raise UnitError(f"sweep factor must be a finite number > 1: {text!r}")
+        points = math.floor(math.log(hi * (1 + 1e-9) / lo) / math.log(factor)) + 1
+        if points > max_points:
+            raise UnitError(f"size sweep {text!r} has {points} points; at most {max_points}")
+        sizes: list[int] = []
         s = float(lo)
         while s <= hi * (1 + 1e-9):
             sizes.append(round(s))
             s *= factor
-    elif step.startswith("+"):
+        return sizes
+    if step.startswith("+"):
         inc = parse_size(step[1:])
         if inc <= 0:
             raise UnitError(f"sweep step must be > 0: {text!r}")
-        sizes = list(range(lo, hi + 1, inc))
-    else:
-        raise UnitError(f"sweep step must start with x or +: {text!r}")
-    if len(sizes) > 10_000:
-        raise UnitError(f"size sweep has {len(sizes)} points; at most 10000")
-    return sizes
+        points = (hi - lo) // inc + 1
+        if points > max_points:
+            raise UnitError(f"size sweep {text!r} has {points} points; at most {max_points}")
+        return list(range(lo, hi + 1, inc))
+    raise UnitError(f"sweep step must start with x or +: {text!r}")
 
 
 def format_bytes(n: float) -> str:
@@ -162,7 +187,9 @@ def format_bytes(n: float) -> str:
 
 
 def format_seconds(t: float) -> str:
-    """Format a duration with a fitting unit (ns, us, ms, s)."""
+    """Format a duration with a fitting unit (ns, us, ms, s); never a negative zero."""
+    if abs(t) < 0.5e-9:
+        t = 0.0
     a = abs(t)
     if a >= 1:
         return f"{t:.3f} s"

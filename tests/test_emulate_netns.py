@@ -52,7 +52,7 @@ def star(tmp_path_factory):
     path = d / "pe-star2.toml"
     path.write_text(
         f'[testbed]\nname = "pe-star2"\nkind = "netns"\nnetns_prefix = "{PREFIX}"\n'
-        f'[topology]\nshape = "star"\nhosts = 2\nrate = {RATE_BITS}\n'
+        f'[topology]\nshape = "star"\nhosts = 2\nrate = "{RATE_BITS}bit"\n'
     )
     tb = load_testbed(path)
     try:

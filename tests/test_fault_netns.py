@@ -51,7 +51,7 @@ def star(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     f = tmp_path / "star.toml"
     f.write_text(
         f'[testbed]\nname = "ptf-star3"\nkind = "netns"\nnetns_prefix = "{PREFIX}"\n'
-        f'[topology]\nshape = "star"\nhosts = 3\nrate = {RATE_BITS}\n'
+        f'[topology]\nshape = "star"\nhosts = 3\nrate = "{RATE_BITS}bit"\n'
     )
     tb = load_testbed(f)
     netns.up(tb)

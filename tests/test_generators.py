@@ -77,8 +77,10 @@ def test_dp_all_reduce_buckets_overlap_backward() -> None:
     wl = data_parallel(2, layers=6, hidden=1024, bucket_bytes=50 * 2**20)
     r = wl.ranks[0]
     ars = [n for n in r.nodes if n.type == NodeType.COMM_COLL_NODE]
-    assert len(ars) == 3  # 24 MiB of gradients per layer, two layers per 50 MiB bucket
-    assert all(n.comm_size == 2 * 12 * 1024 * 1024 * 2 for n in ars)
+    # 24 MiB of gradients per layer in tensors of 8, 8, 2, 6 MiB (fc2, fc1, proj, qkv); DDP
+    # closes a bucket once it holds 50 MiB or more: 56, 56, 32 (the rest)
+    assert [n.comm_size >> 20 for n in ars] == [56, 56, 32]
+    assert sum(n.comm_size for n in ars) == 6 * 12 * 1024 * 1024 * 2
     first = ars[0].id
     later_bwd = [n for n in r.nodes if n.name.startswith("bwd") and n.id > first]
     assert later_bwd and all(first not in _ancestors(r, n.id) for n in later_bwd)
@@ -89,6 +91,16 @@ def test_dp_all_reduce_buckets_overlap_backward() -> None:
     flops = 2 * 8 * 1024 * 12 * 1024 * 1024
     assert fwd.num_ops == flops
     assert fwd.duration_s == pytest.approx(flops / (989e12 * 0.5), abs=1e-6)
+
+
+@pytest.mark.parametrize("cap_mib", [1, 25, 100, 1024])
+def test_dp_bucket_cap_is_honoured(cap_mib: int) -> None:
+    wl = data_parallel(2, layers=12, hidden=2048, bucket_bytes=cap_mib << 20)
+    sizes = [n.comm_size for n in wl.ranks[0].nodes if n.type == NodeType.COMM_COLL_NODE]
+    assert sum(sizes) == 12 * 12 * 2048 * 2048 * 2  # every gradient once, none split
+    biggest_tensor = 4 * 2048 * 2048 * 2
+    assert all(s >= cap_mib << 20 for s in sizes[:-1])  # closed once the cap is reached
+    assert all(s < (cap_mib << 20) + biggest_tensor for s in sizes)
 
 
 def test_llm_layout_groups_and_pipeline() -> None:

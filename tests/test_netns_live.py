@@ -75,7 +75,7 @@ def built(tmp_path: Path) -> Iterator[Callable[[Testbed], Testbed]]:
 
 
 def _star3(tmp_path: Path) -> Testbed:
-    body = f'[topology]\nshape = "star"\nhosts = 3\nrate = {RATE_BITS}\n'
+    body = f'[topology]\nshape = "star"\nhosts = 3\nrate = "{RATE_BITS}bit"\n'
     return load_testbed(_write(tmp_path, "pt-star3", body))
 
 

@@ -99,7 +99,7 @@ def test_rank_hosts_follows_ranks_per_host() -> None:
         '[[hosts]]\nname = "a"\ncontrol = "127.0.0.1:1"\nranks = 2\n'
         '[[hosts]]\nname = "b"\ncontrol = "127.0.0.1:2"\nranks = 3\n'
         '[[switches]]\nname = "s"\n'
-        '[[links]]\na = "a"\nb = "s"\nrate = 1e9\n[[links]]\na = "b"\nb = "s"\nrate = "1gbit"\n'
+        '[[links]]\na = "a"\nb = "s"\nrate = "1gbit"\n[[links]]\na = "b"\nb = "s"\nrate = "1gbit"\n'
     )
     assert tb.n_ranks == 5
     assert tb.rank_hosts() == [0, 0, 1, 1, 1]
@@ -145,7 +145,7 @@ def test_star_of_any_size_round_trips(n: int, bits: int, mtu: int, ranks: int, k
     )
     text = (
         f'[testbed]\nname = "s"\nkind = "{kind}"\n[topology]\nshape = "star"\nhosts = {n}\n'
-        f"rate = {bits}\nmtu = {mtu}\nranks_per_host = {ranks}\n{hosts}"
+        f'rate = "{bits}bit"\nmtu = {mtu}\nranks_per_host = {ranks}\n{hosts}'
     )
     tb = loads_testbed(text)
     assert tb.n_ranks == n * ranks and len(tb.links) == n
@@ -167,15 +167,20 @@ BASE = '[testbed]\nname = "x"\nkind = "netns"\n'
             "rate",
         ),
         (BASE + '[topology]\nshape = "cube"\n', 5, "topology.shape", "one of"),
-        (BASE + '[topology]\nshape = "star"\nhosts = 0\nrate = 1e9\n', 6, "topology.hosts", ">= 1"),
         (
-            BASE + '[topology]\nshape = "star"\nrate = 1e9\nhosts = 2\nmtu = 9\n',
+            BASE + '[topology]\nshape = "star"\nhosts = 0\nrate = "1gbit"\n',
+            6,
+            "topology.hosts",
+            ">= 1",
+        ),
+        (
+            BASE + '[topology]\nshape = "star"\nrate = "1gbit"\nhosts = 2\nmtu = 9\n',
             8,
             "topology.mtu",
             ">= 68",
         ),
         (
-            BASE + '[topology]\nshape = "star"\nhosts = 2\nrate = 1e9\nleaves = 2\n',
+            BASE + '[topology]\nshape = "star"\nhosts = 2\nrate = "1gbit"\nleaves = 2\n',
             8,
             "topology.leaves",
             "does not apply",
@@ -219,7 +224,7 @@ BASE = '[testbed]\nname = "x"\nkind = "netns"\n'
             "must be int",
         ),
         (
-            BASE + '[topology]\nshape = "star"\nhosts = 2\nrate = 1e9\nqueue_limit = "1KiB"\n',
+            BASE + '[topology]\nshape = "star"\nhosts = 2\nrate = "1gbit"\nqueue_limit = "1KiB"\n',
             8,
             "topology.queue_limit",
             "below the MTU",
@@ -245,7 +250,9 @@ def test_errors_name_file_line_and_key(text: str, line: int, key: str, what: str
 
 def test_load_error_names_the_path(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
-    p.write_text('[testbed]\nname = "x"\nkind = "netns"\n[topology]\nshape = "star"\nrate = 1\n')
+    p.write_text(
+        '[testbed]\nname = "x"\nkind = "netns"\n[topology]\nshape = "star"\nrate = "1gbit"\n'
+    )
     with pytest.raises(TestbedError, match=rf"^{p}:4: topology.hosts: is required"):
         load_testbed(p)
     with pytest.raises(TestbedError, match="cannot read"):
@@ -313,3 +320,22 @@ def test_deploy_table_is_left_to_the_deploy_loader() -> None:
     assert [h.name for h in tb.hosts] == [h.name for h in loopback_testbed(2).hosts]
     with pytest.raises(TestbedError, match=r"t\.toml:.*deplyo"):
         loads_testbed(text.replace("[deploy]", "[deplyo]"), "t.toml")
+
+
+@pytest.mark.parametrize("rate", ['"500"', "500", "1e9"])
+def test_a_rate_without_a_unit_is_refused_naming_line_key_and_forms(rate: str) -> None:
+    text = '[testbed]\nname = "x"\nkind = "netns"\n[topology]\nshape = "star"\nhosts = 2\n'
+    text += f"rate = {rate}\n"
+    with pytest.raises(TestbedError, match=r"^t.toml:7: topology.rate: .*needs a unit.*100gbit"):
+        loads_testbed(text, "t.toml")
+
+
+@pytest.mark.parametrize("over", ['"2:1"', "2", '"2"', "2.0"])
+def test_oversubscription_as_a_ratio_or_a_number_in_files(over: str) -> None:
+    text = (
+        '[testbed]\nname = "x"\nkind = "netns"\n[topology]\nshape = "leafspine"\nleaves = 2\n'
+        f'spines = 1\nhosts_per_leaf = 2\nrate = "1gbit"\noversubscription = {over}\n'
+    )
+    tb = loads_testbed(text, "t.toml")
+    up = [lk for lk in tb.links if lk.a.startswith("leaf") or lk.b.startswith("leaf")]
+    assert min(lk.rate for lk in up) == pytest.approx(1e9 / 8)  # 2 hosts x 1gbit / 2 / 1 spine

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from genie.commands import _args as A
 from genie.errors import DeployError
 
 
@@ -70,6 +71,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("action", choices=("status", "stop", "restart", "logs"))
     p.add_argument("host", metavar="HOST", help="testbed host name, H0,H1, or 'all'")
     p.add_argument("--testbed", required=True, metavar="FILE", help="testbed TOML file")
-    p.add_argument("-n", "--lines", type=int, default=50, help="log lines to show (logs)")
+    p.add_argument(
+        "-n", "--lines", type=A.integer(1, 100000), default=50, help="log lines to show (logs)"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_run)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import msgspec
 
+from genie.commands import _args as A
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE
-from genie.units import parse_rate, parse_size, parse_size_sweep
 
 
 @dataclass
@@ -208,27 +208,25 @@ def rows_json(rows) -> list[dict]:
 def _run(args: argparse.Namespace) -> int:
     from genie.controller.session import Timeouts
 
-    if args.iters < 1 or args.warmup < 0:
-        raise UsageError("--iters must be >= 1 and --warmup >= 0")
     cfg = BenchConfig(
         testbed_path=args.testbed,
         collective=args.collective,
         algorithm=args.algo,
-        sizes=parse_size_sweep(args.sizes),
+        sizes=args.sizes,
         iters=args.iters,
         warmup=args.warmup,
         ranks=args.ranks,
         placement=args.placement,
         chunks=args.chunks,
         streams=args.streams,
-        sndbuf=parse_size(args.sndbuf),
-        rcvbuf=parse_size(args.rcvbuf),
+        sndbuf=args.sndbuf,
+        rcvbuf=args.rcvbuf,
         verify=not args.no_verify,
         transport=args.transport,
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=sys.stderr.isatty(),
-        timeouts=Timeouts(slow_rate=parse_rate(args.slow_rate), margin=args.timeout_margin),
+        timeouts=Timeouts(slow_rate=args.slow_rate, margin=args.timeout_margin),
     )
     if not Path(cfg.testbed_path).is_file():
         raise UsageError(f"testbed file not found: {cfg.testbed_path}")
@@ -266,15 +264,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--testbed", required=True, metavar="FILE", help="testbed TOML file")
     p.add_argument("--collective", default="all_reduce", help="collective (default all_reduce)")
     p.add_argument("--algo", default=None, help="algorithm (default: the collective's default)")
-    p.add_argument("--sizes", default="1KiB:16MiB:x4", help="MIN:MAX:xF, MIN:MAX:+S or A,B,C")
-    p.add_argument("--iters", type=int, default=20, help="measured iterations per size")
-    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations per size")
-    p.add_argument("--ranks", type=int, default=None, help="ranks (default: the testbed's)")
+    p.add_argument(
+        "--sizes",
+        type=A.sweep,
+        default="1KiB:16MiB:x4",
+        help="MIN:MAX:xF, MIN:MAX:+S or A,B,C (bytes; at most 10000 sizes)",
+    )
+    p.add_argument(
+        "--iters", type=A.integer(1, 10**6), default=20, help="measured iterations per size"
+    )
+    p.add_argument(
+        "--warmup", type=A.integer(0, 10**5), default=5, help="warm-up iterations per size"
+    )
+    p.add_argument(
+        "--ranks", type=A.integer(1, 1 << 16), default=None, help="ranks (default: the testbed's)"
+    )
     p.add_argument("--placement", default="testbed", choices=["testbed", "round-robin"])
-    p.add_argument("--chunks", type=int, default=1, help="pipeline chunks per collective")
-    p.add_argument("--streams", type=int, default=1, help="TCP connections per rank pair")
-    p.add_argument("--sndbuf", default="0", help="SO_SNDBUF (0 = kernel autotuning)")
-    p.add_argument("--rcvbuf", default="0", help="SO_RCVBUF (0 = kernel autotuning)")
+    p.add_argument(
+        "--chunks", type=A.integer(1, 1024), default=1, help="pipeline chunks per collective"
+    )
+    p.add_argument(
+        "--streams", type=A.integer(1, 64), default=1, help="TCP connections per rank pair"
+    )
+    p.add_argument(
+        "--sndbuf", type=A.size(0, 1 << 30), default="0", help="SO_SNDBUF (0 = kernel autotuning)"
+    )
+    p.add_argument(
+        "--rcvbuf", type=A.size(0, 1 << 30), default="0", help="SO_RCVBUF (0 = kernel autotuning)"
+    )
     p.add_argument("--no-verify", action="store_true", help="skip per-message CRC checks")
     p.add_argument(
         "--transport",
@@ -283,9 +300,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="data plane (default: the testbed file's transport, tcp if unset)",
     )
     p.add_argument(
-        "--slow-rate", default="160mbit", help="slowest rate assumed when bounding waits"
+        "--slow-rate",
+        type=A.bandwidth,
+        default="160mbit",
+        help="slowest rate assumed when bounding waits",
     )
-    p.add_argument("--timeout-margin", type=float, default=4.0, help="margin on that bound")
+    p.add_argument(
+        "--timeout-margin", type=A.real(0, 1000), default=4.0, help="margin on that bound"
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")

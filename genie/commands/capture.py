@@ -12,6 +12,7 @@ import json
 import sys
 from collections import Counter
 
+from genie.commands import _args as A
 from genie.errors import UsageError
 from genie.units import format_bytes, format_seconds
 
@@ -24,12 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     csub = p.add_subparsers(dest="capture_what", metavar="FRONTEND")
     j = csub.add_parser("jax", help="lower a JAX function for N CPU devices", description=__doc__)
     j.add_argument("target", help="MODULE:FUNCTION (MODULE dotted or a .py path)")
-    j.add_argument("--devices", type=int, required=True, help="number of devices (ranks)")
+    j.add_argument(
+        "--devices", type=A.integer(1, 65536), required=True, help="number of devices (ranks)"
+    )
     j.add_argument("--mesh", help="mesh axes NAME=SIZE,... multiplying to --devices (default dp=N)")
     j.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
     _cost_args(j)
     j.add_argument("--hlo", help="also write the optimized HLO text here")
-    j.add_argument("--timeout", type=float, default=600.0, help="seconds allowed for jax")
+    j.add_argument(
+        "--timeout", type=A.real(0, 86400), default=600.0, help="seconds allowed for jax"
+    )
     j.add_argument("--json", action="store_true", help="print the summary as JSON")
     j.set_defaults(func=run_jax)
     h = csub.add_parser(
@@ -47,22 +52,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cost_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--peak-flops", type=float, default=989e12, help="peak FLOP/s (H100 bf16)")
-    p.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak reached")
     p.add_argument(
-        "--memory-bandwidth", default="3.35TB/s", help="for memory-bound ops (H100 HBM3)"
+        "--peak-flops", type=A.real(0, 1e20), default=989e12, help="peak FLOP/s (H100 bf16)"
+    )
+    p.add_argument("--efficiency", type=A.real(0, 1), default=0.5, help="fraction of peak reached")
+    p.add_argument(
+        "--memory-bandwidth",
+        type=A.bandwidth,
+        default="3.35TB/s",
+        help="for memory-bound ops (H100 HBM3)",
     )
 
 
 def _cost(args: argparse.Namespace):
     from genie.capture.convert import CaptureCost
-    from genie.units import parse_bandwidth
 
     if not (0 < args.efficiency <= 1):
         raise UsageError(f"--efficiency must be in (0, 1], got {args.efficiency}")
     if args.peak_flops <= 0:
         raise UsageError("--peak-flops must be > 0")
-    return CaptureCost(args.peak_flops, args.efficiency, parse_bandwidth(args.memory_bandwidth))
+    return CaptureCost(args.peak_flops, args.efficiency, args.memory_bandwidth)
 
 
 def run_hlo(args: argparse.Namespace) -> int:

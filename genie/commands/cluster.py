@@ -7,6 +7,8 @@ import signal
 import threading
 from pathlib import Path
 
+from genie.commands import _args as A
+
 DEFAULT_DIR = "genie-cluster"
 
 
@@ -57,12 +59,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Start N genie agents on loopback (distinct ports), write DIR/testbed.toml "
         "pointing at them; stop them with --stop (by recorded pid).",
     )
-    loc.add_argument("--agents", type=int, default=4, help="number of agents (default 4)")
+    loc.add_argument(
+        "--agents", type=A.integer(1, 256), default=4, help="number of agents (default 4)"
+    )
     loc.add_argument(
         "--dir", default=DEFAULT_DIR, help=f"state directory (default ./{DEFAULT_DIR})"
     )
-    loc.add_argument("--ranks-per-host", type=int, default=1, help="ranks per agent")
-    loc.add_argument("--base-port", type=int, default=None, help="first control port")
+    loc.add_argument("--ranks-per-host", type=A.integer(1, 4096), default=1, help="ranks per agent")
+    loc.add_argument(
+        "--base-port", type=A.integer(1024, 65535), default=None, help="first control port"
+    )
     loc.add_argument("--foreground", action="store_true", help="stay up; Ctrl-C stops agents")
     loc.add_argument("--stop", action="store_true", help="stop the agents recorded in --dir")
     loc.set_defaults(func=_run)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from genie.commands import _args as A
 from genie.errors import UsageError
-from genie.units import format_bytes, format_seconds, parse_duration, parse_rate, parse_size
+from genie.units import format_bytes, format_seconds, parse_size
 
 _SHOW_RANKS = 9  # ranks summarised in full before the listing is cut
 
@@ -19,9 +20,9 @@ def _console():
 def _topology(args: argparse.Namespace, n_hosts: int):
     from genie.collectives import topology as T
 
-    bw, lat = parse_rate(args.bandwidth), parse_duration(args.latency)
-    intra = parse_rate(args.intra_bandwidth) if args.intra_bandwidth else None
-    intra_lat = parse_duration(args.intra_latency)
+    bw, lat = args.bandwidth, args.latency
+    intra = args.intra_bandwidth
+    intra_lat = args.intra_latency
     kw = {"intra_bandwidth": intra, "intra_latency": intra_lat}
     if args.topology == "leaf_spine":
         hpl = args.hosts_per_leaf
@@ -100,8 +101,8 @@ def _show(args: argparse.Namespace) -> int:
         f"buffer {buf} B per rank, {spec.chunks} chunk(s)"
     )
     con.print(
-        f"{topo.describe()}; link {parse_rate(args.bandwidth) / 1e9:g} GB/s (10^9 B/s), "
-        f"latency {format_seconds(parse_duration(args.latency))}"
+        f"{topo.describe()}; link {args.bandwidth / 1e9:g} GB/s (10^9 B/s), "
+        f"latency {format_seconds(args.latency)}"
     )
     shown = list(range(n)) if n <= _SHOW_RANKS else [*range(_SHOW_RANKS - 1), n - 1]
     if args.rank is not None:
@@ -164,30 +165,50 @@ def register(subparsers) -> None:
     show = sub.add_parser("show", help="steps per rank, bytes per link, modeled time, algbw/busbw")
     show.add_argument("--type", required=True, help="all_reduce, reduce_scatter, all_gather, ...")
     show.add_argument("--algo", default=None, help="ring, direct, halvingDoubling, ...")
-    show.add_argument("--ranks", type=int, required=True, help="group size")
+    show.add_argument("--ranks", type=A.integer(1, 8192), required=True, help="group size")
     show.add_argument("--size", required=True, help="bytes, e.g. 64MiB (see --size-convention)")
-    show.add_argument("--chunks", type=int, default=1, help="pipelined chunks (default 1)")
-    show.add_argument("--root", type=int, default=0, help="root of broadcast/reduce")
-    show.add_argument("--window", type=int, default=None, help="direct: sends in flight")
-    show.add_argument("--ranks-per-host", type=int, default=1, help="for hierarchical")
+    show.add_argument(
+        "--chunks", type=A.integer(1, 1024), default=1, help="pipelined chunks (default 1)"
+    )
+    show.add_argument(
+        "--root", type=A.integer(0, 65535), default=0, help="root of broadcast/reduce"
+    )
+    show.add_argument(
+        "--window", type=A.integer(1, 65536), default=None, help="direct: sends in flight"
+    )
+    show.add_argument(
+        "--ranks-per-host", type=A.integer(1, 4096), default=1, help="for hierarchical"
+    )
     show.add_argument(
         "--size-convention", choices=("astra-sim", "nccl"), default="astra-sim",
         help="astra-sim: all-gather size is the per-rank shard; nccl: always the whole buffer",
     )  # fmt: skip
     show.add_argument("--steps", action="store_true", help="list every step of the shown ranks")
-    show.add_argument("--rank", type=int, default=None, help="show only this rank")
-    show.add_argument("--bandwidth", default="100gbit", help="per link (default 100gbit)")
-    show.add_argument("--latency", default="1us", help="per link (default 1us)")
+    show.add_argument("--rank", type=A.integer(0, 131072), default=None, help="show only this rank")
+    show.add_argument(
+        "--bandwidth", type=A.bandwidth, default="100gbit", help="per link (default 100gbit)"
+    )
+    show.add_argument("--latency", type=A.duration, default="1us", help="per link (default 1us)")
     show.add_argument(
         "--topology", choices=("switch", "ring", "fully_connected", "leaf_spine"),
         default="switch",
     )  # fmt: skip
-    show.add_argument("--intra-bandwidth", default=None, help="same-host rate (default: link)")
-    show.add_argument("--intra-latency", default="0", help="same-host latency (default 0)")
-    show.add_argument("--spines", type=int, default=2, help="leaf_spine: spine switches")
-    show.add_argument("--hosts-per-leaf", type=int, default=4, help="leaf_spine: hosts per leaf")
-    show.add_argument("--oversubscription", type=float, default=1.0, help="leaf_spine uplinks")
-    show.add_argument("--links", type=int, default=12, help="busiest links to list (default 12)")
+    show.add_argument(
+        "--intra-bandwidth", type=A.bandwidth, default=None, help="same-host rate (default: link)"
+    )
+    show.add_argument(
+        "--intra-latency", type=A.duration, default="0", help="same-host latency (default 0)"
+    )
+    show.add_argument(
+        "--spines", type=A.integer(1, 1024), default=2, help="leaf_spine: spine switches"
+    )
+    show.add_argument(
+        "--hosts-per-leaf", type=A.integer(1, 4096), default=4, help="leaf_spine: hosts per leaf"
+    )
+    show.add_argument("--oversubscription", type=A.ratio, default=1.0, help="leaf_spine uplinks")
+    show.add_argument(
+        "--links", type=A.integer(0, 100000), default=12, help="busiest links to list (default 12)"
+    )
     show.set_defaults(func=_show)
     lst = sub.add_parser("list", help="collectives and their algorithms")
     lst.set_defaults(func=_list)

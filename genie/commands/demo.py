@@ -10,8 +10,8 @@ import sys
 import tempfile
 import time
 
+from genie.commands import _args as A
 from genie.store import DEFAULT_STORE
-from genie.units import parse_size_sweep
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace) -> int:
                 testbed_path=str(cluster.testbed_path),
                 collective=args.collective,
                 algorithm=args.algo,
-                sizes=parse_size_sweep(args.sizes),
+                sizes=args.sizes,
                 iters=args.iters,
                 warmup=args.warmup,
                 store=None if args.no_store else args.store,
@@ -65,12 +65,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Start agents on loopback, sweep a collective over a few sizes, print "
         "nccl-tests columns beside the cost model, stop the agents.",
     )
-    p.add_argument("--agents", type=int, default=4, help="local agents (default 4)")
+    p.add_argument("--agents", type=A.integer(1, 256), default=4, help="local agents (default 4)")
     p.add_argument("--collective", default="all_reduce")
     p.add_argument("--algo", default="ring")
-    p.add_argument("--sizes", default="1KiB:16MiB:x4")
-    p.add_argument("--iters", type=int, default=10)
-    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--sizes", type=A.sweep, default="1KiB:16MiB:x4")
+    p.add_argument("--iters", type=A.integer(1, 1000000), default=10)
+    p.add_argument("--warmup", type=A.integer(0, 100000), default=3)
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")
     p.set_defaults(func=_run)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from genie.collectives.registry import parse_algorithms
+from genie.commands import _args as A
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import GenieError, UsageError
 from genie.sim.adapter import compile_workload, load_workload
@@ -48,16 +49,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
     p.add_argument("--testbed", required=True, help="testbed TOML with running agents")
     p.add_argument(
-        "--iterations", type=int, default=5, help="measured runs (of each collective / the trace)"
+        "--iterations",
+        type=A.integer(1, 1000000),
+        default=5,
+        help="measured runs (of each collective / the trace)",
     )
-    p.add_argument("--warmup", type=int, default=2, help="warm-up runs")
+    p.add_argument("--warmup", type=A.integer(0, 100000), default=2, help="warm-up runs")
     p.add_argument("--placement", choices=("testbed", "round-robin"), default="testbed")
     p.add_argument("--algorithm", help="as for genie simulate")
-    p.add_argument("--chunks", type=int, default=1)
-    p.add_argument("--max-collectives", type=int, default=64, help="refuse more distinct ones")
+    p.add_argument("--chunks", type=A.integer(1, 1024), default=1)
+    p.add_argument(
+        "--max-collectives",
+        type=A.integer(0, 1000000),
+        default=64,
+        help="refuse more distinct ones",
+    )
     p.add_argument(
         "--max-instances",
-        type=int,
+        type=A.integer(0, 1000000),
         default=256,
         help="overlapped: refuse more communication instances (each has buffers of its own)",
     )

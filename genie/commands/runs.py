@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from genie.commands import _args as A
 from genie.errors import StoreError
 from genie.store import DEFAULT_STORE, RunStore
 
@@ -132,7 +133,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     ls = rs.add_parser("list", help="runs, newest first")
     common(ls)
-    ls.add_argument("--limit", type=int, default=None, help="at most this many")
+    ls.add_argument(
+        "--limit", type=A.integer(1, 1000000000), default=None, help="at most this many"
+    )
     ls.add_argument("--json", action="store_true", help="print JSON")
     ls.set_defaults(func=_list)
 

@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from genie.collectives.registry import parse_algorithms
+from genie.commands import _args as A
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
@@ -23,7 +24,6 @@ from genie.sim.measured import MeasuredBackend, MeasuredTable
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import SimReport, chrome_trace
 from genie.sim.traffic import TOPOLOGIES, NetModel
-from genie.units import parse_bandwidth, parse_duration
 
 EXTRA_TOPOLOGIES = ("ring", "leaf_spine")
 
@@ -44,21 +44,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--bandwidth",
+        type=A.bandwidth,
         default="50GiB/s",
         help="link bandwidth: 50GiB/s (2^30 B/s, ASTRA-sim's 'GB/s'), 50GB/s (10^9 B/s), "
         "100Gb/s or 400gbit (bits)",
     )
     p.add_argument(
         "--latency",
+        type=A.duration,
         default="500ns",
         help="latency per link (ASTRA-sim: hops x latency; a switch route has 2 hops)",
     )
-    p.add_argument("--ranks-per-host", type=int, default=1, help="ranks placed on each host")
-    p.add_argument("--intra-bandwidth", help="bandwidth between ranks of one host")
-    p.add_argument("--intra-latency", default="0", help="latency between ranks of one host")
-    p.add_argument("--leaves", type=int, default=2, help="leaf_spine: leaf switches")
-    p.add_argument("--spines", type=int, default=1, help="leaf_spine: spine switches")
-    p.add_argument("--oversubscription", type=float, default=1.0, help="leaf_spine uplinks")
+    p.add_argument(
+        "--ranks-per-host", type=A.integer(1, 4096), default=1, help="ranks placed on each host"
+    )
+    p.add_argument(
+        "--intra-bandwidth", type=A.bandwidth, help="bandwidth between ranks of one host"
+    )
+    p.add_argument(
+        "--intra-latency", type=A.duration, default="0", help="latency between ranks of one host"
+    )
+    p.add_argument("--leaves", type=A.integer(1, 1024), default=2, help="leaf_spine: leaf switches")
+    p.add_argument(
+        "--spines", type=A.integer(1, 1024), default=1, help="leaf_spine: spine switches"
+    )
+    p.add_argument("--oversubscription", type=A.ratio, default=1.0, help="leaf_spine uplinks")
     p.add_argument(
         "--network",
         default="analytical",
@@ -77,11 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="algorithm for every collective offering it (ring, halvingDoubling, ...) or per "
         "collective: all_reduce=ring,all_to_all=direct",
     )
-    p.add_argument("--chunks", type=int, default=1, help="chunks per collective (pipelining)")
+    p.add_argument(
+        "--chunks", type=A.integer(1, 1024), default=1, help="chunks per collective (pipelining)"
+    )
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
-    p.add_argument("--peak-flops", type=float, help="roofline: peak FLOP/s (e.g. 989e12)")
-    p.add_argument("--efficiency", type=float, default=1.0, help="roofline: fraction of peak")
-    p.add_argument("--memory-bandwidth", help="roofline: memory bandwidth, e.g. 3.35TB/s")
+    p.add_argument("--peak-flops", type=A.real(0, 1e20), help="roofline: peak FLOP/s (e.g. 989e12)")
+    p.add_argument(
+        "--efficiency", type=A.real(0, 1), default=1.0, help="roofline: fraction of peak"
+    )
+    p.add_argument(
+        "--memory-bandwidth", type=A.bandwidth, help="roofline: memory bandwidth, e.g. 3.35TB/s"
+    )
     p.add_argument(
         "--no-symmetry",
         action="store_true",
@@ -95,17 +111,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--trace", help="write a Chrome-trace/Perfetto JSON timeline here")
     p.add_argument(
-        "--trace-ranks", type=int, default=256, help="ranks written to the trace (first N)"
+        "--trace-ranks",
+        type=A.integer(1, 131072),
+        default=256,
+        help="ranks written to the trace (first N)",
     )
-    p.add_argument("--rows", type=int, default=20, help="collective rows shown per backend")
+    p.add_argument(
+        "--rows", type=A.integer(0, 1000000), default=20, help="collective rows shown per backend"
+    )
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
     p.set_defaults(func=run)
 
 
 def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
     """The analytical pricer and what the closed form needs (or {} if not comparable)."""
-    intra_bw = parse_bandwidth(args.intra_bandwidth) if args.intra_bandwidth else None
-    intra_lat = parse_duration(args.intra_latency)
+    intra_bw = args.intra_bandwidth
+    intra_lat = args.intra_latency
     k = args.ranks_per_host
     if k < 1:
         raise UsageError("--ranks-per-host must be at least 1")
@@ -132,7 +153,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         placement = placement[:n_ranks]
     else:
         kind = args.topology or "switch"
-        bw, lat = parse_bandwidth(args.bandwidth), parse_duration(args.latency)
+        bw, lat = args.bandwidth, args.latency
         n_hosts = math.ceil(n_ranks / k)
         placement = [r // k for r in range(n_ranks)]
         if args.pricer == "builtin" and kind in TOPOLOGIES:
@@ -218,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         mode=args.compute,
         peak_flops=args.peak_flops,
         efficiency=args.efficiency,
-        memory_bandwidth=parse_bandwidth(args.memory_bandwidth) if args.memory_bandwidth else None,
+        memory_bandwidth=args.memory_bandwidth,
     )
     if args.compute == "roofline" and not (args.peak_flops or args.memory_bandwidth):
         raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")

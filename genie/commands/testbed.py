@@ -6,6 +6,7 @@ import argparse
 import os
 import shlex
 
+from genie.commands import _args as A
 from genie.commands import _softroce as softroce
 from genie.errors import TestbedError
 from genie.units import format_bytes
@@ -227,7 +228,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("file")
     s.add_argument("--agents", action="store_true", help="start a genie agent in each host")
     s.add_argument(
-        "--agent-timeout", type=float, default=15.0, metavar="S", help="wait for agents (s)"
+        "--agent-timeout",
+        type=A.real(0, 3600),
+        default=15.0,
+        metavar="S",
+        help="wait for agents (s)",
     )
     s.set_defaults(func=_up)
 
@@ -238,7 +243,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = tsub.add_parser("check", help="measure TCP rates between hosts of an up netns testbed")
     s.add_argument("file")
     s.add_argument(
-        "--seconds", type=float, default=1.0, metavar="S", help="about how long each flow runs"
+        "--seconds",
+        type=A.real(0, 3600),
+        default=1.0,
+        metavar="S",
+        help="about how long each flow runs",
     )
     s.set_defaults(func=_check)
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from genie.commands import _args as A
 from genie.errors import UsageError, WorkloadError
 from genie.units import format_bytes, format_seconds
 
@@ -32,14 +33,19 @@ def register(subparsers) -> None:
     g.set_defaults(func=lambda args: (g.print_help(), 2)[1])
     for kind, helptext in _KINDS.items():
         k = kinds.add_parser(kind, help=helptext)
-        k.add_argument("--ranks", type=int, required=True, help="number of ranks (NPUs)")
+        k.add_argument(
+            "--ranks", type=A.integer(1, 131072), required=True, help="number of ranks (NPUs)"
+        )
         k.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
         k.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
         if kind != "microbench":
             k.add_argument(
-                "--peak-flops", type=float, default=989e12, help="GPU peak FLOP/s (H100 bf16)"
+                "--peak-flops",
+                type=A.real(0, 1e20),
+                default=989e12,
+                help="GPU peak FLOP/s (H100 bf16)",
             )
-            k.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak")
+            k.add_argument("--efficiency", type=A.real(0, 1), default=0.5, help="fraction of peak")
         _ARGS[kind](k)
         k.set_defaults(func=cmd_generate)
 
@@ -53,41 +59,48 @@ _KINDS = {
 
 
 def _args_microbench(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--sizes", default="1KiB:16MiB:x4", help="size sweep (MIN:MAX:xF or A,B)")
+    k.add_argument(
+        "--sizes", type=A.sweep, default="1KiB:16MiB:x4", help="size sweep (MIN:MAX:xF or A,B)"
+    )
     k.add_argument(
         "--types",
         default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce",
         help="comma-separated collective types, or 'all'",
     )
-    k.add_argument("--iterations", type=int, default=1)
+    k.add_argument("--iterations", type=A.integer(1, 1000000), default=1)
 
 
 def _args_dp(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--layers", type=int, default=12)
-    k.add_argument("--hidden", type=int, default=2048)
-    k.add_argument("--seq", type=int, default=1024)
-    k.add_argument("--batch", type=int, default=8, help="samples per rank")
-    k.add_argument("--bucket", default="25MiB", help="gradient bucket size (PyTorch DDP: 25MiB)")
+    k.add_argument("--layers", type=A.integer(1, 10000), default=12)
+    k.add_argument("--hidden", type=A.integer(1, 1048576), default=2048)
+    k.add_argument("--seq", type=A.integer(1, 16777216), default=1024)
+    k.add_argument("--batch", type=A.integer(1, 1048576), default=8, help="samples per rank")
+    k.add_argument(
+        "--bucket",
+        type=A.size(1, 1 << 40),
+        default="25MiB",
+        help="gradient bucket size (PyTorch DDP: 25MiB)",
+    )
 
 
 def _args_llm(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--tp", type=int, default=2)
-    k.add_argument("--pp", type=int, default=2)
-    k.add_argument("--layers", type=int, default=8)
-    k.add_argument("--hidden", type=int, default=4096)
-    k.add_argument("--seq", type=int, default=2048)
-    k.add_argument("--micro-batches", type=int, default=4)
-    k.add_argument("--micro-batch-size", type=int, default=1)
+    k.add_argument("--tp", type=A.integer(1, 65536), default=2)
+    k.add_argument("--pp", type=A.integer(1, 65536), default=2)
+    k.add_argument("--layers", type=A.integer(1, 10000), default=8)
+    k.add_argument("--hidden", type=A.integer(1, 1048576), default=4096)
+    k.add_argument("--seq", type=A.integer(1, 16777216), default=2048)
+    k.add_argument("--micro-batches", type=A.integer(1, 65536), default=4)
+    k.add_argument("--micro-batch-size", type=A.integer(1, 1048576), default=1)
     k.add_argument("--zero", action="store_true", help="reduce-scatter + all-gather (ZeRO/FSDP)")
 
 
 def _args_moe(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--layers", type=int, default=4)
-    k.add_argument("--hidden", type=int, default=2048)
-    k.add_argument("--seq", type=int, default=2048)
-    k.add_argument("--batch", type=int, default=4)
-    k.add_argument("--experts-per-rank", type=int, default=2)
-    k.add_argument("--top-k", type=int, default=2)
+    k.add_argument("--layers", type=A.integer(1, 10000), default=4)
+    k.add_argument("--hidden", type=A.integer(1, 1048576), default=2048)
+    k.add_argument("--seq", type=A.integer(1, 16777216), default=2048)
+    k.add_argument("--batch", type=A.integer(1, 1048576), default=4)
+    k.add_argument("--experts-per-rank", type=A.integer(1, 4096), default=2)
+    k.add_argument("--top-k", type=A.integer(1, 4096), default=2)
 
 
 _ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe": _args_moe}
@@ -95,7 +108,6 @@ _ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe"
 
 def build_generated(args: argparse.Namespace):
     """Call the generator named by ``args.kind`` with the parsed options."""
-    from genie.units import parse_size, parse_size_sweep
     from genie.workload.generators import data_parallel, llm, microbench, moe
     from genie.workload.model import CollectiveType
 
@@ -112,7 +124,7 @@ def build_generated(args: argparse.Namespace):
                 raise UsageError(
                     f"unknown collective type {exc.args[0]!r} (known: {known})"
                 ) from None
-        return microbench(n, parse_size_sweep(args.sizes), types, args.iterations)
+        return microbench(n, args.sizes, types, args.iterations)
     common = {"peak_flops": args.peak_flops, "efficiency": args.efficiency}
     if args.kind == "dp":
         return data_parallel(
@@ -121,7 +133,7 @@ def build_generated(args: argparse.Namespace):
             args.hidden,
             args.seq,
             args.batch,
-            bucket_bytes=parse_size(args.bucket),
+            bucket_bytes=args.bucket,
             **common,
         )
     if args.kind == "llm":

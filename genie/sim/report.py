@@ -110,8 +110,8 @@ def _breakdown(cw: CompiledWorkload, raw: RawResult, k: int, makespan: float) ->
     return RankBreakdown(
         rank=r,
         compute=compute,
-        exposed_comm=pc - compute,
-        wait=pcw - pc,
+        exposed_comm=max(0.0, pc - compute),  # unions of supersets: never below, but for
+        wait=max(0.0, pcw - pc),  # rounding, which would print as a negative zero
         idle=max(0.0, makespan - pcw),
         comm_total=union_length(c_s, c_e),
         finish=finish,

@@ -12,19 +12,19 @@ def _str(value: str) -> str:
 
 
 def _rate(bytes_per_s: float) -> str:
-    """A rate in bit/s: ``"10gbit"`` when exact, else the number of bit/s."""
+    """A rate with its unit: ``"10gbit"`` when exact, else ``"<bits>bit"`` (bits/s)."""
     bits = bytes_per_s * 8
     for unit, scale in (("tbit", 1e12), ("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
         if bits >= scale and float(int(bits / scale)) * scale == bits:
             return _str(f"{int(bits / scale)}{unit}")
     if bits == int(bits):
-        return str(int(bits))
-    return repr(bits)
+        return _str(f"{int(bits)}bit")
+    return _str(f"{bits!r}bit")
 
 
 def dumps_testbed(tb: Testbed) -> str:
     """TOML text of ``tb`` in expanded form (explicit hosts, switches and links)."""
-    out = [f"# genie testbed {tb.name!r}, written by genie (rates in bit/s)", "", "[testbed]"]
+    out = [f"# genie testbed {tb.name!r}, written by genie", "", "[testbed]"]
     out.append(f"name = {_str(tb.name)}")
     out.append(f"kind = {_str(tb.kind)}")
     out.append(f"transport = {_str(tb.transport)}")

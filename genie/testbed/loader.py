@@ -23,7 +23,7 @@ from genie.testbed.model import (
     Testbed,
 )
 from genie.testbed.toml_lines import Path, format_path, key_lines, line_of
-from genie.units import parse_duration, parse_rate, parse_size
+from genie.units import parse_bandwidth, parse_duration, parse_ratio, parse_size
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
@@ -121,7 +121,7 @@ class _Ctx:
         if value is default:
             return value
         try:
-            return parse_rate(value)
+            return parse_bandwidth(value)
         except UnitError as exc:
             raise self.error((*path, key), str(exc)) from None
 
@@ -318,16 +318,10 @@ def _expand(
         ex = shapes.ring(names, template)
     else:
         over = ctx.get(topo, "oversubscription", path, (int, float, str), 1.0)
-        if isinstance(over, str):
-            m = re.fullmatch(r"\s*([0-9.]+)\s*:\s*([0-9.]+)\s*", over)
-            try:
-                over = float(m.group(1)) / float(m.group(2)) if m else None
-            except (ValueError, ZeroDivisionError):
-                over = None
-            if over is None:
-                raise ctx.error((*path, "oversubscription"), "must be a number or 'A:B'")
-        if not over > 0:
-            raise ctx.error((*path, "oversubscription"), "must be positive")
+        try:
+            over = parse_ratio(over)
+        except UnitError as exc:
+            raise ctx.error((*path, "oversubscription"), str(exc)) from None
         default_up = shapes.leafspine_uplink_rate(per_leaf, spines, rate, float(over))
         uplink = ctx.get_rate(topo, "uplink_rate", path, default_up)
         ex = shapes.leafspine(names, leaves, spines, template, uplink)

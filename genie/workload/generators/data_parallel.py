@@ -1,12 +1,37 @@
 """Data-parallel training step: forward and backward per layer, gradient all-reduce buckets
-issued as soon as their layers' backward is done (overlapping the rest of the backward pass),
+issued as soon as their last gradient is ready (overlapping the rest of the backward pass),
 then the optimizer step after every bucket has been reduced.
+
+Buckets are filled as PyTorch DDP fills them: parameter tensors in backward order (per layer
+fc2, fc1, attention projection, QKV: 4h^2, 4h^2, h^2, 3h^2 parameters) are added to the current
+bucket, which closes as soon as it holds ``bucket_bytes`` or more (so a bucket may pass the cap
+by one tensor, and a tensor larger than the cap is a bucket of its own; no tensor is split). A
+bucket's all-reduce follows the backward of the layer that holds its last tensor.
 """
 
 from __future__ import annotations
 
 from genie.workload.generators.builder import H100_BF16_FLOPS, RankBuilder, finish, need
 from genie.workload.model import CollectiveType, Workload
+
+
+def ddp_buckets(
+    layers: int, hidden: int, dtype_bytes: int, bucket_bytes: int
+) -> list[tuple[int, int]]:
+    """DDP gradient buckets in backward order: (layer of the bucket's last tensor, bytes)."""
+    tensors = [4, 4, 1, 3]  # per layer, backward order: fc2, fc1, proj, qkv (x hidden^2 params)
+    out: list[tuple[int, int]] = []
+    fill, last = 0, -1
+    for layer in reversed(range(layers)):
+        for t in tensors:
+            fill += t * hidden * hidden * dtype_bytes
+            last = layer
+            if fill >= bucket_bytes:  # DDP closes a bucket once it reaches the cap
+                out.append((last, fill))
+                fill = 0
+    if fill:
+        out.append((last, fill))
+    return out
 
 
 def data_parallel(
@@ -31,15 +56,7 @@ def data_parallel(
     fwd_flops = 2 * tokens * params
     rate = peak_flops * efficiency
     act_bytes = tokens * hidden * dtype_bytes
-    # buckets in backward order (last layer first), like PyTorch DDP
-    buckets: list[list[int]] = [[]]
-    fill = 0
-    for layer in reversed(range(layers)):
-        if buckets[-1] and fill + grad_bytes > bucket_bytes:
-            buckets.append([])
-            fill = 0
-        buckets[-1].append(layer)
-        fill += grad_bytes
+    buckets = ddp_buckets(layers, hidden, dtype_bytes, bucket_bytes)
     builders = [RankBuilder(r) for r in range(ranks)]
     for b in builders:
         prev = None
@@ -51,7 +68,9 @@ def data_parallel(
                 flops=fwd_flops,
                 tensor_bytes=act_bytes,
             )
-        bucket_end = {bucket[-1]: k for k, bucket in enumerate(buckets)}
+        ready_after: dict[int, list[int]] = {}  # layer -> buckets whose last tensor it holds
+        for k, (last_layer, _) in enumerate(buckets):
+            ready_after.setdefault(last_layer, []).append(k)
         reduces = []
         for layer in reversed(range(layers)):
             prev = b.compute(
@@ -61,13 +80,12 @@ def data_parallel(
                 flops=2 * fwd_flops,
                 tensor_bytes=act_bytes,
             )
-            k = bucket_end.get(layer)
-            if k is not None:  # the bucket's last gradient is ready: reduce it now
+            for k in ready_after.get(layer, ()):  # the bucket's last gradient is ready
                 reduces.append(
                     b.collective(
                         f"allreduce_grad_bucket{k}",
                         CollectiveType.ALL_REDUCE,
-                        grad_bytes * len(buckets[k]),
+                        buckets[k][1],
                         [prev],
                     )
                 )
@@ -81,6 +99,7 @@ def data_parallel(
         "seq": seq,
         "batch": batch,
         "buckets": len(buckets),
+        "bucket_bytes": bucket_bytes,
         "peak_flops": peak_flops,
         "efficiency": efficiency,
     }
