@@ -47,6 +47,12 @@ class GenieParser(argparse.ArgumentParser):
             kwargs["formatter_class"] = _RawHelpFormatter
         super().__init__(*args, **kwargs)
 
+    def add_argument(self, *args, **kwargs):  # type: ignore[override]
+        """As argparse's, but an option without help still shows its default in --help."""
+        if kwargs.get("help") is None and kwargs.get("default") not in (None, False):
+            kwargs["help"] = "(default: %(default)s)"
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str):  # type: ignore[override]
         """Print ``genie: error: MESSAGE (see PROG --help)`` and exit 2, like a GenieError."""
         self.exit(2, f"genie: error: {message} (see {self.prog} --help)\n")

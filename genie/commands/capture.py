@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _cost_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--peak-flops", type=A.real(0, 1e20), default=989e12, help="peak FLOP/s (H100 bf16)"
+        "--peak-flops", type=A.real(0, 1e20), default="989e12", help="peak FLOP/s (H100 bf16)"
     )
     p.add_argument("--efficiency", type=A.real(0, 1), default=0.5, help="fraction of peak reached")
     p.add_argument(

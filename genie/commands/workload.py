@@ -42,7 +42,7 @@ def register(subparsers) -> None:
             k.add_argument(
                 "--peak-flops",
                 type=A.real(0, 1e20),
-                default=989e12,
+                default="989e12",
                 help="GPU peak FLOP/s (H100 bf16)",
             )
             k.add_argument("--efficiency", type=A.real(0, 1), default=0.5, help="fraction of peak")
@@ -67,13 +67,19 @@ def _args_microbench(k: argparse.ArgumentParser) -> None:
         default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce",
         help="comma-separated collective types, or 'all'",
     )
-    k.add_argument("--iterations", type=A.integer(1, 1000000), default=1)
+    k.add_argument(
+        "--iterations", type=A.integer(1, 1000000), default=1, help="repetitions of the sweep"
+    )
 
 
 def _args_dp(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--layers", type=A.integer(1, 10000), default=12)
-    k.add_argument("--hidden", type=A.integer(1, 1048576), default=2048)
-    k.add_argument("--seq", type=A.integer(1, 16777216), default=1024)
+    k.add_argument("--layers", type=A.integer(1, 10000), default=12, help="transformer layers")
+    k.add_argument(
+        "--hidden", type=A.integer(1, 1048576), default=2048, help="hidden size (model width)"
+    )
+    k.add_argument(
+        "--seq", type=A.integer(1, 16777216), default=1024, help="sequence length (tokens)"
+    )
     k.add_argument("--batch", type=A.integer(1, 1048576), default=8, help="samples per rank")
     k.add_argument(
         "--bucket",
@@ -84,23 +90,40 @@ def _args_dp(k: argparse.ArgumentParser) -> None:
 
 
 def _args_llm(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--tp", type=A.integer(1, 65536), default=2)
-    k.add_argument("--pp", type=A.integer(1, 65536), default=2)
-    k.add_argument("--layers", type=A.integer(1, 10000), default=8)
-    k.add_argument("--hidden", type=A.integer(1, 1048576), default=4096)
-    k.add_argument("--seq", type=A.integer(1, 16777216), default=2048)
-    k.add_argument("--micro-batches", type=A.integer(1, 65536), default=4)
-    k.add_argument("--micro-batch-size", type=A.integer(1, 1048576), default=1)
+    k.add_argument("--tp", type=A.integer(1, 65536), default=2, help="tensor-parallel degree")
+    k.add_argument("--pp", type=A.integer(1, 65536), default=2, help="pipeline-parallel stages")
+    k.add_argument("--layers", type=A.integer(1, 10000), default=8, help="transformer layers")
+    k.add_argument(
+        "--hidden", type=A.integer(1, 1048576), default=4096, help="hidden size (model width)"
+    )
+    k.add_argument(
+        "--seq", type=A.integer(1, 16777216), default=2048, help="sequence length (tokens)"
+    )
+    k.add_argument(
+        "--micro-batches",
+        type=A.integer(1, 65536),
+        default=4,
+        help="micro-batches per step (pipeline)",
+    )
+    k.add_argument(
+        "--micro-batch-size", type=A.integer(1, 1048576), default=1, help="samples per micro-batch"
+    )
     k.add_argument("--zero", action="store_true", help="reduce-scatter + all-gather (ZeRO/FSDP)")
 
 
 def _args_moe(k: argparse.ArgumentParser) -> None:
-    k.add_argument("--layers", type=A.integer(1, 10000), default=4)
-    k.add_argument("--hidden", type=A.integer(1, 1048576), default=2048)
-    k.add_argument("--seq", type=A.integer(1, 16777216), default=2048)
-    k.add_argument("--batch", type=A.integer(1, 1048576), default=4)
-    k.add_argument("--experts-per-rank", type=A.integer(1, 4096), default=2)
-    k.add_argument("--top-k", type=A.integer(1, 4096), default=2)
+    k.add_argument("--layers", type=A.integer(1, 10000), default=4, help="transformer layers")
+    k.add_argument(
+        "--hidden", type=A.integer(1, 1048576), default=2048, help="hidden size (model width)"
+    )
+    k.add_argument(
+        "--seq", type=A.integer(1, 16777216), default=2048, help="sequence length (tokens)"
+    )
+    k.add_argument("--batch", type=A.integer(1, 1048576), default=4, help="samples per rank")
+    k.add_argument(
+        "--experts-per-rank", type=A.integer(1, 4096), default=2, help="experts on each rank"
+    )
+    k.add_argument("--top-k", type=A.integer(1, 4096), default=2, help="experts each token goes to")
 
 
 _ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe": _args_moe}
