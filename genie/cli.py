@@ -13,7 +13,7 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
-from genie import __version__, commands
+from genie import __version__, commands, progress
 from genie.errors import GenieError
 
 
@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version, or a bad argument (already said, one line)
         return int(exc.code or 0) if not isinstance(exc.code, str) else 2
     configure_logging(args.verbose, args.quiet)
+    progress.set_quiet(args.quiet)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

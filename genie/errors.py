@@ -17,6 +17,10 @@ class UsageError(GenieError):
     """A command-line argument or option is wrong."""
 
 
+class MissingDependency(UsageError):
+    """An optional dependency a command needs is not installed (the message says how)."""
+
+
 class UnitError(UsageError):
     """A size, rate or duration string could not be parsed."""
 

@@ -196,3 +196,5 @@ def test_rdma_extra_only_where_the_host_has_rdma_devices() -> None:
     assert extras(mlx) == "rdma"
     assert extras({"rdma": []}) == ""
     assert extras({"rdma": []}, "yes") == "rdma" and extras(mlx, "no") == ""
+    # the distribution's python3-pyverbs matches the host's rdma-core: preferred, no extra
+    assert extras({**mlx, "pyverbs_distro": True}) == ""

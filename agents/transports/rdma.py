@@ -7,8 +7,8 @@ needs the private symbols of libibverbs N):
   seen by a venv made with ``--system-site-packages`` on the system Python, or, failing an
   import, found here in the distribution's dist-packages directory (``DISTRO_PATHS``) and
   loaded from there alone (only ``pyverbs``, no other package of that directory);
-* ``pip install genie[rdma]`` (PyPI's pyverbs sdist) on hosts whose rdma-core has the same
-  version as that pyverbs.
+* the ``rdma`` extra (PyPI's pyverbs sdist) on hosts whose rdma-core has the same version as
+  that pyverbs (it does not build against older rdma-core, e.g. Debian 12's 44).
 
 Both import styles are accepted: ``pyverbs.libibverbs_enums`` (rdma-core >= 47 or so) and the
 older ``pyverbs.enums`` (``load_pyverbs``).
@@ -47,9 +47,9 @@ from genie.wire.messages import QpFacts, RdmaOptions
 
 DISTRO_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 INSTALL_HINT = (
-    "install the distribution's python3-pyverbs (matching its rdma-core) and use a venv made "
-    "with --system-site-packages, or `pip install genie[rdma]` where rdma-core matches PyPI's "
-    "pyverbs"
+    "install the distribution's pyverbs, which matches its rdma-core (Debian/Ubuntu: "
+    "`sudo apt-get install python3-pyverbs`; genie loads it from the system even inside a "
+    "venv); the 'rdma' extra (PyPI's pyverbs) only builds where rdma-core has the same version"
 )
 _MODULES = ("device", "pd", "cq", "mr", "qp", "wr", "addr")
 

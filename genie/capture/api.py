@@ -20,10 +20,9 @@ from pathlib import Path
 
 from genie.capture.convert import CaptureCost, Conversion, hlo_to_workload
 from genie.capture.hlo import parse_hlo
-from genie.errors import UsageError, WorkloadError
+from genie.errors import MissingDependency, UsageError, WorkloadError
+from genie.extras import install_hint
 from genie.workload.loader import save_workload
-
-INSTALL_HINT = "genie capture needs jax: pip install 'genie[capture]' (or: pip install 'jax[cpu]')"
 
 
 def jax_available() -> bool:
@@ -83,7 +82,10 @@ def lower_in_subprocess(
         if ":" not in target:
             raise UsageError(f"capture target must be MODULE:FUNCTION, got {target!r}")
     if not jax_available():
-        raise UsageError(INSTALL_HINT)
+        raise MissingDependency(
+            f"genie capture jax (lowering with XLA) needs jax, which is not installed "
+            f"({install_hint('capture')})"
+        )
     with tempfile.TemporaryDirectory(prefix="genie-capture-") as tmp:
         answer = Path(tmp) / "answer.json"
         req = {

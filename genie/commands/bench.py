@@ -12,11 +12,13 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
 
+from genie import progress
 from genie.commands import _args as A
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE
@@ -48,9 +50,6 @@ class BenchConfig:
 
 def run_bench(cfg: BenchConfig):
     """Run the sweep; return (run_id or None, rows, clock offsets). Stores as it goes."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from genie.collectives.registry import canonical_algorithm, canonical_collective
     from genie.controller.bench import plan_sizes, sweep
     from genie.controller.placement import place_ranks
@@ -99,26 +98,18 @@ def run_bench(cfg: BenchConfig):
         tb, cfg.testbed_path, command, store=cfg.store, meta=meta, timeouts=cfg.timeouts
     ) as run:
         run_id, offsets = run.run_id, run.offsets
-        con = Console(stderr=True)
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} sizes"),
-            TimeElapsedColumn(),
-            console=con,
-            disable=not cfg.progress,
-            transient=True,
-        ) as prog:
-            task = prog.add_task(f"{coll}/{algo} on {len(placement)} ranks", total=len(programs))
+        what = f"{coll}/{algo} on {len(placement)} ranks"
+        shown = progress.bar(what, len(programs), "sizes") if cfg.progress else nullcontext()
+        with shown as bar:
 
             def on_batch(program, batch) -> None:
                 run.add_instances(program.spec, batch, streams=cfg.streams)
 
             def on_size(row) -> None:
                 rows.append(row)
-                prog.update(
-                    task, advance=1, description=f"{coll}/{algo} {format_bytes(row.size)} done"
-                )
+                if bar is not None:
+                    bar.advance()
+                    bar.describe(f"{coll}/{algo} {format_bytes(row.size)} done")
 
             sweep(
                 run.ctl,
@@ -225,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
         transport=args.transport,
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
-        progress=sys.stderr.isatty(),
+        progress=True,  # genie.progress draws it only on a terminal, never with -q
         timeouts=Timeouts(slow_rate=args.slow_rate, margin=args.timeout_margin),
     )
     if not Path(cfg.testbed_path).is_file():

@@ -91,11 +91,8 @@ def run_hlo(args: argparse.Namespace) -> int:
 
 def run_jax(args: argparse.Namespace) -> int:
     """Handle ``genie capture jax``."""
-    from genie.capture.api import INSTALL_HINT, capture_jax, jax_available
+    from genie.capture.api import capture_jax
 
-    if not jax_available():
-        print(f"genie: {INSTALL_HINT}", file=sys.stderr)
-        return 2
     cost = _cost(args)
     from rich.console import Console
 

@@ -37,7 +37,7 @@ def _run(args: argparse.Namespace) -> int:
                 warmup=args.warmup,
                 store=None if args.no_store else args.store,
                 command="genie " + " ".join(sys.argv[1:]),
-                progress=sys.stderr.isatty(),
+                progress=True,  # genie.progress draws it only on a terminal, never with -q
             )
             run_id, rows, offsets = run_bench(cfg)
         finally:

@@ -16,6 +16,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
@@ -87,14 +88,12 @@ def _workload_hash(cw: CompiledWorkload) -> str:
 
 
 @contextlib.contextmanager
-def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, err: Console, unit: str, total):
-    """One stored emulate run on the agents: yields (run, progress, task).
+def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, unit: str, total: int):
+    """One stored emulate run on the agents: yields (run, progress bar).
 
     ``StoredRun`` starts the run in the store, connects the controller, syncs clocks and records
     host facts and offsets; on leaving, the run is finished as ok, interrupted or failed.
     """
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from genie.controller.stored_run import StoredRun
     from genie.store import DEFAULT_STORE
 
@@ -109,17 +108,9 @@ def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, err: Console, u
             meta=meta,
             workload_hash=_workload_hash(cw),
         ) as run,
-        Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            TextColumn(f"{{task.completed}}/{{task.total}} {unit}"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as prog,
+        progress.bar(f"{cw.name} on {tb.name}", total, unit) as bar,
     ):
-        task = prog.add_task(f"{cw.name} on {tb.name}", total=total)
-        yield run, prog, task
+        yield run, bar
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,8 +125,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations < 1 or args.warmup < 0:
         raise UsageError("--iterations must be >= 1 and --warmup >= 0")
-    err = Console(stderr=True)
-    with err.status("loading workload", spinner="dots"):
+    with progress.stage("loading workload"):
         wl = load_workload(args.workload)
         cw = compile_workload(wl)
     tb = load_testbed(args.testbed)
@@ -149,16 +139,13 @@ def run(args: argparse.Namespace) -> int:
     algos = parse_algorithms(args.algorithm)
     topo = tb.to_topology()
     if args.mode == "overlapped":
-        return _run_overlapped(args, cw, tb, agents, algos, topo, err)
-    with _live_run(args, cw, tb, agents, "isolated", err, "collectives", len(keys)) as (
-        run,
-        prog,
-        task,
-    ):
+        return _run_overlapped(args, cw, tb, agents, algos, topo)
+    with _live_run(args, cw, tb, agents, "isolated", "collectives", len(keys)) as (run, bar):
 
         def on_done(m, program, instances) -> None:
             run.add_instances(program.spec, instances)
-            prog.update(task, advance=1, description=f"{m.collective} {m.key[1]} B done")
+            bar.advance()
+            bar.describe(f"{m.collective} {m.key[1]} B done")
 
         table = measure_all(
             run.ctl,
@@ -266,7 +253,7 @@ def _instances_of(plan, passes, warmup: int, iid: int) -> list:
     return out
 
 
-def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
+def _run_overlapped(args, cw, tb, agents, algos, topo) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
 
     from genie.collectives.cost import estimate
@@ -275,17 +262,14 @@ def _run_overlapped(args, cw, tb, agents, algos, topo, err: Console) -> int:
     from genie.emulate.run import emulate_overlapped, instance_medians
     from genie.sim.program_pricer import ProgramPricer
 
-    with err.status("compiling op lists", spinner="dots"):
+    with progress.stage("compiling op lists"):
         plan = compile_oplists(cw, algos, args.chunks, max_instances=args.max_instances)
     total = args.iterations + args.warmup
-    with _live_run(args, cw, tb, agents, "overlapped", err, "runs of the trace", total) as (
-        run,
-        prog,
-        task,
-    ):
+    with _live_run(args, cw, tb, agents, "overlapped", "runs of the trace", total) as (run, bar):
 
         def on_pass(k, p) -> None:
-            prog.update(task, advance=1, description=f"run {k + 1}: {p.makespan_s:.4g} s")
+            bar.advance()
+            bar.describe(f"run {k + 1}: {p.makespan_s:.4g} s")
 
         passes = emulate_overlapped(
             run.ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass

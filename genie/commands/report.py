@@ -25,14 +25,17 @@ breakdown, a timeline of collectives), --trace a Chrome trace from `genie simula
 (a per-rank timeline of one iteration).
 
 Units: bytes (KiB = 2^10 B), seconds, GB/s = 10^9 bytes/s.
-Needs matplotlib: pip install 'genie[report]'"""
+Needs matplotlib (the 'report' extra: from a clone, pip install '.[report]'; into an installed
+genie, pip install matplotlib)."""
 
 
 def _run(args: argparse.Namespace) -> int:
+    from genie import progress
     from genie.report import build_report
 
     runs = ([args.run_id] if args.run_id else []) + list(args.compare or [])
-    rep = build_report(args.store, runs, args.out, sims=args.sim or [], traces=args.trace or [])
+    with progress.stage(f"drawing the report into {args.out}"):
+        rep = build_report(args.store, runs, args.out, sims=args.sim or [], traces=args.trace or [])
     if args.json:
         json.dump(rep.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -34,19 +34,23 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{k: getattr(r, k) for k in _LIST_KEYS} for r in runs], indent=2))
         return 0
-    t = Table(title=f"runs in {args.store} (times UTC)")
-    for col in ("run", "started", "status", "testbed", "instances", "command"):
-        t.add_column(col)
-    for r in runs:
-        t.add_row(
-            r.run_id,
-            _when(r.created_at),
-            r.status,
-            r.testbed_name,
-            str(r.instances),
-            r.command[:60],
-        )
-    Console().print(t)
+    con = Console()
+    t = Table(title=f"runs in {args.store} (times UTC; a unique prefix of a run id works too)")
+    rows = [
+        (r.run_id, _when(r.created_at), r.status, r.testbed_name, str(r.instances), r.command)
+        for r in runs
+    ]
+    heads = ("run", "started", "status", "testbed", "instances")
+    widths = [max([len(h)] + [len(row[i]) for row in rows]) for i, h in enumerate(heads)]
+    for head, w in zip(heads, widths, strict=True):  # the id `report` needs is never cut
+        t.add_column(head, no_wrap=True, min_width=w)
+    fixed = sum(widths) + 3 * len(widths) + 4  # columns, borders and padding
+    room = max(30, con.width - fixed)
+    t.add_column("command", no_wrap=True, overflow="ellipsis", max_width=room)
+    con = Console(width=max(con.width, fixed + room))  # too narrow: lines wrap, nothing is cut
+    for row in rows:
+        t.add_row(*row)
+    con.print(t)
     return 0
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
@@ -243,16 +244,16 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.compute == "roofline" and not (args.peak_flops or args.memory_bandwidth):
         raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")
-    with err.status("loading workload", spinner="dots") as status:
+    with progress.stage("loading workload") as status:
         wl = load_workload(args.workload)
-        status.update(f"compiling {wl.n_ranks} ranks")
+        status.describe(f"compiling {wl.n_ranks} ranks")
         cw = compile_workload(wl, compute)
         pricer, closed = _network_model(args, cw.n_ranks)
         backends = _backends(args, pricer)
         reports: list[SimReport] = []
         raws = []
         for be in backends:
-            status.update(f"replaying {cw.n_nodes} nodes over {be.name}")
+            status.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
             rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
             if isinstance(be, MeasuredBackend):
                 rep.notes.append(be.summary())
@@ -267,7 +268,8 @@ def run(args: argparse.Namespace) -> int:
             reports.append(rep)
             raws.append(raw)
     if args.trace:
-        n = chrome_trace(cw, raws[0], args.trace, max_ranks=args.trace_ranks)
+        with progress.stage(f"writing the timeline to {args.trace}"):
+            n = chrome_trace(cw, raws[0], args.trace, max_ranks=args.trace_ranks)
         left = cw.n_ranks - min(cw.n_ranks, args.trace_ranks)
         more = f"; {left} ranks left out (--trace-ranks)" if left > 0 else ""
         err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}{more}")

@@ -184,14 +184,39 @@ def build_generated(args: argparse.Namespace):
     )
 
 
+MAX_GENERATED_NODES = 20_000_000  # about 6 GB of memory while generating
+
+
+def estimated_nodes(args: argparse.Namespace) -> int:
+    """An upper bound on the nodes the generator will build (checked before building)."""
+    n = args.ranks
+    if args.kind == "microbench":
+        return n * (len(args.sizes) * len(args.types.split(",")) * args.iterations + 1)
+    if args.kind == "dp":
+        return n * (6 * args.layers + 2)
+    if args.kind == "llm":
+        per_stage = -(-args.layers // args.pp)
+        return n * (9 * args.micro_batches * per_stage + 4 * per_stage + 4 * args.micro_batches + 8)
+    return n * (10 * args.layers + 2)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate, validate and write a workload."""
+    from genie import progress
     from genie.workload import save_workload, validate_workload
 
     if args.ranks < 1:
         raise UsageError(f"--ranks must be >= 1, got {args.ranks}")
-    wl = build_generated(args)
-    validate_workload(wl)
+    est = estimated_nodes(args)
+    if est > MAX_GENERATED_NODES:
+        raise UsageError(
+            f"{args.kind} with these options makes about {est:,} nodes, more than "
+            f"{MAX_GENERATED_NODES:,}: use fewer ranks, layers or micro-batches"
+        )
+    with progress.stage(f"generating {args.kind} for {args.ranks} ranks") as st:
+        wl = build_generated(args)
+        st.describe(f"validating {wl.node_count():,} nodes")
+        validate_workload(wl)
     files = save_workload(wl, args.out, compress=args.gz)
     ext = ".et.gz" if args.gz else ".et"
     print(

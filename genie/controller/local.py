@@ -25,6 +25,7 @@ from pathlib import Path
 from genie.controller.session import Controller, Timeouts
 from genie.controller.transport import ZmqTransport
 from genie.errors import RuntimeFault, TestbedError
+from genie.wire.launch import is_agent_cmdline, launch_command
 
 PIDFILE = "agents.pids"
 TESTBED_FILE = "testbed.toml"
@@ -67,10 +68,10 @@ def _alive(pid: int) -> bool:
 def _is_our_agent(pid: int) -> bool:
     """True if ``pid`` is a genie agent process (guards against a recycled pid)."""
     try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return False
-    return b"agents" in cmd or (b"agent" in cmd and any(b"genie" in c for c in cmd))
+    return is_agent_cmdline(cmd)
 
 
 def stop_pids(pids: Sequence[int], timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
@@ -141,9 +142,7 @@ class LocalCluster:
                 log = open(d / f"agent-{h.name}.log", "wb")  # noqa: SIM115 (closed below)
                 logs.append(log)
                 cmd = [
-                    python or sys.executable,
-                    "-m",
-                    "agents",
+                    *launch_command(python or sys.executable),
                     "--listen",
                     h.control,
                     "--id",

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from genie.deploy.supervise import CONFIG, LOG, PIDFILE, agent_command
+from genie.wire.launch import is_agent_cmdline
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 10.0
@@ -99,7 +100,7 @@ def status(root: Path, cfg: dict) -> dict:
     rec = _records(root)
     sup, agent = rec.get("supervisor"), rec.get("agent")
     sup_ok = _alive(sup) and "genie.deploy.supervise" in _cmdline(sup)
-    agent_ok = _alive(agent) and " agent " in _cmdline(agent)
+    agent_ok = _alive(agent) and is_agent_cmdline(_cmdline(agent).split())
     return {
         "mode": "process",
         "running": bool(sup_ok and agent_ok),

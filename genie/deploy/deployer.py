@@ -242,7 +242,12 @@ class HostDeploy:
         return True
 
     def _extras(self, facts: dict[str, Any]) -> str:
-        if self.cfg.rdma_extra == "yes" or (self.cfg.rdma_extra == "auto" and facts["rdma"]):
+        """``rdma`` (PyPI pyverbs) when asked, or on auto for an RDMA host without the
+        distribution's python3-pyverbs (which genie loads from the system; preferred, since
+        pyverbs must match the host's rdma-core)."""
+        if self.cfg.rdma_extra == "yes":
+            return "rdma"
+        if self.cfg.rdma_extra == "auto" and facts["rdma"] and not facts.get("pyverbs_distro"):
             return "rdma"
         return ""
 

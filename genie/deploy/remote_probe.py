@@ -191,6 +191,10 @@ def probe(root_arg):
         "keys": keys_state(os.path.join(root, "keys")),
         "agent": None,
         "rdma": _rdma(),
+        "pyverbs_distro": any(
+            os.path.isdir(os.path.join(d, "pyverbs"))
+            for d in ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
+        ),
         "systemd_user": _systemd_user(),
         "governors": {},
         "nics": None,
@@ -224,7 +228,7 @@ def probe(root_arg):
             "supervisor": sup,
             "agent_pid": ag,
             "supervisor_alive": _alive(sup) and "genie.deploy.supervise" in " ".join(_cmdline(sup)),
-            "agent_alive": _alive(ag) and "agent" in _cmdline(ag),
+            "agent_alive": _alive(ag) and ("agents" in _cmdline(ag) or "agent" in _cmdline(ag)),
             "agent_cmdline": _cmdline(ag) if _alive(ag) else [],
         }
     govs = {}

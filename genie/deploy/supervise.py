@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from genie.wire.launch import launch_command
+
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 60.0
 STOP_GRACE_S = 5.0
@@ -30,10 +32,7 @@ LOG = "agent.log"
 def agent_command(cfg: dict, python: str | None = None) -> list[str]:
     """The command line of the agent described by an agent config (``--keys`` if it has keys)."""
     cmd = [
-        python or sys.executable,
-        "-m",
-        "genie",
-        "agent",
+        *launch_command(python or sys.executable),
         "--listen",
         cfg["listen"],
         "--id",

@@ -5,13 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from genie.errors import UsageError
+from genie.extras import require
 from genie.units import format_bytes
 
-INSTALL_HINT = (
-    "genie report needs matplotlib: install it with `pip install 'genie[report]'` "
-    "(or `pip install matplotlib`)"
-)
 DPI = 110
 SIZE_IN = (8.0, 4.8)
 ROLE_COLOURS = {
@@ -25,10 +21,7 @@ ROLE_COLOURS = {
 
 
 def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise UsageError(INSTALL_HINT) from None
+    matplotlib = require("matplotlib", "report")
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
@@ -196,5 +189,5 @@ def draw(fig: dict[str, Any], path: Path) -> Path:
 
 
 def require_matplotlib() -> None:
-    """Raise UsageError with the install line when matplotlib is missing."""
+    """Raise MissingDependency with the install line when matplotlib is missing."""
     _plt()

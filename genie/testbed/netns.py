@@ -28,6 +28,7 @@ from genie.testbed import state
 from genie.testbed.addressing import prefix_tag
 from genie.testbed.model import Testbed
 from genie.testbed.netns_plan import Command, Plan, plan_down, plan_up
+from genie.wire.launch import launch_command
 
 NS_PREFIX = "genie-"
 ROOT_LINK = re.compile(r"^genie-[a-z0-9]{0,4}c\d+$")
@@ -257,7 +258,7 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
         raise TestbedError(f"host {h.name!r} has no namespace")
     return netns_exec(
         h.netns,
-        [python, "-m", "genie", "agent", "--listen", h.control, "--id", h.name,
+        [*launch_command(python), "--listen", h.control, "--id", h.name,
          "--data-addr", h.data_addr],
     )  # fmt: skip
 

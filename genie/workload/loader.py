@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
+from genie import progress
 from genie.errors import WorkloadError
 from genie.workload.et_codec import gc_paused, read_trace, write_trace
 from genie.workload.model import DEFAULT_GROUP, Attr, RankGraph, Workload
@@ -104,14 +104,6 @@ def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     return groups
 
 
-def _progress(total: int):
-    if total < 2 or not sys.stderr.isatty():
-        return None
-    from rich.progress import Progress
-
-    return Progress(transient=True, console=None)
-
-
 def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> Workload:
     """Load and validate ``<prefix>.<rank>.et`` files (a prefix, a directory or one rank file)."""
     prefix, found = find_rank_files(path_prefix_or_dir)
@@ -124,21 +116,12 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
         )
     ranks: list[RankGraph] = []
     problems: list[str] = []
-    bar = _progress(n)
-    task = None
-    if bar is not None:
-        bar.start()
-        task = bar.add_task(f"reading {prefix.name}", total=n)
-    try:
+    with progress.bar(f"reading {prefix.name}", n, "rank files") as bar:
         for r in range(n):
             meta, nodes, notes = read_trace(found[r])
             ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
             problems += notes
-            if bar is not None:
-                bar.advance(task)
-    finally:
-        if bar is not None:
-            bar.stop()
+            bar.advance()
     groups = _groups_from_metadata(ranks)
     side = _read_group_file(prefix)
     if side is not None:
@@ -151,8 +134,8 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
         )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     if validate:
-        with gc_paused():  # validation walks millions of objects; no cycles are made
-            validate_workload(wl)
+        with progress.stage(f"validating {prefix.name}"), gc_paused():
+            validate_workload(wl)  # walks millions of objects; no cycles are made
     return wl
 
 
@@ -169,10 +152,12 @@ def save_workload(wl: Workload, prefix: str | Path, *, compress: bool = False) -
         raise WorkloadError(f"{p.parent}: cannot create directory: {exc.strerror}") from None
     ext = ".et.gz" if compress else ".et"
     written = []
-    for rg in wl.ranks:
-        f = p.with_name(f"{p.name}.{rg.rank}{ext}")
-        write_trace(f, rg.metadata, rg.nodes)
-        written.append(f)
+    with progress.bar(f"writing {p.name}", len(wl.ranks), "rank files") as bar:
+        for rg in wl.ranks:
+            f = p.with_name(f"{p.name}.{rg.rank}{ext}")
+            write_trace(f, rg.metadata, rg.nodes)
+            written.append(f)
+            bar.advance()
     for f in p.parent.iterdir():
         m = _RANK_RE.match(f.name)
         if m and m.group("stem") == p.name and f not in written:
