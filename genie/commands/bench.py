@@ -129,15 +129,18 @@ def _us(t: float | None) -> str:
     return "-" if t is None or not math.isfinite(t) else f"{t * 1e6:.1f}"
 
 
-def print_table(rows, title: str, iters: int, warmup: int, file=None) -> None:
-    """The nccl-tests-like table (rich)."""
+def print_table(
+    rows, title: str, iters: int, warmup: int, file=None, model: str = "its testbed's rates"
+) -> None:
+    """The nccl-tests-like table (rich); ``model`` says which fabric the model column priced."""
     from rich.console import Console
     from rich.table import Table
 
     t = Table(
         title=title,
         caption=f"time = p50 of {iters} iterations after {warmup} warm-up; "
-        "times in us; GB/s = 10^9 bytes/s; model = genie cost model",
+        f"times in us; GB/s = 10^9 bytes/s;\nmodel = genie cost model (ring/direct step programs, "
+        f"fair link sharing) of {model}",
         header_style="bold",
     )
     for col in (
@@ -238,7 +241,10 @@ def _run(args: argparse.Namespace) -> int:
         print()
     else:
         title = f"genie bench: {cfg.collective}/{cfg.algorithm} on {args.testbed}"
-        print_table(rows, title, cfg.iters, cfg.warmup)
+        from genie.testbed import load_testbed
+
+        model = load_testbed(cfg.testbed_path).model_source
+        print_table(rows, title, cfg.iters, cfg.warmup, model=model)
         if run_id:
             print(f"stored as run {run_id} in {cfg.store}")
     return 0

@@ -23,11 +23,25 @@ def _run(args: argparse.Namespace) -> int:
         stopped = stop_recorded(d)
         print(f"stopped {len(stopped)} agents of {d} (pids {', '.join(map(str, stopped)) or '-'})")
         return 0
-    cl = LocalCluster.start(
-        args.agents, d, ranks_per_host=args.ranks_per_host, base_port=args.base_port
-    )
+    from genie import progress
+    from genie.controller.probe import probe_cluster
+
+    with progress.stage(f"starting {args.agents} agents on 127.0.0.1"):
+        cl = LocalCluster.start(
+            args.agents, d, ranks_per_host=args.ranks_per_host, base_port=args.base_port
+        )
     hosts = ", ".join(f"{h.name}@{h.control}" for h in cl.testbed.hosts)
     print(f"started {len(cl.procs)} agents on 127.0.0.1: {hosts}")
+    if args.agents > 1 and not args.no_probe:
+        try:
+            with progress.stage("probing the loopback fabric (ring all-reduce, 3 sizes)"):
+                probe = probe_cluster(cl)
+        except BaseException:
+            cl.stop()
+            raise
+        print(f"cost model of this testbed: {probe.describe()}")
+    else:
+        print(f"cost model of this testbed: {cl.testbed.model_source}")
     print(f"testbed file: {cl.testbed_path}   (logs and pids in {d}/)")
     print(f"run:   genie bench --testbed {cl.testbed_path} --collective all_reduce --algo ring")
     if not args.foreground:
@@ -68,6 +82,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     loc.add_argument("--ranks-per-host", type=A.integer(1, 4096), default=1, help="ranks per agent")
     loc.add_argument(
         "--base-port", type=A.integer(1024, 65535), default=None, help="first control port"
+    )
+    loc.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="skip the few-second probe of the loopback fabric (the model then prices nominal "
+        "10 Gbit/s links, not this machine)",
     )
     loc.add_argument("--foreground", action="store_true", help="stay up; Ctrl-C stops agents")
     loc.add_argument("--stop", action="store_true", help="stop the agents recorded in --dir")

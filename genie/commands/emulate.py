@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 from rich.console import Console
@@ -26,6 +27,7 @@ from genie.sim.api import replay
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import chrome_trace
+from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
 
 
@@ -88,29 +90,26 @@ def _workload_hash(cw: CompiledWorkload) -> str:
 
 
 @contextlib.contextmanager
-def _live_run(args, cw: CompiledWorkload, tb, agents, mode: str, unit: str, total: int):
+def _live_run(cw: CompiledWorkload, tb, testbed_path, agents, *, store, meta, command, unit, total):
     """One stored emulate run on the agents: yields (run, progress bar).
 
     ``StoredRun`` starts the run in the store, connects the controller, syncs clocks and records
     host facts and offsets; on leaving, the run is finished as ok, interrupted or failed.
     """
     from genie.controller.stored_run import StoredRun
-    from genie.store import DEFAULT_STORE
 
-    command = " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate"
-    meta = {"workload": cw.name, "placement": agents, "iterations": args.iterations, "mode": mode}
+    meta = {"workload": cw.name, "placement": list(agents), **meta}
     with (
         StoredRun(
-            tb,
-            args.testbed,
-            command,
-            store=args.store or DEFAULT_STORE,
-            meta=meta,
-            workload_hash=_workload_hash(cw),
+            tb, testbed_path, command, store=store, meta=meta, workload_hash=_workload_hash(cw)
         ) as run,
         progress.bar(f"{cw.name} on {tb.name}", total, unit) as bar,
     ):
         yield run, bar
+
+
+def _command() -> str:
+    return " ".join(["genie", "emulate", *sys.argv[2:]]) if sys.argv else "genie emulate"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,8 +138,19 @@ def run(args: argparse.Namespace) -> int:
     algos = parse_algorithms(args.algorithm)
     topo = tb.to_topology()
     if args.mode == "overlapped":
-        return _run_overlapped(args, cw, tb, agents, algos, topo)
-    with _live_run(args, cw, tb, agents, "isolated", "collectives", len(keys)) as (run, bar):
+        return _run_overlapped(args, cw, tb, agents, algos)
+    meta = {"iterations": args.iterations, "mode": "isolated"}
+    with _live_run(
+        cw,
+        tb,
+        args.testbed,
+        agents,
+        store=args.store or DEFAULT_STORE,
+        meta=meta,
+        command=_command(),
+        unit="collectives",
+        total=len(keys),
+    ) as (run, bar):
 
         def on_done(m, program, instances) -> None:
             run.add_instances(program.spec, instances)
@@ -164,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
         AnalyticalBackend(pricer),
     ]
-    reports = _replay_all(args, cw, backends)
+    reports = _replay_all(cw, backends, not args.no_symmetry, args.trace)
     rows = [
         {
             "collective": m.collective,
@@ -212,15 +222,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _replay_all(args, cw: CompiledWorkload, backends: list) -> list:
-    """Replay the workload over each backend; the first one's timeline to ``--trace``."""
+def _replay_all(cw: CompiledWorkload, backends: list, symmetry: bool, trace: str | None) -> list:
+    """Replay the workload over each backend; the first one's timeline to ``trace``."""
     reports, raws = [], []
-    for be in backends:
-        rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
-        reports.append(rep)
-        raws.append(raw)
-    if args.trace:
-        chrome_trace(cw, raws[0], args.trace)
+    with progress.stage(f"replaying {cw.n_nodes} nodes") as st:
+        for be in backends:
+            st.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
+            rep, raw = replay(cw, be, symmetry=symmetry)
+            reports.append(rep)
+            raws.append(raw)
+    if trace:
+        chrome_trace(cw, raws[0], trace)
     return reports
 
 
@@ -253,35 +265,86 @@ def _instances_of(plan, passes, warmup: int, iid: int) -> list:
     return out
 
 
-def _run_overlapped(args, cw, tb, agents, algos, topo) -> int:
-    """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
+@dataclass
+class Overlapped:
+    """What ``run_overlapped`` measured and replayed (``doc()`` is the ``--json`` document)."""
 
+    run_id: str | None
+    workload: str
+    testbed: str
+    network: str  # what the analytical backend priced
+    rows: list[dict]  # per communication instance: measured and modelled
+    runs: list[dict]  # per run of the trace (warm-up flagged)
+    reports: list  # SimReport per backend: measured first, then analytical
+
+    def doc(self) -> dict:
+        """The JSON document of ``genie emulate --json``."""
+        return {
+            "run_id": self.run_id,
+            "mode": "overlapped",
+            "workload": self.workload,
+            "testbed": self.testbed,
+            "network": self.network,
+            "instances": self.rows,
+            "runs": self.runs,
+            "reports": [with_closed(r.to_dict(), {}) for r in self.reports],
+        }
+
+
+def run_overlapped(
+    cw: CompiledWorkload,
+    tb,
+    testbed_path,
+    agents: list[str],
+    *,
+    store: str | None,
+    iterations: int,
+    warmup: int,
+    algorithms: dict[str, str] | None = None,
+    chunks: int = 1,
+    max_instances: int = 256,
+    symmetry: bool = True,
+    trace: str | None = None,
+    command: str = "genie emulate",
+) -> Overlapped:
+    """The whole trace's communication on the agents, then replayed measured and modelled."""
     from genie.collectives.cost import estimate
     from genie.emulate.backends import InstanceBackend
     from genie.emulate.plan import compile_oplists
     from genie.emulate.run import emulate_overlapped, instance_medians
     from genie.sim.program_pricer import ProgramPricer
 
+    topo = tb.to_topology()
+    algos = algorithms or {}
     with progress.stage("compiling op lists"):
-        plan = compile_oplists(cw, algos, args.chunks, max_instances=args.max_instances)
-    total = args.iterations + args.warmup
-    with _live_run(args, cw, tb, agents, "overlapped", "runs of the trace", total) as (run, bar):
+        plan = compile_oplists(cw, algos, chunks, max_instances=max_instances)
+    with _live_run(
+        cw,
+        tb,
+        testbed_path,
+        agents,
+        store=store,
+        meta={"iterations": iterations, "mode": "overlapped"},
+        command=command,
+        unit="runs of the trace",
+        total=iterations + warmup,
+    ) as (run, bar):
 
         def on_pass(k, p) -> None:
             bar.advance()
             bar.describe(f"run {k + 1}: {p.makespan_s:.4g} s")
 
         passes = emulate_overlapped(
-            run.ctl, plan, agents, iters=args.iterations, warmup=args.warmup, on_pass=on_pass
+            run.ctl, plan, agents, iters=iterations, warmup=warmup, on_pass=on_pass
         )
         for iid, program in zip(plan.iids, plan.programs, strict=True):
-            run.add_instances(program.spec, _instances_of(plan, passes, args.warmup, iid))
+            run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
-    medians = instance_medians(passes, args.warmup)
-    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
+    medians = instance_medians(passes, warmup)
+    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, chunks)
     backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
-    reports = _replay_all(args, cw, backends)
-    measured = passes[args.warmup :]
+    reports = _replay_all(cw, backends, symmetry, trace)
+    measured = passes[warmup:]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
         spec = program.spec
@@ -316,32 +379,24 @@ def _run_overlapped(args, cw, tb, agents, algos, topo) -> int:
             "makespan_s": p.makespan_s,
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
-            "warmup": k < args.warmup,
+            "warmup": k < warmup,
         }
         for k, p in enumerate(passes)
     ]
-    if args.json:
-        dump_json(
-            {
-                "run_id": run_id,
-                "mode": "overlapped",
-                "workload": cw.name,
-                "testbed": tb.name,
-                "instances": rows,
-                "runs": runs,
-                "reports": [with_closed(r.to_dict(), {}) for r in reports],
-            }
-        )
-        return 0
-    con = Console(width=None if sys.stdout.isatty() else 120)
+    network = f"{describe(pricer)}; model of {tb.model_source}"
+    return Overlapped(run_id, cw.name, tb.name, network, rows, runs, reports)
+
+
+def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
+    """The per-instance table, the trace's time on the wire, and the replay reports."""
     t = Table(
-        title=f"communication of {cw.name} run on {tb.name}, overlapped (run {run_id})",
+        title=f"communication of {cw.name} run on {o.testbed}, overlapped (run {o.run_id})",
         title_justify="left",
     )
     for c in ("instance", "collective", "ranks", "size", "measured p50", "model alone"):
         t.add_column(c, justify="left" if c == "collective" else "right")
     t.add_column("meas/model", justify="right")
-    for row in rows[:40]:
+    for row in o.rows[:limit]:
         model = row["modeled_s"]
         t.add_row(
             str(row["iid"]),
@@ -353,12 +408,35 @@ def _run_overlapped(args, cw, tb, agents, algos, topo) -> int:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
-    if len(rows) > 40:
-        con.print(f"({len(rows) - 40} more instances; --json lists all)")
-    spans = [r["makespan_s"] for r in runs if not r["warmup"]]
+    if len(o.rows) > limit:
+        con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
+    spans = [r["makespan_s"] for r in o.runs if not r["warmup"]]
     con.print(
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
         f"start to the last op's end, over {len(spans)} runs"
     )
-    print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
+    print_reports(con, cw, o.network, o.reports, {}, 20)
+
+
+def _run_overlapped(args, cw, tb, agents, algos) -> int:
+    """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
+    o = run_overlapped(
+        cw,
+        tb,
+        args.testbed,
+        agents,
+        store=args.store or DEFAULT_STORE,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        algorithms=algos,
+        chunks=args.chunks,
+        max_instances=args.max_instances,
+        symmetry=not args.no_symmetry,
+        trace=args.trace,
+        command=_command(),
+    )
+    if args.json:
+        dump_json(o.doc())
+        return 0
+    print_overlapped(Console(width=None if sys.stdout.isatty() else 120), cw, o)
     return 0

@@ -28,6 +28,8 @@ def dumps_testbed(tb: Testbed) -> str:
     out.append(f"name = {_str(tb.name)}")
     out.append(f"kind = {_str(tb.kind)}")
     out.append(f"transport = {_str(tb.transport)}")
+    if tb.model:
+        out.append(f"model = {_str(tb.model)}")
     if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
         out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
     out += ["", "[intra_host]"]

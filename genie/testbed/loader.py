@@ -29,7 +29,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
 # ``deploy`` holds SSH and install settings read by genie.deploy.config, not by this loader.
 _TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links", "deploy"}
-_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port"}
+_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
 _LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
 _TOPO_KEYS = {
@@ -199,6 +199,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
             ("testbed", "netns_prefix"),
             f"must be 'genie-' or 'genie-TAG-' with TAG 1-4 of a-z 0-9; got {prefix!r}",
         )
+    model = ctx.get(tb, "model", ("testbed",), (str,), "")
     control_port = ctx.get_int(tb, "control_port", ("testbed",), DEFAULT_CONTROL_PORT, lo=1)
     if control_port > 65535:
         raise ctx.error(("testbed", "control_port"), f"must be <= 65535, got {control_port}")
@@ -257,6 +258,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         links=links,
         intra_host=intra,
         netns_prefix=prefix,
+        model=model,
     )
 
 

@@ -81,6 +81,12 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     links: list[Link] = msgspec.field(default_factory=list)
     intra_host: IntraHost = msgspec.field(default_factory=IntraHost)
     netns_prefix: str = DEFAULT_NETNS_PREFIX
+    model: str = ""  # where the link rates come from ("" = declared by the file's author)
+
+    @property
+    def model_source(self) -> str:
+        """Which fabric the cost model of this testbed prices, in words (for "model" columns)."""
+        return self.model or f"the rates declared in testbed {self.name}"
 
     @property
     def n_ranks(self) -> int:
