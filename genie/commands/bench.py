@@ -224,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
     )
     if not Path(cfg.testbed_path).is_file():
         raise UsageError(f"testbed file not found: {cfg.testbed_path}")
+    from genie.testbed import load_testbed
+
     run_id, rows, offsets = run_bench(cfg)
     if args.json:
         json.dump(
@@ -232,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
                 "collective": cfg.collective,
                 "algorithm": cfg.algorithm,
                 "units": {"time": "s", "bandwidth": "bytes/s", "size": "bytes"},
+                "model": "genie cost model of " + load_testbed(cfg.testbed_path).model_source,
                 "clock_offsets": {a: msgspec.to_builtins(e) for a, e in offsets.items()},
                 "rows": rows_json(rows),
             },
