@@ -91,13 +91,11 @@ def run_hlo(args: argparse.Namespace) -> int:
 
 def run_jax(args: argparse.Namespace) -> int:
     """Handle ``genie capture jax``."""
+    from genie import progress
     from genie.capture.api import capture_jax
 
     cost = _cost(args)
-    from rich.console import Console
-
-    err = Console(stderr=True)
-    with err.status(f"compiling {args.target} for {args.devices} CPU devices", spinner="dots"):
+    with progress.stage(f"compiling {args.target} for {args.devices} CPU devices"):
         res = capture_jax(
             args.target, args.devices, args.mesh, out=args.out, cost=cost, timeout=args.timeout
         )
