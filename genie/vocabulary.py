@@ -234,7 +234,7 @@ FORMULA = {
     ("all_reduce", "ring"): "2(n-1)(alpha + S/(nB))",
     ("reduce_scatter", "ring"): "(n-1)(alpha + S/(nB))",
     ("all_gather", "ring"): "(n-1)(alpha + S/(nB))",
-    ("all_to_all", "direct"): "ceil((n-1)/K) alpha + (n-1)S/(nB)",
+    ("all_to_all", "direct"): "alpha + (n-1)S/(nB)",
     ("broadcast", "chain"): "(n-1)alpha + S/B",
     ("reduce", "chain"): "(n-1)alpha + S/B",
     ("broadcast", "tree"): "ceil(log2 n)(alpha + S/B)",
@@ -256,15 +256,22 @@ def closed_form(
     *,
     size_convention: str = "astra-sim",
     window: int | None = None,
+    chunks: int = 1,
 ) -> float:
     """Textbook time (alpha-beta) of a collective: ``latency`` is per message end to end.
+
+    ``chunks`` C pipelines a ring of k steps: chunk c enters a step as chunk c-1 leaves it, and
+    a message's latency overlaps the next chunk's transmission, so
+    T = max(k S/(nB) + a, k a + (k + C - 1) S/(nCB)): k + C - 1 stages of the C-times smaller
+    message while latency dominates, the link's bytes plus one latency once it is saturated
+    (C = 1 gives k(a + S/(nB))). Ring only; the others have no chunked closed form here.
 
     Ring all-reduce 2(n-1)(a + S/(nB)); ring reduce-scatter / all-gather (n-1)(a + S/(nB));
     halving-doubling (n a power of two) all-reduce 2 log2(n) a + 2 (n-1)/n S/B, reduce-scatter and
     all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B) and tree all-reduce
     twice that (exact for n a power of two: otherwise some children overlap); pipelined chain
-    broadcast / reduce (n-1) a + S/B; direct all-to-all with window K: ceil((n-1)/K) a +
-    (n-1) S/(nB); direct gather / scatter a + (n-1) S/(nB); dissemination barrier
+    broadcast / reduce (n-1) a + S/B; direct all-to-all a + (n-1) S/(nB) whatever its window
+    (a send's latency overlaps the next one's bytes); direct gather / scatter a + (n-1) S/(nB); dissemination barrier
     ceil(log2 n) a; pairwise send/recv a + S/B. S is the whole buffer (all-gather: n x size
     under the ASTRA-sim convention). ``algorithm`` None takes ``TRAFFIC_ALGORITHM``'s.
     """
@@ -280,6 +287,13 @@ def closed_form(
         return 0.0
     lg = math.log2(n)
     key = (name, algo)
+    if chunks != 1:
+        steps = {"all_reduce": 2 * (n - 1), "reduce_scatter": n - 1, "all_gather": n - 1}
+        if algo != "ring" or name not in steps or chunks < 1:
+            raise CollectiveError(f"no closed form for {name}/{algo} in {chunks} chunks")
+        k = steps[name]
+        per_link = s / (n * b)  # one step's bytes on a link, unchunked
+        return max(k * per_link + a, k * a + (k + chunks - 1) * per_link / chunks)
     if key == ("all_reduce", "ring"):
         return 2 * (n - 1) * (a + s / (n * b))
     if key in (("reduce_scatter", "ring"), ("all_gather", "ring")):
@@ -295,9 +309,8 @@ def closed_form(
         return 2 * math.ceil(lg) * (a + s / b)
     if key in (("broadcast", "chain"), ("reduce", "chain")):
         return (n - 1) * a + s / b
-    if key == ("all_to_all", "direct"):
-        k = window or (n - 1)
-        return math.ceil((n - 1) / k) * a + (n - 1) * s / (n * b)
+    if key == ("all_to_all", "direct"):  # a window only limits sends on the wire at once:
+        return a + (n - 1) * s / (n * b)  # the next starts as one's bytes are out
     if key in (("gather", "direct"), ("scatter", "direct")):
         return a + (n - 1) * s / (n * b)
     if key == ("barrier", "dissemination"):

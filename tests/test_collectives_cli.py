@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from genie.cli import main
+from genie.vocabulary import closed_form
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -25,7 +26,8 @@ def test_show_ring_all_reduce(capsys):
     assert re.search(r"│ 0\s+│ 168\s+│ 56\s+│ 56\s+│ 28\s+│ 28\s+│ 117440512\s+│", out)
     assert "h0->sw0" in out
     t = float(re.search(r"modeled time ([0-9.]+) ms", out).group(1))
-    expect = 2 * 7 * (2e-6 + (64 << 20) / 8 / 12.5e9) * 1e3
+    # 4 pipelined chunks: the link's bytes plus one latency (chunks hide the others)
+    expect = closed_form("all_reduce", "ring", 8, 64 << 20, 12.5e9, 2e-6, chunks=4) * 1e3
     assert abs(t - expect) < 1e-3
     m = re.search(r"algbw ([0-9.]+) GB/s, busbw ([0-9.]+) GB/s \(GB = 10\^9 bytes", out)
     algbw, busbw = float(m.group(1)), float(m.group(2))

@@ -44,7 +44,7 @@ class Cost(msgspec.Struct, kw_only=True):
     """What a program costs on a topology."""
 
     time_s: float  # from the program's start to its last step
-    link_bytes: dict[int, int]  # link id -> bytes carried
+    link_bytes: dict[int, float]  # link id -> bytes carried (fractions where flows split)
     intra_bytes: int  # bytes between ranks on the same host
     messages: int  # SENDs in the whole program
     bytes_sent: int  # bytes of all SENDs
@@ -93,20 +93,12 @@ def _event_instance(
     """All ranks of ``program``; same-host sends use the sender's intra-host port, which
     programs in flight together share (it is keyed by global rank)."""
     spec = program.spec
-    links = topology.links
-
-    cache: dict[tuple[int, int], tuple[tuple, float]] = {}
 
     def route_of(r: int, st: Step):
         a, b = hosts[r], hosts[st.peer]
         if a == b:
             return ((("intra", spec.global_rank(r)), 1.0),), topology.intra_latency
-        hit = cache.get((a, b))
-        if hit is None:
-            route = topology.route(a, b)
-            hit = tuple((lid, 1.0) for lid in route), sum(links[lid].latency for lid in route)
-            cache[(a, b)] = hit
-        return hit
+        return topology.flow_route(a, b, spec.global_rank(r), spec.global_rank(st.peer))
 
     steps = [program.steps(r) for r in range(program.n_ranks)]
     return Instance(
@@ -176,15 +168,15 @@ def estimate_concurrent(
             "chunks, or a uniform switch/ring/fully_connected topology with rank i on host i "
             "(ring, direct and pairwise programs are then priced from one rank)"
         )
-    accounts: list[tuple[dict[int, int], dict]] = []  # per program: link bytes, intra bytes
+    accounts: list[tuple[dict[int, float], dict]] = []  # per program: link bytes, intra bytes
 
     def on_send(inst: Instance, r: int, st: Step, res) -> None:
         lb, intra = accounts[inst.index]
-        for key, _w in res:
+        for key, w in res:  # w: the fraction of the message's bytes on that resource
             if isinstance(key, int):
-                lb[key] = lb.get(key, 0) + st.nbytes
+                lb[key] = lb.get(key, 0) + st.nbytes * w
             else:
-                intra[key] = intra.get(key, 0) + st.nbytes
+                intra[key] = intra.get(key, 0) + st.nbytes * w
 
     sim = FlowSim(_capacity(topology), compute_bandwidth, on_send, max_work)
     insts: list[Instance] = []

@@ -1,7 +1,8 @@
 """Direct algorithms: every rank talks to every other rank, at most ``window`` sends in flight.
 
 Rank r sends to r+1, r+2, ... (mod n) in that order; the send to r+s waits for the send to
-r+s-window, so a window of K keeps K messages in flight. Also the pairwise send/recv.
+r+s-window, so a window of K keeps at most K sends on the wire at once (a send is done when its
+bytes are out; its latency overlaps the next one). Also the pairwise send/recv.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """Helpers the algorithm builders write steps with: one ``Emit`` per chunk, merged per rank.
 
 Each chunk's steps are emitted with chunk-local indices; ``merge`` interleaves the chunks
-round-robin (step i of chunk 0, step i of chunk 1, ...) so an executor that walks the list in
-order pipelines the chunks, and rewrites dependency indices to the merged positions.
+round-robin (step i of chunk 0, step i of chunk 1, ...) and rewrites dependency indices to the
+merged positions. Chunks *pipeline*: the i-th SEND of chunk c also waits for the i-th SEND of
+chunk c-1 (same peer), so a link carries one chunk of a step at a time and chunk c enters a step
+as chunk c-1 leaves it, as NCCL's pipelined chunks do. With C chunks a k-step algorithm then
+takes k + C - 1 stages, each paying the per-message latency on a C-times smaller message: more
+chunks, more latency terms, more overlap between steps.
 """
 
 from __future__ import annotations
@@ -85,6 +89,9 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
         for i in range(length):
             for ci in range(n_chunks):
                 op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
+                mapped = [d * n_chunks + ci for d in deps]
+                if ci and op == Op.SEND and _same_send(lists[ci - 1][i], peer):
+                    mapped.append(i * n_chunks + ci - 1)  # pipeline behind the previous chunk
                 out.append(
                     Step(
                         op,
@@ -93,7 +100,7 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
                         tag,
                         offset,
                         src * n_chunks + ci if src >= 0 else -1,
-                        tuple([d * n_chunks + ci for d in deps]) if deps else (),
+                        tuple(mapped),
                         chunks[ci].chunk,
                     )
                 )
@@ -109,6 +116,10 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
     for ci, i in order:
         op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
         m = maps[ci]
+        mapped = [m[d] for d in deps]
+        prev = lists[ci - 1] if ci else []
+        if ci and op == Op.SEND and i < len(prev) and _same_send(prev[i], peer):
+            mapped.append(maps[ci - 1][i])  # pipeline behind the previous chunk
         out.append(
             Step(
                 op,
@@ -117,11 +128,15 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
                 tag,
                 offset,
                 m[src] if src >= 0 else -1,
-                tuple([m[d] for d in deps]),
+                tuple(mapped),
                 chunks[ci].chunk,
             )
         )
     return out
+
+
+def _same_send(raw: Raw, peer: int) -> bool:
+    return raw[0] == Op.SEND and raw[1] == peer
 
 
 @contextlib.contextmanager

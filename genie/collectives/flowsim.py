@@ -2,9 +2,12 @@
 
 A SEND becomes a flow over a list of resources (links, or classes of links in the symmetric
 shortcut); a resource of capacity C whose flows weigh W in total gives each of them C / W
-(equal shares when every weight is 1), and a flow runs at its tightest share. When the bytes are
-through, the message arrives after the route latency; the SEND completes then, and so does the
-matching RECV if it is ready (a RECV that becomes ready later completes at once). REDUCE and COPY
+(equal shares when every weight is 1; a weight is the fraction of the flow's bytes on that
+resource), and a flow runs at its tightest share. When the bytes are through the SEND completes
+(its buffer is free and the link is the next message's) and the message arrives after the route
+latency; the matching RECV completes then if it is ready (a RECV that becomes ready later
+completes at once). So latency overlaps with the next transmission, which is what pipelined
+chunks exploit. REDUCE and COPY
 take ``nbytes / compute_bandwidth`` (free when that is None).
 """
 
@@ -173,6 +176,7 @@ class FlowSim:
             if self.on_send is not None:
                 self.on_send(inst, r, st, res)
             if st.nbytes == 0 or not res:
+                self._finish(inst, r, i)
                 self._push(self.now + lat, _ARRIVE, (inst, r, i))
                 return
             flow = _Flow(inst, r, i, res, st.nbytes, lat)
@@ -203,8 +207,7 @@ class FlowSim:
                 self._ready.append((inst, r, k))
 
     def _arrive(self, inst: Instance, r: int, i: int) -> None:
-        key = inst.keys[r][i]
-        self._finish(inst, r, i)  # the SEND is complete once its message has arrived
+        key = inst.keys[r][i]  # the SEND completed when its bytes were through
         w = inst.waiting.pop(key, None)
         if w is None:
             inst.arrived[key] = self.now
@@ -240,6 +243,7 @@ class FlowSim:
             on = self._on[key]
             on.discard(flow)
             touched |= on
+        self._finish(flow.inst, flow.rank, flow.step)
         self._push(self.now + flow.lat, _ARRIVE, (flow.inst, flow.rank, flow.step))
         self._rerate(touched)
 

@@ -1,10 +1,24 @@
 """Network topologies for the cost model: named hosts and switches joined by directed links.
 
 A link carries ``bandwidth`` bytes/s after ``latency`` seconds. Routes are shortest paths in
-hops; among equal-cost next hops one is picked by a fixed hash of (source, destination), so the
-same pair always takes the same path and different pairs spread over parallel links (ECMP).
-Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
+hops. Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
 ``intra_latency``) that is modelled as one private egress port per sending rank.
+
+How traffic spreads over equal-cost paths is the ``routing`` policy (``Routing``):
+
+* ``ecmp`` (default): as a switch does it. Each *flow* is hashed, hop by hop, onto one of the
+  equal-cost next hops; a flow is identified by (source rank, destination rank, flow index,
+  seed) and every hop hashes it with its own node id, as switches hash with per-switch seeds.
+  Between a pair of ranks there are ``flows`` flows (NCCL's channels x queue pairs per
+  connection), each carrying an equal part of every message, so a rank pair spreads over
+  spines as on a real fabric, and with one flow per pair ECMP collisions show.
+* ``spray``: ideal per-packet spraying, the fluid optimum: at every hop the bytes split evenly
+  over all equal-cost next hops.
+* ``pinned``: one path per host pair from a linear function of the host numbers (the wave-1
+  behaviour, kept for comparison; structured traffic can collide on one spine).
+
+``flow_route`` gives the links a rank pair's traffic crosses with the fraction of its bytes on
+each (the resources the fluid models share); ``route`` is one deterministic path per host pair.
 """
 
 from __future__ import annotations
@@ -29,6 +43,64 @@ class Link(msgspec.Struct, frozen=True):
 
 LinkLike = Link | tuple[str, str, float, float]
 
+ROUTING_POLICIES = ("ecmp", "spray", "pinned")
+DEFAULT_CHANNELS = 2  # NCCL: rings (channels) per communicator over one NIC, typically 2+
+DEFAULT_QPS = 1  # NCCL_IB_QPS_PER_CONNECTION's default
+
+
+class Routing(msgspec.Struct, frozen=True, kw_only=True):
+    """How traffic spreads over equal-cost paths (see the module docstring)."""
+
+    policy: str = "ecmp"
+    channels: int = DEFAULT_CHANNELS  # NCCL channels: each its own connection per rank pair
+    qps: int = DEFAULT_QPS  # queue pairs (or sockets) per connection
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.policy not in ROUTING_POLICIES:
+            raise TopologyError(
+                f"routing {self.policy!r}: use one of {', '.join(ROUTING_POLICIES)}"
+            )
+        for name in ("channels", "qps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or not 1 <= v <= 1024:
+                raise TopologyError(f"routing {name} must be 1..1024: {v!r}")
+
+    @property
+    def flows(self) -> int:
+        """Flows between a pair of ranks: channels x queue pairs."""
+        return self.channels * self.qps
+
+    def describe(self) -> str:
+        """One phrase for reports."""
+        if self.policy == "ecmp":
+            return (
+                f"ECMP per flow ({self.channels} channels x {self.qps} QP = {self.flows} flows "
+                f"per rank pair, seed {self.seed})"
+            )
+        if self.policy == "spray":
+            return "per-packet spraying (ideal load balance)"
+        return "pinned paths per host pair (one path each, as in wave 1)"
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: every input bit flips about half the output bits."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def flow_hash(*parts: int) -> int:
+    """A well-mixed 64-bit hash of integers (a switch's ECMP hash stands in for this)."""
+    h = 0
+    for p in parts:
+        h = _mix(h ^ (p & _M64))
+    return h
+
 
 def _check_rate(what: str, bandwidth: float, latency: float) -> None:
     if not (isinstance(bandwidth, int | float) and math.isfinite(bandwidth) and bandwidth > 0):
@@ -49,8 +121,10 @@ class Topology:
         intra_bandwidth: float | None = None,
         intra_latency: float = 0.0,
         kind: str = "custom",
+        routing: Routing | None = None,
     ) -> None:
         self.hosts: tuple[str, ...] = tuple(hosts)
+        self.routing = routing or Routing()
         self.switches: tuple[str, ...] = tuple(switches)
         self.kind = kind
         if not self.hosts:
@@ -81,6 +155,7 @@ class Topology:
         self.intra_latency = float(intra_latency)
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._flow_cache: dict[tuple[int, int, int, int], tuple[tuple, float]] = {}
 
     # -- construction --------------------------------------------------------------------
 
@@ -94,6 +169,7 @@ class Topology:
         bidirectional: bool = True,
         intra_bandwidth: float | None = None,
         intra_latency: float = 0.0,
+        routing: Routing | None = None,
     ) -> Topology:
         """Build a topology from explicit hosts, switches and links (each link both ways)."""
         out: list[Link] = []
@@ -108,6 +184,7 @@ class Topology:
             out,
             intra_bandwidth=intra_bandwidth,
             intra_latency=intra_latency,
+            routing=routing,
         )
 
     # -- queries -------------------------------------------------------------------------
@@ -145,6 +222,97 @@ class Topology:
             self._route_cache[key] = r
         return r
 
+    def with_routing(self, routing: Routing) -> Topology:
+        """This topology under another routing policy (same nodes and links)."""
+        import copy
+
+        other = copy.copy(self)
+        other.routing = routing
+        other._flow_cache = {}
+        return other
+
+    def flow_route(
+        self, src_host: int, dst_host: int, src_rank: int, dst_rank: int
+    ) -> tuple[tuple[tuple[int, float], ...], float]:
+        """((link id, fraction of the pair's bytes on it), ...) and the latency of the pair.
+
+        Under ``ecmp`` the pair's ``flows`` flows are hashed onto paths one by one, each with an
+        equal part of the bytes; under ``spray`` the bytes split evenly at every hop; under
+        ``pinned`` the host pair's one ``route``. The latency is the slowest path's.
+        """
+        if src_host == dst_host:
+            return (), self.intra_latency
+        key = (src_host, dst_host, src_rank, dst_rank)
+        hit = self._flow_cache.get(key)
+        if hit is not None:
+            return hit
+        pol = self.routing.policy
+        weights: dict[int, float] = {}
+        lat = 0.0
+        if pol == "pinned" or self.kind in ("star", "full", "ring"):  # one path exists anyway
+            path = self.route(src_host, dst_host)
+            weights = {lid: 1.0 for lid in path}
+            lat = self.route_latency(path)
+        elif pol == "spray":
+            lat = self._spray(src_host, dst_host, weights)
+        else:
+            nf = self.routing.flows
+            for f in range(nf):
+                path = self._hashed_path(src_host, dst_host, (src_rank, dst_rank, f))
+                for lid in path:
+                    weights[lid] = weights.get(lid, 0.0) + 1.0 / nf
+                lat = max(lat, self.route_latency(path))
+        hit = (tuple(sorted(weights.items())), lat)
+        if len(self._flow_cache) < 1_000_000:
+            self._flow_cache[key] = hit
+        return hit
+
+    def _next_hops(self, v: int, dist: list[int]) -> list[int]:
+        return [
+            lid
+            for lid in self._out[v]
+            if dist[self._node_index[self.links[lid].dst]] == dist[v] - 1
+        ]
+
+    def _hashed_path(self, s: int, d: int, flow: tuple[int, int, int]) -> tuple[int, ...]:
+        dist = self._dist_to(d)
+        if dist[s] < 0:
+            raise TopologyError(f"no path from host {self.hosts[s]} to host {self.hosts[d]}")
+        path: list[int] = []
+        v = s
+        while v != d:
+            cands = self._next_hops(v, dist)
+            if len(cands) > 1:
+                h = flow_hash(self.routing.seed, v, s, d, *flow)
+                lid = cands[h % len(cands)]
+            else:
+                lid = cands[0]
+            path.append(lid)
+            v = self._node_index[self.links[lid].dst]
+        return tuple(path)
+
+    def _spray(self, s: int, d: int, weights: dict[int, float]) -> float:
+        """Split one unit of bytes evenly over every equal-cost next hop, hop by hop."""
+        dist = self._dist_to(d)
+        if dist[s] < 0:
+            raise TopologyError(f"no path from host {self.hosts[s]} to host {self.hosts[d]}")
+        frontier = {s: 1.0}
+        lat_at = {s: 0.0}
+        while frontier:
+            nxt: dict[int, float] = {}
+            for v, w in frontier.items():
+                if v == d:
+                    continue
+                cands = self._next_hops(v, dist)
+                for lid in cands:
+                    share = w / len(cands)
+                    weights[lid] = weights.get(lid, 0.0) + share
+                    u = self._node_index[self.links[lid].dst]
+                    nxt[u] = nxt.get(u, 0.0) + share
+                    lat_at[u] = max(lat_at.get(u, 0.0), lat_at[v] + self.links[lid].latency)
+            frontier = {u: w for u, w in nxt.items() if u != d}
+        return lat_at.get(d, 0.0)
+
     def route_latency(self, route: Sequence[int]) -> float:
         """Sum of link latencies along a route (the intra-host latency for an empty one)."""
         if not route:
@@ -163,11 +331,14 @@ class Topology:
         return self.kind if self.kind in ("star", "full", "ring") else None
 
     def describe(self) -> str:
-        """One line: kind, host/switch/link counts."""
-        return (
+        """One line: kind, host/switch/link counts, and the routing where paths can differ."""
+        text = (
             f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
             f"{len(self.links)} links"
         )
+        if self.kind not in ("star", "full", "ring"):
+            text += f"; routing {self.routing.describe()}"
+        return text
 
     # -- routing -------------------------------------------------------------------------
 
@@ -247,6 +418,7 @@ def switch(
     *,
     intra_bandwidth: float | None = None,
     intra_latency: float = 0.0,
+    routing: Routing | None = None,
 ) -> Topology:
     """One switch with every host attached by an up link (id 2i) and a down link (id 2i+1)."""
     hosts = _hosts(n_hosts)
@@ -261,6 +433,7 @@ def switch(
         intra_bandwidth=intra_bandwidth,
         intra_latency=intra_latency,
         kind="star",
+        routing=routing,
     )
 
 
@@ -271,6 +444,7 @@ def ring(
     *,
     intra_bandwidth: float | None = None,
     intra_latency: float = 0.0,
+    routing: Routing | None = None,
 ) -> Topology:
     """Hosts in a bidirectional ring: link 2i is h_i -> h_{i+1}, link 2i+1 is h_{i+1} -> h_i."""
     hosts = _hosts(n_hosts)
@@ -284,7 +458,13 @@ def ring(
     if n_hosts == 2:  # both "ways round" are the same pair of links
         links = links[:2]
     return _RingTopology(
-        hosts, [], links, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency, kind="ring"
+        hosts,
+        [],
+        links,
+        intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency,
+        kind="ring",
+        routing=routing,
     )
 
 
@@ -295,12 +475,19 @@ def fully_connected(
     *,
     intra_bandwidth: float | None = None,
     intra_latency: float = 0.0,
+    routing: Routing | None = None,
 ) -> Topology:
     """A direct link from every host to every other host."""
     hosts = _hosts(n_hosts)
     links = [Link(a, b, bandwidth, latency) for a in hosts for b in hosts if a != b]
     return _FullTopology(
-        hosts, [], links, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency, kind="full"
+        hosts,
+        [],
+        links,
+        intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency,
+        kind="full",
+        routing=routing,
     )
 
 
@@ -314,6 +501,7 @@ def leaf_spine(
     *,
     intra_bandwidth: float | None = None,
     intra_latency: float = 0.0,
+    routing: Routing | None = None,
 ) -> Topology:
     """Two-level Clos: hosts on leaves, each leaf wired to every spine, uplinks oversubscribed.
 
@@ -338,7 +526,12 @@ def leaf_spine(
                 parts.append(Link(lf, sp, up_bw, latency))
     switches = leaf_names + (spine_names if leaves > 1 else [])
     topo = Topology.from_parts(
-        hosts, switches, parts, intra_bandwidth=intra_bandwidth, intra_latency=intra_latency
+        hosts,
+        switches,
+        parts,
+        intra_bandwidth=intra_bandwidth,
+        intra_latency=intra_latency,
+        routing=routing,
     )
     topo.kind = "leaf_spine"
     return topo

@@ -71,6 +71,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--oversubscription", type=A.ratio, default=1.0, help="leaf_spine uplinks")
     p.add_argument(
+        "--routing",
+        choices=("ecmp", "spray", "pinned"),
+        help="how flows spread over equal-cost paths: ecmp (per-flow hash, the default), spray "
+        "(ideal per-packet), pinned (one path per host pair, the old behaviour)",
+    )
+    p.add_argument(
+        "--channels", type=A.integer(1, 1024), help="NCCL channels per rank pair (default 2)"
+    )
+    p.add_argument("--qps", type=A.integer(1, 1024), help="queue pairs per connection (default 1)")
+    p.add_argument("--ecmp-seed", type=A.integer(0, 2**31), help="ECMP hash seed (default 0)")
+    p.add_argument(
         "--network",
         default="analytical",
         help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
@@ -124,6 +135,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _routing(args: argparse.Namespace, base=None):
+    """The routing of the command line over ``base`` (the testbed's, or the default)."""
+    from msgspec.structs import replace
+
+    from genie.collectives.topology import Routing
+
+    r = base or Routing()
+    changes = {
+        k: v
+        for k, v in (
+            ("policy", args.routing),
+            ("channels", args.channels),
+            ("qps", args.qps),
+            ("seed", args.ecmp_seed),
+        )
+        if v is not None
+    }
+    return replace(r, **changes) if changes else r
+
+
 def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
     """The analytical pricer and what the closed form needs (or {} if not comparable)."""
     intra_bw = args.intra_bandwidth
@@ -136,13 +167,14 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
     from genie.collectives import topology as ctopo
 
     extra = {"intra_bandwidth": intra_bw, "intra_latency": intra_lat}
+    extra["routing"] = _routing(args)
     if args.testbed:
         if args.topology:
             raise UsageError("give either --testbed or --topology, not both")
         from genie.testbed import load_testbed
 
         tb = load_testbed(args.testbed)
-        topo = tb.to_topology()
+        topo = tb.to_topology().with_routing(_routing(args, tb.routing))
         placement = tb.rank_hosts()
         if k > 1 or len(placement) < n_ranks:
             k = max(k, math.ceil(n_ranks / max(1, len(tb.hosts))))
@@ -158,7 +190,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         n_hosts = math.ceil(n_ranks / k)
         placement = [r // k for r in range(n_ranks)]
         if args.pricer == "builtin" and kind in TOPOLOGIES:
-            model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)
+            model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)  # one path: no ECMP
             closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
             return model, closed if kind == "switch" and k == 1 else {}
         if kind == "switch":

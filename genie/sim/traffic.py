@@ -9,9 +9,10 @@ broadcast and reduce (S per edge, n-1 steps); dissemination barrier (ceil(log2 n
 bytes).
 
 ``TopologyPricer`` places ranks on the hosts of a ``genie.collectives.topology.Topology`` (a
-testbed's or a target's): an edge between two hosts loads every link of the topology's route
-between them, an edge inside a host loads the sending rank's private intra-host port (the
-topology's ``intra_bandwidth``), as the collectives cost model does. The latency term is steps x
+testbed's or a target's): an edge between two hosts loads the links its flows take under the
+topology's routing policy (``flow_route``: ECMP per flow, spraying, or a pinned path), an edge
+inside a host loads the sending rank's private intra-host port (the topology's
+``intra_bandwidth``), as the collectives cost model does. The latency term is steps x
 the largest route latency among the edges (ASTRA-sim's hops x latency per message). Oversubscribed
 uplinks of a leaf-spine thus show up as contended links, shared among concurrent transfers by the
 analytical backend. ``NetModel`` is the same pricer on a switch or fully-connected topology
@@ -86,7 +87,6 @@ class TopologyPricer(CachedPricer):
                 np.full(n, float(topology.intra_bandwidth)),
             ]
         )
-        self._routes: dict[tuple[int, int], tuple[np.ndarray, float]] = {}
 
     def capacity(self) -> np.ndarray:
         """Bandwidth of every topology link, then one intra-host port per rank (bytes/s)."""
@@ -105,15 +105,6 @@ class TopologyPricer(CachedPricer):
             f"{self.topology.describe()}; links {rate_text or '-'}, latency {lat_text or '-'} "
             f"per link; intra-host {intra / 1e9:.1f} GB/s; {self.n_ranks} ranks on {hosts} hosts"
         )
-
-    def _route(self, hs: int, hd: int) -> tuple[np.ndarray, float]:
-        key = (hs, hd)
-        hit = self._routes.get(key)
-        if hit is None:
-            route = self.topology.route(hs, hd)
-            hit = (np.asarray(route, np.int64), float(self.topology.route_latency(route)))
-            self._routes[key] = hit
-        return hit
 
     def _price(self, transfer: Transfer) -> Demand:
         """Bytes per link and latency of one transfer."""
@@ -134,22 +125,32 @@ class TopologyPricer(CachedPricer):
         hs, hd = self.host_of[src], self.host_of[dst]
         same = hs == hd
         parts = [self.n_links + src[same]]
+        weights = [np.ones(int(same.sum()))]
         lat = float(self.topology.intra_latency) if same.any() else 0.0
         if (~same).any():
-            pairs, counts = np.unique(
-                np.stack([hs[~same], hd[~same]], axis=1), axis=0, return_counts=True
+            # one path set per host pair where routing cannot tell ranks apart, else per rank pair
+            by_rank = self.topology.routing.policy == "ecmp" and self.topology.kind not in (
+                "star",
+                "full",
+                "ring",
             )
+            ends = np.stack([src[~same], dst[~same]] if by_rank else [hs[~same], hd[~same]], 1)
+            pairs, counts = np.unique(ends, axis=0, return_counts=True)
             for (a, b), c in zip(pairs.tolist(), counts.tolist(), strict=True):
-                links, rlat = self._route(a, b)
-                parts.append(np.repeat(links, c))
+                ha, hb = (int(self.host_of[a]), int(self.host_of[b])) if by_rank else (a, b)
+                res, rlat = self.topology.flow_route(ha, hb, a, b)
+                if res:
+                    lids, ws = zip(*res, strict=True)
+                    parts.append(np.asarray(lids, np.int64))
+                    weights.append(np.asarray(ws) * c)
                 lat = max(lat, rlat)
         elif not len(src):
             hosts = len(self.topology.hosts)
-            lat = self._route(0, min(1, hosts - 1))[1] if steps else 0.0
+            lat = self.topology.flow_route(0, min(1, hosts - 1), 0, 1)[1] if steps else 0.0
         links = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         if per_edge > 0 and len(links):
             uniq, inv = np.unique(links, return_inverse=True)
-            nbytes = np.bincount(inv) * float(per_edge)
+            nbytes = np.bincount(inv, weights=np.concatenate(weights)) * float(per_edge)
         else:
             uniq, nbytes = np.zeros(0, np.int64), np.zeros(0)
         return Demand(latency=steps * lat, links=uniq.astype(np.int64), nbytes=nbytes)

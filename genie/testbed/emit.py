@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from genie.collectives.topology import Routing
 from genie.testbed.model import DEFAULT_NETNS_PREFIX, Testbed
 
 
@@ -32,6 +33,10 @@ def dumps_testbed(tb: Testbed) -> str:
         out.append(f"model = {_str(tb.model)}")
     if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
         out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
+    if tb.routing != Routing():
+        r = tb.routing
+        out += ["", "[routing]", f"policy = {_str(r.policy)}", f"channels = {r.channels}"]
+        out += [f"qps = {r.qps}", f"seed = {r.seed}"]
     out += ["", "[intra_host]"]
     out.append(f"bandwidth = {_rate(tb.intra_host.bandwidth)}")
     out.append(f"latency = {tb.intra_host.latency!r}")

@@ -8,6 +8,12 @@ import tomllib
 from pathlib import Path as FsPath
 from typing import Any
 
+from genie.collectives.topology import (
+    DEFAULT_CHANNELS,
+    DEFAULT_QPS,
+    ROUTING_POLICIES,
+    Routing,
+)
 from genie.errors import TestbedError, UnitError
 from genie.testbed import addressing, shapes
 from genie.testbed.model import (
@@ -28,7 +34,16 @@ from genie.units import parse_bandwidth, parse_duration, parse_ratio, parse_size
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
 # ``deploy`` holds SSH and install settings read by genie.deploy.config, not by this loader.
-_TOP_KEYS = {"testbed", "intra_host", "topology", "hosts", "switches", "links", "deploy"}
+_TOP_KEYS = {
+    "testbed",
+    "intra_host",
+    "topology",
+    "hosts",
+    "switches",
+    "links",
+    "deploy",
+    "routing",
+}
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
 _LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
@@ -219,6 +234,8 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
             latency=ctx.get_duration(it, "latency", ("intra_host",), DEFAULT_INTRA_LAT),
         )
 
+    routing = _routing(ctx, data["routing"]) if "routing" in data else Routing()
+
     raw_hosts = ctx.array_of_tables(data["hosts"], ("hosts",)) if "hosts" in data else []
     topo = ctx.table(data["topology"], ("topology",)) if "topology" in data else None
     if topo is not None:
@@ -259,7 +276,23 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         intra_host=intra,
         netns_prefix=prefix,
         model=model,
+        routing=routing,
     )
+
+
+def _routing(ctx: _Ctx, raw: Any) -> Routing:
+    """``[routing]``: policy (ecmp, spray, pinned), channels, qps, seed."""
+    path = ("routing",)
+    t = ctx.table(raw, path)
+    ctx.check_keys(t, {"policy", "channels", "qps", "seed"}, path)
+    policy = ctx.get_choice(t, "policy", path, ROUTING_POLICIES, "ecmp")
+    channels = ctx.get_int(t, "channels", path, DEFAULT_CHANNELS, lo=1)
+    qps = ctx.get_int(t, "qps", path, DEFAULT_QPS, lo=1)
+    seed = ctx.get_int(t, "seed", path, 0, lo=0)
+    for key, v in (("channels", channels), ("qps", qps)):
+        if v > 1024:
+            raise ctx.error((*path, key), f"must be <= 1024, got {v}")
+    return Routing(policy=policy, channels=channels, qps=qps, seed=seed)
 
 
 def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:

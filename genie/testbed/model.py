@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from genie.collectives.topology import Routing
+
 Kind = Literal["static", "netns"]
 Transport = Literal["tcp", "rdma"]
 
@@ -82,6 +84,7 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     intra_host: IntraHost = msgspec.field(default_factory=IntraHost)
     netns_prefix: str = DEFAULT_NETNS_PREFIX
     model: str = ""  # where the link rates come from ("" = declared by the file's author)
+    routing: Routing = msgspec.field(default_factory=Routing)  # how flows spread over paths
 
     @property
     def model_source(self) -> str:

@@ -36,6 +36,7 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
         tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
     hosts = [h.name for h in tb.hosts]
     intra = {"intra_bandwidth": tb.intra_host.bandwidth, "intra_latency": tb.intra_host.latency}
+    intra["routing"] = tb.routing
     n = len(hosts)
     if not tb.links:
         return topology.Topology(hosts, tb.switch_names(), [], **intra)
