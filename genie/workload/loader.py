@@ -1,14 +1,18 @@
 """Load and save whole workloads: ``<prefix>.<rank>.et`` files plus process-group membership.
 
-File set: ranks 0..N-1 as ``<prefix>.<rank>.et`` (or ``.et.gz``); a gap is an error naming the
-missing ranks. Loading is two-pass per rank (decode every node, then resolve deps by id), then
-validated (``genie.workload.validate``).
+File set: ranks 0..N-1 as ``<prefix>.<rank>.et`` or Chakra's JSON form ``<prefix>.<rank>.json``
+(``genie.workload.chakra_json``), either one gzip-compressed (``.gz``); a gap is an error naming
+the missing ranks. Loading is two-pass per rank (decode every node, then resolve deps by id),
+then validated (``genie.workload.validate``).
 
 Process groups (Chakra nodes carry only ``pg_name``), in order of precedence:
-1. ``<prefix>.comm_group.json``, ASTRA-sim's comm-group file: ``{"<pg_name>": [global ranks]}``.
-2. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
+1. a comm-group file given to ``load_workload(comm_groups=...)``, else
+   ``<prefix>.comm_group.json``: ASTRA-sim's format, ``{"<pg_name>": [global ranks]}``.
+2. PyTorch's process_group:init METADATA nodes (``genie.workload.process_groups``).
+3. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
    generators write into every rank's file, so a set of ``.et`` files is self-contained.
-The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks.
+The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks, and so is
+``"0"`` when no source defines it (PyTorch's default group; ASTRA-sim reads it the same way).
 ``save_workload`` writes the rank files and, when there are named groups, the JSON side file.
 """
 
@@ -20,13 +24,29 @@ import sys
 from pathlib import Path
 
 from genie.errors import WorkloadError
-from genie.workload.et_codec import gc_paused, read_trace, write_trace
-from genie.workload.model import DEFAULT_GROUP, Attr, RankGraph, Workload
+from genie.workload.chakra_json import decode_chakra_json
+from genie.workload.et_codec import gc_paused, open_bytes, read_trace, write_trace
+from genie.workload.model import DEFAULT_GROUP, Attr, Metadata, Node, RankGraph, Workload
+from genie.workload.process_groups import (
+    WORLD_PG_NAME,
+    groups_from_pg_nodes,
+    read_comm_group_file,
+)
 from genie.workload.validate import validate_workload
 
 GROUP_ATTR_PREFIX = "pg_ranks:"
 GROUP_FILE_SUFFIX = ".comm_group.json"
-_RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+_RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.(?P<ext>et|json)(?P<gz>\.gz)?$")
+
+
+def read_rank_file(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
+    """Read one rank file, ``.et`` or Chakra JSON (``.json``), either gzip-compressed."""
+    p = Path(path)
+    if p.name.endswith((".json", ".json.gz")):
+        data, _note = open_bytes(p)
+        with gc_paused():
+            return decode_chakra_json(data, str(p))
+    return read_trace(p)
 
 
 def group_attrs(groups: dict[str, tuple[int, ...]]) -> list[Attr]:
@@ -44,7 +64,7 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
     if p.is_dir():
         stems = {m.group("stem") for f in p.iterdir() if (m := _RANK_RE.match(f.name))}
         if not stems:
-            raise WorkloadError(f"{p}: no <name>.<rank>.et files in this directory")
+            raise WorkloadError(f"{p}: no <name>.<rank>.et (or .json) files in this directory")
         if len(stems) > 1:
             raise WorkloadError(
                 f"{p}: holds several workloads ({', '.join(sorted(stems))}); give the prefix"
@@ -65,7 +85,7 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
                     )
                 found[r] = f
     if not found:
-        raise WorkloadError(f"no rank files {p}.<rank>.et (or .et.gz) found")
+        raise WorkloadError(f"no rank files {p}.<rank>.et (or .et.gz, .json, .json.gz) found")
     return p, found
 
 
@@ -75,17 +95,7 @@ def _missing(ranks: set[int], n: int) -> list[int]:
 
 def _read_group_file(prefix: Path) -> dict[str, tuple[int, ...]] | None:
     f = prefix.with_name(prefix.name + GROUP_FILE_SUFFIX)
-    if not f.is_file():
-        return None
-    try:
-        raw = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
-        raise WorkloadError(f"{f}: not a readable comm-group JSON file: {exc}") from None
-    if not isinstance(raw, dict) or not all(
-        isinstance(v, list) and all(type(x) is int for x in v) for v in raw.values()
-    ):
-        raise WorkloadError(f'{f}: expected {{"<pg_name>": [ranks...]}}')
-    return {str(k): tuple(v) for k, v in raw.items()}
+    return read_comm_group_file(f) if f.is_file() else None
 
 
 def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
@@ -112,8 +122,17 @@ def _progress(total: int):
     return Progress(transient=True, console=None)
 
 
-def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> Workload:
-    """Load and validate ``<prefix>.<rank>.et`` files (a prefix, a directory or one rank file)."""
+def load_workload(
+    path_prefix_or_dir: str | Path,
+    *,
+    validate: bool = True,
+    comm_groups: str | Path | None = None,
+) -> Workload:
+    """Load and validate rank files (a prefix, a directory or one rank file).
+
+    ``comm_groups`` names an ASTRA-sim comm-group JSON file that overrides every other source
+    of process-group membership (see the module docstring).
+    """
     prefix, found = find_rank_files(path_prefix_or_dir)
     n = max(found) + 1
     missing = _missing(set(found), n)
@@ -131,7 +150,7 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
         task = bar.add_task(f"reading {prefix.name}", total=n)
     try:
         for r in range(n):
-            meta, nodes, notes = read_trace(found[r])
+            meta, nodes, notes = read_rank_file(found[r])
             ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
             problems += notes
             if bar is not None:
@@ -140,9 +159,14 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
         if bar is not None:
             bar.stop()
     groups = _groups_from_metadata(ranks)
-    side = _read_group_file(prefix)
+    groups.update(groups_from_pg_nodes(ranks))
+    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
     if side is not None:
         groups.update(side)
+    if WORLD_PG_NAME not in groups and any(
+        n._d[2] == WORLD_PG_NAME for rg in ranks for n in rg.nodes
+    ):
+        groups[WORLD_PG_NAME] = tuple(range(n))
     beyond = sorted({r for g in groups.values() for r in g if r >= n})
     if beyond:
         raise WorkloadError(

@@ -28,7 +28,7 @@ def summarize(wl: Workload) -> dict[str, Any]:
         rk = Counter(n.kind.value for n in rg.nodes)
         kinds.update(rk)
         for n in rg.nodes:
-            if n.type == NodeType.COMM_COLL_NODE:
+            if n.type == NodeType.COMM_COLL_NODE and n.kind is NodeKind.COLLECTIVE:
                 colls[(_coll_name(n.comm_type), int(n.comm_size or 0), n.pg_name)] += 1
             elif n.kind is NodeKind.SEND:
                 p2p_bytes += int(n.comm_size or 0)
