@@ -186,6 +186,8 @@ def _render(s: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from genie.workload.summary import reading_notes
+
     con = Console()
     con.print(
         f"[bold]{s['name'] or 'workload'}[/]: {s['ranks']} ranks, {s['nodes']} nodes "
@@ -218,6 +220,8 @@ def _render(s: dict) -> None:
     named = {k: v for k, v in s["groups"].items() if k != "<default>"}
     if named:
         con.print(f"process groups: {len(named)} named besides the default group of all ranks")
+    for line in reading_notes(s["dropped"], s["nodes_by_kind"].get("host", 0)):
+        con.print(line, markup=False, highlight=False)
     if s["problems"]:
         con.print(f"[yellow]problems ({len(s['problems'])}):[/]")
         for p in s["problems"][:50]:
