@@ -29,7 +29,7 @@ from genie.workload.model import Attr, IOInfo, Node, NodeKind, NodeType
 
 LAYERS, STEPS, BUCKET = 4, 2, 2
 HOST_PER_STEP = LAYERS // BUCKET + 1  # one c10d launcher per bucket, one all-gather
-CPU_OPS_PER_STEP = 2 * LAYERS + 2 * HOST_PER_STEP + 2  # + optimizer + sync
+CPU_OPS_PER_STEP = 2 * LAYERS + 2 * HOST_PER_STEP + 3  # + marker, optimizer, sync
 CPU_NODES = 1 + STEPS * CPU_OPS_PER_STEP  # + process_group:init
 
 
@@ -98,9 +98,9 @@ def test_inspect_reads_host_work_groups_and_drops(tmp_path, capsys):
     # process groups from the process_group:init node (no side file here)
     assert s["groups"]["0"] == [0, 1, 2, 3]
     assert s["groups"]["1"] == [0, 2] and s["groups"]["2"] == [1, 3]
-    # every CPU node names the missing thread root but record_param_comms (its c10d parent is
-    # present); the messy edits turn two of them into a self and a forward ctrl_dep
-    missing = CPU_NODES - STEPS * HOST_PER_STEP - 2
+    # the METADATA node and each step's marker name the missing thread root; the messy edits
+    # add a self and a forward ctrl_dep
+    missing = 1 + STEPS
     assert s["dropped"] == {
         "ctrl_deps_to_self": 4,
         "ctrl_deps_to_missing_ids": 4 * missing,

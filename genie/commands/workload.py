@@ -1,4 +1,5 @@
-"""``genie workload inspect|convert|generate``: look at, convert and create Chakra workloads."""
+"""``genie workload inspect|convert|generate|replicate|scale|slice``: look at, convert, create
+and reshape Chakra workloads."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def register(subparsers) -> None:
     c.add_argument("output", help=".json file, or .et file / prefix when the input is JSON")
     c.set_defaults(func=cmd_convert)
 
+    _register_tools(sub)
+
     g = sub.add_parser("generate", help="write a synthetic workload as <out>.<rank>.et files")
     kinds = g.add_subparsers(dest="kind", metavar="KIND")
     g.set_defaults(func=lambda args: (g.print_help(), 2)[1])
@@ -42,6 +45,32 @@ def register(subparsers) -> None:
             k.add_argument("--efficiency", type=float, default=0.5, help="fraction of peak")
         _ARGS[kind](k)
         k.set_defaults(func=cmd_generate)
+
+
+def _register_tools(sub) -> None:
+    """``replicate``, ``scale`` and ``slice`` (genie.workload.transform)."""
+    r = sub.add_parser(
+        "replicate", help="make one rank's trace into N SPMD ranks (peers, groups renumbered)"
+    )
+    r.add_argument("prefix", help="workload prefix, directory or one rank file")
+    r.add_argument("--ranks", type=int, required=True, help="number of ranks to write")
+    r.add_argument("--rank", type=int, help="source rank (default: the file given, or the lowest)")
+    s = sub.add_parser("scale", help="multiply GPU compute durations by a factor")
+    s.add_argument("prefix", help="workload prefix, directory or one rank file")
+    s.add_argument("--factor", type=float, required=True, help="e.g. 0.5 for a GPU twice as fast")
+    s.add_argument("--cpu", action="store_true", help="scale CPU ops (is_cpu_op) too")
+    c = sub.add_parser("slice", help="keep the first K iterations or a node-id range")
+    c.add_argument("prefix", help="workload prefix, directory or one rank file")
+    what = c.add_mutually_exclusive_group(required=True)
+    what.add_argument("--iterations", type=int, help="keep the first K iterations")
+    what.add_argument("--nodes", help="keep node ids A:B (A <= id < B)")
+    c.add_argument(
+        "--marker", default="ProfilerStep#", help="name prefix of iteration marker nodes"
+    )
+    for k, fn in ((r, cmd_replicate), (s, cmd_scale), (c, cmd_slice)):
+        k.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
+        k.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
+        k.set_defaults(func=fn)
 
 
 _KINDS = {
@@ -167,6 +196,80 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for p in wl.problems:
         print(f"note: {p}", file=sys.stderr)
     return 0
+
+
+def _write(wl, args: argparse.Namespace, notes: list[str]) -> int:
+    """Validate, write ``args.out`` and say what was written (notes on stderr)."""
+    from genie.workload import save_workload, validate_workload
+
+    for rg in wl.ranks:
+        rg.source = ""  # problems found now are about the output, not the input files
+    wl.problems = []
+    validate_workload(wl)
+    files = save_workload(wl, args.out, compress=args.gz)
+    ext = ".et.gz" if args.gz else ".et"
+    side = f" and {files[-1]}" if str(files[-1]).endswith(".json") else ""
+    print(
+        f"wrote {wl.n_ranks} rank files {args.out}.{{0..{wl.n_ranks - 1}}}{ext} "
+        f"({wl.node_count()} nodes){side}"
+    )
+    for p in [*notes, *wl.problems]:
+        print(f"note: {p}", file=sys.stderr)
+    return 0
+
+
+def cmd_replicate(args: argparse.Namespace) -> int:
+    """One rank's trace as ``--ranks`` SPMD ranks."""
+    from genie.workload.loader import load_rank
+    from genie.workload.progress import progress
+    from genie.workload.transform import replicate
+
+    if args.ranks < 1:
+        raise UsageError(f"--ranks must be >= 1, got {args.ranks}")
+    rg, groups = load_rank(args.prefix, args.rank)
+    with progress(args.ranks, "replicating") as advance:
+        wl = replicate(rg, rg.rank, groups, args.ranks, Path(args.out).name, advance)
+    return _write(wl, args, [f"ranks 0..{args.ranks - 1} run rank {rg.rank}'s graph"])
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    """Compute durations times ``--factor``."""
+    from genie.workload import load_workload
+    from genie.workload.progress import progress
+    from genie.workload.transform import scale
+
+    wl = load_workload(args.prefix)
+    with progress(wl.n_ranks, "scaling") as advance:
+        done = scale(wl, args.factor, cpu=args.cpu, advance=advance)
+    what = "compute nodes" if args.cpu else "GPU compute nodes"
+    note = (
+        f"scaled {done['nodes']} {what} by {args.factor:g}: "
+        f"{format_seconds(done['before_us'] * 1e-6)} -> "
+        f"{format_seconds(done['after_us'] * 1e-6)} summed over ranks (whole microseconds)"
+    )
+    return _write(wl, args, [note])
+
+
+def cmd_slice(args: argparse.Namespace) -> int:
+    """The first iterations or a node-id range of every rank."""
+    from genie.workload import load_workload
+    from genie.workload.progress import progress
+    from genie.workload.transform import slice_iterations, slice_nodes
+
+    lo = hi = 0
+    if args.nodes is not None:
+        try:
+            a, b = args.nodes.split(":")
+            lo, hi = int(a), int(b)
+        except ValueError:
+            raise UsageError(f"--nodes takes A:B (node ids), got {args.nodes!r}") from None
+    wl = load_workload(args.prefix)
+    with progress(wl.n_ranks, "slicing") as advance:
+        if args.iterations is not None:
+            notes = slice_iterations(wl, args.iterations, args.marker, advance)
+        else:
+            notes = slice_nodes(wl, lo, hi, advance)
+    return _write(wl, args, notes)
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 from genie.errors import WorkloadError
@@ -32,6 +31,7 @@ from genie.workload.process_groups import (
     groups_from_pg_nodes,
     read_comm_group_file,
 )
+from genie.workload.progress import progress
 from genie.workload.validate import validate_workload
 
 GROUP_ATTR_PREFIX = "pg_ranks:"
@@ -114,12 +114,30 @@ def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     return groups
 
 
-def _progress(total: int):
-    if total < 2 or not sys.stderr.isatty():
-        return None
-    from rich.progress import Progress
+def load_rank(
+    path: str | Path, rank: int | None = None
+) -> tuple[RankGraph, dict[str, tuple[int, ...]]]:
+    """One rank's graph and the process groups its files describe (not validated).
 
-    return Progress(transient=True, console=None)
+    ``path`` is a prefix, a directory or one rank file (then that rank, unless ``rank`` says
+    otherwise); without ``rank`` the lowest rank found is read. In the groups, an empty member
+    tuple means every rank of the source job (PyTorch's ``ranks: []``).
+    """
+    prefix, found = find_rank_files(path)
+    p = Path(path)
+    if rank is None:
+        m = _RANK_RE.match(p.name) if p.is_file() else None
+        rank = int(m.group("rank")) if m else min(found)
+    if rank not in found:
+        raise WorkloadError(f"{prefix}: no file for rank {rank} (found ranks {sorted(found)})")
+    meta, nodes, _notes = read_rank_file(found[rank])
+    rg = RankGraph(rank=rank, nodes=nodes, metadata=meta, source=str(found[rank]))
+    groups = _groups_from_metadata([rg])
+    groups.update(groups_from_pg_nodes([rg], n_ranks=0))
+    side = _read_group_file(prefix)
+    if side is not None:
+        groups.update(side)
+    return rg, groups
 
 
 def load_workload(
@@ -143,21 +161,12 @@ def load_workload(
         )
     ranks: list[RankGraph] = []
     problems: list[str] = []
-    bar = _progress(n)
-    task = None
-    if bar is not None:
-        bar.start()
-        task = bar.add_task(f"reading {prefix.name}", total=n)
-    try:
+    with progress(n, f"reading {prefix.name}") as advance:
         for r in range(n):
             meta, nodes, notes = read_rank_file(found[r])
             ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
             problems += notes
-            if bar is not None:
-                bar.advance(task)
-    finally:
-        if bar is not None:
-            bar.stop()
+            advance()
     groups = _groups_from_metadata(ranks)
     groups.update(groups_from_pg_nodes(ranks))
     side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
@@ -193,10 +202,12 @@ def save_workload(wl: Workload, prefix: str | Path, *, compress: bool = False) -
         raise WorkloadError(f"{p.parent}: cannot create directory: {exc.strerror}") from None
     ext = ".et.gz" if compress else ".et"
     written = []
-    for rg in wl.ranks:
-        f = p.with_name(f"{p.name}.{rg.rank}{ext}")
-        write_trace(f, rg.metadata, rg.nodes)
-        written.append(f)
+    with progress(len(wl.ranks), f"writing {p.name}") as advance:
+        for rg in wl.ranks:
+            f = p.with_name(f"{p.name}.{rg.rank}{ext}")
+            write_trace(f, rg.metadata, rg.nodes)
+            written.append(f)
+            advance()
     for f in p.parent.iterdir():
         m = _RANK_RE.match(f.name)
         if m and m.group("stem") == p.name and f not in written:

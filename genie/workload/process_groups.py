@@ -66,12 +66,17 @@ def parse_pg_init(text: str, n_ranks: int, where: str) -> dict[str, tuple[int, .
     return groups
 
 
-def groups_from_pg_nodes(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
-    """Groups of every rank's process_group:init METADATA nodes; ranks must agree."""
+def groups_from_pg_nodes(
+    ranks: list[RankGraph], n_ranks: int | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Groups of every rank's process_group:init METADATA nodes; ranks must agree.
+
+    ``ranks: []`` becomes every one of ``n_ranks`` (default: as many as ``ranks``).
+    """
     out: dict[str, tuple[int, ...]] = {}
     seen_in: dict[str, str] = {}
     meta = NodeType.METADATA_NODE
-    n = len(ranks)
+    n = len(ranks) if n_ranks is None else n_ranks
     for rg in ranks:
         for node in rg.nodes:
             if node.type != meta or node.inputs is None or not node.inputs.values:

@@ -7,9 +7,12 @@ the converter writes it (``src/converter/pytorch_converter.py``):
   one-element list holding PyTorch's JSON list of process groups (``pg_name``, ``pg_desc``,
   ``backend_config``, ``pg_size``, ``ranks``): ``"0"`` every rank, ``"1"``/``"2"`` the even and
   the odd ranks;
+* per step a ``ProfilerStep#<s>`` CPU node (PyTorch's iteration marker), whose ctrl_dep names
+  the thread's root node, which the converter dropped as dangling (a missing id), as does the
+  METADATA node's;
 * CPU ops (``aten::*``, autograd functions) as COMP nodes with ``is_cpu_op`` true, chained by
-  data_deps in call order, each with a ctrl_dep on the thread's root node, which the converter
-  dropped as dangling (so every such ctrl_dep names a missing id);
+  data_deps in call order, each with a ctrl_dep on its caller (the step's marker, or for
+  ``record_param_comms`` its ``c10d`` launcher);
 * GPU kernels as COMP nodes with ``is_cpu_op`` false and ``stream`` 7, data-dependent on their
   launching CPU op;
 * per gradient bucket the host-side ``c10d::allreduce_`` (COMM_COLL, ``is_cpu_op`` true, no
@@ -66,6 +69,7 @@ class _Rank:
         self.gpu: list[Node] = []
         self.next_cpu = ROOT_ID + 1
         self.last_cpu: int | None = None
+        self.parent = ROOT_ID  # caller of the next CPU ops
 
     def _attrs(self, cpu: bool, rf: int, schema: str = "") -> list[Attr]:
         return [
@@ -79,8 +83,11 @@ class _Rank:
             Attr("is_cpu_op", "bool_val", cpu),
         ]
 
-    def cpu_op(self, name: str, us: int, type_=NodeType.COMP_NODE, parent: int = ROOT_ID) -> int:
-        """A CPU op after the previous one; its id."""
+    def cpu_op(
+        self, name: str, us: int, type_=NodeType.COMP_NODE, parent: int | None = None
+    ) -> int:
+        """A CPU op after the previous one, called by ``parent`` (default: the current one)."""
+        parent = self.parent if parent is None else parent
         nid = self.next_cpu
         self.next_cpu += 1
         deps = [self.last_cpu] if self.last_cpu is not None else []
@@ -146,6 +153,8 @@ def pytorch_style(
         b.last_cpu = meta
         for s in range(steps):
             last_comm: list[int] = []
+            step = b.cpu_op(f"ProfilerStep#{s}", 1)
+            b.parent = step
             for layer in range(layers):
                 op = b.cpu_op("aten::linear", 20 + layer % 3)
                 last = b.kernel(f"sm90_gemm_fwd_s{s}_l{layer}", 150, op, COMPUTE_STREAM)
@@ -177,9 +186,9 @@ def pytorch_style(
                 )
             )
             b.cpu_op("Optimizer.step#AdamW.step", 0)
-            sync = b.cpu_op("aten::_local_scalar_dense", 5)
+            b.cpu_op("aten::_local_scalar_dense", 5)
             b.cpu[-1].data_deps += [last, *last_comm]  # waits for the GPU: forward deps
-            b.last_cpu = sync
+            b.parent = ROOT_ID
         md = Metadata(DEFAULT_VERSION, [Attr("schema", "string_val", "1.1.1-chakra.0.0.4")])
         rank_graphs.append(RankGraph(r, b.cpu + b.gpu, md))
     groups = {g["pg_name"]: tuple(g["ranks"]) for g in pgs}
