@@ -38,6 +38,15 @@ def register(subparsers) -> None:
         k.add_argument("--ranks", type=int, required=True, help="number of ranks (NPUs)")
         k.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
         k.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
+        k.add_argument(
+            "--for",
+            dest="target",
+            choices=("astra-sim", "genie"),
+            default="astra-sim",
+            help="astra-sim (default): files ASTRA-sim 2.0 runs too: process groups named 1..k "
+            "(readable names kept as pg_desc metadata) with the matching comm-group JSON, and "
+            "only collectives it runs; genie: readable group names, every collective type",
+        )
         if kind != "microbench":
             k.add_argument(
                 "--peak-flops", type=float, default=989e12, help="GPU peak FLOP/s (H100 bf16)"
@@ -85,8 +94,8 @@ def _args_microbench(k: argparse.ArgumentParser) -> None:
     k.add_argument("--sizes", default="1KiB:16MiB:x4", help="size sweep (MIN:MAX:xF or A,B)")
     k.add_argument(
         "--types",
-        default="all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,reduce",
-        help="comma-separated collective types, or 'all'",
+        help="comma-separated collective types, or 'all' (default: all_reduce, all_gather, "
+        "reduce_scatter, all_to_all, and with --for genie broadcast and reduce too)",
     )
     k.add_argument("--iterations", type=int, default=1)
 
@@ -122,26 +131,44 @@ def _args_moe(k: argparse.ArgumentParser) -> None:
 _ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe": _args_moe}
 
 
+def _microbench_types(args: argparse.Namespace) -> list:
+    """The collective types asked for; for ASTRA-sim, those it runs (or a UsageError)."""
+    from genie.workload.astra import RUNNABLE, why_not
+    from genie.workload.generators.microbench import DEFAULT_TYPES
+    from genie.workload.model import CollectiveType
+
+    astra = getattr(args, "target", "genie") == "astra-sim"
+    if args.types is None:
+        if not astra:
+            return list(DEFAULT_TYPES)
+        left = ", ".join(t.name.lower() for t in DEFAULT_TYPES if t not in RUNNABLE)
+        print(f"note: --for astra-sim leaves out {left} (--for genie keeps them)", file=sys.stderr)
+        return list(RUNNABLE)
+    names = [x.strip().upper() for x in args.types.split(",") if x.strip()]
+    if names == ["ALL"]:
+        return list(RUNNABLE) if astra else list(CollectiveType)
+    try:
+        types = [CollectiveType[x] for x in names]
+    except KeyError as exc:
+        known = ", ".join(t.name.lower() for t in CollectiveType)
+        raise UsageError(f"unknown collective type {exc.args[0]!r} (known: {known})") from None
+    if astra:
+        bad = [f"{t.name.lower()} (ASTRA-sim {why_not(t)})" for t in types if why_not(t)]
+        if bad:
+            raise UsageError(
+                f"--for astra-sim: {'; '.join(bad)}; leave them out or give --for genie"
+            )
+    return types
+
+
 def build_generated(args: argparse.Namespace):
     """Call the generator named by ``args.kind`` with the parsed options."""
     from genie.units import parse_size, parse_size_sweep
     from genie.workload.generators import data_parallel, llm, microbench, moe
-    from genie.workload.model import CollectiveType
 
     n = args.ranks
     if args.kind == "microbench":
-        names = [x.strip().upper() for x in args.types.split(",") if x.strip()]
-        if names == ["ALL"]:
-            types = list(CollectiveType)
-        else:
-            try:
-                types = [CollectiveType[x] for x in names]
-            except KeyError as exc:
-                known = ", ".join(t.name.lower() for t in CollectiveType)
-                raise UsageError(
-                    f"unknown collective type {exc.args[0]!r} (known: {known})"
-                ) from None
-        return microbench(n, parse_size_sweep(args.sizes), types, args.iterations)
+        return microbench(n, parse_size_sweep(args.sizes), _microbench_types(args), args.iterations)
     common = {"peak_flops": args.peak_flops, "efficiency": args.efficiency}
     if args.kind == "dp":
         return data_parallel(
@@ -154,6 +181,15 @@ def build_generated(args: argparse.Namespace):
             **common,
         )
     if args.kind == "llm":
+        dp = n // max(1, args.tp * args.pp)
+        rs_ag = args.target == "astra-sim" and args.tp > 1 and dp > 1 and not args.zero
+        if rs_ag:
+            print(
+                "note: --for astra-sim: the DP gradient all-reduce is written as reduce-scatter "
+                "+ all-gather (the same ring steps and bytes); ASTRA-sim 2.0 crashes when a rank "
+                "runs all-reduce in both its TP and its DP group (--for genie keeps all-reduce)",
+                file=sys.stderr,
+            )
         return llm(
             n,
             args.tp,
@@ -164,6 +200,7 @@ def build_generated(args: argparse.Namespace):
             args.micro_batches,
             args.micro_batch_size,
             zero=args.zero,
+            dp_sync="rs_ag" if rs_ag else "all_reduce",
             **common,
         )
     return moe(
@@ -179,33 +216,41 @@ def build_generated(args: argparse.Namespace):
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Generate, validate and write a workload."""
-    from genie.workload import save_workload, validate_workload
+    """Generate, validate and write a workload (by default one ASTRA-sim runs too)."""
+    from genie.workload import validate_workload
 
     if args.ranks < 1:
         raise UsageError(f"--ranks must be >= 1, got {args.ranks}")
     wl = build_generated(args)
+    if args.target == "astra-sim":
+        from genie.workload.astra import astra_problems, to_integer_groups
+
+        to_integer_groups(wl)
     validate_workload(wl)
-    files = save_workload(wl, args.out, compress=args.gz)
-    ext = ".et.gz" if args.gz else ".et"
-    print(
-        f"wrote {wl.n_ranks} rank files {args.out}.{{0..{wl.n_ranks - 1}}}{ext} "
-        f"({wl.node_count()} nodes)"
-        + (f" and {files[-1]}" if str(files[-1]).endswith(".json") else "")
-    )
-    for p in wl.problems:
-        print(f"note: {p}", file=sys.stderr)
+    if args.target == "astra-sim":
+        left = astra_problems(wl)
+        if left:  # a generator that breaks ASTRA-sim's rules is a bug, not bad input
+            raise RuntimeError(f"generated workload breaks ASTRA-sim's rules: {left}")
+    files = _write(wl, args, [], validated=True)
+    if args.target == "astra-sim":
+        if args.gz:
+            print("note: ASTRA-sim reads uncompressed <prefix>.<rank>.et only", file=sys.stderr)
+        else:
+            side = [f for f in files if f.name.endswith(".json")]
+            cg = f" --comm-group-configuration={side[0]}" if side else ""
+            print(f"ASTRA-sim: --workload-configuration={args.out}{cg}")
     return 0
 
 
-def _write(wl, args: argparse.Namespace, notes: list[str]) -> int:
-    """Validate, write ``args.out`` and say what was written (notes on stderr)."""
+def _write(wl, args: argparse.Namespace, notes: list[str], validated: bool = False) -> list[Path]:
+    """Validate (unless done), write ``args.out``, say what was written (notes on stderr)."""
     from genie.workload import save_workload, validate_workload
 
-    for rg in wl.ranks:
-        rg.source = ""  # problems found now are about the output, not the input files
-    wl.problems = []
-    validate_workload(wl)
+    if not validated:
+        for rg in wl.ranks:
+            rg.source = ""  # problems found now are about the output, not the input files
+        wl.problems = []
+        validate_workload(wl)
     files = save_workload(wl, args.out, compress=args.gz)
     ext = ".et.gz" if args.gz else ".et"
     side = f" and {files[-1]}" if str(files[-1]).endswith(".json") else ""
@@ -215,7 +260,7 @@ def _write(wl, args: argparse.Namespace, notes: list[str]) -> int:
     )
     for p in [*notes, *wl.problems]:
         print(f"note: {p}", file=sys.stderr)
-    return 0
+    return files
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
@@ -229,7 +274,8 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     rg, groups = load_rank(args.prefix, args.rank)
     with progress(args.ranks, "replicating") as advance:
         wl = replicate(rg, rg.rank, groups, args.ranks, Path(args.out).name, advance)
-    return _write(wl, args, [f"ranks 0..{args.ranks - 1} run rank {rg.rank}'s graph"])
+    _write(wl, args, [f"ranks 0..{args.ranks - 1} run rank {rg.rank}'s graph"])
+    return 0
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
@@ -247,7 +293,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
         f"{format_seconds(done['before_us'] * 1e-6)} -> "
         f"{format_seconds(done['after_us'] * 1e-6)} summed over ranks (whole microseconds)"
     )
-    return _write(wl, args, [note])
+    _write(wl, args, [note])
+    return 0
 
 
 def cmd_slice(args: argparse.Namespace) -> int:
@@ -269,7 +316,8 @@ def cmd_slice(args: argparse.Namespace) -> int:
             notes = slice_iterations(wl, args.iterations, args.marker, advance)
         else:
             notes = slice_nodes(wl, lo, hi, advance)
-    return _write(wl, args, notes)
+    _write(wl, args, notes)
+    return 0
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -301,11 +349,13 @@ def _render(s: dict) -> None:
         for col in ("type", "comm_size (bytes)", "MiB (2^20 B)", "group", "nodes"):
             t.add_column(col, justify="right" if col != "type" else "left")
         for c in s["collectives"]:
+            pg = c["pg_name"]
+            desc = s["group_desc"].get(pg)
             t.add_row(
                 c["type"],
                 str(c["comm_size_bytes"]),
                 f"{c['comm_size_MiB']:.3f}",
-                c["pg_name"] or "<default>",
+                (f"{pg} ({desc})" if desc else pg) or "<default>",
                 str(c["nodes"]),
             )
         con.print(t)
@@ -325,6 +375,12 @@ def _render(s: dict) -> None:
         con.print(f"process groups: {len(named)} named besides the default group of all ranks")
     for line in reading_notes(s["dropped"], s["nodes_by_kind"].get("host", 0)):
         con.print(line, markup=False, highlight=False)
+    if s["astra_sim"]:
+        con.print("ASTRA-sim 2.0 would not run these files as they are:")
+        for line in s["astra_sim"]:
+            con.print(f"  - {line}", markup=False, highlight=False)
+    else:
+        con.print("ASTRA-sim 2.0: runs these files as they are (genie.workload.astra)")
     if s["problems"]:
         con.print(f"[yellow]problems ({len(s['problems'])}):[/]")
         for p in s["problems"][:50]:

@@ -189,7 +189,9 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
         )
         ranks.append(cr)
     name = getattr(wl, "name", "") or "workload"
-    return finish(ranks, [g or "world" for g in group_names], group_ranks, name)
+    desc = getattr(wl, "group_desc", None) or {}
+    labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
+    return finish(ranks, labels, group_ranks, name)
 
 
 def load_workload(prefix: str | Path) -> Any:

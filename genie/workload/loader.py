@@ -11,6 +11,8 @@ Process groups (Chakra nodes carry only ``pg_name``), in order of precedence:
 2. PyTorch's process_group:init METADATA nodes (``genie.workload.process_groups``).
 3. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
    generators write into every rank's file, so a set of ``.et`` files is self-contained.
+Readable names of numbered groups come from ``pg_desc:<pg_name>`` GlobalMetadata attrs (string)
+and PyTorch's ``pg_desc`` (``Workload.group_desc``).
 The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks, and so is
 ``"0"`` when no source defines it (PyTorch's default group; ASTRA-sim reads it the same way).
 ``save_workload`` writes the rank files and, when there are named groups, the JSON side file.
@@ -35,6 +37,7 @@ from genie.workload.progress import progress
 from genie.workload.validate import validate_workload
 
 GROUP_ATTR_PREFIX = "pg_ranks:"
+DESC_ATTR_PREFIX = "pg_desc:"
 GROUP_FILE_SUFFIX = ".comm_group.json"
 _RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.(?P<ext>et|json)(?P<gz>\.gz)?$")
 
@@ -114,6 +117,16 @@ def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     return groups
 
 
+def _desc_from_metadata(ranks: list[RankGraph]) -> dict[str, str]:
+    """Readable group names from ``pg_desc:<pg_name>`` GlobalMetadata attrs."""
+    out: dict[str, str] = {}
+    for rg in ranks:
+        for a in rg.metadata.attrs:
+            if a.name.startswith(DESC_ATTR_PREFIX) and isinstance(a.value, str):
+                out[a.name[len(DESC_ATTR_PREFIX) :]] = a.value[:200]
+    return out
+
+
 def load_rank(
     path: str | Path, rank: int | None = None
 ) -> tuple[RankGraph, dict[str, tuple[int, ...]]]:
@@ -168,7 +181,8 @@ def load_workload(
             problems += notes
             advance()
     groups = _groups_from_metadata(ranks)
-    groups.update(groups_from_pg_nodes(ranks))
+    desc = _desc_from_metadata(ranks)
+    groups.update(groups_from_pg_nodes(ranks, desc=desc))
     side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
     if side is not None:
         groups.update(side)
@@ -183,6 +197,7 @@ def load_workload(
             f"0..{n - 1}; rank files missing for ranks {beyond}"
         )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
+    wl.group_desc = {k: v for k, v in desc.items() if k in groups}
     if validate:
         with gc_paused():  # validation walks millions of objects; no cycles are made
             validate_workload(wl)

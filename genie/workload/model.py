@@ -315,7 +315,8 @@ class Workload:
     """A workload of ``n_ranks`` ranks, process groups, and the non-fatal problems found.
 
     ``dropped`` counts the dependencies validation set aside, by reason (summed over ranks;
-    keys in ``genie.workload.validate.DROP_REASONS``).
+    keys in ``genie.workload.validate.DROP_REASONS``). ``group_desc`` holds readable names of
+    groups whose pg_name is a number (``genie.workload.astra``, PyTorch's ``pg_desc``).
     """
 
     ranks: list[RankGraph]
@@ -323,6 +324,7 @@ class Workload:
     problems: list[str] = field(default_factory=list)
     name: str = ""
     dropped: dict[str, int] = field(default_factory=dict)
+    group_desc: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.groups.setdefault(DEFAULT_GROUP, tuple(range(len(self.ranks))))

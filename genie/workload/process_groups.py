@@ -35,8 +35,13 @@ def _loads(text: str) -> Any:
         return ast.literal_eval(text)
 
 
-def parse_pg_init(text: str, n_ranks: int, where: str) -> dict[str, tuple[int, ...]]:
-    """Groups described by one process_group:init node's ``inputs.values``."""
+def parse_pg_init(
+    text: str, n_ranks: int, where: str, desc: dict[str, str] | None = None
+) -> dict[str, tuple[int, ...]]:
+    """Groups described by one process_group:init node's ``inputs.values``.
+
+    Readable names (``pg_desc``, unless empty or ``undefined``) are added to ``desc``.
+    """
     if len(text) > MAX_PG_TEXT:
         raise WorkloadError(f"{where}: process_group:init text is over {MAX_PG_TEXT} bytes")
     try:
@@ -63,15 +68,19 @@ def parse_pg_init(text: str, n_ranks: int, where: str) -> dict[str, tuple[int, .
         if not all(type(r) is int for r in ranks):
             raise WorkloadError(f"{where}: process group {name!r} has non-integer ranks")
         groups[name] = tuple(ranks) if ranks else tuple(range(n_ranks))
+        d = g.get("pg_desc")
+        if desc is not None and isinstance(d, str) and d and d != "undefined":
+            desc[name] = d[:200]
     return groups
 
 
 def groups_from_pg_nodes(
-    ranks: list[RankGraph], n_ranks: int | None = None
+    ranks: list[RankGraph], n_ranks: int | None = None, desc: dict[str, str] | None = None
 ) -> dict[str, tuple[int, ...]]:
     """Groups of every rank's process_group:init METADATA nodes; ranks must agree.
 
-    ``ranks: []`` becomes every one of ``n_ranks`` (default: as many as ``ranks``).
+    ``ranks: []`` becomes every one of ``n_ranks`` (default: as many as ``ranks``); readable
+    names go into ``desc`` when given.
     """
     out: dict[str, tuple[int, ...]] = {}
     seen_in: dict[str, str] = {}
@@ -82,7 +91,7 @@ def groups_from_pg_nodes(
             if node.type != meta or node.inputs is None or not node.inputs.values:
                 continue
             where = f"rank {rg.rank} ({rg.source}) node {node.label()}"
-            for name, members in parse_pg_init(node.inputs.values, n, where).items():
+            for name, members in parse_pg_init(node.inputs.values, n, where, desc).items():
                 if name in out and out[name] != members:
                     raise WorkloadError(
                         f"{where}: process group {name!r} is {list(members)} here but "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from genie.workload.astra import astra_problems
 from genie.workload.graph import check_collective_sequences, compute_time, critical_path
 from genie.workload.model import CollectiveType, NodeKind, NodeType, Workload
 
@@ -85,6 +86,8 @@ def summarize(wl: Workload) -> dict[str, Any]:
         "critical_path_note": "longest data_deps chain of node durations; communication "
         "nodes count as 0 s (no network model)",
         "groups": {(k or "<default>"): list(v) for k, v in wl.groups.items()},
+        "group_desc": dict(wl.group_desc),
+        "astra_sim": astra_problems(wl),
         "dropped": dict(wl.dropped),
         "per_rank": per_rank,
         "problems": problems,
