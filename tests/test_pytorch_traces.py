@@ -126,10 +126,11 @@ def test_simulate_json_reports_drops_host_work_and_lanes(tmp_path, capsys):
     assert doc["trace"]["lanes"] == ["cpu", "stream 20", "stream 24", "stream 7"]
     (rep,) = doc["reports"]
     # only the GPU kernels are network collectives: per step the buckets and one all-gather
-    # per parity group
+    # per parity group; groups are labelled with PyTorch's pg_desc
     names = sorted((c["collective"], c["group"]) for c in rep["collectives"])
-    assert names.count(("all_reduce", "0")) == STEPS * (LAYERS // BUCKET)
-    assert names.count(("all_gather", "1")) == STEPS and names.count(("all_gather", "2")) == STEPS
+    assert names.count(("all_reduce", "0 (default_pg)")) == STEPS * (LAYERS // BUCKET)
+    assert names.count(("all_gather", "1 (even)")) == STEPS
+    assert names.count(("all_gather", "2 (odd)")) == STEPS
     assert all(c["ranks"] == 2 for c in rep["collectives"] if c["collective"] == "all_gather")
     assert any("host-side communication launchers" in n for n in rep["notes"])
 

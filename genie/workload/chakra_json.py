@@ -131,20 +131,28 @@ _ATTR_MEMO: dict[tuple, Attr] = {}
 
 
 def _attr_memo(a: Any) -> Attr:
-    """``_attr`` memoised on the attr object's items and their types (scalars only)."""
-    if type(a) is dict:
-        key = (*a.items(), *map(type, a.values()))
-        try:
+    """``_attr`` for the common ``{"name": ..., "<kind>": scalar}`` object, memoised."""
+    if type(a) is dict and len(a) == 2:
+        (k1, name), (k2, v) = a.items()
+        tv = type(v)
+        if k1 == "name" and type(name) is str and tv in _SCALAR_TYPES:
+            key = (name, k2, v, tv)
             hit = _ATTR_MEMO.get(key)
-        except TypeError:  # a list value: not hashable, not memoised
-            return _attr(a)
-        if hit is None:
+            if hit is not None:
+                return hit
+            if k2 == "int64Val" and tv is str and v.lstrip("-").isdigit():
+                iv = int(v)  # mostly unique values (ids, sizes): not memoised
+                if -(1 << 63) <= iv < 1 << 63:
+                    return Attr(name, "int64_val", iv, "")
             hit = _attr(a)
             if len(_ATTR_MEMO) > 100_000:
                 _ATTR_MEMO.clear()
             _ATTR_MEMO[key] = hit
-        return hit
+            return hit
     return _attr(a)
+
+
+_SCALAR_TYPES = (str, bool, int, float)
 
 
 def _attr(d: Any) -> Attr:

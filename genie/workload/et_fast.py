@@ -318,7 +318,12 @@ def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
 
 def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
     """Decode a canonical IOInfo field body (length first); return it and the offset after."""
-    ln, pos = _varint(data, pos)
+    b = data[pos]
+    if b < 0x80:
+        ln = b
+        pos += 1
+    else:
+        ln, pos = _varint(data, pos)
     stop = pos + ln
     if stop > end:
         raise _Fallback
@@ -329,7 +334,12 @@ def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
         k = (key >> 3) - 1
         if key & 7 != 2 or not last <= k < 3:
             raise _Fallback  # not a string field 1..3 in ascending order, once each
-        slen, pos = _varint(data, pos + 1)
+        b = data[pos + 1]
+        if b < 0x80:
+            slen = b
+            pos += 2
+        else:
+            slen, pos = _varint(data, pos + 1)
         e = pos + slen
         if not slen or e > stop:
             raise _Fallback  # an empty string is not canonical; let protobuf count it

@@ -164,6 +164,15 @@ def load_workload(
     ``comm_groups`` names an ASTRA-sim comm-group JSON file that overrides every other source
     of process-group membership (see the module docstring).
     """
+    # the cyclic collector would walk every node of every rank read so far, once per rank
+    # (nodes make no cycles): pause it for the whole load
+    with gc_paused():
+        return _load_workload(path_prefix_or_dir, validate, comm_groups)
+
+
+def _load_workload(
+    path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
+) -> Workload:
     prefix, found = find_rank_files(path_prefix_or_dir)
     n = max(found) + 1
     missing = _missing(set(found), n)
@@ -199,8 +208,7 @@ def load_workload(
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     wl.group_desc = {k: v for k, v in desc.items() if k in groups}
     if validate:
-        with gc_paused():  # validation walks millions of objects; no cycles are made
-            validate_workload(wl)
+        validate_workload(wl)
     return wl
 
 
