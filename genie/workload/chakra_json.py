@@ -140,7 +140,8 @@ def _attr_memo(a: Any) -> Attr:
             hit = _ATTR_MEMO.get(key)
             if hit is not None:
                 return hit
-            if k2 == "int64Val" and tv is str and v.lstrip("-").isdigit():
+            digits = v[1:] if tv is str and v[:1] == "-" else v
+            if k2 == "int64Val" and tv is str and digits.isascii() and digits.isdigit():
                 iv = int(v)  # mostly unique values (ids, sizes): not memoised
                 if -(1 << 63) <= iv < 1 << 63:
                     return Attr(name, "int64_val", iv, "")
