@@ -1,9 +1,11 @@
 """Reports of a replay: iteration time, per-rank breakdown, per-collective table, trace, JSON.
 
 Per rank the iteration splits into four parts that add up to the iteration time:
-``compute`` (the compute stream busy), ``exposed_comm`` (a transfer of this rank in flight while
-the compute stream is idle), ``wait`` (a communication node arrived but its peers had not, with
-nothing else running) and ``idle`` (the rest, including the tail after the rank finished).
+``compute`` (a compute lane busy: CPU, GPU compute or a stream, ``genie.sim.lanes``),
+``exposed_comm`` (a transfer of this rank in flight while no compute runs), ``wait`` (a
+communication node ready but not started: its peers had not arrived, or it was queued for its
+lane, with nothing else running) and ``idle`` (the rest, including the tail after the rank
+finished).
 Bandwidths follow nccl-tests and are in GB/s = 10^9 B/s: algbw = S / t, busbw = algbw x factor,
 with S the whole buffer (n x comm_size for all-gather, whose comm_size is the per-rank shard).
 """

@@ -164,7 +164,10 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
             if peer is None and dv[8]:
                 continue  # host-side launcher: CPU work
             if peer is None:
-                raise ValidationError(f"{_where(rank, n)}: {what} without {field} (no peer)")
+                raise ValidationError(
+                    f"{_where(rank, n)}: {what} without {field} (no peer; PyTorch-derived "
+                    "ncclDevKernel_SendRecv nodes lack it: add comm_src/comm_dst to replay them)"
+                )
             _int_attr(rank, n, field, peer)
             if not 0 <= peer < n_ranks or peer == rank.rank:
                 raise ValidationError(
