@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from google.protobuf import json_format
+from workload_io import best  # bench/: best of n runs, (wall, CPU) seconds
 
 from genie.sim.adapter import compile_workload
 from genie.sim.engine import simulate
@@ -38,26 +39,16 @@ from genie.workload.generators.pytorch_style import pytorch_style
 LAYERS = 96
 
 
+def rate(n: int, t: tuple[float, float]) -> str:
+    """Seconds and nodes/s, wall and CPU."""
+    return f"{t[0]:6.2f} s  {n / t[0]:>10,.0f} nodes/s (CPU: {n / t[1]:>10,.0f} nodes/s)"
+
+
 def nodes_per_rank(layers: int, steps: int) -> int:
     """Nodes of one rank of ``pytorch_style`` (bucket of 2 layers)."""
     host = layers // 2 + (layers % 2 > 0)
     per_step = 2 * layers + 2 * host + 3 + 2 * layers + host
     return 1 + steps * per_step
-
-
-def best(fn, repeat: int) -> tuple[float, float]:
-    """(wall, CPU) seconds of the fastest of ``repeat`` calls."""
-    out = []
-    for _ in range(repeat):
-        t, c = time.perf_counter(), time.process_time()
-        fn()
-        out.append((time.perf_counter() - t, time.process_time() - c))
-    return min(out)
-
-
-def rate(n: int, t: tuple[float, float]) -> str:
-    """Seconds and nodes/s, wall and CPU."""
-    return f"{t[0]:6.2f} s  {n / t[0]:>10,.0f} nodes/s (CPU: {n / t[1]:>10,.0f} nodes/s)"
 
 
 def jsonize(et: Path, out: Path) -> None:

@@ -19,6 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from google.protobuf.internal.decoder import _DecodeVarint32
 
 from genie.cli import main
 from genie.workload import et_schema
@@ -35,20 +36,12 @@ KINDS = {
 
 
 def frames(data: bytes):
-    """Length-delimited messages: (offset, body) pairs, with a varint decoder of its own."""
+    """Length-delimited messages: (offset, body) pairs, split by protobuf's own varint decoder."""
     pos = 0
     while pos < len(data):
-        ln = shift = 0
-        start = pos
-        while True:
-            b = data[pos]
-            pos += 1
-            ln |= (b & 0x7F) << shift
-            shift += 7
-            if b < 0x80:
-                break
-        yield start, data[pos : pos + ln]
-        pos += ln
+        ln, body = _DecodeVarint32(data, pos)
+        yield pos, data[body : body + ln]
+        pos = body + ln
 
 
 def attrs(node) -> dict:
@@ -131,8 +124,8 @@ def astra_violations(prefix: Path, n: int) -> list[str]:
     return bad
 
 
-def generate(tmp: Path, kind: str, *extra: str, ranks: int = 8) -> Path:
-    out = tmp / kind
+def generate(tmp: Path, kind: str, *extra: str, ranks: int = 8, name: str = "") -> Path:
+    out = tmp / (name or kind)
     args = KINDS[kind]
     assert (
         main(
@@ -169,23 +162,7 @@ def test_the_checker_catches_what_genie_form_breaks(tmp_path, capsys):
     bad = astra_violations(llm, 8)
     assert any("is not an integer (std::stoi)" in b for b in bad)
     assert any("double free" in b for b in bad)  # TP and DP all-reduce on one rank
-    mb = tmp_path / "mb"
-    assert (
-        main(
-            [
-                "workload",
-                "generate",
-                "microbench",
-                "--ranks",
-                "4",
-                "--for",
-                "genie",
-                "--out",
-                str(mb),
-            ]
-        )
-        == 0
-    )
+    mb = generate(tmp_path, "microbench", "--for", "genie", ranks=4)
     assert any("does not run" in b for b in astra_violations(mb, 4))
 
 
@@ -211,24 +188,7 @@ def test_astra_sim_target_refuses_what_it_cannot_run(tmp_path, capsys):
 def test_llm_dp_sync_split_is_the_same_time_as_all_reduce_in_genie(tmp_path, capsys):
     """The astra-sim form's RS + AG prices as the all-reduce it stands for (ring)."""
     a = generate(tmp_path, "llm")
-    b = tmp_path / "g"
-    assert (
-        main(
-            [
-                "workload",
-                "generate",
-                "llm",
-                "--ranks",
-                "8",
-                *KINDS["llm"],
-                "--for",
-                "genie",
-                "--out",
-                str(b),
-            ]
-        )
-        == 0
-    )
+    b = generate(tmp_path, "llm", "--for", "genie", name="g")
     capsys.readouterr()
     times = []
     for p in (a, b):

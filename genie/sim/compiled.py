@@ -392,8 +392,7 @@ class GraphBuilder:
         lane: str | None = None,
     ) -> int:
         """Add a send of ``size`` bytes to global rank ``peer``."""
-        row = (Kind.SEND, 0.0, tuple(deps), P2P, size, -1, peer, tag, name)
-        return self._add(rank, row, lane)
+        return self._p2p(Kind.SEND, rank, peer, size, tag, deps, name, lane)
 
     def recv(
         self,
@@ -406,8 +405,10 @@ class GraphBuilder:
         lane: str | None = None,
     ) -> int:
         """Add a receive of ``size`` bytes from global rank ``peer``."""
-        row = (Kind.RECV, 0.0, tuple(deps), P2P, size, -1, peer, tag, name)
-        return self._add(rank, row, lane)
+        return self._p2p(Kind.RECV, rank, peer, size, tag, deps, name, lane)
+
+    def _p2p(self, kind, rank, peer, size, tag, deps, name, lane) -> int:
+        return self._add(rank, (kind, 0.0, tuple(deps), P2P, size, -1, peer, tag, name), lane)
 
     def build(self) -> CompiledWorkload:
         """Compile every rank and match the communication."""

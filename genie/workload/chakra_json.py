@@ -215,9 +215,7 @@ def _node(d: dict) -> Node:
     name = d.get("name", "")
     if type(name) is not str:
         raise _Bad(f"name {name!r} is not a string")
-    attrs = d.get("attr", [])
-    if type(attrs) is not list:
-        raise _Bad("attr must be a list")
+    attrs = _attr_list(d)
     ins, outs = d.get("inputs"), d.get("outputs")
     return Node(
         _int(d.get("id", 0), "id"),
@@ -239,10 +237,15 @@ def _metadata(d: dict) -> Metadata:
     version = d.get("version", "")
     if type(version) is not str:
         raise _Bad(f"version {version!r} is not a string")
+    return Metadata(version, [_attr(a) for a in _attr_list(d)])
+
+
+def _attr_list(d: dict) -> list:
+    """The ``attr`` list of a Node or GlobalMetadata object (empty when left out)."""
     attrs = d.get("attr", [])
     if type(attrs) is not list:
         raise _Bad("attr must be a list")
-    return Metadata(version, [_attr(a) for a in attrs])
+    return attrs
 
 
 def split_objects(text: str, source: str) -> list[Any]:

@@ -249,6 +249,16 @@ class Node:
             self.attrs.append(new)
         self.refresh()
 
+    def copy(self) -> Node:
+        """A node equal to this one whose lists can change without touching this one's."""
+        n = Node.__new__(Node)
+        for slot in Node.__slots__:
+            v = getattr(self, slot)
+            setattr(n, slot, list(v) if type(v) is list else v)
+        if self.ctrl_deps is self.raw_ctrl_deps:
+            n.ctrl_deps = n.raw_ctrl_deps
+        return n
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Node):
             return NotImplemented

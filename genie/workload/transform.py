@@ -143,17 +143,17 @@ def replicate(
             t = n.type
             if t == NodeType.METADATA_NODE and n.inputs is not None and n.inputs.values:
                 if n.id not in pg_nodes:
-                    c = _copy(n)
+                    c = n.copy()
                     c.inputs = IOInfo(pg_text, n.inputs.shapes, n.inputs.types)
                     pg_nodes[n.id] = c
                 nodes.append(pg_nodes[n.id])
             elif t == NodeType.COMM_COLL_NODE and n.pg_name in shapes:
-                c = _copy(n)
+                c = n.copy()
                 stride, count = shapes[n.pg_name]
                 c.set_attr("pg_name", "string_val", new_name[(n.pg_name, _block(r, stride, count))])
                 nodes.append(c)
             elif t in (send, recv) and (n.comm_src is not None or n.comm_dst is not None):
-                c = _copy(n)
+                c = n.copy()
                 for attr in ("comm_src", "comm_dst"):
                     old = n.attr(attr)
                     if isinstance(old, int) and not isinstance(old, bool):
@@ -165,21 +165,6 @@ def replicate(
         ranks.append(RankGraph(r, nodes, Metadata(rg.metadata.version, list(meta_attrs))))
         advance()
     return Workload(ranks=ranks, groups=new_groups, name=name)
-
-
-def _copy(n: Node) -> Node:
-    return Node(
-        n.id,
-        n.name,
-        n.type,
-        data_deps=list(n.data_deps),
-        ctrl_deps=list(n.raw_ctrl_deps),
-        start_time_micros=n.start_time_micros,
-        duration_micros=n.duration_micros,
-        inputs=n.inputs,
-        outputs=n.outputs,
-        attrs=list(n.attrs),
-    )
 
 
 # ----------------------------------------------------------------------------- scale
