@@ -325,6 +325,17 @@ def test_chakra_json_of_the_same_trace_gives_identical_results(tmp_path, capsys)
     assert problems == [] and js_nodes == et_nodes
 
 
+def test_convert_turns_chakra_json_back_into_the_same_et_bytes(tmp_path, capsys):
+    prefix = write(tmp_path, messy=True)
+    jprefix = to_json_set(prefix)
+    out = tmp_path / "back" / "pt"
+    assert main(["workload", "convert", str(jprefix.with_name("pj.1.json")), str(out)]) == 0
+    for r in range(4):
+        assert (
+            out.with_name(f"pt.{r}.et").read_bytes() == prefix.with_name(f"pt.{r}.et").read_bytes()
+        )
+
+
 def test_gzip_json_rank_files_load_by_the_same_prefix_rules(tmp_path, capsys):
     prefix = write(tmp_path)
     jprefix = to_json_set(prefix, gz=True)

@@ -395,15 +395,33 @@ def _is_et_file(p: Path) -> bool:
     return p.name.endswith(".et") or p.name.endswith(".et.gz")
 
 
+def _is_genie_json(p: Path) -> bool:
+    """Whether a .json file is genie's own JSON form (else: Chakra's jsonizer output)."""
+    from genie.workload.json_form import FORMAT
+
+    try:
+        with p.open("rb") as f:
+            return FORMAT.encode() in f.read(200)
+    except OSError:
+        return False
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
-    """Convert .et -> JSON or JSON -> .et, losslessly."""
+    """Convert .et -> JSON or JSON -> .et, losslessly (Chakra JSON rank files -> .et too)."""
     from genie.workload.et_codec import read_trace, write_trace
     from genie.workload.json_form import read_json, write_json
     from genie.workload.loader import _RANK_RE, load_workload, save_workload
     from genie.workload.model import RankGraph, Workload
 
     src, dst = Path(args.input), Path(args.output)
-    if src.name.endswith(".json"):
+    m = _RANK_RE.match(src.name)
+    chakra_json = bool(m) and m.group("ext") == "json" and not _is_genie_json(src)
+    if chakra_json and not dst.name.endswith(".json"):
+        wl = load_workload(src, validate=False)  # <prefix>.<rank>.json from chakra_jsonizer
+        files = save_workload(wl, dst)
+        print(f"wrote {len(files)} files: {files[0]} ...")
+        return 0
+    if src.name.endswith(".json") and not chakra_json:
         wl = read_json(src)
         if _is_et_file(dst):
             if len(wl.ranks) != 1:
