@@ -271,9 +271,10 @@ def closed_form(
     all-gather half that; binomial broadcast / reduce ceil(log2 n)(a + S/B) and tree all-reduce
     twice that (exact for n a power of two: otherwise some children overlap); pipelined chain
     broadcast / reduce (n-1) a + S/B; direct all-to-all a + (n-1) S/(nB) whatever its window
-    (a send's latency overlaps the next one's bytes); direct gather / scatter a + (n-1) S/(nB); dissemination barrier
-    ceil(log2 n) a; pairwise send/recv a + S/B. S is the whole buffer (all-gather: n x size
-    under the ASTRA-sim convention). ``algorithm`` None takes ``TRAFFIC_ALGORITHM``'s.
+    (a send's latency overlaps the next one's bytes); direct gather / scatter
+    a + (n-1) S/(nB); dissemination barrier ceil(log2 n) a; pairwise send/recv a + S/B. S is the
+    whole buffer (all-gather: n x size under the ASTRA-sim convention). ``algorithm`` None takes
+    ``TRAFFIC_ALGORITHM``'s.
     """
     name = base_collective(collective)
     if name not in TRAFFIC_ALGORITHM:

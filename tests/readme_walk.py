@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 # `genie: error:`; "root" needs root (else skipped), then must exit 0; "skip: why" not run.
 RULES: list[tuple[str, str]] = [
     (r"^genie demo\b", "ok"),
-    (r"^genie workload (generate|inspect|convert)\b", "ok"),
+    (r"^genie workload (generate|inspect|convert|replicate|scale|slice)\b", "ok"),
     (r"^genie collective (list|show)\b", "ok"),
     (r"^genie cluster local\b", "ok"),
     (r"^genie bench --testbed /\S*cluster", "ok"),

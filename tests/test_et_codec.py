@@ -256,6 +256,24 @@ def test_own_codec_agrees_with_protobuf(ns: list[Node]) -> None:
     assert encode_trace(Metadata("1.0", []), fast) == data
 
 
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(nodes(), max_size=6))
+def test_chakra_json_reads_what_protobuf_writes(ns: list[Node]) -> None:
+    """chakra_jsonizer's output (protobuf's JSON of each message) reads back as the same nodes."""
+    from google.protobuf import json_format
+
+    from genie.workload.chakra_json import decode_chakra_json
+
+    meta = et_schema.GlobalMetadata(version="0.0.4")
+    text = json_format.MessageToJson(meta) + "".join(
+        json_format.MessageToJson(to_pb_node(n)) for n in ns
+    )
+    got_meta, got, problems = decode_chakra_json(text.encode())
+    assert problems == [] and got_meta.version == "0.0.4" and len(got) == len(ns)
+    for a, b in zip(got, ns, strict=True):
+        assert encode_node(a) == encode_node(b)  # same fields, attr kinds and values
+
+
 def test_float_values_keep_their_bits() -> None:
     n = Node(1, "f", 4, attrs=[Attr("f", "float_val", 0.1), Attr("d", "double_val", -0.0)])
     _, (back,), _ = decode_trace(encode_trace(Metadata(), [n]))

@@ -185,8 +185,12 @@ def test_cycle_names_the_nodes(tmp_path: Path) -> None:
     assert "id 4" not in msg
 
 
-def test_self_data_dep_is_a_cycle(tmp_path: Path) -> None:
-    assert "cycle" in load_error(tmp_path, {0: [comp(1, deps=[1])]})
+def test_self_data_dep_is_dropped_and_counted_not_a_cycle(tmp_path: Path) -> None:
+    wl = load_workload(write_set(tmp_path, {0: [comp(1), comp(2, deps=[2, 1])]}))
+    assert wl.dropped["data_deps_to_self"] == 1
+    assert any("dropped 1 data_deps to the node itself" in p for p in wl.problems)
+    assert [n.id for n in topological_order(wl.ranks[0])] == [1, 2]
+    assert critical_path(wl.ranks[0])[0] == pytest.approx(20e-6)
 
 
 def test_dangling_data_dep(tmp_path: Path) -> None:

@@ -25,6 +25,28 @@ from genie.units import format_bytes, format_seconds
 from genie.vocabulary import canonical_collective, closed_form, formula
 
 
+def trace_facts(wl: Any, cw: CompiledWorkload) -> dict[str, Any]:
+    """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
+    from genie.workload.model import NodeKind
+
+    return {
+        "dropped": dict(getattr(wl, "dropped", {})),
+        "host_work_nodes": sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes),
+        "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
+    }
+
+
+def trace_notes(facts: dict[str, Any]) -> list[str]:
+    """Report notes for what ``trace_facts`` found, when there is something to say."""
+    from genie.workload.summary import reading_notes
+
+    notes = reading_notes(facts["dropped"], facts["host_work_nodes"])
+    if facts["lanes"] not in ([], ["gpu"]):
+        lanes = ", ".join(facts["lanes"])
+        notes.append(f"lanes (each runs one node at a time; genie.sim.lanes): {lanes}")
+    return notes
+
+
 def describe(pricer: Any) -> str:
     """The pricer's one-line description of the network it prices."""
     return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__

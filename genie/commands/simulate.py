@@ -17,7 +17,14 @@ from rich.console import Console
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
-from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
+from genie.commands._sim_output import (
+    describe,
+    dump_json,
+    print_reports,
+    trace_facts,
+    trace_notes,
+    with_closed,
+)
 from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import replay
@@ -282,6 +289,7 @@ def run(args: argparse.Namespace) -> int:
         cw = compile_workload(wl, compute)
         pricer, closed = _network_model(args, cw.n_ranks)
         backends = _backends(args, pricer)
+        facts = trace_facts(wl, cw)
         reports: list[SimReport] = []
         raws = []
         for be in backends:
@@ -291,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
                 rep.notes.append(be.summary())
             if getattr(args, "placement_note", None):
                 rep.notes.append(args.placement_note)
+            rep.notes += trace_notes(facts)
             fallbacks = getattr(pricer, "fallbacks", None)
             if fallbacks:
                 rep.notes.append(
@@ -311,6 +320,7 @@ def run(args: argparse.Namespace) -> int:
             {
                 "workload": cw.name,
                 "network": network,
+                "trace": facts,
                 "reports": [with_closed(r.to_dict(), closed) for r in reports],
             }
         )

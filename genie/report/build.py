@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from genie import progress
 from genie.errors import UsageError
 from genie.report import data
 from genie.report.html import render_html
@@ -41,24 +41,6 @@ class Report:
         }
 
 
-@contextlib.contextmanager
-def _progress(total: int, enabled: bool):
-    """A rich progress bar on stderr while the PNGs are drawn; yields advance(name)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn
-
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total} plots"),
-        console=Console(stderr=True),
-        disable=not enabled,
-        transient=True,
-    ) as prog:
-        task = prog.add_task("drawing", total=total)
-        yield lambda name: prog.update(task, advance=1, description=f"drew {name}")
-
-
 def _read_json(path: str | Path) -> Any:
     p = Path(path)
     if not p.is_file():
@@ -76,7 +58,6 @@ def build_report(
     *,
     sims: Sequence[str | Path] = (),
     traces: Sequence[str | Path] = (),
-    progress: bool = False,
 ) -> Report:
     """Write PNGs, ``report.html`` and ``figures.json`` for runs (first = main) into ``out``."""
     from genie.report.plots import draw, require_matplotlib
@@ -114,10 +95,11 @@ def build_report(
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     files = {}
-    with _progress(len(figures), progress) as advance:
+    with progress.bar("drawing", len(figures), "plots") as bar:
         for f in figures:
             files[f["id"]] = draw(f, outdir / f"{f['id']}.png")
-            advance(f["id"])
+            bar.advance()
+            bar.describe(f"drew {f['id']}")
     title = "genie report: " + (", ".join(resolved) if resolved else ", ".join(map(str, sims)))
     html = outdir / HTML_NAME
     html.write_text(render_html(title, facts, groups, figures, files, notes))

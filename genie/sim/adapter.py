@@ -1,13 +1,18 @@
 """Adapter from ``genie.workload`` objects to the simulator's compiled form.
 
 Reads only the documented node fields (id, name, kind, duration_s, num_ops, tensor_size,
-comm_type, comm_size, pg_name, peer, tag, data_deps), so the engine stays independent of the
-workload module's layout. Data deps to ids missing from the rank are dropped (the workload
-loader reports them); ctrl_deps are not scheduled on, as the design says.
+comm_type, comm_size, pg_name, peer, tag, data_deps, is_cpu_op, stream), so the engine stays
+independent of the workload module's layout. Data deps to ids missing from the rank are dropped
+(the workload loader reports them); ctrl_deps are not scheduled on, as the design says.
+
+Host work (a COMM node's host-side launcher, kind ``host``) compiles to a COMPUTE node of its
+trace duration on the CPU lane: never a network operation. Each node's lane comes from
+``genie.sim.lanes.lane_key``.
 
 Compute time: the trace's duration, or with a ``ComputeModel`` a roofline
 ``max(num_ops / (peak x efficiency), tensor_size / memory_bandwidth)`` (``mode="roofline"``:
-always when num_ops is known; ``mode="trace"``: only for nodes whose duration is 0).
+always when num_ops is known; ``mode="trace"``: only for nodes whose duration is 0). The
+roofline prices GPU work only: CPU-lane nodes keep their trace duration (as ASTRA-sim does).
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from typing import Any
 
 from genie.errors import ValidationError
 from genie.sim.compiled import CompiledWorkload, Kind, finish, make_rank
+from genie.sim.lanes import CPU as CPU_LANE
+from genie.sim.lanes import lane_key
 from genie.vocabulary import P2P
 
 _KIND = {
     "compute": Kind.COMPUTE,
+    "host": Kind.COMPUTE,
     "collective": Kind.COLLECTIVE,
     "send": Kind.SEND,
     "recv": Kind.RECV,
@@ -53,6 +61,17 @@ class ComputeModel:
 # Chakra NodeType number -> kind (METADATA and INVALID are OTHER)
 _BY_TYPE = {4: Kind.COMPUTE, 7: Kind.COLLECTIVE, 5: Kind.SEND, 6: Kind.RECV, 2: Kind.MEMORY}
 _BY_TYPE.update({3: Kind.MEMORY, 0: Kind.OTHER, 1: Kind.OTHER})
+_KIND_NAME = {
+    Kind.COMPUTE: "compute",
+    Kind.COLLECTIVE: "collective",
+    Kind.SEND: "send",
+    Kind.RECV: "recv",
+    Kind.MEMORY: "memory",
+    Kind.OTHER: "other",
+}
+
+
+_NETWORK = (Kind.COLLECTIVE, Kind.SEND, Kind.RECV)
 
 
 def _kind_of(node: Any) -> Kind:
@@ -92,12 +111,20 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
         ids = [0] * n
         deps: list[list[int]] = [[]] * n
         names: list[str] = [""] * n
+        lane = [-1] * n
+        lane_ids: dict[str, int] = {}
         roofline = compute.mode == "roofline"
         for i, nd in enumerate(nodes):
             t_raw = getattr(nd, "type", None)
             k = _BY_TYPE.get(t_raw) if isinstance(t_raw, int) else None
-            if k is None:
+            kname = _KIND_NAME.get(k)
+            if k is None or k in _NETWORK:  # kind decides (host work is a COMM node's kind)
+                kv = nd.kind
+                kname = getattr(kv, "value", kv)
                 k = _kind_of(nd)
+            key = lane_key(kname, getattr(nd, "is_cpu_op", False), getattr(nd, "stream", None))
+            if key is not None:
+                lane[i] = lane_ids.setdefault(key, len(lane_ids))
             kind[i] = k
             ids[i] = nd.id
             names[i] = nd.name or ""
@@ -110,7 +137,7 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
             if k in compute_kinds:
                 micros = getattr(nd, "duration_micros", None)
                 d = micros * 1e-6 if micros is not None else float(nd.duration_s or 0.0)
-                if k != Kind.OTHER and (roofline or d == 0.0):
+                if k != Kind.OTHER and key != CPU_LANE and (roofline or d == 0.0):
                     t = compute.roofline(
                         getattr(nd, "num_ops", None) if k == Kind.COMPUTE else None,
                         getattr(nd, "tensor_size", None),
@@ -146,11 +173,25 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
                 peer[i] = int(nd.peer)
                 tag[i] = int(nd.tag or 0)
         cr = make_rank(
-            kind, dur, deps, ctype, csize, grp, peer, tag, ids, names, drop_bad_deps=True
+            kind,
+            dur,
+            deps,
+            ctype,
+            csize,
+            grp,
+            peer,
+            tag,
+            ids,
+            names,
+            drop_bad_deps=True,
+            lane=lane,
+            lane_names=list(lane_ids),
         )
         ranks.append(cr)
     name = getattr(wl, "name", "") or "workload"
-    return finish(ranks, [g or "world" for g in group_names], group_ranks, name)
+    desc = getattr(wl, "group_desc", None) or {}
+    labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
+    return finish(ranks, labels, group_ranks, name)
 
 
 def load_workload(prefix: str | Path) -> Any:

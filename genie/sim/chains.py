@@ -10,7 +10,9 @@ node before the replay (a data-parallel step of 2,000 nodes becomes about a hund
 merged node's times are recovered exactly afterwards: start = head start + the durations before
 it in the run, ready = its start, end = start + its duration.
 
-Ranks that do not meet the condition are replayed as they are.
+Ranks that do not meet the condition are replayed as they are, and so are ranks with more than
+one lane or with non-compute nodes on a lane (``genie.sim.lanes``): the proof above is for one
+compute stream that nothing else holds.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Collapsed:
     dep_ptr: np.ndarray
     dep_idx: np.ndarray
     instance: np.ndarray
+    lane: np.ndarray
     keep: np.ndarray  # original indices of the kept nodes (new node i is keep[i])
     new_of: np.ndarray  # original index -> new index of the node or of its run's head
     head_offset: np.ndarray  # original index -> start offset inside its run (0 for kept nodes)
@@ -73,6 +76,9 @@ def collapse(cr: CompiledRank) -> Collapsed | None:
     comp = np.flatnonzero(cr.kind == Kind.COMPUTE)
     if len(comp) < 2:
         return None
+    laned = cr.lane >= 0
+    if np.count_nonzero(laned) != len(comp) or len(np.unique(cr.lane[comp])) != 1:
+        return None  # several lanes, or something besides compute holds one
     ptr, idx = cr.dep_ptr, cr.dep_idx
     counts = np.diff(ptr)
     prev = comp[:-1]
@@ -121,6 +127,7 @@ def collapse(cr: CompiledRank) -> Collapsed | None:
         dep_ptr=new_ptr,
         dep_idx=new_idx.astype(np.int64),
         instance=cr.instance[keep],
+        lane=cr.lane[keep],
         keep=keep,
         new_of=new_of,
         head_offset=head_offset,

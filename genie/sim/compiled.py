@@ -3,7 +3,9 @@
 The engine never touches the workload module's objects. A ``CompiledWorkload`` holds, per rank,
 numpy arrays of node kind, duration, collective type and size, peer and tag, dependencies as CSR
 index arrays (``dep_ptr``/``dep_idx``: node ``i`` depends on ``dep_idx[dep_ptr[i]:dep_ptr[i+1]]``,
-all indices local to the rank), and the communication *instances* the nodes belong to:
+all indices local to the rank), the lane each node holds while it runs (``lane``, an index into
+``lane_names``, -1 for none; see ``genie.sim.lanes``), and the communication *instances* the
+nodes belong to:
 
 * a collective instance is (group, sequence number of the collective within that group on each
   member rank, in node order); all members must agree on type and size, else CollectiveError;
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from genie.errors import CollectiveError, ValidationError
+from genie.sim.lanes import GPU as GPU_LANE
 from genie.vocabulary import P2P, chakra_name, chakra_type
 
 
@@ -59,6 +62,16 @@ class CompiledRank:
     node_ids: np.ndarray  # int64 ids in the source workload
     names: list[str] | None = None
     instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # iid or -1
+    lane: np.ndarray | None = None  # int16 lane index held while running, -1 for none
+    lane_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.lane is None:  # genie's classic model: compute on one "gpu" lane, nothing else
+            comp = self.kind == Kind.COMPUTE
+            self.lane = np.where(comp, 0, -1).astype(np.int16)
+            self.lane_names = [GPU_LANE] if comp.any() else []
+        elif len(self.lane) and int(self.lane.max()) >= len(self.lane_names):
+            raise ValidationError(f"lane index {int(self.lane.max())} has no name")
 
     @property
     def n_nodes(self) -> int:
@@ -82,6 +95,7 @@ class CompiledRank:
             self.comm_type,
             self.comm_size,
             self.group,
+            self.lane,
         ):
             h.update(np.ascontiguousarray(arr).tobytes())
             h.update(b"|")
@@ -266,11 +280,14 @@ def make_rank(
     node_ids: Sequence[int] | None = None,
     names: list[str] | None = None,
     drop_bad_deps: bool = False,
+    lane: Sequence[int] | None = None,
+    lane_names: list[str] | None = None,
 ) -> CompiledRank:
     """Pack one rank's per-node lists into a CompiledRank (deps are local node indices).
 
     With ``drop_bad_deps``, deps outside 0..n-1 and on the node itself are dropped (the
-    workload loader has reported them); otherwise they are a ValidationError.
+    workload loader has reported them); otherwise they are a ValidationError. Without ``lane``,
+    compute nodes share one lane and nothing else holds one (``genie.sim.lanes``).
     """
     n = len(kind)
     ptr, idx = _csr(deps)
@@ -299,6 +316,8 @@ def make_rank(
         tag=arr(tag, np.int64, 0),
         node_ids=arr(node_ids, np.int64, 0) if node_ids is not None else np.arange(n),
         names=names,
+        lane=None if lane is None else np.asarray(lane, np.int16),
+        lane_names=list(lane_names or []),
     )
 
 
@@ -321,17 +340,31 @@ class GraphBuilder:
         self.group_ranks.append(members)
         return len(self.group_names) - 1
 
-    def _add(self, rank: int, row: tuple) -> int:
-        self._nodes[rank].append(row)
+    def _add(self, rank: int, row: tuple, lane: str | None) -> int:
+        self._nodes[rank].append((*row, lane))
         return len(self._nodes[rank]) - 1
 
-    def compute(self, rank: int, duration: float, deps: Sequence[int] = (), name: str = "") -> int:
-        """Add a compute node taking ``duration`` seconds; return its local index."""
-        return self._add(rank, (Kind.COMPUTE, duration, tuple(deps), -2, 0, -1, -1, 0, name))
+    def compute(
+        self,
+        rank: int,
+        duration: float,
+        deps: Sequence[int] = (),
+        name: str = "",
+        lane: str = GPU_LANE,
+    ) -> int:
+        """Add a compute node taking ``duration`` seconds on ``lane``; return its local index."""
+        return self._add(rank, (Kind.COMPUTE, duration, tuple(deps), -2, 0, -1, -1, 0, name), lane)
 
-    def memory(self, rank: int, duration: float, deps: Sequence[int] = (), name: str = "") -> int:
-        """Add a memory node (a delay that does not hold the compute stream)."""
-        return self._add(rank, (Kind.MEMORY, duration, tuple(deps), -2, 0, -1, -1, 0, name))
+    def memory(
+        self,
+        rank: int,
+        duration: float,
+        deps: Sequence[int] = (),
+        name: str = "",
+        lane: str | None = None,
+    ) -> int:
+        """Add a memory node (a delay that holds no lane unless given one)."""
+        return self._add(rank, (Kind.MEMORY, duration, tuple(deps), -2, 0, -1, -1, 0, name), lane)
 
     def collective(
         self,
@@ -341,23 +374,41 @@ class GraphBuilder:
         group: int | str = 0,
         deps: Sequence[int] = (),
         name: str = "",
+        lane: str | None = None,
     ) -> int:
         """Add a collective call of ``size`` bytes on ``group`` (id or name)."""
         g = self.group_names.index(group) if isinstance(group, str) else group
         row = (Kind.COLLECTIVE, 0.0, tuple(deps), chakra_type(ctype), size, g, -1, 0, name)
-        return self._add(rank, row)
+        return self._add(rank, row, lane)
 
     def send(
-        self, rank: int, peer: int, size: int, tag: int = 0, deps: Sequence[int] = (), name=""
+        self,
+        rank: int,
+        peer: int,
+        size: int,
+        tag: int = 0,
+        deps: Sequence[int] = (),
+        name="",
+        lane: str | None = None,
     ) -> int:
         """Add a send of ``size`` bytes to global rank ``peer``."""
-        return self._add(rank, (Kind.SEND, 0.0, tuple(deps), P2P, size, -1, peer, tag, name))
+        return self._p2p(Kind.SEND, rank, peer, size, tag, deps, name, lane)
 
     def recv(
-        self, rank: int, peer: int, size: int, tag: int = 0, deps: Sequence[int] = (), name=""
+        self,
+        rank: int,
+        peer: int,
+        size: int,
+        tag: int = 0,
+        deps: Sequence[int] = (),
+        name="",
+        lane: str | None = None,
     ) -> int:
         """Add a receive of ``size`` bytes from global rank ``peer``."""
-        return self._add(rank, (Kind.RECV, 0.0, tuple(deps), P2P, size, -1, peer, tag, name))
+        return self._p2p(Kind.RECV, rank, peer, size, tag, deps, name, lane)
+
+    def _p2p(self, kind, rank, peer, size, tag, deps, name, lane) -> int:
+        return self._add(rank, (kind, 0.0, tuple(deps), P2P, size, -1, peer, tag, name), lane)
 
     def build(self) -> CompiledWorkload:
         """Compile every rank and match the communication."""
@@ -365,9 +416,23 @@ class GraphBuilder:
             self.group("world")
         ranks = []
         for rows in self._nodes:
-            cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(9)]
-            kind, dur, deps, ct, cs, g, peer, tag, names = cols
+            cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(10)]
+            kind, dur, deps, ct, cs, g, peer, tag, names, lane_of = cols
+            lane_ids: dict[str, int] = {}
+            lane = [-1 if x is None else lane_ids.setdefault(x, len(lane_ids)) for x in lane_of]
             ranks.append(
-                make_rank(kind, dur, deps, ct, cs, g, peer, tag, names=list(names) or None)
+                make_rank(
+                    kind,
+                    dur,
+                    deps,
+                    ct,
+                    cs,
+                    g,
+                    peer,
+                    tag,
+                    names=list(names) or None,
+                    lane=lane,
+                    lane_names=list(lane_ids),
+                )
             )
         return finish(ranks, self.group_names, self.group_ranks, self.name)

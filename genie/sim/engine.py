@@ -3,14 +3,18 @@
 Semantics:
 
 * a node becomes ready when all its data deps have finished (time 0 for nodes without deps);
-* COMPUTE nodes run on the rank's one compute stream, serially, in the order they became ready
-  (ties in event order, which is deterministic); each takes its compiled duration;
-* MEMORY and OTHER nodes are delays of their duration that do not hold the compute stream;
-* a COLLECTIVE node *arrives* when ready; the instance starts on the network when every member
-  rank has arrived (the arrival of each rank is kept, so the wait is reported as such); SEND and
-  RECV pair (see ``compiled``) and start together when both have arrived (rendezvous); every
-  participating node finishes when the backend says the instance completes. Communication never
-  holds the compute stream, so it overlaps compute;
+* a node that holds a lane (``CompiledRank.lane``; the rules are ``genie.sim.lanes``) then waits
+  until its lane is free: each lane runs one node at a time, handing over in the order nodes
+  became ready (ties in event order, which is deterministic). Lanes of a rank run in parallel.
+  By default compute nodes share one lane and nothing else holds one: the rank's one compute
+  stream, with communication overlapping it;
+* COMPUTE nodes take their compiled duration; MEMORY and OTHER nodes are delays of their
+  duration (holding no lane unless given one);
+* a COLLECTIVE node *arrives* when ready (and holding its lane, if it has one); the instance
+  starts on the network when every member rank has arrived (the arrival of each rank is kept,
+  so the wait is reported as such; time queued for a lane counts as wait too); SEND and RECV
+  pair (see ``compiled``) and start together when both have arrived (rendezvous); every
+  participating node finishes, and frees its lane, when the backend says the instance completes;
 * when no event is left but nodes are unfinished, the workload cannot progress: DeadlockError
   names, per stuck rank, the communication node it is blocked in and the ranks it waits for.
 
@@ -38,7 +42,6 @@ from genie.sim.compiled import CompiledWorkload, Kind
 from genie.sim.network import NetworkBackend, Transfer
 from genie.vocabulary import P2P, chakra_name
 
-_COMPUTE = int(Kind.COMPUTE)
 _COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
 
 
@@ -93,6 +96,8 @@ def simulate(
     offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the replayed (collapsed) nodes
     out_offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the original nodes
     kinds, durs, sptrs, succs, pend, insts, rank_of = [], [], [], [], [], [], []
+    lanes: list[np.ndarray] = []
+    lane_base = [0]  # global lane id of each simulated rank's lane 0
     collapsed: list[Collapsed | None] = []
     shapes: dict[bytes, Collapsed | None] = {}  # identical ranks collapse alike
     n_succ = 0
@@ -121,6 +126,9 @@ def simulate(
         pend.append(counts)
         insts.append(src.instance)
         rank_of.append(np.full(n, k, np.int64))
+        ln = src.lane.astype(np.int64)
+        lanes.append(np.where(ln >= 0, ln + lane_base[-1], -1))
+        lane_base.append(lane_base[-1] + len(cr.lane_names))
     total = int(offsets[-1])
     cat = np.concatenate if sim_ranks else (lambda xs: np.zeros(0, np.int64))
     succ_all = cat(succs).astype(np.int64)
@@ -138,11 +146,16 @@ def simulate(
     gather = np.repeat(sptr_old[:-1][order] - sptr_new[:-1], counts) + np.arange(len(succ_all))
     succ_l = inv[succ_all[gather]].tolist() if len(succ_all) else []
     sptr_all = sptr_new.tolist()
-    kind = cat(kinds).astype(np.int64)[order].tolist()
+    kind_a = cat(kinds).astype(np.int64)[order]
+    kind = kind_a.tolist()
     dur = cat(durs).astype(np.float64)[order].tolist()
     pending = cat(pend).astype(np.int64)[order].tolist()
     inst = cat(insts).astype(np.int64)[order].tolist()
     rnk = rank_arr[order].tolist()
+    lane_a = cat(lanes).astype(np.int64)[order]
+    lane = lane_a.tolist()  # global lane id held by each node, -1 for none
+    # the lane of laned non-communication nodes (the engine's fast path), -1 otherwise
+    flane = np.where((kind_a < _COLL) | (kind_a > _RECV), lane_a, -1).tolist()
     inv_l = inv.tolist()
 
     ins = cw.instances
@@ -179,8 +192,8 @@ def simulate(
     ready = [math.nan] * total
     start = [math.nan] * total
     end = [math.nan] * total
-    busy = [False] * len(sim_ranks)
-    queues = [deque() for _ in sim_ranks]
+    holder = [-1] * lane_base[-1]  # node holding each lane, -1 when free
+    queues = [deque() for _ in range(lane_base[-1])]
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
     net_next = backend.next_time()
@@ -192,19 +205,21 @@ def simulate(
     now = 0.0
 
     def release(g: int, t: float) -> None:
-        """Mark ``g`` ready at ``t`` and start it if it can start."""
-        nonlocal net_next
+        """Mark ``g`` ready at ``t`` and start it if its lane (if any) is free."""
         ready[g] = t
+        ln = lane[g]
+        if ln >= 0:
+            if holder[ln] >= 0:
+                queues[ln].append(g)
+                return
+            holder[ln] = g
+        begin(g, t)
+
+    def begin(g: int, t: float) -> None:
+        """Run ``g`` from ``t``: a delay on the heap, or an arrival at its instance."""
+        nonlocal net_next
         k = kind[g]
-        if k == _COMPUTE:
-            r = rnk[g]
-            if busy[r]:
-                queues[r].append(g)
-            else:
-                busy[r] = True
-                start[g] = t
-                push(heap, (t + dur[g], g))
-        elif k in (_COLL, _SEND, _RECV):
+        if k in (_COLL, _SEND, _RECV):
             iid = inst[g]
             a = arrived[iid] + 1
             arrived[iid] = a
@@ -224,12 +239,24 @@ def simulate(
             start[g] = t
             push(heap, (t + dur[g], g))
 
+    def hand_over(ln: int, t: float) -> None:
+        """Lane ``ln`` is free at ``t``: give it to the next node queued for it."""
+        q = queues[ln]
+        if q:
+            nxt = q.popleft()
+            holder[ln] = nxt
+            begin(nxt, t)
+        else:
+            holder[ln] = -1
+
     for g in work:
         release(g, 0.0)
 
     def complete(g: int, t: float) -> None:
-        """Finish a communication node at ``t`` and release its successors."""
+        """Finish a communication node at ``t``, free its lane and release its successors."""
         end[g] = t
+        if lane[g] >= 0:
+            hand_over(lane[g], t)
         for j in range(sptr_all[g], sptr_all[g + 1]):
             s = succ_l[j]
             p = pending[s] - 1
@@ -254,33 +281,44 @@ def simulate(
         else:
             break
         end[g] = now
-        if kind[g] == _COMPUTE:
-            r = rnk[g]
-            q = queues[r]
+        ln = lane[g]
+        if ln >= 0:
+            q = queues[ln]
             if q:
                 nxt = q.popleft()
-                start[nxt] = now
-                push(heap, (now + dur[nxt], nxt))
+                holder[ln] = nxt
+                if flane[nxt] >= 0:
+                    start[nxt] = now
+                    push(heap, (now + dur[nxt], nxt))
+                else:
+                    begin(nxt, now)
             else:
-                busy[r] = False
+                holder[ln] = -1
         for s in succ_l[sptr_all[g] : sptr_all[g + 1]]:
             p = pending[s] - 1
             pending[s] = p
             if p:
                 continue
-            if kind[s] == _COMPUTE:
+            ln = flane[s]
+            if ln >= 0:  # compute on a lane: the common case, inlined
                 ready[s] = now
-                r = rnk[s]
-                if busy[r]:
-                    queues[r].append(s)
+                if holder[ln] >= 0:
+                    queues[ln].append(s)
                 else:
-                    busy[r] = True
+                    holder[ln] = s
                     start[s] = now
                     push(heap, (now + dur[s], s))
             else:
                 release(s, now)
     local_nodes = sum(int(np.count_nonzero((k < _COLL) | (k > _RECV))) for k in kinds)
     events = net_events + local_nodes
+
+    def orig(g: int) -> int:
+        """Flat rank-major index of the original node that engine node ``g`` stands for."""
+        k = rnk[g]
+        local = int(order[g]) - int(offsets[k])
+        c = collapsed[k]
+        return int(out_offsets[k]) + (local if c is None else int(c.keep[local]))
 
     # back to rank-major order, then every original node's times
     end_a = np.array(end, dtype=np.float64)[inv]
@@ -300,8 +338,11 @@ def simulate(
     done = total - int(np.count_nonzero(np.isnan(end_a)))
     if done < total:
         inst_a = np.concatenate([cw.ranks[r].instance for r in sim_ranks]).tolist()
+        waiting = {orig(q): orig(holder[ln]) for ln, dq in enumerate(queues) if dq for q in dq}
         raise DeadlockError(
-            _deadlock_message(cw, sim_ranks, offsets, end_a.tolist(), ready_a.tolist(), inst_a)
+            _deadlock_message(
+                cw, sim_ranks, offsets, end_a.tolist(), ready_a.tolist(), inst_a, waiting
+            )
         )
     return RawResult(
         sim_ranks=sim_ranks,
@@ -322,12 +363,28 @@ def simulate(
     )
 
 
-def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst) -> str:
-    """Name, per stuck rank, the comm node it is blocked in and whom it waits for."""
+def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst, waiting=None) -> str:
+    """Name, per stuck rank, the node it is blocked in and what that node waits for.
+
+    ``waiting`` maps a node queued for a lane to the node holding that lane (flat rank-major
+    indices, as ``end`` and ``ready``).
+    """
+    waiting = waiting or {}
     lines = []
     ins = cw.instances
     stuck_ranks = []
     pos = {r: k for k, r in enumerate(sim_ranks)}
+
+    def arrived(rr: int, nd: int) -> bool:
+        if rr not in pos:
+            return False
+        g = int(offsets[pos[rr]]) + nd
+        return not math.isnan(ready[g]) and g not in waiting
+
+    def where(g: int) -> tuple[int, int]:
+        k = int(np.searchsorted(offsets, g, side="right")) - 1
+        return sim_ranks[k], g - int(offsets[k])
+
     for k, r in enumerate(sim_ranks):
         lo, hi = int(offsets[k]), int(offsets[k + 1])
         unfinished = [g for g in range(lo, hi) if math.isnan(end[g])]
@@ -335,26 +392,40 @@ def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst) -> str:
             continue
         stuck_ranks.append(r)
         cr = cw.ranks[r]
-        blocked = [g for g in unfinished if not math.isnan(ready[g]) and inst[g] >= 0]
+        blocked = [
+            g for g in unfinished if not math.isnan(ready[g]) and (inst[g] >= 0 or g in waiting)
+        ]
         parts = []
         for g in blocked[:3]:
             i = g - lo
             iid = inst[g]
-            if int(ins.comm_type[iid]) == P2P:
+            if g in waiting:
+                hr, hi_ = where(waiting[g])
+                lane_name = cr.lane_names[int(cr.lane[i])]
+                parts.append(
+                    f"node {cr.name(i)} is queued on lane {lane_name!r} behind node "
+                    f"{cw.ranks[hr].name(hi_)}"
+                )
+            elif int(ins.comm_type[iid]) == P2P:
                 s, d, tag = int(ins.src[iid]), int(ins.dst[iid]), int(ins.tag[iid])
                 other = d if r == s else s
                 what = "send to" if r == s else "recv from"
+                theirs = [nd for rr, nd in ins.members[iid] if rr == other]
+                queued = bool(theirs) and other in pos and not arrived(other, theirs[0])
+                queued = queued and not math.isnan(ready[int(offsets[pos[other]]) + theirs[0]])
+                why = (
+                    f"its matching {'recv' if r == s else 'send'} on rank {other} is queued "
+                    "for a lane"
+                    if queued
+                    else f"has no matching {'recv' if r == s else 'send'} reached on rank {other}"
+                )
                 parts.append(
                     f"node {cr.name(i)} ({what} rank {other}, tag {tag}, {int(ins.size[iid])} B) "
-                    f"has no matching {'recv' if r == s else 'send'} reached on rank {other}"
+                    + why
                 )
             else:
                 grp = int(ins.group[iid])
-                present = {
-                    rr
-                    for rr, nd in ins.members[iid]
-                    if rr in pos and not math.isnan(ready[int(offsets[pos[rr]]) + nd])
-                }
+                present = {rr for rr, nd in ins.members[iid] if arrived(rr, nd)}
                 missing = [x for x in cw.group_ranks[grp] if x not in present]
                 parts.append(
                     f"node {cr.name(i)} ({chakra_name(int(ins.comm_type[iid]))} "

@@ -1,9 +1,11 @@
 """Reports of a replay: iteration time, per-rank breakdown, per-collective table, trace, JSON.
 
 Per rank the iteration splits into four parts that add up to the iteration time:
-``compute`` (the compute stream busy), ``exposed_comm`` (a transfer of this rank in flight while
-the compute stream is idle), ``wait`` (a communication node arrived but its peers had not, with
-nothing else running) and ``idle`` (the rest, including the tail after the rank finished).
+``compute`` (a compute lane busy: CPU, GPU compute or a stream, ``genie.sim.lanes``),
+``exposed_comm`` (a transfer of this rank in flight while no compute runs), ``wait`` (a
+communication node ready but not started: its peers had not arrived, or it was queued for its
+lane, with nothing else running) and ``idle`` (the rest, including the tail after the rank
+finished).
 Bandwidths follow nccl-tests and are in GB/s = 10^9 B/s: algbw = S / t, busbw = algbw x factor,
 with S the whole buffer (n x comm_size for all-gather, whose comm_size is the per-rank shard).
 """
@@ -19,6 +21,7 @@ import numpy as np
 
 from genie.sim.compiled import COMM_KINDS, CompiledWorkload, Kind
 from genie.sim.engine import RawResult
+from genie.sim.lanes import GPU as GPU_LANE
 from genie.vocabulary import P2P, bus_factor, chakra_name
 
 
@@ -195,6 +198,7 @@ _TID = {
     int(Kind.OTHER): 3,
 }
 _TRACK_NAMES = {0: "compute", 1: "comm", 2: "wait", 3: "memory/other"}
+_LANE_TID = 10  # tid of lane 0 when a rank has lanes besides the one compute lane
 
 
 def chrome_trace(
@@ -221,6 +225,19 @@ def chrome_trace(
                 {"ph": "M", "pid": r, "tid": tid, "name": "thread_name", "args": {"name": tname}}
             )
         kinds = cr.kind.tolist()
+        lanes = cr.lane.tolist()
+        by_lane = cr.lane_names not in ([], [GPU_LANE])  # one track per lane (genie.sim.lanes)
+        if by_lane:
+            for ln, lname in enumerate(cr.lane_names):
+                events.append(
+                    {
+                        "ph": "M",
+                        "pid": r,
+                        "tid": _LANE_TID + ln,
+                        "name": "thread_name",
+                        "args": {"name": f"lane {lname}"},
+                    }
+                )
         for i in range(cr.n_nodes):
             k_i = kinds[i]
             dur_us = (en[i] - st[i]) * 1e6
@@ -247,7 +264,7 @@ def chrome_trace(
                 {
                     "ph": "X",
                     "pid": r,
-                    "tid": _TID[k_i],
+                    "tid": _LANE_TID + lanes[i] if by_lane and lanes[i] >= 0 else _TID[k_i],
                     "name": name,
                     "ts": st[i] * 1e6,
                     "dur": dur_us,

@@ -1,11 +1,12 @@
 """Symmetric ranks: replay one representative when every rank provably has the same timeline.
 
 Proof condition (checked by ``representatives``): (a) every rank's compiled graph has the same
-``CompiledRank.signature()``: node kinds, durations, deps, collective types, sizes and group ids
-in the same order; (b) no rank has a SEND or RECV node; (c) every group a collective uses holds
-every rank. Then all ranks have identical timelines. By induction over events in time order:
-if every rank has finished the same nodes at the same times up to time t, its next local event
-(compute, memory) depends only on its own graph and state, so it is the same on every rank; the
+``CompiledRank.signature()``: node kinds, durations, deps, collective types, sizes, group ids
+and lanes in the same order; (b) no rank has a SEND or RECV node; (c) every group a collective
+uses holds every rank. Then all ranks have identical timelines. By induction over events in
+time order: if every rank has finished the same nodes at the same times up to time t, its next
+local event (compute, memory, a lane handing over) depends only on its own graph and state, so
+it is the same on every rank; the
 k-th collective of group g is the same node index on every rank (sequence numbers follow node
 order in identical graphs), so every member arrives at the same time, the instance starts at the
 representative's arrival, and by (c) it is priced for the same full group, with the backend seeing

@@ -75,7 +75,7 @@ def split_frames(data: bytes, source: str) -> list[tuple[int, int, int]]:
     return frames
 
 
-def _open_bytes(path: Path) -> tuple[bytes, str]:
+def open_bytes(path: Path) -> tuple[bytes, str]:
     """Read a file, decompressing gzip; return the bytes and a note for offsets."""
     try:
         raw = path.read_bytes()
@@ -209,7 +209,7 @@ def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadat
 def read_trace(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
     """Read one ``.et`` (or gzip-compressed) file into metadata, nodes and problems."""
     p = Path(path)
-    data, note = _open_bytes(p)
+    data, note = open_bytes(p)
     return _decode(data, str(p), note)
 
 

@@ -316,6 +316,41 @@ def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
     return pos
 
 
+def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
+    """Decode a canonical IOInfo field body (length first); return it and the offset after."""
+    b = data[pos]
+    if b < 0x80:
+        ln = b
+        pos += 1
+    else:
+        ln, pos = _varint(data, pos)
+    stop = pos + ln
+    if stop > end:
+        raise _Fallback
+    vals = ["", "", ""]
+    last = 0
+    while pos < stop:
+        key = data[pos]
+        k = (key >> 3) - 1
+        if key & 7 != 2 or not last <= k < 3:
+            raise _Fallback  # not a string field 1..3 in ascending order, once each
+        b = data[pos + 1]
+        if b < 0x80:
+            slen = b
+            pos += 2
+        else:
+            slen, pos = _varint(data, pos + 1)
+        e = pos + slen
+        if not slen or e > stop:
+            raise _Fallback  # an empty string is not canonical; let protobuf count it
+        vals[k] = data[pos:e].decode("utf-8")
+        pos = e
+        last = k + 1
+    if pos != stop:
+        raise _Fallback
+    return IOInfo(vals[0], vals[1], vals[2]), stop
+
+
 def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[list[Node], int, int]:
     """Decode every Node frame from ``pos`` to the end.
 
@@ -470,11 +505,18 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 if not dur:
                     raise _Fallback
                 t = data[pos] if pos < end else 0
+            ins = outs = None
+            if t == 0x42:
+                ins, pos = _io_info(data, pos + 1, end)
+                t = data[pos] if pos < end else 0
+            if t == 0x4A:
+                outs, pos = _io_info(data, pos + 1, end)
+                t = data[pos] if pos < end else 0
             if pos > end:
                 raise _Fallback  # a field ran past the frame: let protobuf judge it
             if pos < end:
                 if t != 0x52:
-                    raise _Fallback  # IOInfo, unpacked deps, unknown or out-of-order fields
+                    raise _Fallback  # unpacked deps, unknown or out-of-order fields
                 key = data[pos:end]
                 tail = tails.get(key)
                 if tail is None:
@@ -501,8 +543,8 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
             n.data_deps = deps
             n.start_time_micros = st
             n.duration_micros = dur
-            n.inputs = None
-            n.outputs = None
+            n.inputs = ins
+            n.outputs = outs
             n.attrs = attrs
             n._d = derived
             if tail is not None and not tail[2]:

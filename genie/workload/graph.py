@@ -1,6 +1,7 @@
 """Graph algorithms over one rank's DAG: order, cycles, critical path, collective sequences.
 
-Scheduling follows data_deps only (ctrl_deps are kept but never scheduled on). Every function is
+Scheduling follows data_deps only (ctrl_deps are kept but never scheduled on). A data_dep of a
+node on itself is ignored (validation counts it as dropped), never a cycle. Every function is
 pure: it reads a RankGraph and returns data.
 """
 
@@ -26,12 +27,12 @@ def _positions(rank: RankGraph) -> dict[int, int]:
 
 
 def _all_backward(rank: RankGraph, pos: dict[int, int]) -> bool:
-    """True when every data_dep names an earlier node: then file order is topological."""
+    """True when every data_dep names an earlier node (or itself): file order is topological."""
     get = pos.get
     for i, n in enumerate(rank.nodes):
         for d in n.data_deps:
             j = get(d)
-            if j is None or j >= i:
+            if j is None or j > i:
                 return False
     return True
 
@@ -55,7 +56,7 @@ def find_cycle(rank: RankGraph) -> list[Node] | None:
             if k < len(deps):
                 stack[-1] = (i, k + 1)
                 j = pos.get(deps[k])
-                if j is None:
+                if j is None or j == i:
                     continue
                 if state[j] == 1:
                     cyc = path[path.index(j) :]
@@ -98,7 +99,7 @@ def _topological_indices(rank: RankGraph) -> list[int]:
     for i, nd in enumerate(nodes):
         for d in set(nd.data_deps):
             j = pos.get(d)
-            if j is not None:
+            if j is not None and j != i:
                 indeg[i] += 1
                 users[j].append(i)
     heap = [i for i in range(n) if indeg[i] == 0]
@@ -175,6 +176,8 @@ def collective_sequences(wl: Workload) -> dict[str, dict[int, list[CollectiveCal
             if nd.type != coll:
                 continue
             d = nd._d
+            if d[0] is None and d[8]:
+                continue  # host-side launcher (genie.workload.model): not a collective
             g = d[2] or DEFAULT_GROUP
             lst = mine.get(g)
             if lst is None:

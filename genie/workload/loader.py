@@ -1,14 +1,20 @@
 """Load and save whole workloads: ``<prefix>.<rank>.et`` files plus process-group membership.
 
-File set: ranks 0..N-1 as ``<prefix>.<rank>.et`` (or ``.et.gz``); a gap is an error naming the
-missing ranks. Loading is two-pass per rank (decode every node, then resolve deps by id), then
-validated (``genie.workload.validate``).
+File set: ranks 0..N-1 as ``<prefix>.<rank>.et`` or Chakra's JSON form ``<prefix>.<rank>.json``
+(``genie.workload.chakra_json``), either one gzip-compressed (``.gz``); a gap is an error naming
+the missing ranks. Loading is two-pass per rank (decode every node, then resolve deps by id),
+then validated (``genie.workload.validate``).
 
 Process groups (Chakra nodes carry only ``pg_name``), in order of precedence:
-1. ``<prefix>.comm_group.json``, ASTRA-sim's comm-group file: ``{"<pg_name>": [global ranks]}``.
-2. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
+1. a comm-group file given to ``load_workload(comm_groups=...)``, else
+   ``<prefix>.comm_group.json``: ASTRA-sim's format, ``{"<pg_name>": [global ranks]}``.
+2. PyTorch's process_group:init METADATA nodes (``genie.workload.process_groups``).
+3. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
    generators write into every rank's file, so a set of ``.et`` files is self-contained.
-The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks.
+Readable names of numbered groups come from ``pg_desc:<pg_name>`` GlobalMetadata attrs (string)
+and PyTorch's ``pg_desc`` (``Workload.group_desc``).
+The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks, and so is
+``"0"`` when no source defines it (PyTorch's default group; ASTRA-sim reads it the same way).
 ``save_workload`` writes the rank files and, when there are named groups, the JSON side file.
 """
 
@@ -20,13 +26,30 @@ from pathlib import Path
 
 from genie import progress
 from genie.errors import WorkloadError
-from genie.workload.et_codec import gc_paused, read_trace, write_trace
-from genie.workload.model import DEFAULT_GROUP, Attr, RankGraph, Workload
+from genie.workload.chakra_json import decode_chakra_json
+from genie.workload.et_codec import gc_paused, open_bytes, read_trace, write_trace
+from genie.workload.model import DEFAULT_GROUP, Attr, Metadata, Node, RankGraph, Workload
+from genie.workload.process_groups import (
+    WORLD_PG_NAME,
+    groups_from_pg_nodes,
+    read_comm_group_file,
+)
 from genie.workload.validate import validate_workload
 
 GROUP_ATTR_PREFIX = "pg_ranks:"
+DESC_ATTR_PREFIX = "pg_desc:"
 GROUP_FILE_SUFFIX = ".comm_group.json"
-_RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.et(?P<gz>\.gz)?$")
+_RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.(?P<ext>et|json)(?P<gz>\.gz)?$")
+
+
+def read_rank_file(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
+    """Read one rank file, ``.et`` or Chakra JSON (``.json``), either gzip-compressed."""
+    p = Path(path)
+    if p.name.endswith((".json", ".json.gz")):
+        data, _note = open_bytes(p)
+        with gc_paused():
+            return decode_chakra_json(data, str(p))
+    return read_trace(p)
 
 
 def group_attrs(groups: dict[str, tuple[int, ...]]) -> list[Attr]:
@@ -44,7 +67,7 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
     if p.is_dir():
         stems = {m.group("stem") for f in p.iterdir() if (m := _RANK_RE.match(f.name))}
         if not stems:
-            raise WorkloadError(f"{p}: no <name>.<rank>.et files in this directory")
+            raise WorkloadError(f"{p}: no <name>.<rank>.et (or .json) files in this directory")
         if len(stems) > 1:
             raise WorkloadError(
                 f"{p}: holds several workloads ({', '.join(sorted(stems))}); give the prefix"
@@ -65,7 +88,7 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
                     )
                 found[r] = f
     if not found:
-        raise WorkloadError(f"no rank files {p}.<rank>.et (or .et.gz) found")
+        raise WorkloadError(f"no rank files {p}.<rank>.et (or .et.gz, .json, .json.gz) found")
     return p, found
 
 
@@ -75,17 +98,7 @@ def _missing(ranks: set[int], n: int) -> list[int]:
 
 def _read_group_file(prefix: Path) -> dict[str, tuple[int, ...]] | None:
     f = prefix.with_name(prefix.name + GROUP_FILE_SUFFIX)
-    if not f.is_file():
-        return None
-    try:
-        raw = json.loads(f.read_text())
-    except (OSError, ValueError) as exc:
-        raise WorkloadError(f"{f}: not a readable comm-group JSON file: {exc}") from None
-    if not isinstance(raw, dict) or not all(
-        isinstance(v, list) and all(type(x) is int for x in v) for v in raw.values()
-    ):
-        raise WorkloadError(f'{f}: expected {{"<pg_name>": [ranks...]}}')
-    return {str(k): tuple(v) for k, v in raw.items()}
+    return read_comm_group_file(f) if f.is_file() else None
 
 
 def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
@@ -104,8 +117,62 @@ def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     return groups
 
 
-def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> Workload:
-    """Load and validate ``<prefix>.<rank>.et`` files (a prefix, a directory or one rank file)."""
+def _desc_from_metadata(ranks: list[RankGraph]) -> dict[str, str]:
+    """Readable group names from ``pg_desc:<pg_name>`` GlobalMetadata attrs."""
+    out: dict[str, str] = {}
+    for rg in ranks:
+        for a in rg.metadata.attrs:
+            if a.name.startswith(DESC_ATTR_PREFIX) and isinstance(a.value, str):
+                out[a.name[len(DESC_ATTR_PREFIX) :]] = a.value[:200]
+    return out
+
+
+def load_rank(
+    path: str | Path, rank: int | None = None
+) -> tuple[RankGraph, dict[str, tuple[int, ...]]]:
+    """One rank's graph and the process groups its files describe (not validated).
+
+    ``path`` is a prefix, a directory or one rank file (then that rank, unless ``rank`` says
+    otherwise); without ``rank`` the lowest rank found is read. In the groups, an empty member
+    tuple means every rank of the source job (PyTorch's ``ranks: []``).
+    """
+    prefix, found = find_rank_files(path)
+    p = Path(path)
+    if rank is None:
+        m = _RANK_RE.match(p.name) if p.is_file() else None
+        rank = int(m.group("rank")) if m else min(found)
+    if rank not in found:
+        raise WorkloadError(f"{prefix}: no file for rank {rank} (found ranks {sorted(found)})")
+    meta, nodes, _notes = read_rank_file(found[rank])
+    rg = RankGraph(rank=rank, nodes=nodes, metadata=meta, source=str(found[rank]))
+    groups = _groups_from_metadata([rg])
+    groups.update(groups_from_pg_nodes([rg], n_ranks=0))
+    side = _read_group_file(prefix)
+    if side is not None:
+        groups.update(side)
+    return rg, groups
+
+
+def load_workload(
+    path_prefix_or_dir: str | Path,
+    *,
+    validate: bool = True,
+    comm_groups: str | Path | None = None,
+) -> Workload:
+    """Load and validate rank files (a prefix, a directory or one rank file).
+
+    ``comm_groups`` names an ASTRA-sim comm-group JSON file that overrides every other source
+    of process-group membership (see the module docstring).
+    """
+    # the cyclic collector would walk every node of every rank read so far, once per rank
+    # (nodes make no cycles): pause it for the whole load
+    with gc_paused():
+        return _load_workload(path_prefix_or_dir, validate, comm_groups)
+
+
+def _load_workload(
+    path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
+) -> Workload:
     prefix, found = find_rank_files(path_prefix_or_dir)
     n = max(found) + 1
     missing = _missing(set(found), n)
@@ -118,14 +185,20 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
     problems: list[str] = []
     with progress.bar(f"reading {prefix.name}", n, "rank files") as bar:
         for r in range(n):
-            meta, nodes, notes = read_trace(found[r])
+            meta, nodes, notes = read_rank_file(found[r])
             ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
             problems += notes
             bar.advance()
     groups = _groups_from_metadata(ranks)
-    side = _read_group_file(prefix)
+    desc = _desc_from_metadata(ranks)
+    groups.update(groups_from_pg_nodes(ranks, desc=desc))
+    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
     if side is not None:
         groups.update(side)
+    if WORLD_PG_NAME not in groups and any(
+        n._d[2] == WORLD_PG_NAME for rg in ranks for n in rg.nodes
+    ):
+        groups[WORLD_PG_NAME] = tuple(range(n))
     beyond = sorted({r for g in groups.values() for r in g if r >= n})
     if beyond:
         raise WorkloadError(
@@ -133,9 +206,10 @@ def load_workload(path_prefix_or_dir: str | Path, *, validate: bool = True) -> W
             f"0..{n - 1}; rank files missing for ranks {beyond}"
         )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
+    wl.group_desc = {k: v for k, v in desc.items() if k in groups}
     if validate:
-        with progress.stage(f"validating {prefix.name}"), gc_paused():
-            validate_workload(wl)  # walks millions of objects; no cycles are made
+        with progress.stage(f"validating {prefix.name}"):
+            validate_workload(wl)
     return wl
 
 

@@ -3,7 +3,15 @@
 A ``Node`` keeps every raw Chakra field (attrs in file order with their protobuf value kind) so
 a read-then-write is byte-identical, and exposes the fields the simulator needs, computed once
 from the attrs: ``kind``, ``duration_s``, ``comm_type``, ``comm_size``, ``pg_name``, ``peer``,
-``tag``, ``num_ops``, ``tensor_size``. Change attrs with ``Node.set_attr`` so those stay in step.
+``tag``, ``num_ops``, ``tensor_size``, ``is_cpu_op``, ``stream``. Change attrs with
+``Node.set_attr`` so those stay in step.
+
+Host work: PyTorch-derived traces (Chakra's converter) hold the host-side launcher of every
+collective (``c10d::allreduce_``, ``record_param_comms``, older converters' ``nccl:*``) as a
+COMM node with ``is_cpu_op`` true and without what the network needs (``comm_type`` for a
+collective, the peer for a send/recv); the GPU kernel (``ncclDevKernel_*``) that follows is the
+real collective. Such a node's kind is ``NodeKind.HOST``: CPU time of its duration, never a
+network operation (and never an all-reduce, which ``comm_type`` 0 would mean).
 
 Process groups: ``Workload.groups`` maps a group name to a tuple of global ranks; the name ``""``
 (a node without ``pg_name``) is the default group of all ranks. See ``genie.workload.loader``
@@ -44,6 +52,7 @@ class NodeKind(enum.Enum):
     SEND = "send"
     RECV = "recv"
     MEMORY = "memory"
+    HOST = "host"  # host-side launcher of a GPU communication kernel: CPU work
     OTHER = "other"
 
 
@@ -105,8 +114,18 @@ DERIVED_INDEX = {
     "tensor_size": 5,
     "comm_src": 6,
     "comm_dst": 7,
+    "is_cpu_op": 8,
+    "stream": 9,
 }
-NO_DERIVED = (None, None, DEFAULT_GROUP, None, None, None, None, None)
+NO_DERIVED = (None, None, DEFAULT_GROUP, None, None, None, None, None, None, None)
+#: derived slot that a COMM node of each type needs for the network (comm_type, comm_dst, comm_src)
+_NET_SLOT = {NodeType.COMM_COLL_NODE: 0, NodeType.COMM_SEND_NODE: 7, NodeType.COMM_RECV_NODE: 6}
+
+
+def is_host_work(type_: int, derived: tuple) -> bool:
+    """True for a COMM node marked ``is_cpu_op`` that lacks its network fields (see above)."""
+    slot = _NET_SLOT.get(type_)
+    return slot is not None and bool(derived[8]) and derived[slot] is None
 
 
 class Node:
@@ -173,11 +192,20 @@ class Node:
     tensor_size = property(lambda self: self._d[5], doc="Bytes touched (attr tensor_size).")
     comm_src = property(lambda self: self._d[6], doc="Source rank of a recv (attr comm_src).")
     comm_dst = property(lambda self: self._d[7], doc="Destination rank of a send (comm_dst).")
+    stream = property(lambda self: self._d[9], doc="GPU stream of the node (attr stream) or None.")
+
+    @property
+    def is_cpu_op(self) -> bool:
+        """Whether the node runs on the host CPU (attr ``is_cpu_op``; bool or int; default no)."""
+        return bool(self._d[8])
 
     @property
     def kind(self) -> NodeKind:
-        """The node's kind (compute, collective, send, recv, memory, other)."""
-        return KIND_OF_TYPE.get(self.type, NodeKind.OTHER)
+        """The node's kind (compute, collective, send, recv, memory, host, other)."""
+        t = self.type
+        if t in _NET_SLOT and is_host_work(t, self._d):
+            return NodeKind.HOST
+        return KIND_OF_TYPE.get(t, NodeKind.OTHER)
 
     @property
     def duration_s(self) -> float:
@@ -220,6 +248,16 @@ class Node:
         else:
             self.attrs.append(new)
         self.refresh()
+
+    def copy(self) -> Node:
+        """A node equal to this one whose lists can change without touching this one's."""
+        n = Node.__new__(Node)
+        for slot in Node.__slots__:
+            v = getattr(self, slot)
+            setattr(n, slot, list(v) if type(v) is list else v)
+        if self.ctrl_deps is self.raw_ctrl_deps:
+            n.ctrl_deps = n.raw_ctrl_deps
+        return n
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Node):
@@ -284,12 +322,19 @@ class RankGraph:
 
 @dataclass
 class Workload:
-    """A workload of ``n_ranks`` ranks, process groups, and the non-fatal problems found."""
+    """A workload of ``n_ranks`` ranks, process groups, and the non-fatal problems found.
+
+    ``dropped`` counts the dependencies validation set aside, by reason (summed over ranks;
+    keys in ``genie.workload.validate.DROP_REASONS``). ``group_desc`` holds readable names of
+    groups whose pg_name is a number (``genie.workload.astra``, PyTorch's ``pg_desc``).
+    """
 
     ranks: list[RankGraph]
     groups: dict[str, tuple[int, ...]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     name: str = ""
+    dropped: dict[str, int] = field(default_factory=dict)
+    group_desc: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.groups.setdefault(DEFAULT_GROUP, tuple(range(len(self.ranks))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from genie.workload.astra import astra_problems
 from genie.workload.graph import check_collective_sequences, compute_time, critical_path
 from genie.workload.model import CollectiveType, NodeKind, NodeType, Workload
 
@@ -18,6 +19,22 @@ def _coll_name(t: int | None) -> str:
         return f"comm_type {t}"
 
 
+def reading_notes(dropped: dict[str, int], host_nodes: int) -> list[str]:
+    """Lines saying how a trace was read: dependencies dropped, host work (empty when neither)."""
+    from genie.workload.validate import DROP_REASONS
+
+    out = []
+    parts = [f"{v} {k.split('_deps')[0]}_deps {DROP_REASONS[k]}" for k, v in dropped.items() if v]
+    if parts:
+        out.append("dependencies dropped, not scheduled on: " + ", ".join(parts))
+    if host_nodes:
+        out.append(
+            f"host work: {host_nodes} host-side communication launchers (is_cpu_op, no "
+            "comm_type/peer) count as CPU time, not as network operations"
+        )
+    return out
+
+
 def summarize(wl: Workload) -> dict[str, Any]:
     """Counts, collectives by type and size, compute and critical-path times, problems."""
     kinds: Counter[str] = Counter()
@@ -28,7 +45,7 @@ def summarize(wl: Workload) -> dict[str, Any]:
         rk = Counter(n.kind.value for n in rg.nodes)
         kinds.update(rk)
         for n in rg.nodes:
-            if n.type == NodeType.COMM_COLL_NODE:
+            if n.type == NodeType.COMM_COLL_NODE and n.kind is NodeKind.COLLECTIVE:
                 colls[(_coll_name(n.comm_type), int(n.comm_size or 0), n.pg_name)] += 1
             elif n.kind is NodeKind.SEND:
                 p2p_bytes += int(n.comm_size or 0)
@@ -69,6 +86,9 @@ def summarize(wl: Workload) -> dict[str, Any]:
         "critical_path_note": "longest data_deps chain of node durations; communication "
         "nodes count as 0 s (no network model)",
         "groups": {(k or "<default>"): list(v) for k, v in wl.groups.items()},
+        "group_desc": dict(wl.group_desc),
+        "astra_sim": astra_problems(wl),
+        "dropped": dict(wl.dropped),
         "per_rank": per_rank,
         "problems": problems,
     }

@@ -3,17 +3,38 @@
 Errors (one line each): duplicate node ids, data_deps to missing ids, data_dep cycles (the nodes
 named), a COMM_COLL node without ``comm_type``/``comm_size`` or with an unknown type, negative or
 absurd sizes and durations, send/recv without a peer or without the matching recv/send on the
-peer rank. Non-fatal problems: ctrl_deps dropped (to the node itself or to missing ids; counted),
-collective sequences that differ across the ranks of a group, groups without known members.
+peer rank. A COMM node marked ``is_cpu_op`` without its network fields is host work
+(``genie.workload.model``), not an error.
+
+Dropped and counted, never scheduled on (``DROP_REASONS``, summed in ``Workload.dropped`` and
+listed as problems): ctrl_deps to the node itself, to ids missing from the rank, and forward
+ctrl_deps (to a node later in the file: a caller always precedes its callees in converted
+traces); data_deps of a node on itself. ctrl_deps are never scheduled on anyway (PyTorch-derived
+traces use them for the caller -> callee relation, already expressed in data_deps); the raw
+lists are kept so a re-write is byte-identical. Other non-fatal problems: collective sequences
+that differ across the ranks of a group, groups without known members.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from genie.errors import ValidationError
-from genie.workload.graph import check_collective_sequences, find_cycle, topological_order
+from genie.workload.graph import (
+    _positions,
+    check_collective_sequences,
+    find_cycle,
+    topological_order,
+)
 from genie.workload.model import CollectiveType, Node, NodeType, RankGraph, Workload
+
+#: Why a dependency was dropped -> how a problem line says it (after "dropped N ctrl_deps").
+DROP_REASONS = {
+    "ctrl_deps_to_self": "to the node itself",
+    "ctrl_deps_to_missing_ids": "to missing ids",
+    "ctrl_deps_forward": "forward, to a later node",
+    "data_deps_to_self": "to the node itself",
+}
 
 #: Sizes above this many bytes (1 PiB) are taken as corrupt.
 ABSURD_BYTES = 2**50
@@ -30,22 +51,39 @@ def _where(rank: RankGraph, node: Node | None = None) -> str:
     return f"rank {rank.rank}{src}" + (f" node {node.label()}" if node is not None else "")
 
 
-def filter_ctrl_deps(rank: RankGraph) -> tuple[int, int]:
-    """Drop ctrl_deps to the node itself or to missing ids (raw ones kept); return the counts."""
-    ids = rank.by_id
-    self_deps = missing = 0
-    for n in rank.nodes:
+def filter_ctrl_deps(rank: RankGraph) -> Counter[str]:
+    """Drop ctrl_deps to the node itself, to missing ids or forward (raw ones kept); count them."""
+    pos = _positions(rank)
+    counts: Counter[str] = Counter()
+    for i, n in enumerate(rank.nodes):
         raw = n.raw_ctrl_deps
         if not raw:
             continue
-        kept = [d for d in raw if d != n.id and d in ids]
-        if len(kept) != len(raw):
-            self_deps += sum(1 for d in raw if d == n.id)
-            missing += sum(1 for d in raw if d != n.id and d not in ids)
-            n.ctrl_deps = kept
-        else:
-            n.ctrl_deps = raw
-    return self_deps, missing
+        kept = []
+        for d in raw:
+            j = pos.get(d)
+            if j is None:
+                counts["ctrl_deps_to_missing_ids"] += 1
+            elif j == i:
+                counts["ctrl_deps_to_self"] += 1
+            elif j > i:
+                counts["ctrl_deps_forward"] += 1
+            else:
+                kept.append(d)
+        n.ctrl_deps = kept if len(kept) != len(raw) else raw
+    return counts
+
+
+def _drop_note(rank: RankGraph, counts: Counter[str]) -> str | None:
+    """One problem line for the dependencies dropped on a rank, or None."""
+    ctrl = [(k, counts[k]) for k in DROP_REASONS if k.startswith("ctrl") and counts.get(k)]
+    parts = []
+    if ctrl:
+        what = ", ".join(f"{v} {DROP_REASONS[k]}" for k, v in ctrl)
+        parts.append(f"dropped {sum(v for _, v in ctrl)} ctrl_deps ({what})")
+    if counts.get("data_deps_to_self"):
+        parts.append(f"dropped {counts['data_deps_to_self']} data_deps to the node itself")
+    return f"{_where(rank)}: " + "; ".join(parts) if parts else None
 
 
 def _int_attr(rank: RankGraph, n: Node, name: str, value) -> int:
@@ -62,9 +100,13 @@ def _check_size(rank: RankGraph, n: Node, name: str, value) -> None:
         raise ValidationError(f"{_where(rank, n)}: absurd {name} {v} bytes (> 1 PiB)")
 
 
-def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
-    """Check one rank's graph; raise ValidationError on the first error, return problems."""
+def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = None) -> list[str]:
+    """Check one rank's graph; raise ValidationError on the first error, return problems.
+
+    Dependencies dropped (see the module docstring) are added to ``dropped`` when given.
+    """
     problems: list[str] = []
+    self_data = 0
     ids = rank.by_id
     if len(ids) != len(rank.nodes):
         seen: set[int] = set()
@@ -79,6 +121,8 @@ def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
                 raise ValidationError(
                     f"{_where(rank, n)}: data_dep {d} names no node of this rank (dangling)"
                 )
+            if d == n.id:
+                self_data += 1
         if n.duration_micros > ABSURD_MICROS:
             raise ValidationError(
                 f"{_where(rank, n)}: absurd duration {n.duration_micros} us (> 10^12 us)"
@@ -93,13 +137,18 @@ def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
                 raise ValidationError(f"{_where(rank, n)}: bad num_ops {ops!r}")
             if ops > ABSURD_OPS:
                 raise ValidationError(f"{_where(rank, n)}: absurd num_ops {ops}")
+        if dv[9] is not None and type(dv[9]) is not int:
+            _int_attr(rank, n, "stream", dv[9])
         t = n.type
         if t == coll:
             ct, cs = dv[0], dv[1]
+            if ct is None and dv[8]:
+                continue  # host-side launcher: CPU work (genie.workload.model)
             if ct is None:
                 raise ValidationError(
                     f"{_where(rank, n)}: COMM_COLL node without comm_type "
-                    "(it must not default to ALL_REDUCE)"
+                    "(it must not default to ALL_REDUCE; a host-side launcher carries "
+                    "is_cpu_op = true)"
                 )
             if ct not in _COLL_TYPES or type(ct) is not int:
                 _int_attr(rank, n, "comm_type", ct)
@@ -112,8 +161,13 @@ def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
             what = "send" if t == send else "recv"
             field = "comm_dst" if what == "send" else "comm_src"
             peer = n.peer
+            if peer is None and dv[8]:
+                continue  # host-side launcher: CPU work
             if peer is None:
-                raise ValidationError(f"{_where(rank, n)}: {what} without {field} (no peer)")
+                raise ValidationError(
+                    f"{_where(rank, n)}: {what} without {field} (no peer; PyTorch-derived "
+                    "ncclDevKernel_SendRecv nodes lack it: add comm_src/comm_dst to replay them)"
+                )
             _int_attr(rank, n, field, peer)
             if not 0 <= peer < n_ranks or peer == rank.rank:
                 raise ValidationError(
@@ -126,12 +180,14 @@ def validate_rank(rank: RankGraph, n_ranks: int) -> list[str]:
     if cyc:
         names = " -> ".join(x.label() for x in cyc + cyc[:1])
         raise ValidationError(f"{_where(rank)}: data_deps form a cycle: {names}")
-    self_deps, missing = filter_ctrl_deps(rank)
-    if self_deps or missing:
-        problems.append(
-            f"{_where(rank)}: dropped {self_deps + missing} ctrl_deps "
-            f"({self_deps} to the node itself, {missing} to missing ids)"
-        )
+    counts = filter_ctrl_deps(rank)
+    if self_data:
+        counts["data_deps_to_self"] += self_data
+    note = _drop_note(rank, counts)
+    if note:
+        problems.append(note)
+    if dropped is not None:
+        dropped.update(counts)
     return problems
 
 
@@ -143,6 +199,8 @@ def check_point_to_point(wl: Workload) -> None:
         if not any(n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE) for n in rg.nodes):
             continue
         for n in topological_order(rg):
+            if n.peer is None:
+                continue  # not a send/recv, or a host-side launcher (validated per rank)
             if n.type == NodeType.COMM_SEND_NODE:
                 sends[(rg.rank, n.peer, n.tag or 0)].append(n)
             elif n.type == NodeType.COMM_RECV_NODE:
@@ -171,8 +229,10 @@ def check_point_to_point(wl: Workload) -> None:
 def validate_workload(wl: Workload) -> list[str]:
     """Validate every rank and the cross-rank matching; return (and record) the problems."""
     problems: list[str] = []
+    dropped: Counter[str] = Counter()
     for rg in wl.ranks:
-        problems += validate_rank(rg, wl.n_ranks)
+        problems += validate_rank(rg, wl.n_ranks, dropped)
+    wl.dropped = {k: dropped.get(k, 0) for k in DROP_REASONS}
     for name, members in wl.groups.items():
         bad = [r for r in members if not 0 <= r < wl.n_ranks]
         if bad:

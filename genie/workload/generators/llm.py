@@ -7,7 +7,12 @@ all backwards in reverse). Per block and micro-batch: attention and MLP compute 
 all-reduce of the activations (``b s h`` elements); stage boundaries send activations forward
 and gradients backward. Gradients are synchronised over DP per block as soon as its last
 backward is done: an all-reduce, or with ``zero`` a reduce-scatter before the optimizer and an
-all-gather of the updated shard after it (ZeRO/FSDP). Embeddings and the LM head are left out.
+all-gather of the updated shard after it (ZeRO/FSDP). With ``dp_sync="rs_ag"`` the all-reduce is
+written as the reduce-scatter and all-gather it consists of (a ring all-reduce is exactly these
+two phases, the same bytes in the same steps), both before the optimizer: ASTRA-sim 2.0 crashes
+when a rank runs one collective type in two process groups smaller than the world
+(``genie.workload.astra``), which TP and DP all-reduces would be. Embeddings and the LM head
+are left out.
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ def llm(
     zero: bool = False,
     peak_flops: float = H100_BF16_FLOPS,
     efficiency: float = 0.5,
+    dp_sync: str = "all_reduce",
 ) -> Workload:
     """One training step of a ``layers``-block transformer over ``ranks = dp x pp x tp``."""
+    need(dp_sync in ("all_reduce", "rs_ag"), f"dp_sync is all_reduce or rs_ag, not {dp_sync!r}")
     need(tp >= 1 and pp >= 1, "tp and pp must be >= 1")
     need(ranks % (tp * pp) == 0, f"ranks ({ranks}) must be a multiple of tp x pp ({tp * pp})")
     dp = ranks // (tp * pp)
@@ -114,10 +121,18 @@ def llm(
         for layer in sorted(last_bwd, reverse=True):
             if dp == 1:
                 continue
-            ctype = CollectiveType.REDUCE_SCATTER if zero else CollectiveType.ALL_REDUCE
-            syncs.append(
-                rb.collective(f"dp_grad_L{layer}", ctype, grad, [last_bwd[layer]], dp_group)
-            )
+            split = zero or dp_sync == "rs_ag"
+            ctype = CollectiveType.REDUCE_SCATTER if split else CollectiveType.ALL_REDUCE
+            sync = rb.collective(f"dp_grad_L{layer}", ctype, grad, [last_bwd[layer]], dp_group)
+            if split and not zero:  # the all-reduce's second half, before the optimizer
+                sync = rb.collective(
+                    f"dp_grad_allgather_L{layer}",
+                    CollectiveType.ALL_GATHER,
+                    grad // dp,
+                    [sync],
+                    dp_group,
+                )
+            syncs.append(sync)
         opt_flops = 10 * block_params * per_stage / (dp if zero else 1)
         opt = rb.compute(
             "optimizer_step",
@@ -147,6 +162,7 @@ def llm(
         "micro_batches": micro_batches,
         "micro_batch_size": micro_batch_size,
         "zero": zero,
+        "dp_sync": dp_sync,
         "peak_flops": peak_flops,
         "efficiency": efficiency,
     }

@@ -1,0 +1,144 @@
+"""Benchmark: loading a real-style trace: 100,000 nodes per rank x 8 ranks, as .et, .et.gz and
+Chakra JSON (what chakra_jsonizer writes), then compiling and replaying it with lanes.
+
+The trace has the shape of Chakra's PyTorch converter output
+(``genie.workload.generators.pytorch_style``): CPU ops and host-side c10d launchers, GPU kernels
+on three streams, a process_group:init node, IOInfo strings and the converter's attrs on every
+node, ctrl_deps to the dropped thread root, forward data_deps from synchronisation ops. Per
+format it prints the best of ``--repeat`` runs of ``load_workload`` (read every rank file,
+resolve process groups, validate) in nodes/s by wall clock and by this process's CPU time;
+then compile (``genie.sim.adapter``) and replay over the built-in traffic model (switch,
+50 GiB/s, 500 ns) with every rank replayed (the ranks differ, so no symmetry shortcut and,
+with several lanes, no merged compute runs). The machine is shared: the load average is printed.
+
+    .venv/bin/python bench/trace_io.py [--nodes 100000] [--ranks 8] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from google.protobuf import json_format
+from workload_io import best  # bench/: best of n runs, (wall, CPU) seconds
+
+from genie.sim.adapter import compile_workload
+from genie.sim.engine import simulate
+from genie.sim.network import AnalyticalBackend
+from genie.sim.traffic import NetModel
+from genie.workload import et_schema, load_workload, save_workload
+from genie.workload.et_codec import gc_paused, split_frames
+from genie.workload.generators.pytorch_style import pytorch_style
+
+LAYERS = 96
+
+
+def rate(n: int, t: tuple[float, float]) -> str:
+    """Seconds and nodes/s, wall and CPU."""
+    return f"{t[0]:6.2f} s  {n / t[0]:>10,.0f} nodes/s (CPU: {n / t[1]:>10,.0f} nodes/s)"
+
+
+def nodes_per_rank(layers: int, steps: int) -> int:
+    """Nodes of one rank of ``pytorch_style`` (bucket of 2 layers)."""
+    host = layers // 2 + (layers % 2 > 0)
+    per_step = 2 * layers + 2 * host + 3 + 2 * layers + host
+    return 1 + steps * per_step
+
+
+def jsonize(et: Path, out: Path) -> None:
+    """Write what chakra_jsonizer writes for ``et`` (protobuf's JSON of every message)."""
+    data = et.read_bytes()
+    parts = []
+    for k, (_, s, e) in enumerate(split_frames(data, str(et))):
+        msg = et_schema.GlobalMetadata() if k == 0 else et_schema.Node()
+        msg.ParseFromString(data[s:e])
+        parts.append(json_format.MessageToJson(msg))
+    out.write_text("".join(parts))
+
+
+def main() -> None:
+    """Build, write and time; print the figures."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=100_000, help="nodes per rank (at least)")
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    steps = max(1, math.ceil((args.nodes - 1) / (nodes_per_rank(LAYERS, 1) - 1)))
+    print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine)")
+    tmp = Path(tempfile.mkdtemp(prefix="genie-bench-"))
+    try:
+        with gc_paused():
+            wl = pytorch_style(args.ranks, layers=LAYERS, steps=steps)
+        n = wl.node_count()
+        print(
+            f"real-style trace: {args.ranks} ranks x {n // args.ranks:,d} nodes = {n:,d} nodes "
+            f"({LAYERS} layers x {steps} steps; genie.workload.generators.pytorch_style)"
+        )
+        t = best(lambda: save_workload(wl, tmp / "et" / "t"), 1)
+        del wl
+        print(f"  write .et                {rate(n, t)}")
+        et = tmp / "et" / "t"
+        (tmp / "gz").mkdir()
+        (tmp / "js").mkdir()
+        (tmp / "jsgz").mkdir()
+        for r in range(args.ranks):
+            raw = et.with_name(f"t.{r}.et").read_bytes()
+            (tmp / "gz" / f"t.{r}.et.gz").write_bytes(gzip.compress(raw, 6))
+        for f in ("t.comm_group.json",):
+            for d in ("gz", "js", "jsgz"):
+                shutil.copy(et.with_name(f), tmp / d / f)
+        # ranks of one parity are identical: jsonize ranks 0 and 1, copy to the others
+        for r in range(min(2, args.ranks)):
+            jsonize(et.with_name(f"t.{r}.et"), tmp / "js" / f"t.{r}.json")
+        for r in range(2, args.ranks):
+            shutil.copy(tmp / "js" / f"t.{r % 2}.json", tmp / "js" / f"t.{r}.json")
+        for r in range(args.ranks):
+            raw = (tmp / "js" / f"t.{r}.json").read_bytes()
+            (tmp / "jsgz" / f"t.{r}.json.gz").write_bytes(gzip.compress(raw, 6))
+
+        def size(d: str) -> str:
+            return f"{sum(f.stat().st_size for f in (tmp / d).iterdir()) / 1e6:,.0f} MB"
+
+        wl = None
+        for label, d in (
+            (".et", "et"),
+            (".et.gz", "gz"),
+            ("Chakra JSON", "js"),
+            ("Chakra JSON .gz", "jsgz"),
+        ):
+            holder = []
+
+            def load(d=d, holder=holder):
+                holder[:] = [load_workload(tmp / d / "t")]
+
+            t = best(load, args.repeat)
+            got = holder[0]
+            assert got.node_count() == n, (label, got.node_count(), n)
+            print(f"  load {label:<17}   {rate(n, t)}   [{size(d)}]")
+            wl = got
+        t0 = time.perf_counter()
+        cw = compile_workload(wl)
+        t_comp = time.perf_counter() - t0
+        print(f"  compile for the engine   {t_comp:6.2f} s  {n / t_comp:>10,.0f} nodes/s")
+        be = AnalyticalBackend(NetModel(args.ranks, 50 * 2**30, 500e-9))
+        t0 = time.perf_counter()
+        raw = simulate(cw, be)
+        t_sim = time.perf_counter() - t0
+        lanes = sorted({x for cr in cw.ranks for x in cr.lane_names})
+        print(
+            f"  replay, every rank       {t_sim:6.2f} s  {n / t_sim:>10,.0f} nodes/s "
+            f"(iteration {raw.makespan * 1e3:.3f} ms simulated; lanes {', '.join(lanes)})"
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
