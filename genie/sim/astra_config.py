@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.errors import ConfigError
+from genie.sim.adapter import ComputeModel
 
 TOPOLOGIES = ("Ring", "Switch", "FullyConnected")
 #: system-file key of each collective ASTRA-sim runs on the network, by genie's Chakra name
@@ -87,7 +88,7 @@ class AstraNetwork:
                 self.topology, self.npus, self.bandwidth, self.latency, strict=True
             )
         ]
-        return f"{self.total_npus} NPUs: " + " x ".join(parts) + f" [{Path(self.path).name}]"
+        return f"{self.total_npus} NPUs: " + " x ".join(parts) + f" (from {Path(self.path).name})"
 
 
 @dataclass(frozen=True)
@@ -146,16 +147,28 @@ class AstraSystem:
             )
         return impls
 
+    def compute_model(self) -> ComputeModel:
+        """How compute nodes are timed: their trace duration, or ASTRA-sim's roofline
+        (``min(peak-perf, local-mem-bw x num_ops / tensor_size)``) when it is enabled."""
+        if not self.roofline:
+            return ComputeModel()
+        return ComputeModel(
+            mode="roofline",
+            peak_flops=self.peak_perf * 1e12,  # type: ignore[operator]
+            memory_bandwidth=self.local_mem_bw * 1e9,  # type: ignore[operator]
+        )
+
     def describe(self) -> str:
         """One line: algorithms, splits, chunks in flight, delays."""
         algos = ", ".join(
             f"{c}={'+'.join(i.name for i in v)}" for c, v in self.implementations.items()
         )
         mem = f"{self.local_mem_bw:g} GB/s" if self.local_mem_bw else "unset"
+        roof = f", roofline {self.peak_perf:g} TFLOP/s" if self.roofline else ""
         return (
             f"{algos}; {self.splits} splits, {self.active_chunks} active chunk(s) per dimension, "
             f"endpoint delay {self.endpoint_delay} ns, local memory {mem} (10^9 B/s), "
-            f"{self.optimization} [{Path(self.path).name}]"
+            f"{self.optimization}{roof} (from {Path(self.path).name})"
         )
 
 

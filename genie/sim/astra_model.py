@@ -247,6 +247,16 @@ class _Rings:
 # ---------------------------------------------------------------------------------------------
 
 
+def check_collective(kind: int) -> None:
+    """CollectiveError for a collective ASTRA-sim 2.0 cannot run."""
+    if kind in (P2P, _REPLAYED) or kind in _NETWORK_COLLECTIVES:
+        return
+    raise CollectiveError(
+        f"ASTRA-sim 2.0 cannot run {chakra_name(kind).upper()} (it runs all-reduce, "
+        "reduce-scatter, all-gather, all-to-all and send/recv, and replays broadcast)"
+    )
+
+
 class _Clock:
     """Events in integer ns; same-time events run in the order they were scheduled."""
 
@@ -707,7 +717,7 @@ class AstraBackend:
         system: AstraSystem,
         aware: bool,
         group_names: list[str] | None = None,
-        durations: dict[int, int] | None = None,
+        durations: dict[tuple[int, int], int] | None = None,
         per_member: bool = True,
     ) -> None:
         self.net = net
@@ -789,15 +799,6 @@ class AstraBackend:
 
     # ---- checks and descriptions -------------------------------------------------------------
 
-    def check_type(self, kind: int) -> None:
-        """CollectiveError for a collective ASTRA-sim 2.0 cannot run."""
-        if kind in (P2P, _REPLAYED) or kind in _NETWORK_COLLECTIVES:
-            return
-        raise CollectiveError(
-            f"ASTRA-sim 2.0 cannot run {chakra_name(kind).upper()} (it runs all-reduce, "
-            "reduce-scatter, all-gather, all-to-all and send/recv, and replays broadcast)"
-        )
-
     def describe(self) -> str:
         """One line: the model, the network and the system settings."""
         which = "congestion-aware" if self.aware else "congestion-unaware"
@@ -828,7 +829,7 @@ class AstraBackend:
         if inst is not None:
             return inst
         kind = transfer.comm_type
-        self.check_type(kind)
+        check_collective(kind)
         ranks = tuple(int(r) for r in transfer.ranks)
         for r in ranks:
             if not 0 <= r < self.net.total_npus:
@@ -855,7 +856,7 @@ class AstraBackend:
             self.transport.send(src, dst, max(1, inst.size), self._p2p_arrived, inst)
             return
         if inst.kind == _REPLAYED:
-            dur = max(1, self.durations.get(inst.iid, 1))
+            dur = max(1, self.durations.get((inst.iid, rank), 1))
             self.clock.at(now + dur, self._share_at, (inst, rank))
             return
         plan = self._plan(inst)
