@@ -56,6 +56,12 @@ def collective_workload(tmp_path, ctype, size, ranks=4, name="wl"):
     return str(prefix)
 
 
+def astra(wl, model, network, system) -> list[str]:
+    """argv of ``genie simulate`` with an ASTRA-sim model and files."""
+    return ["simulate", str(wl), "--model", model, "--astra-network", str(network),
+            "--astra-system", str(system)]  # fmt: skip
+
+
 def one_line_error(capsys, argv, *needles):
     """Run ``genie argv``: exit 2, one stderr line holding every needle."""
     assert main(argv) == 2
@@ -222,18 +228,7 @@ def test_simulate_astra_models_end_to_end(tmp_path, capsys):
     wl = collective_workload(tmp_path, CollectiveType.ALL_REDUCE, 2**20)
     n, s = files(tmp_path)
     for model in ("astra-unaware", "astra-aware"):
-        argv = [
-            "simulate",
-            wl,
-            "--model",
-            model,
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s),
-            "--json",
-        ]
-        assert main(argv) == 0
+        assert main([*astra(wl, model, n, s), "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)
         (rep,) = doc["reports"]
         assert rep["backend"] == model
@@ -271,69 +266,43 @@ def test_simulate_genie_model_from_astra_files(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"] != via_files
 
 
-def test_simulate_comm_group_file(tmp_path, capsys):
-    """--comm-group gives pg_name's ranks; the group's ring runs in the file's order."""
-    builders = [RankBuilder(r) for r in range(4)]
+def group_times(tmp_path, capsys, groups: dict, orders: list[dict], npus: int) -> list[float]:
+    """Iteration time of one all-reduce per rank in ``groups`` for each comm-group file."""
+    builders = [RankBuilder(r) for r in range(npus)]
     for b in builders:
-        b.collective("ar", CollectiveType.ALL_REDUCE, 2**20, pg="5")
+        pg = next(g for g, members in groups.items() if b.rank in members)
+        b.collective("ar", CollectiveType.ALL_REDUCE, 2**20, pg=pg)
     prefix = tmp_path / "g" / "g"
-    wl = finish("g", builders, {"5": (0, 1, 2, 3)})
-    save_workload(wl, prefix)
-    n, s = files(tmp_path)
+    save_workload(finish("g", builders, groups), prefix)
+    n, s = files(tmp_path, network=NETWORK.replace("[ 4 ]", f"[ {npus} ]"))
     g = tmp_path / "cg.json"
     times = []
-    for order in ([0, 1, 2, 3], [0, 2, 1, 3]):
-        g.write_text(json.dumps({"5": order}))
-        argv = [
-            "simulate",
-            str(prefix),
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s),
-            "--comm-group",
-            str(g),
-            "--json",
-        ]
-        assert main(argv) == 0
+    for order in orders:
+        g.write_text(json.dumps(order))
+        argv = [*astra(prefix, "astra-unaware", n, s), "--comm-group", str(g), "--json"]
+        if main(argv) != 0:
+            return [*times, math.nan]
         times.append(json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"])
-    # a full-size group uses the network's own rings, whatever the listed order
-    assert times[0] == times[1] == pytest.approx(43000e-9, abs=1e-12)
-    g.write_text(json.dumps({"5": [0, 2]}))
+    return times
 
-    one_line_error(capsys, argv, "rank 1", "group '5'", "not a member")
+
+def test_simulate_comm_group_file(tmp_path, capsys):
+    """--comm-group gives pg_name's ranks; a full-size group uses the network's own rings,
+    whatever the listed order; a file that leaves out a calling rank is refused in one line."""
+    orders = [{"5": [0, 1, 2, 3]}, {"5": [0, 2, 1, 3]}]
+    times = group_times(tmp_path, capsys, {"5": (0, 1, 2, 3)}, orders, 4)
+    assert times[0] == times[1] == pytest.approx(43000e-9, abs=1e-12)
+    assert math.isnan(group_times(tmp_path, capsys, {"5": (0, 1, 2, 3)}, [{"5": [0, 2]}], 4)[0])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "group '5'" in err and "not a member" in err
 
 
 def test_simulate_group_ring_order_matters(tmp_path, capsys):
     """A smaller comm group runs on a ring of its members in the listed order: on a Ring
     network 0-1-2-3 has 1-hop neighbours but 0-2-1-3 has 2-hop ones, so it is slower."""
-    builders = [RankBuilder(r) for r in range(8)]
-    for b in builders:
-        b.collective("ar", CollectiveType.ALL_REDUCE, 2**20, pg="1" if b.rank < 4 else "2")
-    prefix = tmp_path / "g" / "g"
-    save_workload(finish("g", builders, {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}), prefix)
-    n, s = files(tmp_path, network=NETWORK.replace("[ 4 ]", "[ 8 ]"))
-    g = tmp_path / "cg.json"
-    times = []
-    for first in ([0, 1, 2, 3], [0, 2, 1, 3]):
-        g.write_text(json.dumps({"1": first, "2": [4, 5, 6, 7]}))
-        argv = [
-            "simulate",
-            str(prefix),
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s),
-            "--comm-group",
-            str(g),
-            "--json",
-        ]
-        assert main(argv) == 0
-        times.append(json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"])
+    groups = {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
+    orders = [{"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}, {"1": [0, 2, 1, 3], "2": [4, 5, 6, 7]}]
+    times = group_times(tmp_path, capsys, groups, orders, 8)
     assert times[1] > times[0] * 1.1
 
 
@@ -345,115 +314,27 @@ def test_simulate_refusals_are_one_line(tmp_path, capsys):
     one_line_error(capsys, ["simulate", wl, "--astra-network", str(n)], "together")
     one_line_error(capsys, [*base, "--topology", "ring"], "--topology")
     n8, _ = files(tmp_path, network=NETWORK.replace("[ 4 ]", "[ 8 ]"))
-    one_line_error(
-        capsys,
-        [
-            "simulate",
-            wl,
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n8),
-            "--astra-system",
-            str(s),
-        ],
-        str(n8),
-        "'npus_count'",
-        "8 NPUs",
-    )
+    one_line_error(capsys, astra(wl, "astra-unaware", n8, s), str(n8), "'npus_count'", "8 NPUs")
     two_d = tmp_path / "2d.yml"
-    two_d.write_text(
-        "topology: [Ring, Switch]\nnpus_count: [2, 2]\nbandwidth: [50, 50]\nlatency: [500, 500]\n"
-    )
-    one_line_error(
-        capsys,
-        [
-            "simulate",
-            wl,
-            "--model",
-            "astra-aware",
-            "--astra-network",
-            str(two_d),
-            "--astra-system",
-            str(s),
-        ],
-        str(two_d),
-        "'topology'",
-        "1-D",
-    )
-    one_line_error(
-        capsys,
-        [*base[:2], "--astra-network", str(two_d), "--astra-system", str(s)],
-        str(two_d),
-        "'topology'",
-    )
+    two_d.write_text("topology: [Ring, Switch]\nnpus_count: [2, 2]\nbandwidth: [50, 50]\n"
+                     "latency: [500, 500]\n")  # fmt: skip
+    one_line_error(capsys, astra(wl, "astra-aware", two_d, s), str(two_d), "'topology'", "1-D")
+    one_line_error(capsys, astra(wl, "genie", two_d, s), str(two_d), "'topology'")
     _, s3 = files(tmp_path, **{"all-reduce-implementation": ["ring", "ring"]})
     one_line_error(
-        capsys,
-        [
-            "simulate",
-            wl,
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s3),
-        ],
-        str(s3),
-        "'all-reduce-implementation'",
+        capsys, astra(wl, "astra-unaware", n, s3), str(s3), "'all-reduce-implementation'"
     )
     _, s4 = files(tmp_path, **{"local-mem-bw": None})
-    one_line_error(
-        capsys,
-        [
-            "simulate",
-            wl,
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s4),
-        ],
-        str(s4),
-        "'local-mem-bw'",
-    )
+    one_line_error(capsys, astra(wl, "astra-unaware", n, s4), str(s4), "'local-mem-bw'")
     red = collective_workload(tmp_path, CollectiveType.REDUCE, 2**20, name="red")
-    one_line_error(
-        capsys,
-        [
-            "simulate",
-            red,
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n),
-            "--astra-system",
-            str(s),
-        ],
-        "ASTRA-sim 2.0 cannot run REDUCE",
-    )
+    one_line_error(capsys, astra(red, "astra-unaware", n, s), "ASTRA-sim 2.0 cannot run REDUCE")
     odd = collective_workload(tmp_path, CollectiveType.ALL_REDUCE, 2**20, ranks=3, name="odd")
     n3, s5 = files(
         tmp_path,
         network=NETWORK.replace("[ 4 ]", "[ 3 ]"),
         **{"all-reduce-implementation": ["halvingDoubling"]},
     )
-    one_line_error(
-        capsys,
-        [
-            "simulate",
-            odd,
-            "--model",
-            "astra-unaware",
-            "--astra-network",
-            str(n3),
-            "--astra-system",
-            str(s5),
-        ],
-        "power-of-two",
-    )
+    one_line_error(capsys, astra(odd, "astra-unaware", n3, s5), "power-of-two")
 
 
 def test_broadcast_is_replayed_as_its_duration(tmp_path, capsys):
@@ -467,18 +348,7 @@ def test_broadcast_is_replayed_as_its_duration(tmp_path, capsys):
     prefix = tmp_path / "bc" / "bc"
     save_workload(wl, prefix)
     n, s = files(tmp_path)
-    argv = [
-        "simulate",
-        str(prefix),
-        "--model",
-        "astra-aware",
-        "--astra-network",
-        str(n),
-        "--astra-system",
-        str(s),
-        "--json",
-    ]
-    assert main(argv) == 0
+    assert main([*astra(prefix, "astra-aware", n, s), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"] == pytest.approx(7e-6)
 
 

@@ -275,15 +275,20 @@ def _int_key(path: str, doc: dict, key: str, default: int, low: int) -> int:
     return int(v)
 
 
+def _json_object(path: str | Path, what: str, shape: str) -> dict:
+    try:
+        doc = json.loads(_read(path, what))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: expected {shape}")
+    return doc
+
+
 def load_system(path: str | Path) -> AstraSystem:
     """Read an ASTRA-sim system ``.json``: collective implementations, splits, chunks, delays."""
     p = str(path)
-    try:
-        doc = json.loads(_read(path, "system"))
-    except ValueError as exc:
-        raise ConfigError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{p}: expected a JSON object of settings")
+    doc = _json_object(path, "system", "a JSON object of settings")
     for key, what in _UNSUPPORTED_KEYS.items():
         if key in doc:
             raise ConfigError(f"{p}: key {key!r}: {what} are not modelled by genie")
@@ -338,12 +343,7 @@ def load_system(path: str | Path) -> AstraSystem:
 def load_comm_groups(path: str | Path, n_ranks: int) -> dict[str, tuple[int, ...]]:
     """Read a comm-group ``.json`` (``{"<pg_name>": [global ranks]}``) for ``n_ranks`` ranks."""
     p = str(path)
-    try:
-        doc = json.loads(_read(path, "comm-group"))
-    except ValueError as exc:
-        raise ConfigError(f"{p}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f'{p}: expected {{"<pg_name>": [ranks...]}}')
+    doc = _json_object(path, "comm-group", '{"<pg_name>": [ranks...]}')
     groups: dict[str, tuple[int, ...]] = {}
     for name, members in doc.items():
         if not isinstance(members, list) or not members:
