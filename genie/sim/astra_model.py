@@ -668,6 +668,7 @@ class _Instance:
         "kind",
         "lanes",
         "left",
+        "pending",
         "ranks",
         "recv_ready",
         "size",
@@ -692,6 +693,7 @@ class _Instance:
         self.first = -1  # ns the first share began
         self.arrived = False  # send/recv: the message is at the receiver
         self.recv_ready = False  # send/recv: the receive was issued
+        self.pending = False  # a cached start waits for the end of this tick
 
 
 # ---------------------------------------------------------------------------------------------
@@ -755,14 +757,8 @@ class AstraBackend:
             inst.recv_ready = True
         for r in inst.lanes:
             self._lanes[r].append(inst)
-        heads = all(self._lanes[r][0] is inst for r in inst.lanes)
-        cached = self._cache.get(inst.key) if inst.key is not None else None
-        if heads and cached is not None:  # unaware and alone on free lanes: replay the cache
-            self.cached += 1
-            inst.first = self.clock.now
-            for r, dt in cached.items():
-                inst.started[r] = self.clock.now
-                self.clock.at(self.clock.now + dt, self._share_at, (inst, r))
+        if inst.key in self._cache and all(self._lanes[r][0] is inst for r in inst.lanes):
+            self._from_cache(inst)  # unaware and alone on free lanes: replay the cache
             return
         for r in inst.lanes:
             if self._lanes[r][0] is inst:
@@ -809,10 +805,14 @@ class AstraBackend:
 
     def summary(self) -> str:
         """How much was simulated message by message and how much replayed from the cache."""
-        return (
-            f"{self.name}: {self.simulated} instance shares simulated ({self.messages} messages), "
-            f"{self.cached} instances replayed from the congestion-unaware cache"
+        how = "each rank issuing and finishing on its own" if self.per_member else "whole instances"
+        out = (
+            f"{self.name}: {self.simulated} rank shares of collectives simulated message by "
+            f"message ({self.messages} messages; {how})"
         )
+        if self.cached:
+            out += f", {self.cached} instances replayed from the run of an identical one"
+        return out
 
     def _is_world(self, transfer: Transfer) -> bool:
         g = transfer.group
@@ -918,22 +918,31 @@ class AstraBackend:
             lane.popleft()
             if lane:
                 nxt = lane[0]
-                if not self.per_member and nxt.first < 0 and self._try_cached(nxt):
-                    return
-                self._launch(nxt, rank)
+                if nxt.first < 0 and nxt.key in self._cache:
+                    # other lanes may free in this same tick: decide once they have
+                    if not nxt.pending:
+                        nxt.pending = True
+                        self.clock.at(self.clock.now, self._decide, nxt)
+                else:
+                    self._launch(nxt, rank)
 
-    def _try_cached(self, inst: _Instance) -> bool:
-        """Whole-instance mode: start ``inst`` from the cache if it now heads every lane."""
-        cached = self._cache.get(inst.key) if inst.key is not None else None
-        if cached is None or any(self._lanes[r][0] is not inst for r in inst.lanes):
-            return False
+    def _decide(self, inst: _Instance) -> None:
+        """Start ``inst`` from the cache if it heads every lane now, else on the free lanes."""
+        inst.pending = False
+        heads = [r for r in inst.lanes if self._lanes[r][0] is inst and r not in inst.started]
+        if inst.first < 0 and len(heads) == len(inst.lanes):
+            self._from_cache(inst)
+            return
+        for r in heads:
+            self._launch(inst, r)
+
+    def _from_cache(self, inst: _Instance) -> None:
         self.cached += 1
         now = self.clock.now
         inst.first = now
-        for r, dt in cached.items():
+        for r, dt in self._cache[inst.key].items():
             inst.started[r] = now
             self.clock.at(now + dt, self._share_at, (inst, r))
-        return True
 
     def _remember(self, inst: _Instance) -> None:
         """Cache an unaware instance whose members all started at the same time."""
