@@ -102,6 +102,11 @@ def test_network_file_read_with_units(tmp_path):
         ("topology: [ Ring ]\nnpus_count: [4]\nbandwidth: [1]\nlatency: [-1]\n", "'latency'"),
         ("topology: [ Ring ]\nnpus_count: [4]\nbandwidth: [fast]\nlatency: [1]\n", "'bandwidth'"),
         ("topology: [ Ring\n", "YAML"),
+        (
+            "topology: [Ring,Ring,Ring,Ring,Ring]\nnpus_count: [2,2,2,2,2]\n"
+            "bandwidth: [1,1,1,1,1]\nlatency: [1,1,1,1,1]\n",
+            "'topology'",
+        ),
     ],
 )
 def test_bad_network_file_names_file_and_key(tmp_path, text, key):
@@ -123,6 +128,7 @@ def test_bad_network_file_names_file_and_key(tmp_path, text, key):
         ({"all-reduce-implementation-custom": ["x.et"]}, "'all-reduce-implementation-custom'"),
         ({"preferred-dataset-splits": None}, "'preferred-dataset-splits'"),
         ({"preferred-dataset-splits": 0}, "'preferred-dataset-splits'"),
+        ({"preferred-dataset-splits": 10**12}, "'preferred-dataset-splits'"),
         ({"active-chunks-per-dimension": 1.5}, "'active-chunks-per-dimension'"),
         ({"endpoint-delay": 0}, "'endpoint-delay'"),
         ({"local-mem-bw": -3}, "'local-mem-bw'"),

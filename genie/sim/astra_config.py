@@ -50,6 +50,7 @@ _IMPL_NAMES = {
     "oneHalvingDoubling": ("halvingDoubling", True),
 }
 _MAX_NPUS = 1 << 20
+MAX_SPLITS = 1 << 16  # chunks per collective: each is simulated message by message
 
 
 @dataclass(frozen=True)
@@ -231,6 +232,8 @@ def load_network(path: str | Path) -> AstraNetwork:
                 f"{p}: key 'topology': {t!r} is not supported (use {', '.join(TOPOLOGIES)})"
             )
     dims = len(topo)
+    if dims > 4:  # a node without involved_dim involves 4 dimensions in ASTRA-sim 2.0
+        raise ConfigError(f"{p}: key 'topology': {dims} dimensions; ASTRA-sim 2.0 runs at most 4")
     npus = _number_list(p, doc, "npus_count", int, dims)
     bw = _number_list(p, doc, "bandwidth", float, dims)
     lat = _number_list(p, doc, "latency", float, dims)
@@ -268,10 +271,10 @@ def _implementation(path: str, key: str, text: Any) -> Implementation:
     return Implementation(algo, flat, window)
 
 
-def _int_key(path: str, doc: dict, key: str, default: int, low: int) -> int:
+def _int_key(path: str, doc: dict, key: str, default: int, low: int, high: int) -> int:
     v = doc.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < low:
-        raise ConfigError(f"{path}: key {key!r}: {v!r} must be a whole number >= {low}")
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or not low <= v <= high:
+        raise ConfigError(f"{path}: key {key!r}: {v!r} must be a whole number in {low}..{high}")
     return int(v)
 
 
@@ -305,10 +308,10 @@ def load_system(path: str | Path) -> AstraSystem:
             impls[coll] = tuple(_implementation(p, key, x) for x in raw)
     if "preferred-dataset-splits" not in doc:
         raise ConfigError(f"{p}: key 'preferred-dataset-splits' is missing")
-    splits = _int_key(p, doc, "preferred-dataset-splits", 1, 1)
-    chunks = _int_key(p, doc, "active-chunks-per-dimension", 1, 1)
+    splits = _int_key(p, doc, "preferred-dataset-splits", 1, 1, MAX_SPLITS)
+    chunks = _int_key(p, doc, "active-chunks-per-dimension", 1, 1, MAX_SPLITS)
     # ASTRA-sim stores endpoint-delay in an int (its default is 10 ns); 0 aborts its event queue
-    delay = _int_key(p, doc, "endpoint-delay", 10, 1)
+    delay = _int_key(p, doc, "endpoint-delay", 10, 1, 2**31 - 1)
     mem = doc.get("local-mem-bw")
     if mem is not None and (isinstance(mem, bool) or not isinstance(mem, int | float) or mem <= 0):
         raise ConfigError(f"{p}: key 'local-mem-bw': {mem!r} must be > 0 (GB/s = 10^9 B/s)")
