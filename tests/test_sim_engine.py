@@ -23,16 +23,21 @@ def approx(x):
     return pytest.approx(x, rel=1e-9, abs=1e-15)
 
 
+def staggered_all_reduce(n, tail):
+    """Rank r: compute (r+1) us -> all-reduce 1 MiB -> compute ``tail`` s."""
+    b = GraphBuilder(n)
+    b.group("world")
+    for r in range(n):
+        a = b.compute(r, (r + 1) * US)
+        c = b.collective(r, "all_reduce", 2**20, deps=[a])
+        b.compute(r, tail, deps=[c])
+    return b.build()
+
+
 def test_chain_of_compute_and_one_all_reduce():
     # rank r: compute (r+1) us -> all-reduce 1 MiB -> compute 2 us; switch 50 GiB/s, 250 ns per
     # link: alpha = 2 hops x 250 ns = 500 ns per message
-    b = GraphBuilder(4)
-    b.group("world")
-    for r in range(4):
-        a = b.compute(r, (r + 1) * US)
-        c = b.collective(r, "all_reduce", 2**20, deps=[a])
-        b.compute(r, 2 * US, deps=[c])
-    cw = b.build()
+    cw = staggered_all_reduce(4, 2 * US)
     rep, raw = replay(cw, backend(4, 50 * GIB, 250e-9), symmetry=False)
     # by hand: ring all-reduce = 2(n-1) * (500 ns + S / (n B)) = 6 * (0.5 + 4.8828125) us
     ar = 6 * (0.5 + 2**20 / (4 * 50 * GIB) / US) * US
@@ -252,13 +257,7 @@ class _PerMember:
 def test_per_member_backend_hears_each_arrival_and_ends_members_apart():
     """A per-member backend gets every member's own arrival (no rendezvous), ends members one
     by one, and each rank goes on from its own end; replay() then simulates every rank."""
-    b = GraphBuilder(3)
-    b.group("world")
-    for r in range(3):
-        a = b.compute(r, (r + 1) * US)
-        c = b.collective(r, "all_reduce", 2**20, deps=[a])
-        b.compute(r, 10 * US, deps=[c])
-    cw = b.build()
+    cw = staggered_all_reduce(3, 10 * US)
     be = _PerMember()
     rep, raw = replay(cw, be)
     assert sorted(be.arrivals) == [(0, 0, approx(1 * US)), (0, 1, approx(2 * US)),
