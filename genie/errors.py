@@ -45,6 +45,10 @@ class DeadlockError(CollectiveError):
     """A program or workload cannot make progress; the message names the ranks and steps."""
 
 
+class ConfigError(GenieError):
+    """A config file (ASTRA-sim network, system, comm group) is invalid; names file and key."""
+
+
 class TopologyError(GenieError):
     """A topology description is inconsistent."""
 

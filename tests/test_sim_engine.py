@@ -23,16 +23,21 @@ def approx(x):
     return pytest.approx(x, rel=1e-9, abs=1e-15)
 
 
+def staggered_all_reduce(n, tail):
+    """Rank r: compute (r+1) us -> all-reduce 1 MiB -> compute ``tail`` s."""
+    b = GraphBuilder(n)
+    b.group("world")
+    for r in range(n):
+        a = b.compute(r, (r + 1) * US)
+        c = b.collective(r, "all_reduce", 2**20, deps=[a])
+        b.compute(r, tail, deps=[c])
+    return b.build()
+
+
 def test_chain_of_compute_and_one_all_reduce():
     # rank r: compute (r+1) us -> all-reduce 1 MiB -> compute 2 us; switch 50 GiB/s, 250 ns per
     # link: alpha = 2 hops x 250 ns = 500 ns per message
-    b = GraphBuilder(4)
-    b.group("world")
-    for r in range(4):
-        a = b.compute(r, (r + 1) * US)
-        c = b.collective(r, "all_reduce", 2**20, deps=[a])
-        b.compute(r, 2 * US, deps=[c])
-    cw = b.build()
+    cw = staggered_all_reduce(4, 2 * US)
     rep, raw = replay(cw, backend(4, 50 * GIB, 250e-9), symmetry=False)
     # by hand: ring all-reduce = 2(n-1) * (500 ns + S / (n B)) = 6 * (0.5 + 4.8828125) us
     ar = 6 * (0.5 + 2**20 / (4 * 50 * GIB) / US) * US
@@ -220,3 +225,55 @@ def test_the_straggler_is_named_per_collective():
     row = rep.collectives[0]
     assert row.last_rank == 1 and row.start == approx(7 * US)
     assert row.first_arrival == approx(2 * US)
+
+
+class _PerMember:
+    """A per-member backend: member r of an instance ends ``(r + 1)`` us after it arrives."""
+
+    name = "per-member"
+    per_member = True
+
+    def __init__(self):
+        self.notes: list[str] = []
+        self.arrivals: list[tuple[int, int, float]] = []
+        self._due: list[tuple[float, int, int]] = []
+
+    def arrive(self, transfer, rank, now):
+        self.arrivals.append((transfer.iid, rank, now))
+        self._due.append((now + (rank + 1) * US, transfer.iid, rank))
+        self._due.sort()
+
+    def next_time(self):
+        return self._due[0][0] if self._due else float("inf")
+
+    def pop(self, now):
+        out = []
+        while self._due and self._due[0][0] <= now:
+            _, iid, rank = self._due.pop(0)
+            out.append((iid, rank))
+        return out
+
+
+def test_per_member_backend_hears_each_arrival_and_ends_members_apart():
+    """A per-member backend gets every member's own arrival (no rendezvous), ends members one
+    by one, and each rank goes on from its own end; replay() then simulates every rank."""
+    cw = staggered_all_reduce(3, 10 * US)
+    be = _PerMember()
+    rep, raw = replay(cw, be)
+    assert sorted(be.arrivals) == [(0, 0, approx(1 * US)), (0, 1, approx(2 * US)),
+                                   (0, 2, approx(3 * US))]  # fmt: skip
+    for r in range(3):
+        lo = raw.rank_slice(r).start
+        # arrive at (r+1) us, end (r+1) us later, then 10 us of compute
+        assert raw.end[lo + 1] == approx(2 * (r + 1) * US)
+        assert raw.end[lo + 2] == approx((2 * (r + 1) + 10) * US)
+    assert raw.makespan == approx(16 * US)
+    # ranks that are provably identical are still all replayed for a per-member backend
+    b = GraphBuilder(3)
+    b.group("world")
+    for r in range(3):
+        b.collective(r, "all_reduce", 2**20, deps=[b.compute(r, US)])
+    be = _PerMember()
+    rep, raw = replay(b.build(), be)
+    assert sorted(r for _, r, _ in be.arrivals) == [0, 1, 2] and not rep.symmetric
+    assert raw.makespan == approx(4 * US)

@@ -17,6 +17,7 @@ from rich.console import Console
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
+from genie.commands import _astra
 from genie.commands._sim_output import (
     describe,
     dump_json,
@@ -139,6 +140,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rows", type=A.integer(0, 1000000), default=20, help="collective rows shown per backend"
     )
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    _astra.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -275,6 +277,10 @@ def _backends(args: argparse.Namespace, pricer: Any) -> list:
 def run(args: argparse.Namespace) -> int:
     """Handle ``genie simulate``."""
     err = Console(stderr=True)
+    net, system = _astra.load_configs(args)
+    astra_notes: list[str] = []
+    if net is not None and system is not None and args.model == "genie":
+        astra_notes = _astra.as_genie_model(args, net, system)
     compute = ComputeModel(
         mode=args.compute,
         peak_flops=args.peak_flops,
@@ -283,20 +289,28 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.compute == "roofline" and not (args.peak_flops or args.memory_bandwidth):
         raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")
+    if system is not None and system.roofline:
+        compute = system.compute_model()  # ASTRA-sim's roofline-enabled
     with progress.stage("loading workload") as status:
         wl = load_workload(args.workload)
+        _astra.apply_comm_groups(args, wl)
         status.describe(f"compiling {wl.n_ranks} ranks")
         cw = compile_workload(wl, compute)
-        pricer, closed = _network_model(args, cw.n_ranks)
-        backends = _backends(args, pricer)
+        if args.model == "genie":
+            pricer, closed = _network_model(args, cw.n_ranks)
+            backends = _backends(args, pricer)
+        else:
+            pricer = _astra.astra_backend(args, wl, cw, net, system)
+            closed, backends = {}, [pricer]
         facts = trace_facts(wl, cw)
         reports: list[SimReport] = []
         raws = []
         for be in backends:
             status.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
             rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
-            if isinstance(be, MeasuredBackend):
+            if isinstance(be, MeasuredBackend) or args.model != "genie":
                 rep.notes.append(be.summary())
+            rep.notes.extend(astra_notes)
             if getattr(args, "placement_note", None):
                 rep.notes.append(args.placement_note)
             rep.notes += trace_notes(facts)

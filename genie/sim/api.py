@@ -13,6 +13,7 @@ def replay(
     cw: CompiledWorkload, backend: NetworkBackend, symmetry: bool = True
 ) -> tuple[SimReport, RawResult]:
     """Replay ``cw`` over ``backend`` (one representative rank when provably symmetric)."""
-    reps = representatives(cw) if symmetry else None
+    # a per-member backend must hear every rank, so it replays them all
+    reps = representatives(cw) if symmetry and not getattr(backend, "per_member", False) else None
     raw = simulate(cw, backend, ranks=reps)
     return build_report(cw, raw, getattr(backend, "standalone", None)), raw

@@ -14,7 +14,10 @@ Semantics:
   starts on the network when every member rank has arrived (the arrival of each rank is kept,
   so the wait is reported as such; time queued for a lane counts as wait too); SEND and RECV
   pair (see ``compiled``) and start together when both have arrived (rendezvous); every
-  participating node finishes, and frees its lane, when the backend says the instance completes;
+  participating node finishes, and frees its lane, when the backend says the instance completes.
+  A backend with ``per_member`` set instead hears each member's arrival (``arrive``) and ends
+  each member on its own (``pop`` yields ``(iid, rank)``), for models where ranks issue and
+  finish a collective separately (the ASTRA-sim model);
 * when no event is left but nodes are unfinished, the workload cannot progress: DeadlockError
   names, per stuck rank, the communication node it is blocked in and the ranks it waits for.
 
@@ -199,6 +202,14 @@ def simulate(
     net_next = backend.next_time()
     events = 0
     inf = math.inf
+    # a per-member backend hears each member's arrival and ends each member on its own
+    per_member = bool(getattr(backend, "per_member", False))
+    member_at: dict[int, dict[int, int]] = {}  # iid -> rank -> node (per-member backends)
+
+    def transfer(iid: int) -> Transfer:
+        grp = inst_group[iid]
+        granks = cw.group_ranks[grp] if grp >= 0 else (int(ins.src[iid]), int(ins.dst[iid]))
+        return Transfer(iid, inst_type[iid], inst_size[iid], granks, grp)
 
     # worklist of (node, time) that became ready
     work = [g for g in range(total) if pending[g] == 0]
@@ -226,14 +237,20 @@ def simulate(
             if t < first_arr[iid]:
                 first_arr[iid] = t
             last_arr[iid] = t
+            if per_member:
+                start[g] = t
+                backend.arrive(transfer(iid), sim_ranks[rnk[g]], t)
+                net_next = backend.next_time()
+                if a == need[iid]:
+                    istart[iid] = t
+                    last_rank[iid] = sim_ranks[rnk[g]]
+                return
             if a == need[iid]:
                 istart[iid] = t
                 last_rank[iid] = sim_ranks[rnk[g]]
                 for m in members[iid]:
                     start[m] = t
-                grp = inst_group[iid]
-                granks = cw.group_ranks[grp] if grp >= 0 else (int(ins.src[iid]), int(ins.dst[iid]))
-                backend.start(Transfer(iid, inst_type[iid], inst_size[iid], granks, grp), t)
+                backend.start(transfer(iid), t)
                 net_next = backend.next_time()
         else:
             start[g] = t
@@ -271,10 +288,20 @@ def simulate(
             now, g = pop(heap)
         elif net_next < inf:  # the network's completion comes first (ties too)
             now = net_next
-            for iid in backend.pop(now):
-                iend[iid] = now
-                for m in members[iid]:
-                    complete(m, now)
+            if per_member:
+                for iid, r in backend.pop(now):
+                    iend[iid] = now
+                    at = member_at.get(iid)
+                    if at is None:
+                        at = member_at[iid] = {sim_ranks[rnk[m]]: m for m in members[iid]}
+                    complete(at.pop(r), now)
+                    if not at:
+                        del member_at[iid]
+            else:
+                for iid in backend.pop(now):
+                    iend[iid] = now
+                    for m in members[iid]:
+                        complete(m, now)
             net_next = backend.next_time()
             net_events += 1
             continue

@@ -3,6 +3,9 @@
 The engine hands a backend a ``Transfer`` when every participant of a collective (or both ends
 of a send/recv) has arrived, with ``start(transfer, now)``; it asks ``next_time()`` for the
 earliest completion and collects the finished instance ids with ``pop(now)``. Times are seconds.
+A backend whose ``per_member`` attribute is true is driven per member instead: ``arrive(transfer,
+rank, now)`` as each member arrives, and ``pop`` returns ``(iid, rank)`` as each member ends
+(the engine then replays every rank; ``genie.sim.astra_model`` is one).
 
 ``AnalyticalBackend`` prices each transfer with a *pricer* (``price(transfer) -> Demand``): the
 bytes it puts on each link of a topology and its latency term. Alone, a transfer moves its bytes
