@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -56,7 +57,13 @@ def agent():
     return core, dp, clock
 
 
+SESSIONS: dict[int, str] = {}  # id(core) -> the secret its claim got (the test controller's)
+
+
 def send(core: AgentCore, msg: p.Msg, sender: str = "") -> list[p.Msg]:
+    """Send as the test controller (sender ""): its messages carry the secret of its claim."""
+    if sender == "" and not isinstance(msg, p.Hello):
+        msg = msgspec.structs.replace(msg, session=SESSIONS.get(id(core), ""))
     return core.handle(p.encode(msg), sender)
 
 
@@ -73,6 +80,8 @@ def prepare_msg(epoch: int = 1, job: str = "job1", programs=None) -> p.Prepare:
 def claim(core: AgentCore) -> None:
     (reply,) = send(core, p.Hello(controller="ctl-1", version="0.1.0"))
     assert isinstance(reply, p.HelloReply) and reply.agent == "a0" and reply.data_port == 4242
+    assert len(reply.session) == 32
+    SESSIONS[id(core)] = reply.session
 
 
 def to_prepared(core: AgentCore, epoch: int = 1) -> None:
