@@ -28,8 +28,11 @@ def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    problems: list[str] = []
     with _open(args) as st:
-        runs = st.list_runs(args.limit)
+        runs = st.list_runs(args.limit, problems=problems)
+    for line in problems:  # a corrupt row is left out, with one line saying which and why
+        print(f"genie: warning: {line} (left out)", file=sys.stderr)
     if args.json:
         print(json.dumps([{k: getattr(r, k) for k in _LIST_KEYS} for r in runs], indent=2))
         return 0
