@@ -12,10 +12,11 @@ not (yet) a job's:
 - a parked connection stays watched: the peer closing it frees its slot at once, and ``PARK_S``
   passing closes it (one that already sends frames is left unwatched until then: its bytes
   stay in the kernel for the job); ``rescan`` (after a Prepare) offers every parked one again;
-- at most ``PENDING_MAX`` connections wait here in all and ``PER_PEER_MAX`` from one address;
-  when full, the oldest one of the crowding address (else the oldest of all) is closed to make
-  room, so strangers that hold slots never keep a prompt peer (whose handshake arrives with its
-  connect) out;
+- at most ``PENDING_MAX`` connections wait here in all (fewer under a low ``ulimit -n``: half
+  of what ``FD_RESERVE`` leaves, so strangers never take the descriptors a job needs) and half
+  of that from one address; when full, the oldest one of the crowding address (else the oldest
+  of all) is closed to make room, so strangers that hold slots never keep a prompt peer (whose
+  handshake arrives with its connect) out;
 - ``accept`` failing for want of file descriptors (EMFILE, ENFILE) closes the oldest waiting
   connections and pauses accepting for ``FD_BACKOFF_S``: the agent recovers, never spins.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import resource
 import selectors
 import socket
 import threading
@@ -38,12 +40,20 @@ from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 HANDSHAKE_TIMEOUT_S = 5.0  # from accept to the whole handshake
 PARK_S = 15.0  # a connection for a job not seen yet waits this long for its Prepare
 PENDING_MAX = 512  # connections waiting here (handshaking or parked), in all
-PER_PEER_MAX = 256  # ... from one address
+FD_RESERVE = 64  # file descriptors kept for the agent itself and its jobs
 FD_BACKOFF_S = 0.2
 FD_FREE = 16  # connections closed to get file descriptors back after EMFILE
 TICK_S = 0.5  # deadlines are checked at least this often
 
 Key = tuple[int, int, int]  # (src rank, dst rank, stream)
+
+
+def waiting_cap() -> int:
+    """How many connections may wait here, given this process's file-descriptor limit."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return PENDING_MAX
+    return max(8, min(PENDING_MAX, (soft - FD_RESERVE) // 2))
 Offer = Callable[[bytes, Key, socket.socket, str], str]
 """offer(token, key, sock, peer) -> "taken", "park", or why the connection is refused."""
 
@@ -83,6 +93,8 @@ class Admission:
         self.sel.register(self.listener, selectors.EVENT_READ, None)
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
         self.waiting: dict[socket.socket, Waiting] = {}
+        self.pending_max = waiting_cap()
+        self.per_peer_max = max(4, self.pending_max // 2)
         self._rescan = False
         self._closing = False
         self._paused_until = 0.0
@@ -179,12 +191,12 @@ class Admission:
     def _make_room(self, peer: str) -> None:
         """Close the oldest waiting connection(s) when a new one from ``peer`` would pass a cap."""
         mine = [w for w in self.waiting.values() if w.peer == peer]
-        if len(mine) >= PER_PEER_MAX:
-            self._evict(min(mine, key=lambda w: w.since), f"more than {PER_PEER_MAX} from it")
-        if len(self.waiting) >= PENDING_MAX:
+        if len(mine) >= self.per_peer_max:
+            self._evict(min(mine, key=lambda w: w.since), f"{self.per_peer_max} from it wait")
+        if len(self.waiting) >= self.pending_max:
             self._evict(
                 min(self.waiting.values(), key=lambda w: w.since),
-                f"more than {PENDING_MAX} waiting",
+                f"{self.pending_max} connections wait",
             )
 
     def _evict(self, w: Waiting, why: str) -> None:
