@@ -263,12 +263,20 @@ class AgentCore:
         self._sender = sender
         self._owner = owner
         try:
-            return self._dispatch(msg)
+            out = self._dispatch(msg)
         except GenieError as exc:  # bad program, over limits...: refuse, change nothing
             code = "limit" if isinstance(exc, ProtocolError) else "program"
-            return [self._err(code, str(exc), msg)]
+            out = [self._err(code, str(exc), msg)]
         except Exception as exc:  # a bug must not kill the agent: refuse and report it
-            return [self._err("internal", f"{type(exc).__name__}: {exc}", msg)]
+            out = [self._err("internal", f"{type(exc).__name__}: {exc}", msg)]
+        if isinstance(msg, Prepare):  # a refused Prepare is news about the job it names
+            out = [
+                msgspec.structs.replace(m, job=msg.job, epoch=msg.epoch)
+                if isinstance(m, Error)
+                else m
+                for m in out
+            ]
+        return out
 
     def _dispatch(self, msg: Msg) -> list[Msg]:
         if isinstance(msg, Hello):

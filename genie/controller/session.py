@@ -256,7 +256,7 @@ class Controller:
         got: dict[str, Msg] = {}
         pending = set(agents)
         start = self.clock.now()
-        if not 0 <= timeout_s < 1e7:  # NaN too: a bound that is no bound is a caller's bug
+        if not 0 <= timeout_s < 1e9:  # NaN and inf too: a bound that is no bound is a bug
             raise RuntimeFault(f"waiting for {about}: bad bound {timeout_s} s")
         deadline = start + int(timeout_s * 1e9)
         for a in agents:
