@@ -1,9 +1,11 @@
-"""Helpers of the hardening tests: agent processes on loopback and raw control clients.
+"""Helpers of the live tests: agent processes on loopback, raw control clients, controllers.
 
 ``start_agent`` runs ``python -m agents`` (optionally under a file-descriptor limit) and waits
 until it listens; ``RawClient`` is a bare ZeroMQ ROUTER that speaks the control protocol the way
-any program on the network could, with whatever controller id it likes. Every process started
-here is ended by pid (``Agent.stop``); every loop is bounded.
+any program on the network could, with whatever controller id it likes; ``closed`` ends a
+controller and its transport; ``HOLDER`` is a controller process that holds a testbed's agents
+in a long job (to be killed); ``netns_unavailable`` says why namespaces cannot be made here.
+Every process started here is ended by pid (``Agent.stop``); every loop is bounded.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import contextlib
 import os
 import re
 import resource
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +31,52 @@ import zmq
 from genie import __version__
 from genie.testbed import dumps_testbed, loopback_testbed
 from genie.wire import messages as p
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from genie.collectives import build_program
+    from genie.controller.local import open_controller
+    from genie.controller.session import Timeouts
+    from genie.testbed import load_testbed
+
+    tb = load_testbed(sys.argv[1])
+    hb = float(sys.argv[2]) if len(sys.argv) > 2 else 0.5
+    ctl = open_controller(tb, timeouts=Timeouts(heartbeat_s=hb))
+    ctl.connect()
+    names = [h.name for h in tb.hosts]
+    prog = build_program("all_reduce", "ring", len(names), 8 << 20, size_convention="nccl")
+    ctl.prepare([prog], names)
+    print("running", flush=True)
+    ctl.run(0, iters=100_000, timeout_s=600)
+    """
+)
+"""argv[1] testbed file, argv[2] heartbeat s: prints "running" once its long job runs."""
+
+
+@contextlib.contextmanager
+def closed(ctl) -> Iterator:
+    """Use a controller, then close it and its transport whatever happens."""
+    try:
+        yield ctl
+    finally:
+        ctl.close()
+        ctl.t.close()
+
+
+def netns_unavailable(probe: str) -> str | None:
+    """Why this process cannot make network namespaces (None if it can); ``probe`` is a name."""
+    from genie.testbed import netns
+
+    if os.geteuid() != 0:
+        return "needs root to create network namespaces"
+    if netns.tools_missing() or not shutil.which("tc"):
+        return "needs iproute2 (ip, tc)"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"cannot create a network namespace: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+    return None
 
 
 def free_port() -> int:

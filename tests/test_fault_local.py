@@ -10,11 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
 import pytest
+from _agents import HOLDER
 
 from genie.collectives import build_program
 from genie.controller.local import LocalCluster, open_controller
@@ -148,26 +148,6 @@ def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -
         assert info.instances == 400 + len(times.get(64 << 20, []))
 
 
-CONTROLLER = textwrap.dedent(
-    """
-    import sys, time
-    from genie.collectives import build_program
-    from genie.controller.local import open_controller
-    from genie.controller.session import Timeouts
-    from genie.testbed import load_testbed
-
-    tb = load_testbed(sys.argv[1])
-    ctl = open_controller(tb, timeouts=Timeouts(heartbeat_s=float(sys.argv[2])))
-    ctl.connect()
-    names = [h.name for h in tb.hosts]
-    prog = build_program("all_reduce", "ring", len(names), 8 << 20, size_convention="nccl")
-    ctl.prepare([prog], names)
-    print("running", flush=True)
-    ctl.run(0, iters=100_000, timeout_s=600)
-    """
-)
-
-
 def _agent_logs(cluster) -> dict[str, str]:
     return {
         h.name: (cluster.dir / f"agent-{h.name}.log").read_text(errors="replace")
@@ -178,7 +158,7 @@ def _agent_logs(cluster) -> dict[str, str]:
 @pytest.mark.parametrize("how", ["kill", "stop"])
 def test_lost_controller_agents_go_idle_and_accept_the_next(cluster, how) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", CONTROLLER, str(cluster.testbed_path), str(HB)],
+        [sys.executable, "-c", HOLDER, str(cluster.testbed_path), str(HB)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,14 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
 import zmq
-from _agents import Agent, RawClient, start_agent, write_testbed
+from _agents import HOLDER, Agent, RawClient, closed, start_agent, write_testbed
 
 from genie.collectives import build_program
 from genie.controller.local import open_controller
@@ -117,34 +116,11 @@ def test_an_agent_refuses_controllers_of_another_testbed(tmp_path, agents) -> No
     finally:
         c.close()
     ctl, _ = _controller(tmp_path, [a0])  # a static testbed is another testbed
-    try:
-        with pytest.raises(AgentRefused, match="serves testbed 'genie-t1-star'"):
-            ctl.connect()
-    finally:
-        ctl.close()
-        ctl.t.close()
+    with closed(ctl), pytest.raises(AgentRefused, match="serves testbed 'genie-t1-star'"):
+        ctl.connect()
 
 
 # ---- row 8: a killed controller does not keep its agents busy --------------------------------
-HOLDER = textwrap.dedent(
-    """
-    import sys
-    from genie.collectives import build_program
-    from genie.controller.local import open_controller
-    from genie.testbed import load_testbed
-
-    tb = load_testbed(sys.argv[1])
-    ctl = open_controller(tb)
-    ctl.connect()
-    names = [h.name for h in tb.hosts]
-    prog = build_program("all_reduce", "ring", len(names), 8 << 20, size_convention="nccl")
-    ctl.prepare([prog], names)
-    print("running", flush=True)
-    ctl.run(0, iters=100_000, timeout_s=600)
-    """
-)
-
-
 def test_a_new_controller_gets_a_killed_ones_agents_within_a_beat(tmp_path, agents) -> None:
     a0, a1 = agents(2)  # 0.5 s beats: the old rule needed 3 silent beats (1.5 s)
     path = write_testbed(tmp_path / "tb.toml", [a0, a1])
@@ -159,13 +135,10 @@ def test_a_new_controller_gets_a_killed_ones_agents_within_a_beat(tmp_path, agen
         killed = time.monotonic()
         time.sleep(0.8)  # under two beats: it missed one beat, and its connection closed
         ctl = open_controller(load_testbed(path), timeouts=Timeouts(register_s=3.0))
-        try:
+        with closed(ctl):
             ctl.connect()
             connected = time.monotonic() - killed
             _job(ctl, ["h0", "h1"])
-        finally:
-            ctl.close()
-            ctl.t.close()
     finally:
         if holder.poll() is None:
             holder.kill()
@@ -329,12 +302,8 @@ def test_a_wrong_agent_key_is_named_at_once_and_logged(tmp_path, agents) -> None
         (wrong / name).write_bytes((keys / name).read_bytes())
     ctl, _ = _controller(tmp_path, [a0], keys_dir=str(wrong))
     t0 = time.monotonic()
-    try:
-        with pytest.raises(AgentRefused, match="refused this controller"):
-            ctl.connect()
-    finally:
-        ctl.close()
-        ctl.t.close()
+    with closed(ctl), pytest.raises(AgentRefused, match="refused this controller"):
+        ctl.connect()
     took = time.monotonic() - t0
     print(f"\nwrong agent key: refused after {took * 1e3:.0f} ms")
     assert took < 3.0  # was a 10 s timeout
@@ -403,7 +372,7 @@ def test_out_of_range_data_options_are_refused_at_once(tmp_path, agents) -> None
     got = agents(2)
     ctl, names = _controller(tmp_path, got)
     prog = build_program("all_reduce", "ring", 2, 4096, size_convention="nccl")
-    try:
+    with closed(ctl):
         ctl.connect()
         for opts, word in (
             (p.DataOptions(sndbuf=1 << 40), "sndbuf"),
@@ -415,9 +384,6 @@ def test_out_of_range_data_options_are_refused_at_once(tmp_path, agents) -> None
                 ctl.prepare([prog], names, opts)
             assert time.monotonic() - t0 < 2.0  # was: the 10 s connect timeout
         _job(ctl, names)
-    finally:
-        ctl.close()
-        ctl.t.close()
 
 
 def test_busy_is_still_busy_for_a_live_holder(tmp_path, agents) -> None:

@@ -14,7 +14,7 @@ import socket
 import time
 
 import pytest
-from _agents import Agent, start_agent, write_testbed
+from _agents import Agent, closed, start_agent, write_testbed
 
 from agents.transports.tcp_admission import HANDSHAKE_TIMEOUT_S
 from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
@@ -46,7 +46,7 @@ def _run_job(tmp_path, got: list[Agent], connect_timeout_s: float = 10.0) -> flo
     ctl = open_controller(tb, timeouts=Timeouts(register_s=5.0, abort_s=1.0))
     names = [h.name for h in tb.hosts]
     t0 = time.monotonic()
-    try:
+    with closed(ctl):
         ctl.connect()
         prog = build_program("all_reduce", "ring", len(names), 1 << 16, size_convention="nccl")
         ctl.prepare([prog], names, DataOptions(verify=True, connect_timeout_s=connect_timeout_s))
@@ -55,9 +55,6 @@ def _run_job(tmp_path, got: list[Agent], connect_timeout_s: float = 10.0) -> flo
         crcs = {rr.buffer_crc for r in out.results.values() for rr in r.ranks}
         assert len(crcs) == 1  # every rank ended with the same all-reduced buffer
         ctl.release()
-    finally:
-        ctl.close()
-        ctl.t.close()
     return time.monotonic() - t0
 
 

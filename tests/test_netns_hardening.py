@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import string
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _agents import closed, netns_unavailable
 
 from genie import cli
 from genie.collectives import build_program
@@ -36,19 +36,7 @@ EMPTY = "genie-hx-empty"  # genie-prefixed: `genie testbed clean` would sweep it
 PREFIXES = ("genie-ha-", "genie-hb-")
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing():
-        return f"needs {', '.join(netns.tools_missing())} (iproute2)"
-    made = subprocess.run(["ip", "netns", "add", EMPTY], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", EMPTY], capture_output=True)
-    return None
-
-
-_WHY = _unavailable()
+_WHY = netns_unavailable(EMPTY)
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
@@ -171,7 +159,7 @@ def test_two_testbeds_up_at_once_each_drive_their_own_agents(tmp_path) -> None:
         records = {st.name: st for _, st in state.load_all() if st}
         for tb in tbs:
             ctl = open_controller(tb, timeouts=Timeouts(register_s=5.0))
-            try:
+            with closed(ctl):
                 hellos = ctl.connect()
                 mine = {r.host: r.pid for r in records[tb.name].agents}
                 assert {h: r.pid for h, r in hellos.items()} == mine  # its own agents
@@ -179,9 +167,6 @@ def test_two_testbeds_up_at_once_each_drive_their_own_agents(tmp_path) -> None:
                 ctl.prepare([build_program("all_gather", "ring", 2, 4096)], names)
                 assert len(ctl.run(0, iters=2).instances) == 2
                 ctl.release()
-            finally:
-                ctl.close()
-                ctl.t.close()
         # a controller that names testbed b, connected to a's agents, is refused by them
         tr = ZmqTransport({h.name: h.control for h in a.hosts})
         stranger = Controller(tr, [h.name for h in a.hosts], testbed=b.identity,
