@@ -54,6 +54,8 @@ def waiting_cap() -> int:
     if soft == resource.RLIM_INFINITY:
         return PENDING_MAX
     return max(8, min(PENDING_MAX, (soft - FD_RESERVE) // 2))
+
+
 Offer = Callable[[bytes, Key, socket.socket, str], str]
 """offer(token, key, sock, peer) -> "taken", "park", or why the connection is refused."""
 
