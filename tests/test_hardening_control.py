@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -401,3 +402,82 @@ def test_busy_is_still_busy_for_a_live_holder(tmp_path, agents) -> None:
         for c in (first, second):
             c.close()
             c.t.close()
+
+
+# ---- issue 17, item 4: no abort, ever ---------------------------------------------------------
+class HangUp:
+    """A TCP server that answers every connection with 2 bytes (a ZMTP 1.0 routing-id frame, to
+    libzmq) and hangs up: a non-genie service on an agent's port. Bounded: stops on ``close``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.ls.settimeout(0.1)
+        self.port = self.ls.getsockname()[1]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.ls.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.sendall(b"\x01\x00")
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=2)
+        self.ls.close()
+
+
+DRIVER = """
+import sys
+from genie.commands.bench import BenchConfig, run_bench
+from genie.controller.session import Timeouts
+from genie.errors import GenieError
+cfg = BenchConfig(testbed_path=sys.argv[1], store=sys.argv[2], progress=False,
+                  timeouts=Timeouts(register_s=float(sys.argv[3])))
+try:
+    run_bench(cfg)
+except GenieError as exc:
+    print(f"genie: error: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_a_non_genie_peer_never_aborts_the_controller(tmp_path) -> None:
+    from genie.store import RunStore
+    from genie.testbed import dumps_testbed, loopback_testbed
+
+    peers = [HangUp(), HangUp()]
+    try:
+        tb = loopback_testbed(2, base_port=peers[0].port)
+        hosts = [
+            msgspec.structs.replace(h, control=f"127.0.0.1:{s.port}")
+            for h, s in zip(tb.hosts, peers, strict=True)
+        ]
+        path = tmp_path / "tb.toml"
+        path.write_text(dumps_testbed(msgspec.structs.replace(tb, hosts=hosts)))
+        store = tmp_path / "runs.sqlite"
+        codes = []
+        for _ in range(2):  # libzmq's assert needed a reconnect while the socket closed
+            out = subprocess.run(
+                [sys.executable, "-c", DRIVER, str(path), str(store), "3.0"],
+                capture_output=True, text=True, timeout=60, cwd=REPO,
+            )  # fmt: skip
+            codes.append(out.returncode)
+            assert "zmtp_engine" not in out.stderr, out.stderr  # was: abort, exit 134
+    finally:
+        for s in peers:
+            s.close()
+    assert codes == [1, 1], out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert "does not speak genie's control protocol" in line and "h0" in line
+    with RunStore(store) as st:
+        assert {(r.status, r.error) for r in st.list_runs()} == {("failed", line[14:])}
