@@ -314,6 +314,11 @@ class Controller:
                     detail = f"{msg.code}: {msg.message}"
                     if msg.code in ("run", "prepare") and self.job:
                         self._name_lost(agents, agent, about, detail)
+                    if msg.code == "malformed" and want is HelloReply:  # an older agent
+                        detail += (
+                            f" (this controller speaks protocol {PROTOCOL_VERSION}: update the "
+                            "agent, e.g. `genie deploy`)"
+                        )
                     kind = _ERROR_KINDS.get(msg.code, RuntimeFault)
                     raise kind(f"agent {agent} during {about}: {detail}")
                 log.info("ignored stale error from %s: %s", agent, msg.message)
