@@ -7,8 +7,15 @@ Shared by ``python -m agents`` (how lab hosts and local clusters start agents) a
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import math
+import re
 
 from genie.errors import UsageError
+
+HEARTBEAT_MIN_S = 0.01
+HEARTBEAT_MAX_S = 60.0
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def _split_addr(text: str) -> tuple[str, int]:
@@ -18,13 +25,35 @@ def _split_addr(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def check_args(args: argparse.Namespace) -> tuple[str, str]:
+    """Validate the agent's options; return (listen, data address). UsageError if bad."""
+    host, port = _split_addr(args.listen)
+    data_addr = args.data_addr or host
+    for flag, ip in (("--listen", host), ("--data-addr", data_addr)):
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise UsageError(f"{flag} wants an IP address, got {ip!r}") from None
+    if not _NAME.match(args.id):
+        raise UsageError(f"--id must be 1-64 of A-Z a-z 0-9 _ . -; got {args.id!r}")
+    if args.testbed and not _NAME.match(args.testbed):
+        raise UsageError(f"--testbed must be 1-64 of A-Z a-z 0-9 _ . -; got {args.testbed!r}")
+    if not 0 <= args.data_port <= 65535:
+        raise UsageError(f"--data-port must be 0..65535 (0: any), got {args.data_port}")
+    hb = args.heartbeat
+    if not (math.isfinite(hb) and HEARTBEAT_MIN_S <= hb <= HEARTBEAT_MAX_S):
+        raise UsageError(
+            f"--heartbeat must be {HEARTBEAT_MIN_S:g}..{HEARTBEAT_MAX_S:g} seconds, got {hb}"
+        )
+    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return listen, data_addr
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the agent the parsed options describe."""
     from agents.daemon import run_agent
 
-    host, port = _split_addr(args.listen)
-    data_addr = args.data_addr or host
-    listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    listen, data_addr = check_args(args)
     return run_agent(
         listen,
         args.id,
@@ -32,6 +61,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         args.data_port,
         heartbeat_s=args.heartbeat,
         keys_dir=args.keys,
+        testbed=args.testbed or "",
     )
 
 
@@ -49,4 +79,10 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=None,
         help="CURVE keys from `genie keys init` (default: $GENIE_KEYS; none: unauthenticated)",
+    )
+    p.add_argument(
+        "--testbed",
+        metavar="NAME",
+        default=None,
+        help="serve only controllers of this testbed (genie sets it for netns agents)",
     )

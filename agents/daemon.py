@@ -6,9 +6,13 @@ over every connected peer, so a second controller (or any stray connection) woul
 first controller's replies; a ROUTER answers the peer that asked, and the core refuses job
 messages from anyone but the holding controller.
 
-One thread runs the loop: poll the control socket and a wake-up pipe the data plane writes to
-when it posts an event, feed frames and events to the core, send what it returns, and tick it
-for heartbeats. A frame that fails to decode is answered, never fatal.
+One thread runs the loop: poll the control socket, its monitor and a wake-up pipe the workers
+(and signal handlers) write to when they post an event, feed frames and events to the core, send
+what it returns, and tick it for heartbeats. It sleeps until the next thing is due (an unclaimed
+idle agent wakes once a second). A frame that fails to decode is answered, never fatal; program
+building runs on a worker thread, so the loop never stalls. The control socket's monitor tells
+which connection the holder speaks on, so its close is evidence the holder is gone, and logs
+failed CURVE handshakes. Every line goes through ``LogBook`` (rate-limited, sanitised).
 
 With a key directory (``keys_dir``, or the ``GENIE_KEYS`` environment variable) the control
 socket is a CURVE server and a ZAP handler admits only the trusted controller public keys; each
@@ -28,12 +32,14 @@ import socket
 import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 import zmq
 
 from agents.clock import tighten_timer_slack
 from agents.facts import host_facts
+from agents.logbook import LogBook
 from agents.state import AgentCore, Event
 from agents.transports.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie.errors import TransportError, UsageError
@@ -41,23 +47,30 @@ from genie.wire.clock import MonotonicClock
 from genie.wire.liveness import HEARTBEAT_INTERVAL_S
 from genie.wire.messages import Limits, Msg, encode
 
+REFUSED_KEYS_MAX = 256  # distinct refused keys remembered (a key-rotating peer stays bounded)
+IDLE_WAKE_MS = 1000  # an unclaimed idle agent still checks its stop flag this often
+
 
 class _TrustedKeys:
-    """ZAP credentials provider: admits the trusted controller keys, logs every refusal."""
+    """ZAP credentials provider: admits the trusted controller keys, logs refusals (bounded)."""
 
     def __init__(self, keys: set[bytes], log: Callable[[str], None]) -> None:
         self.keys = keys
-        self.log = log
-        self.refused: dict[bytes, int] = {}
+        self.log = log  # a LogBook: a peer retrying or rotating keys cannot flood it
+        self.refused: OrderedDict[bytes, int] = OrderedDict()
 
     def callback(self, _domain: str, key: bytes) -> bool:
         """True if ``key`` (z85) is a trusted controller key."""
         if key in self.keys:
             return True
-        n = self.refused[key] = self.refused.get(key, 0) + 1
-        if n == 1 or n % 100 == 0:  # a retrying peer must not flood the log
+        n = self.refused.pop(key, 0) + 1
+        self.refused[key] = n
+        while len(self.refused) > REFUSED_KEYS_MAX:
+            self.refused.popitem(last=False)
+        if n == 1 or n % 100 == 0:
+            short = key[:8].decode(errors="replace")
             self.log(
-                f"auth: refused controller with unknown CURVE key {key[:8].decode()}... "
+                f"auth: refused controller with unknown CURVE key {short}... "
                 f"({n} attempt{'s' if n > 1 else ''})"
             )
         return False
@@ -156,6 +169,51 @@ def agent_logger(agent_id: str) -> logging.Logger:
     return logger
 
 
+def _start_thread(work: Callable[[], None]) -> None:
+    """The core's builder: run ``work`` on a daemon thread."""
+    threading.Thread(target=work, name="genie-build", daemon=True).start()
+
+
+# (not HANDSHAKE_FAILED_NO_DETAIL: every port probe that connects and hangs up makes one)
+_MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+
+
+class _Connections:
+    """Which control connection (fd, generation) the holder speaks on, from monitor events."""
+
+    def __init__(self, core: AgentCore, say: Callable[[str], None]) -> None:
+        self.core = core
+        self.say = say
+        self.gen: dict[int, int] = {}  # fd -> accepts seen on it (bounded by the fd table)
+        self.holder: tuple[int, int] | None = None
+
+    def frame_from(self, peer: str, fd: int) -> None:
+        """A frame from ``peer`` came in on ``fd``: remember it if ``peer`` holds the agent."""
+        if fd >= 0 and self.core.controller is not None and peer == self.core.peer:
+            self.holder = (fd, self.gen.get(fd, 0))
+
+    def on_event(self, ev: dict) -> None:
+        """Apply one monitor event."""
+        kind, value = ev["event"], int(ev["value"])
+        if kind == zmq.EVENT_ACCEPTED:
+            self.gen[value] = self.gen.get(value, 0) + 1
+        elif kind == zmq.EVENT_DISCONNECTED:
+            if self.holder == (value, self.gen.get(value, 0)):
+                self.holder = None
+                self.core.holder_disconnected()
+        else:
+            why = _HANDSHAKE_WHY.get(value, f"code {value:#x}")
+            self.say(f"auth: a control connection failed its handshake: {why}")
+
+
+_HANDSHAKE_WHY = {
+    zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: "CURVE cryptographic error (the controller holds a "
+    "wrong public key for this agent)",
+    zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: "security mechanism mismatch (one side runs with "
+    "CURVE keys, the other without)",
+}
+
+
 def run_agent(
     listen: str,
     agent_id: str,
@@ -165,12 +223,15 @@ def run_agent(
     log: Callable[[str], None] | None = None,
     ready: Callable[[], None] | None = None,
     keys_dir: str | None = None,
+    testbed: str = "",
 ) -> int:
     """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code.
 
     ``keys_dir``: CURVE key directory (see ``genie.keys``); default ``$GENIE_KEYS``, else none.
+    ``testbed``: the testbed this agent serves; Hellos naming another one are refused.
     """
-    say = log or agent_logger(agent_id).info
+    book = LogBook(log or agent_logger(agent_id).info)
+    say = book
     tighten_timer_slack()  # inherited by every thread started later (rank workers)
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     ctx = zmq.Context()
@@ -202,14 +263,19 @@ def run_agent(
             auth.stop()
         ctx.term()
         raise
+    monitor = ctl.get_monitor_socket(_MONITOR_EVENTS)
     events: queue.Queue[Event] = queue.Queue()
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
+    wake_w.setblocking(False)
+
+    def wake() -> None:
+        with contextlib.suppress(OSError):  # a full pipe already wakes the loop
+            wake_w.send(b"!")
 
     def post(ev: Event) -> None:
         events.put(ev)
-        with contextlib.suppress(OSError):
-            wake_w.send(b"!")
+        wake()
 
     core = AgentCore(
         agent_id,
@@ -220,22 +286,26 @@ def run_agent(
         limits=Limits(),
         heartbeat_interval_s=heartbeat_s,
         prober=probe_peers,
+        testbed=testbed,
+        builder=_start_thread,
     )
+    conns = _Connections(core, say)
     stop = {"flag": False}
 
     def on_signal(_sig, _frm) -> None:
         stop["flag"] = True
+        wake()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(ValueError):
             signal.signal(sig, on_signal)
     poller = zmq.Poller()
     poller.register(ctl, zmq.POLLIN)
+    poller.register(monitor, zmq.POLLIN)
     poller.register(wake_r.fileno(), zmq.POLLIN)
     say(f"listening on {listen} (control), {dp.addr}:{dp.port} (data)")
     if ready:
         ready()
-    seen_log = 0
 
     def send(msgs: list[Msg], peer: bytes | None = None) -> None:
         dest = peer if peer is not None else core.peer.encode("latin-1")
@@ -247,18 +317,15 @@ def run_agent(
 
     try:
         while not core.quit and not stop["flag"]:
-            wait_ms = max(0, (core.next_deadline() - time.monotonic_ns()) // 1_000_000)
-            for s, _ in poller.poll(timeout=min(wait_ms + 1, 200)):
-                if s is ctl:
-                    for _ in range(1000):
-                        try:
-                            frames = ctl.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        if len(frames) < 2:
-                            continue
-                        peer, frame = frames[0], frames[-1]
-                        send(core.handle(frame, peer.decode("latin-1")), peer)
+            due = core.next_deadline()
+            wait_ms = IDLE_WAKE_MS
+            if due is not None:
+                wait_ms = min(IDLE_WAKE_MS, max(0, (due - time.monotonic_ns()) // 1_000_000 + 1))
+            for s, _ in poller.poll(timeout=wait_ms):
+                if s is monitor:
+                    _read_monitor(monitor, conns)
+                elif s is ctl:
+                    _read_control(ctl, core, conns, send)
                 else:
                     with contextlib.suppress(BlockingIOError):
                         wake_r.recv(4096)
@@ -269,16 +336,50 @@ def run_agent(
                     break
                 send(core.on_event(ev))
             send(core.tick())
-            for line in core.log[seen_log:]:
+            for line in core.drain_log():
                 say(line)
-            seen_log = len(core.log)
+            book.tick()
     finally:
         dp.close()
+        with contextlib.suppress(zmq.ZMQError):
+            ctl.disable_monitor()
+        monitor.close(0)
         ctl.close(linger=200)
         if auth:
             auth.stop()
         ctx.term()
         wake_r.close()
         wake_w.close()
+        book.flush()
         say("stopped")
     return 0
+
+
+def _read_monitor(monitor: zmq.Socket, conns: _Connections) -> None:
+    from zmq.utils.monitor import recv_monitor_message
+
+    for _ in range(1000):
+        try:
+            conns.on_event(recv_monitor_message(monitor, zmq.NOBLOCK))
+        except zmq.Again:
+            return
+
+
+def _read_control(
+    ctl: zmq.Socket, core: AgentCore, conns: _Connections, send: Callable[..., None]
+) -> None:
+    """Handle up to 1000 queued control frames (then let the loop tick)."""
+    for _ in range(1000):
+        try:
+            frames = ctl.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.Again:
+            return
+        if len(frames) < 2:
+            continue
+        peer = frames[0].bytes.decode("latin-1")
+        try:
+            fd = int(frames[-1].get(zmq.SRCFD))
+        except (zmq.ZMQError, AttributeError, TypeError):
+            fd = -1
+        send(core.handle(frames[-1].bytes, peer), frames[0].bytes)
+        conns.frame_from(peer, fd)

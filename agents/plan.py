@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from agents.limits import check_programs
 from genie.collectives.program import Op, Program, Step
-from genie.collectives.registry import max_steps_per_rank
 from genie.errors import CollectiveError, ProtocolError
 from genie.wire.messages import Limits
 
@@ -127,32 +127,12 @@ def plan_agent(
     agent: str, programs: Sequence[Program], placement: Sequence[str], limits: Limits
 ) -> AgentPlan:
     """Plan the job for ``agent``: its ranks, their per-program tables, its connections."""
-    if len(programs) > limits.max_programs:
-        raise ProtocolError(f"{len(programs)} programs; limit {limits.max_programs}")
-    if len(placement) > limits.max_ranks:
-        raise ProtocolError(f"{len(placement)} ranks; limit {limits.max_ranks}")
+    check_programs(programs, placement, limits)
     mine = [r for r, a in enumerate(placement) if a == agent]
     rank_plans: list[dict[int, RankPlan]] = []
     pairs: set[tuple[int, int]] = set()
     total = 0
     for prog in programs:
-        if prog.spec.n_ranks > len(placement):
-            raise ProtocolError(f"{prog!r} has more ranks than the placement ({len(placement)})")
-        sp = prog.spec
-        if sp.n_ranks < 1 or sp.size < 0 or not 1 <= sp.chunks <= limits.max_chunks:
-            raise ProtocolError(f"{prog!r}: ranks, size or chunks out of bounds")
-        if max_steps_per_rank(sp) > limits.max_steps:
-            raise ProtocolError(
-                f"{prog!r}: up to {max_steps_per_rank(sp)} steps per rank; "
-                f"limit {limits.max_steps} (use fewer chunks or ranks)"
-            )
-        if sp.size > limits.max_rank_bytes:
-            raise ProtocolError(
-                f"{prog!r}: size {sp.size} beyond the limit {limits.max_rank_bytes}"
-            )
-        for g in prog.spec.ranks:
-            if not 0 <= g < len(placement):
-                raise ProtocolError(f"{prog!r} names rank {g}, not placed")
         plans: dict[int, RankPlan] = {}
         for r in mine:
             g = _group_rank_of(prog, r)

@@ -2,14 +2,18 @@
 
 Each module in ``genie/commands/`` defines ``register(subparsers)`` that adds its commands and
 sets ``func`` on them. A GenieError becomes one line on stderr and its exit code; Ctrl-C exits 130.
+SIGTERM is turned into an interrupt (so a live run is finished ``interrupted``, not left
+``running``) and exits 143.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import pkgutil
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -115,17 +119,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    previous = _terminate_as_interrupt()
     try:
         rc = args.func(args)
     except GenieError as exc:
         print(f"genie: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):
+            print("genie: terminated (SIGTERM)", file=sys.stderr)
+            return 143
         print("genie: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    finally:
+        if previous is not None:
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(signal.SIGTERM, previous)
     return int(rc or 0)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so every ``finally`` and context manager runs."""
+
+
+def _on_sigterm(_sig, _frame) -> None:
+    raise Terminated("terminated by SIGTERM")
+
+
+def _terminate_as_interrupt():
+    """Install the SIGTERM handler (main thread only); return the one it replaces."""
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread
+        return None
 
 
 if __name__ == "__main__":  # pragma: no cover

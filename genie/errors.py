@@ -59,6 +59,13 @@ class TestbedError(GenieError):
     __test__ = False  # not a pytest test class
 
 
+class TestbedDown(TestbedError):
+    """A netns testbed is not up on this host (or not reached by its own links): nothing sent."""
+
+    __test__ = False
+    exit_code = 1
+
+
 class RuntimeFault(GenieError):
     """A job on the agents failed (agent lost, data error, timeout...)."""
 
@@ -67,6 +74,10 @@ class RuntimeFault(GenieError):
 
 class RunTimeout(RuntimeFault):
     """A bounded wait on the agents ran out (the message says what was awaited, from whom)."""
+
+
+class AgentUnreachable(RunTimeout):
+    """An agent never answered the hello (nothing listening, not an agent, handshake refused)."""
 
 
 class AgentLost(RuntimeFault):
@@ -95,6 +106,12 @@ class ProtocolError(GenieError):
 
 class StoreError(GenieError):
     """The run store cannot be read or written, or a run id does not exist."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the run store's lock longer than genie waits for it."""
+
+    exit_code = 1
 
 
 class TransportError(RuntimeFault):

@@ -3,6 +3,10 @@
 Rows are written as each collective finishes (one transaction per Go), so a crash or Ctrl-C
 keeps everything measured so far; a run left ``running`` was interrupted.
 
+The store never waits without bound: a lock another process holds longer than ``BUSY_S`` is a
+``StoreBusy`` error naming the store. Rows are read defensively: a byte-flipped or hand-edited
+row is a ``StoreError`` naming the run and the column, never a traceback.
+
 Schema (times in seconds unless the column says ns; sizes in bytes)::
 
     runs(
@@ -53,7 +57,7 @@ from typing import Any
 import msgspec
 
 from genie import __version__
-from genie.errors import StoreError
+from genie.errors import StoreBusy, StoreError
 
 DEFAULT_STORE = "genie-runs.sqlite"
 
@@ -98,6 +102,19 @@ def _json(value: Any) -> str:
 
 
 OPEN_TIMEOUT_S = 10.0  # how long opening waits for another process setting the store up
+BUSY_S = 10.0  # how long a statement waits for another process's lock (SQLite busy timeout)
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _error(path: Path, exc: sqlite3.Error, doing: str = "") -> StoreError:
+    """The StoreError for ``exc``: StoreBusy when another process held the lock too long."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _BUSY_CODES:
+        what = f" to {doing}" if doing else ""
+        return StoreBusy(
+            f"run store {path} is locked by another process: waited {BUSY_S:g} s{what}"
+        )
+    return StoreError(f"run store {path}: {exc}")
 
 
 class RunStore:
@@ -108,7 +125,7 @@ class RunStore:
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         while True:
             try:
-                self.db = sqlite3.connect(self.path, timeout=OPEN_TIMEOUT_S, isolation_level=None)
+                self.db = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
                 self._setup()
                 return
             except sqlite3.OperationalError as exc:
@@ -138,11 +155,18 @@ class RunStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _exec(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, args: Sequence[Any] = (), doing: str = "") -> sqlite3.Cursor:
         try:
             return self.db.execute(sql, args)
         except sqlite3.Error as exc:
-            raise StoreError(f"run store {self.path}: {exc}") from None
+            raise _error(self.path, exc, doing) from None
+
+    def _fetch(self, sql: str, args: Sequence[Any] = ()) -> list[tuple]:
+        """All rows of a query; a corrupt database file is a StoreError, not a traceback."""
+        try:
+            return self.db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
 
     # ---- writing --------------------------------------------------------------------------
     def start_run(
@@ -187,13 +211,14 @@ class RunStore:
             if key not in allowed:
                 raise StoreError(f"cannot update column {key!r} of a run")
             v = _json(value) if key in ("host_facts", "clock_offsets", "meta") else value
-            self._exec(f"UPDATE runs SET {key}=? WHERE run_id=?", (v, run_id))
+            self._exec(f"UPDATE runs SET {key}=? WHERE run_id=?", (v, run_id), f"update {run_id}")
 
     def finish_run(self, run_id: str, status: str = "ok", error: str = "") -> None:
         """Mark a run finished with ``status`` (ok, failed, interrupted)."""
         self._exec(
             "UPDATE runs SET status=?, finished_at=?, error=? WHERE run_id=?",
             (status, time.time(), error, run_id),
+            f"finish run {run_id}",
         )
 
     def add_instances(self, run_id: str, spec: Any, instances: Iterable[Any], streams: int = 1):
@@ -237,45 +262,88 @@ class RunStore:
                     rows,
                 )
         except sqlite3.Error as exc:
-            raise StoreError(f"run store {self.path}: {exc}") from None
+            raise _error(self.path, exc, f"store instances of {run_id}") from None
 
     # ---- reading --------------------------------------------------------------------------
     def _info(self, row: sqlite3.Row | tuple) -> RunInfo:
+        if len(row) != 14:
+            raise StoreError(f"run store {self.path}: table runs has unexpected columns")
         (rid, created, finished, status, cmd, tbn, tb, ver, facts, offs, wh, meta, err, n) = row
+        name = rid if isinstance(rid, str) else repr(rid)[:40]
+
+        def text(column: str, value: Any) -> str:
+            if value is None:
+                return ""
+            if not isinstance(value, str):
+                raise StoreError(f"run {name}: column {column} is corrupt (not text)")
+            return value
+
+        def when(column: str, value: Any, optional: bool = False) -> float | None:
+            if value is None and optional:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise StoreError(f"run {name}: column {column} is corrupt (not a time)")
+            if not 0 <= value < 1e11:  # the year 5138: a flipped exponent, not a time
+                raise StoreError(f"run {name}: column {column} is corrupt ({value!r})")
+            return float(value)
+
+        def obj(column: str, value: Any) -> dict[str, Any]:
+            try:
+                out = json.loads(text(column, value) or "{}")
+            except (ValueError, RecursionError):
+                raise StoreError(f"run {name}: column {column} is corrupt (not JSON)") from None
+            if not isinstance(out, dict):
+                raise StoreError(f"run {name}: column {column} is corrupt (not an object)")
+            return out
+
+        text("run_id", rid)
+        if status not in STATUSES:
+            raise StoreError(f"run {name}: column status is corrupt ({str(status)[:20]!r})")
         return RunInfo(
             run_id=rid,
-            created_at=created,
-            finished_at=finished,
+            created_at=when("created_at", created),
+            finished_at=when("finished_at", finished, optional=True),
             status=status,
-            command=cmd or "",
-            testbed_name=tbn or "",
-            testbed=tb or "",
-            genie_version=ver or "",
-            host_facts=json.loads(facts or "{}"),
-            clock_offsets=json.loads(offs or "{}"),
-            workload_hash=wh or "",
-            meta=json.loads(meta or "{}"),
-            error=err or "",
-            instances=n,
+            command=text("command", cmd),
+            testbed_name=text("testbed_name", tbn),
+            testbed=text("testbed", tb),
+            genie_version=text("genie_version", ver),
+            host_facts=obj("host_facts", facts),
+            clock_offsets=obj("clock_offsets", offs),
+            workload_hash=text("workload_hash", wh),
+            meta=obj("meta", meta),
+            error=text("error", err),
+            instances=int(n or 0),
         )
 
     _RUN_SELECT = (
         "SELECT r.*, (SELECT COUNT(*) FROM instances i WHERE i.run_id = r.run_id) FROM runs r"
     )
 
-    def list_runs(self, limit: int | None = None) -> list[RunInfo]:
-        """Runs, newest first."""
+    def list_runs(
+        self, limit: int | None = None, problems: list[str] | None = None
+    ) -> list[RunInfo]:
+        """Runs, newest first. With ``problems``, a corrupt row is left out and its one-line
+        reason appended there; without, it raises StoreError."""
         sql = self._RUN_SELECT + " ORDER BY created_at DESC"
         if limit:
             sql += f" LIMIT {int(limit)}"
-        return [self._info(r) for r in self._exec(sql).fetchall()]
+        out = []
+        for r in self._fetch(sql):
+            try:
+                out.append(self._info(r))
+            except StoreError as exc:
+                if problems is None:
+                    raise
+                problems.append(str(exc))
+        return out
 
     def run(self, run_id: str) -> RunInfo:
         """One run by id (a unique prefix works too); StoreError if there is none."""
-        rows = self._exec(
+        rows = self._fetch(
             self._RUN_SELECT + " WHERE r.run_id LIKE ? ORDER BY created_at DESC",
             (run_id + "%",),
-        ).fetchall()
+        )
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
         exact = [r for r in rows if r[0] == run_id]
@@ -292,13 +360,11 @@ class RunStore:
             (self.run(run_id).run_id,),
         )
         cols = [c[0] for c in cur.description]
-        out = []
-        for row in cur.fetchall():
-            d = dict(zip(cols, row, strict=True))
-            d["rank_times"] = json.loads(d["rank_times"] or "[]")
-            d["program"] = json.loads(d["program"] or "{}")
-            out.append(d)
-        return out
+        try:
+            rows = cur.fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+        return [_instance(run_id, dict(zip(cols, row, strict=True))) for row in rows]
 
     def size_times(
         self, run_id: str, collective: str | None = None, algorithm: str | None = None
@@ -313,9 +379,53 @@ class RunStore:
             sql += " AND algorithm=?"
             args.append(algorithm)
         out: dict[int, list[float]] = {}
-        for size, t in self._exec(sql + " ORDER BY size, id", args).fetchall():
+        for size, t in self._fetch(sql + " ORDER BY size, id", args):
+            if not _is_int(size) or not _is_number(t):
+                raise StoreError(f"run {run_id}: an instance's size or time_s is corrupt")
             out.setdefault(int(size), []).append(float(t))
         return out
+
+
+STATUSES = ("running", "ok", "failed", "interrupted")
+_INT_COLUMNS = ("n_ranks", "size", "iteration", "warmup")
+_OPTIONAL_INT_COLUMNS = ("chunks", "streams", "start_ns", "end_ns", "step0_spread_ns")
+_TEXT_COLUMNS = ("collective", "algorithm")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) < 1e300
+
+
+def _instance(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
+    """One instances row, checked and with its JSON decoded (StoreError naming the column)."""
+
+    def bad(column: str) -> StoreError:
+        return StoreError(f"run {run_id}: instance {d.get('id')}: column {column} is corrupt")
+
+    for c in _INT_COLUMNS:
+        if not _is_int(d.get(c)):
+            raise bad(c)
+    for c in _OPTIONAL_INT_COLUMNS:
+        if d.get(c) is not None and not _is_int(d[c]):
+            raise bad(c)
+    for c in _TEXT_COLUMNS:
+        if not isinstance(d.get(c), str):
+            raise bad(c)
+    if not _is_number(d.get("time_s")):
+        raise bad("time_s")
+    for c, empty in (("rank_times", "[]"), ("program", "{}")):
+        value = d.get(c) or empty
+        try:
+            d[c] = json.loads(value) if isinstance(value, str) else None
+        except (ValueError, RecursionError):
+            d[c] = None
+        if not isinstance(d[c], list if c == "rank_times" else dict):
+            raise bad(c)
+    return d
 
 
 # ---- export -------------------------------------------------------------------------------

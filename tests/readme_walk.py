@@ -102,7 +102,7 @@ def walk(genie: list[str], scratch: Path, log=print) -> list[str]:
             line = cmd.removeprefix("sudo ")
             line = line.replace("/tmp/genie-demo", str(scratch / "demo"))
             line = line.replace("/tmp/genie-cluster", str(scratch / "cluster"))
-            line = re.sub(r"(?<![\w/])testbed/", f"{REPO}/testbed/", line)
+            line = re.sub(r"(?<![\w/])(testbed|tests)/", f"{REPO}/\\1/", line)
             if "RUN_ID" in line:
                 line = line.replace("RUN_ID", _newest_run(genie, env, scratch))
             argv = [*genie, *shlex.split(line)[1:]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
@@ -56,7 +57,13 @@ def agent():
     return core, dp, clock
 
 
+SESSIONS: dict[int, str] = {}  # id(core) -> the secret its claim got (the test controller's)
+
+
 def send(core: AgentCore, msg: p.Msg, sender: str = "") -> list[p.Msg]:
+    """Send as the test controller (sender ""): its messages carry the secret of its claim."""
+    if sender == "" and not isinstance(msg, p.Hello):
+        msg = msgspec.structs.replace(msg, session=SESSIONS.get(id(core), ""))
     return core.handle(p.encode(msg), sender)
 
 
@@ -73,6 +80,8 @@ def prepare_msg(epoch: int = 1, job: str = "job1", programs=None) -> p.Prepare:
 def claim(core: AgentCore) -> None:
     (reply,) = send(core, p.Hello(controller="ctl-1", version="0.1.0"))
     assert isinstance(reply, p.HelloReply) and reply.agent == "a0" and reply.data_port == 4242
+    assert len(reply.session) == 32
+    SESSIONS[id(core)] = reply.session
 
 
 def to_prepared(core: AgentCore, epoch: int = 1) -> None:
@@ -308,3 +317,97 @@ def test_stale_abort_is_answered_with_the_job_it_names() -> None:
     (err,) = send(core, p.Abort(job="gone-j3", epoch=3, reason="run failed"))
     assert isinstance(err, p.Error) and err.code == "stale"
     assert (err.job, err.epoch) == ("gone-j3", 3)  # so the controller files it under that job
+
+
+# ---- issue 18: ownership, identity, bounded work -------------------------------------------
+def test_naming_the_holder_proves_nothing_the_secret_does(agent) -> None:
+    core, dp, _ = agent
+    to_prepared(core)
+    secret = SESSIONS[id(core)]
+    (err,) = send(core, p.Hello(controller="ctl-1", version="0.1.0"), sender="intruder")
+    assert err.code == "busy" and core.peer == "" and core.state is State.PREPARED
+    # the holder's own peer without the secret (or with a wrong one) is refused too
+    for bad in ("", "0" * 32):
+        (err,) = core.handle(p.encode(p.Go(job="job1", epoch=1, session=bad)), "")
+        assert err.code == "busy" and secret not in err.message
+    assert not dp.gos and all(secret not in line for line in core.drain_log())
+
+
+def test_a_holder_that_closed_goes_at_its_first_missed_beat(agent) -> None:
+    core, dp, clock = agent
+    to_prepared(core)
+    core.holder_disconnected()
+    assert core.next_deadline() <= core.last_heard + INTERVAL_NS
+    assert core.tick() == [] and core.controller == "ctl-1"  # no beat missed yet
+    clock.advance(INTERVAL_NS)
+    core.tick()
+    assert core.controller is None and core.state is State.IDLE and dp.releases == 1
+    (reply,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"), sender="other")
+    assert isinstance(reply, p.HelloReply) and reply.session != SESSIONS[id(core)]
+
+
+def test_a_silent_holder_is_displaced_after_two_beats_not_three(agent) -> None:
+    core, _, clock = agent
+    to_prepared(core)
+    clock.advance(INTERVAL_NS + INTERVAL_NS // 2)
+    (err,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"), sender="other")
+    assert err.code == "busy"
+    clock.advance(INTERVAL_NS)
+    (reply,) = send(core, p.Hello(controller="ctl-2", version="0.1.0"), sender="other")
+    assert isinstance(reply, p.HelloReply) and core.controller == "ctl-2"
+
+
+def test_an_agent_of_a_testbed_refuses_other_testbeds() -> None:
+    core = AgentCore("a0", FakeDataPlane(), FakeClock(), lambda _e: None, testbed="genie-t1-x")
+    (err,) = core.handle(p.encode(p.Hello(controller="c", version="v", testbed="genie-t2-x")))
+    assert err.code == "testbed" and core.controller is None
+    (ok,) = core.handle(p.encode(p.Hello(controller="c", version="v", testbed="genie-t1-x")))
+    assert isinstance(ok, p.HelloReply)
+
+
+def test_an_idle_unclaimed_agent_has_nothing_due(agent) -> None:
+    core, _, _ = agent
+    assert core.next_deadline() is None  # the shell sleeps (it polled every 1 ms)
+    claim(core)
+    assert core.next_deadline() is not None
+
+
+def test_the_log_is_bounded_whatever_peers_send(agent) -> None:
+    from agents.state import LOG_KEEP
+
+    core, _, _ = agent
+    for _ in range(LOG_KEEP * 5):
+        core.handle(b"\xc1")
+    lines = core.drain_log()
+    assert len(lines) == LOG_KEEP + 1 and "dropped" in lines[-1]
+    assert core.drain_log() == []
+
+
+def test_programs_are_built_by_the_builder_and_reported_by_event() -> None:
+    jobs: list = []
+    events: list[Event] = []
+    dp = FakeDataPlane()
+    core = AgentCore("a0", dp, FakeClock(), events.append, builder=jobs.append)
+    claim(core)
+    assert send(core, prepare_msg()) == [] and core.state is State.PREPARING
+    assert not dp.prepared and len(jobs) == 1  # nothing built on the control thread
+    (second,) = send(core, prepare_msg(epoch=2, job="job2"))
+    assert second.code == "state"
+    jobs.pop()()  # the worker runs
+    (ev,) = events
+    assert ev.kind == "built" and core.on_event(ev) == [] and dp.prepared
+    assert core.builds == 0
+
+
+def test_a_bad_program_built_off_thread_is_refused_and_dropped() -> None:
+    jobs: list = []
+    events: list[Event] = []
+    core = AgentCore("a0", FakeDataPlane(), FakeClock(), events.append, builder=jobs.append)
+    claim(core)
+    bad = ProgramSpec(collective="flow", algorithm="oneway", n_ranks=3, size=8)  # odd ranks
+    msg = prepare_msg(programs=[msgspec_spec(bad)])
+    msg.placement = ["a0", "a1", "a1"]
+    assert send(core, msg) == []
+    jobs.pop()()
+    (err,) = core.on_event(events.pop())
+    assert err.code == "program" and "even" in err.message and core.state is State.IDLE

@@ -8,14 +8,13 @@ Namespaces use the prefix ``genie-pt-f`` and are removed afterwards, even on fai
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from _agents import netns_unavailable
 
 from genie.collectives import build_program
 from genie.controller.local import open_controller
@@ -28,20 +27,7 @@ RATE_BITS = 200_000_000
 ITER_TIMEOUT_S = 1.0
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing() or not shutil.which("tc"):
-        return "needs iproute2 (ip, tc)"
-    probe = f"{PREFIX}probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None
-
-
-_WHY = _unavailable()
+_WHY = netns_unavailable(f"{PREFIX}probe")
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from genie import cli
 from genie.errors import TestbedError
-from genie.testbed import Testbed, load_testbed, netns, state
+from genie.testbed import Testbed, addressing, load_testbed, netns, state
 from genie.testbed.measure import aggregate_rate, measure_flows
 
 PREFIX = "genie-pt-"
@@ -160,9 +160,11 @@ def test_up_with_agents_then_down_stops_them(tmp_path: Path, capsys) -> None:
         assert all(p.is_running() for p in procs)
         log = Path(rec.agents[1].log)
         end = time.monotonic() + 5  # the agent binds its control socket before it logs
-        while "198.18.0.2" not in log.read_text() and time.monotonic() < end:
+        control, data = tb.hosts[1].control, tb.hosts[1].data_addr  # the testbed's own block
+        assert control == f"{addressing.control_pair(1, PREFIX)[1]}:7000"
+        while data not in log.read_text() and time.monotonic() < end:
             time.sleep(0.02)
-        assert "198.19.0.6:7000" in log.read_text() and "198.18.0.2" in log.read_text()
+        assert control in log.read_text() and data in log.read_text()
         assert cli.main(["testbed", "status"]) == 0
         assert "2/2 agents alive" in capsys.readouterr().out
         assert cli.main(["testbed", "down", str(path)]) == 0

@@ -246,9 +246,11 @@ def test_bench_on_a_dead_testbed_fails_cleanly(tmp_path) -> None:
         progress=False,
         timeouts=Timeouts(register_s=0.3),
     )
-    with pytest.raises(RuntimeFault, match=r"timed out.*hello"):
+    with pytest.raises(RuntimeFault, match=r"no hello from agents h0, h1") as info_:
         run_bench(cfg)
+    said = str(info_.value)
+    assert "nothing accepts connections at 127.0.0.1:" in said and "start the agents" in said
 
     with RunStore(tmp_path / "s.sqlite") as st:
         (info,) = st.list_runs()
-        assert info.status == "failed" and "hello" in info.error
+        assert info.status == "failed" and info.error == said  # the stored reason is the line

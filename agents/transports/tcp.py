@@ -2,10 +2,11 @@
 
 Connections. Every agent has one data listener for its whole life. For a job, the lower global
 rank of each pair that talks connects ``streams`` TCP connections to the higher rank's agent and
-introduces each with a handshake (``agents.transports.tcp_wire``). The listener hands a
-connection to the job whose token and expected pairs it matches; one that arrives before this
-agent has seen the job's Prepare is parked briefly; anything else is closed. Connections are
-reused by every iteration and every program of the job.
+introduces each with a handshake (``agents.transports.tcp_wire``). The listener's admission
+thread (``agents.transports.tcp_admission``: whole-handshake deadlines, bounded waiting, caps
+per peer) hands a connection to the job whose token and expected pairs it matches; one with a
+token this agent does not hold yet is parked briefly (its peer got the Prepare first); anything
+else is closed. Connections are reused by every iteration and every program of the job.
 
 Each local rank then runs in its own thread (``agents.transports.tcp_exec``: one program for
 warmup+iters iterations, or a whole op list, ``agents.transports.tcp_oplist``) over the frame
@@ -16,6 +17,7 @@ executor are re-exported here under their old import paths.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
 import time
@@ -26,6 +28,7 @@ from agents.plan import AgentPlan
 from agents.state import Event
 from agents.transports.steps import pattern_fill
 from agents.transports.steps import set_realtime as _set_realtime
+from agents.transports.tcp_admission import Admission
 from agents.transports.tcp_engine import POLL_S
 from agents.transports.tcp_exec import RankExecutor
 from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC, HDR, Stream, split_parts, tune
@@ -48,11 +51,6 @@ __all__ = [
     "token_bytes",
 ]
 
-PARKED_MAX = 4096  # connections held for a job this agent has not seen yet
-PARKED_AGE_S = 30.0
-HANDSHAKE_TIMEOUT_S = 5.0
-HANDSHAKES_MAX = 256  # connections allowed to be mid-handshake at once
-
 
 class TcpDataPlane:
     """The agent's TCP data plane: a listener for its lifetime, connections and workers per job."""
@@ -73,85 +71,27 @@ class TcpDataPlane:
         self._token = b""
         self._expected: set[tuple[int, int, int]] = set()
         self._got: dict[tuple[int, int, int], socket.socket] = {}
-        self._parked: dict[tuple[bytes, int, int, int], tuple[float, socket.socket]] = {}
-        self._closing = False
-        self._handshaking = 0
         self._abort = threading.Event()
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
         self._execs: dict[int, RankExecutor] = {}
         self._plan: AgentPlan | None = None
-        self._acceptor = threading.Thread(
-            target=self._accept_loop, name="genie-accept", daemon=True
-        )
-        self._acceptor.start()
+        self.admission = Admission(self.listener, self._offer, self.log)
 
     def endpoint(self) -> tuple[str, int]:
         """(address, port) of the data listener."""
         return self.addr, self.port
 
-    # ---- accepting ------------------------------------------------------------------------
-    def _accept_loop(self) -> None:
-        while not self._closing:
-            try:
-                sock, peer = self.listener.accept()
-            except OSError:
-                if self._closing:
-                    return
-                time.sleep(0.01)
-                continue
-            with self._lock:
-                crowded = self._handshaking >= HANDSHAKES_MAX
-                if not crowded:
-                    self._handshaking += 1
-            if crowded:  # a flood of silent connections must not starve the job's own
-                self.log(f"data: refused connection from {peer}: too many handshakes at once")
-                sock.close()
-                continue
-            threading.Thread(
-                target=self._handshake, args=(sock, peer), name="genie-handshake", daemon=True
-            ).start()
-
-    def _handshake(self, sock: socket.socket, peer) -> None:
-        try:
-            sock.settimeout(HANDSHAKE_TIMEOUT_S)
-            raw = b""
-            while len(raw) < HANDSHAKE.size:
-                chunk = sock.recv(HANDSHAKE.size - len(raw))
-                if not chunk:
-                    raise OSError("closed during handshake")
-                raw += chunk
-            magic, token, src, dst, stream, _n = HANDSHAKE.unpack(raw)
-            if magic != HANDSHAKE_MAGIC:
-                raise OSError("bad handshake magic")
-            sock.settimeout(None)
-        except OSError as exc:
-            self.log(f"data: refused connection from {peer}: {exc}")
-            sock.close()
-            return
-        finally:
-            with self._lock:
-                self._handshaking -= 1
-        self._offer(token, (src, dst, stream), sock, peer)
-
-    def _offer(self, token: bytes, key: tuple[int, int, int], sock: socket.socket, peer) -> None:
+    def _offer(self, token: bytes, key: tuple[int, int, int], sock: socket.socket, _peer) -> str:
+        """Admission's question: take a handshaken connection, park it, or say why not."""
         with self._lock:
             if token == self._token and key in self._expected and key not in self._got:
                 self._got[key] = sock
                 self._lock.notify_all()
-                return
-            current = bool(self._token)  # a job is set up here: no other job's peer may come
-            if token != self._token and not current and len(self._parked) < PARKED_MAX:
-                now = time.monotonic()
-                for k, (t, old) in list(self._parked.items()):
-                    if now - t > PARKED_AGE_S:
-                        old.close()
-                        del self._parked[k]
-                self._parked[(token, *key)] = (now, sock)
-                return
-        why = "token of another job" if token != self._token else "not expected"
-        self.log(f"data: refused connection from {peer} for rank pair {key[:2]}: {why}")
-        sock.close()
+                return "taken"
+            if token != self._token:
+                return "park"  # another job's: this agent may not have its Prepare yet
+        return "not expected" if key not in self._expected else "a duplicate"
 
     # ---- prepare --------------------------------------------------------------------------
     def prepare(self, plan: AgentPlan, prep: Prepare, post: Callable[[Event], None]) -> None:
@@ -162,10 +102,7 @@ class TcpDataPlane:
         expected = {(a, b, k) for (a, b) in plan.incoming for k in range(opts.streams)}
         with self._lock:
             self._token, self._expected, self._got = tok, expected, {}
-            for (ptok, *key), (_, sock) in list(self._parked.items()):
-                if ptok == tok and tuple(key) in expected:
-                    self._got[tuple(key)] = sock
-                    del self._parked[(ptok, *key)]
+        self.admission.rescan()  # connections parked for this job come in now
         self._plan = plan
         t = threading.Thread(
             target=self._prepare, args=(plan, prep, post), name="genie-prepare", daemon=True
@@ -201,7 +138,14 @@ class TcpDataPlane:
             post(Event("prepared", prep.job, prep.epoch, msg))
         except (TransportError, OSError, ValueError) as exc:
             self._close_job()
-            post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {exc}"))
+            why = str(exc)
+            if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+                why = f"out of file descriptors ({exc.strerror}); raise the agent's `ulimit -n`"
+            post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {why}"))
+        except Exception as exc:  # never die silently: the controller would wait it out
+            self._close_job()
+            why = f"{plan.agent}: {type(exc).__name__}: {exc}"
+            post(Event("prepare_failed", prep.job, prep.epoch, error=why))
 
     def _connect_pairs(
         self, plan: AgentPlan, prep: Prepare, deadline: float
@@ -372,13 +316,6 @@ class TcpDataPlane:
     def close(self) -> None:
         """Release everything, including the listener."""
         self.release()
-        self._closing = True
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
+        self.admission.close()
         with contextlib.suppress(OSError):
             self.listener.close()
-        self._acceptor.join(timeout=2)
-        with self._lock:
-            for _, s in self._parked.values():
-                s.close()
-            self._parked.clear()

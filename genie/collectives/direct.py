@@ -8,7 +8,7 @@ bytes are out; its latency overlaps the next one). Also the pairwise send/recv.
 from __future__ import annotations
 
 from genie.collectives.emit import Emit
-from genie.collectives.layout import a2a_block, chunk_range, chunk_segments, split
+from genie.collectives.layout import a2a_block, chunk_range, chunk_segments, piece
 from genie.collectives.program import ProgramSpec
 
 
@@ -33,7 +33,7 @@ def all_to_all(spec: ProgramSpec, rank: int, e: Emit) -> None:
     """Direct all-to-all: block j of rank r goes to block r of rank j (in place)."""
     n, c = spec.n_ranks, e.chunk
     b = a2a_block(spec)
-    pieces = [split(j * b, b, spec.chunks, spec.options.get("elem", 1))[c] for j in range(n)]
+    pieces = [piece(j * b, b, spec.chunks, c, spec.options.get("elem", 1)) for j in range(n)]
     sends = _windowed_sends(spec, rank, e, lambda peer: pieces[peer])
     for s in range(1, n):
         src_rank = (rank - s) % n

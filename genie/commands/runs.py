@@ -29,15 +29,28 @@ def _list(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    problems: list[str] = []
     with _open(args) as st:
-        runs = st.list_runs(args.limit)
+        runs = st.list_runs(args.limit, problems=problems)
+    for line in problems:  # a corrupt row is left out, with one line saying which and why
+        print(f"genie: warning: {line} (left out)", file=sys.stderr)
     if args.json:
         print(json.dumps([{k: getattr(r, k) for k in _LIST_KEYS} for r in runs], indent=2))
         return 0
     con = Console()
     t = Table(title=f"runs in {args.store} (times UTC; a unique prefix of a run id works too)")
-    rows = [
-        (r.run_id, _when(r.created_at), r.status, r.testbed_name, str(r.instances), r.command)
+    rows = [  # every cell as text: a corrupt row's None or number never breaks the table
+        tuple(
+            "-" if v is None else str(v)
+            for v in (
+                r.run_id,
+                _when(r.created_at),
+                r.status,
+                r.testbed_name,
+                r.instances,
+                r.command,
+            )
+        )
         for r in runs
     ]
     heads = ("run", "started", "status", "testbed", "instances")

@@ -232,19 +232,66 @@ def stop_recorded(directory: str | Path) -> list[int]:
 
 
 def open_controller(
-    testbed, timeouts: Timeouts | None = None, keys_dir: str | None = None
+    testbed, timeouts: Timeouts | None = None, keys_dir: str | None = None, source: str = ""
 ) -> Controller:
     """A Controller connected (ZeroMQ) to every host of ``testbed``; call ``.connect()`` next.
 
-    ``keys_dir``: CURVE key directory (default ``$GENIE_KEYS``; none: unauthenticated).
+    ``keys_dir``: CURVE key directory (default ``$GENIE_KEYS``; none: unauthenticated). A netns
+    testbed must be up on this host, reached by its own links (``genie.testbed.reach``), before
+    anything is sent; its connections are then bound to those links. ``source``: the testbed
+    file, named in the `genie testbed up` hint. Once connected the controller beats from a
+    keepalive thread between calls, so pauses of the caller never lose it its agents.
     """
     if not testbed.hosts:
         raise RuntimeFault(f"testbed {testbed.name} has no hosts")
-    import os
     import uuid
 
+    devices: dict[str, str] = {}
+    if testbed.kind == "netns":
+        from genie.testbed.reach import control_links
+
+        devices = control_links(testbed, source)
+        if not _can_bind_to_device(next(iter(devices.values()))):
+            devices = {}  # no CAP_NET_RAW: the route check above is the only guard
     endpoints = {h.name: h.control for h in testbed.hosts}
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
-    tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir)
-    return Controller(tr, list(endpoints), timeouts=timeouts, controller_id=cid)
+    tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir, devices=devices)
+    return Controller(
+        tr,
+        list(endpoints),
+        timeouts=timeouts,
+        controller_id=cid,
+        testbed=testbed.identity,
+        keepalive=True,
+    )
+
+
+def _can_bind_to_device(ifname: str) -> bool:
+    """Whether this process may bind a socket to ``ifname`` (SO_BINDTODEVICE: CAP_NET_RAW)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, ifname.encode())
+        except OSError:
+            return False
+    return True
+
+
+def start_hint(testbed, source: str = "") -> str:
+    """What to run so ``testbed``'s agents answer (for errors about silent agents)."""
+    import shlex
+
+    path = shlex.quote(str(source)) if source else "FILE"
+    if testbed.kind == "netns":
+        return (
+            f"start its agents: `sudo genie testbed down {path} && "
+            f"sudo genie testbed up {path} --agents`"
+        )
+    made = Path(source).parent if source else None  # by `genie cluster local`?
+    if made and any((made / n).exists() for n in (PIDFILE, f"agent-{testbed.hosts[0].name}.log")):
+        d = shlex.quote(str(made))
+        return f"start the agents: `genie cluster local --agents {len(testbed.hosts)} --dir {d}`"
+    local = all(h.control_ip.startswith("127.") or h.control_ip == "::1" for h in testbed.hosts)
+    if local:
+        return "start the agents (`genie cluster local` writes a testbed file with running agents)"
+    return f"start the agents: `genie agents restart all --testbed {path}` (or `genie deploy`)"

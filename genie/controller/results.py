@@ -3,6 +3,9 @@
 For iteration i: start = earliest rank start, end = last rank end, both converted from each
 agent's monotonic clock with its estimated offset (controller = agent - offset). Warm-up
 iterations are kept but flagged, and left out of the statistics.
+
+An agent's numbers are not trusted: ``check_result`` refuses a Result whose ranks, counts or
+times do not fit the Go it answers, before anything is computed or stored from it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,59 @@ from collections.abc import Mapping, Sequence
 import msgspec
 import numpy as np
 
+from genie.errors import RuntimeFault
 from genie.wire.messages import Result
+
+CLOCK_SLACK_NS = 2 * 10**9  # agent times may stray this far outside the Go's window (offsets)
+
+
+def check_result(
+    agent: str,
+    res: Result,
+    ranks: Sequence[int],
+    iterations: int | Mapping[int, int],
+    steps: int,
+    window: tuple[int, int],
+    program: int = 0,
+    warmup: int | None = 0,
+) -> None:
+    """Refuse (RuntimeFault, one line) a Result that does not answer the Go it should.
+
+    ``ranks``: the global ranks placed on ``agent`` that ran; ``iterations``: entries per rank
+    (one count, or per rank: op-list mode); ``steps``: most step times per iteration (0: none
+    recorded); ``window``: (Go's start, now) on the agent's clock, ns; ``program``/``warmup``
+    must echo the Go's (``warmup`` None: op lists).
+    """
+
+    def bad(why: str) -> RuntimeFault:
+        return RuntimeFault(f"agent {agent} sent a malformed result: {why}")
+
+    got = [rr.rank for rr in res.ranks]
+    if sorted(got) != sorted(ranks):
+        shown = got[:8] + (["..."] if len(got) > 8 else [])
+        raise bad(f"ranks {shown}, expected {sorted(ranks)}")
+    if warmup is not None and (res.program != program or res.warmup != warmup):
+        raise bad(f"program {res.program} warm-up {res.warmup}, expected {program} and {warmup}")
+    lo, hi = window[0] - CLOCK_SLACK_NS, window[1] + CLOCK_SLACK_NS
+    for rr in res.ranks:
+        n = iterations if isinstance(iterations, int) else iterations.get(rr.rank, 0)
+        if len(rr.start) != n or len(rr.end) != n:
+            raise bad(f"rank {rr.rank} has {len(rr.start)} starts and {len(rr.end)} ends, not {n}")
+        for i, (s, e) in enumerate(zip(rr.start, rr.end, strict=True)):
+            if not lo <= s <= e <= hi:
+                raise bad(f"rank {rr.rank} iteration {i}: times {s}..{e} ns outside the run")
+        rows = (rr.step_start, rr.step_end)
+        if not steps:
+            if any(rows):
+                raise bad(f"rank {rr.rank} has step times nobody asked for")
+            continue
+        if any(len(r) not in (0, n) for r in rows) or len(rr.step_start) != len(rr.step_end):
+            raise bad(f"rank {rr.rank} has step times for the wrong number of iterations")
+        for i, (ss, ee) in enumerate(zip(*rows, strict=True)):
+            if len(ss) != len(ee) or len(ss) > steps:
+                raise bad(f"rank {rr.rank} iteration {i}: {len(ss)} step times (at most {steps})")
+            if any(not lo <= a <= b <= hi for a, b in zip(ss, ee, strict=True)):
+                raise bad(f"rank {rr.rank} iteration {i}: step times outside the run")
 
 
 class Instance(msgspec.Struct, kw_only=True):

@@ -5,6 +5,12 @@ in-process agents and a fake clock. Every wait is bounded: by a deadline derived
 (bytes a rank moves / a slow rate x margin, plus a base), and by the heartbeat rule (an agent
 silent for ``MISSED_BEATS_LIMIT`` intervals is lost). On any failure the job is aborted on every
 agent and a ``RuntimeFault`` names the agent and what was being waited for.
+
+Every message after the Hello carries the session secret the agent gave in its HelloReply (the
+agent's proof that this controller holds it). ``start_keepalive`` beats from a thread between
+phases (while the caller builds programs, prices them or waits on the run store), so agents
+never take a busy controller for a dead one. Results are checked against the Go they answer
+(ranks, shapes, time ranges) before anything uses them.
 """
 
 from __future__ import annotations
@@ -12,18 +18,23 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from genie import __version__
 from genie.collectives.program import Op, Program, ProgramSpec
-from genie.controller.results import Instance, completion_times, step_times
+from genie.collectives.registry import max_steps_per_rank
+from genie.controller.results import Instance, check_result, completion_times, step_times
 from genie.controller.transport import Transport
 from genie.errors import (
     AgentBusy,
     AgentLost,
     AgentRefused,
+    AgentUnreachable,
     DataPlaneError,
     GenieError,
     ProtocolError,
@@ -63,7 +74,12 @@ from genie.wire.tokens import new_token
 log = logging.getLogger(__name__)
 
 # an agent's Error code -> the exception the controller raises for it
-_ERROR_KINDS: dict[str, type[RuntimeFault]] = {"busy": AgentBusy, "run": DataPlaneError}
+_ERROR_KINDS: dict[str, type[RuntimeFault]] = {
+    "busy": AgentBusy,
+    "run": DataPlaneError,
+    "testbed": AgentRefused,
+}
+BUILD_S_PER_STEP = 20e-6  # agents build this fast at worst (2-core VM: 6-13 us a step)
 
 SLOW_RATE = 20e6  # bytes/s: the slowest a rank's traffic is assumed to move, for timeouts
 TIMEOUT_MARGIN = 4.0
@@ -139,6 +155,8 @@ class Controller:
         timeouts: Timeouts | None = None,
         heartbeat_s: float = HEARTBEAT_INTERVAL_S,
         missed_beats_limit: int = MISSED_BEATS_LIMIT,
+        testbed: str = "",
+        keepalive: bool = False,
     ) -> None:
         self.t = transport
         self.agents = list(agents)
@@ -162,20 +180,63 @@ class Controller:
         self._sync_rounds = 16
         self.resync_s = RESYNC_S
         self._rank_bytes: dict[int, int] = {}  # id(program) -> rank_bytes, current job's programs
+        self.testbed = testbed  # identity named in Hello (agents of another testbed refuse)
+        self.auto_keepalive = keepalive  # start_keepalive once connected (real transports)
+        self.sessions: dict[str, str] = {}  # agent -> its secret (from its HelloReply)
+        self._io = threading.RLock()  # the transport is used by the keepalive thread too
+        self._keepalive: threading.Thread | None = None
+        self._stop_keepalive = threading.Event()
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg) -> None:
-        self.t.send(agent, encode(msg))
+        secret = self.sessions.get(agent)
+        if secret:
+            msg = msgspec.structs.replace(msg, session=secret)
+        frame = encode(msg)
+        with self._io:
+            self.t.send(agent, frame)
+
+    def _recv(self, timeout_s: float) -> tuple[str, bytes] | None:
+        with self._io:
+            return self.t.recv(timeout_s)
 
     def _beat(self, now: int) -> None:
         if now < self._next_beat:
             return
         self._beats += 1
-        for a in self.hello:
-            self._send(
-                a, Heartbeat(job=self.job, epoch=self.epoch, seq=self._beats, sender=self.id)
-            )
+        for a in list(self.hello):
+            with contextlib.suppress(GenieError):  # an unreachable agent is judged by _wait
+                self._send(
+                    a, Heartbeat(job=self.job, epoch=self.epoch, seq=self._beats, sender=self.id)
+                )
         self._next_beat = now + self.hb_ns
+
+    def start_keepalive(self) -> None:
+        """Beat from a background thread whenever no wait is beating (until ``close``)."""
+        if self._keepalive is not None:
+            return
+        self._stop_keepalive.clear()
+
+        def loop() -> None:
+            while not self._stop_keepalive.wait(self.hb_ns / 4e9):
+                if not self._io.acquire(blocking=False):
+                    continue  # a wait holds the channel, and beats itself
+                try:
+                    self._beat(self.clock.now())
+                except Exception as exc:  # never kill the thread: the next wait reports it
+                    log.debug("keepalive: %s", exc)
+                finally:
+                    self._io.release()
+
+        self._keepalive = threading.Thread(target=loop, name="genie-keepalive", daemon=True)
+        self._keepalive.start()
+
+    def stop_keepalive(self) -> None:
+        """Stop the keepalive thread (bounded)."""
+        t, self._keepalive = self._keepalive, None
+        if t is not None:
+            self._stop_keepalive.set()
+            t.join(timeout=2)
 
     def _wait(
         self,
@@ -195,6 +256,8 @@ class Controller:
         got: dict[str, Msg] = {}
         pending = set(agents)
         start = self.clock.now()
+        if not 0 <= timeout_s < 1e9:  # NaN and inf too: a bound that is no bound is a bug
+            raise RuntimeFault(f"waiting for {about}: bad bound {timeout_s} s")
         deadline = start + int(timeout_s * 1e9)
         for a in agents:
             self.last_heard.setdefault(a, start)
@@ -222,7 +285,7 @@ class Controller:
                     )
             self._beat(now)
             wait_ns = min(deadline - now, self.hb_ns, max(0, self._next_beat - now) or self.hb_ns)
-            item = self.t.recv(max(wait_ns, 1) / 1e9)
+            item = self._recv(max(wait_ns, 1) / 1e9)
             drained = item is None
             if item is None:
                 continue
@@ -235,6 +298,8 @@ class Controller:
                 continue
             if isinstance(msg, Heartbeat):
                 continue
+            if isinstance(msg, HelloReply) and agent in pending and msg.session:
+                self.sessions[agent] = msg.session  # even if the wait fails: Bye must prove it
             if isinstance(msg, Error):
                 if msg.job and msg.job in self.ended_jobs:  # a late word on a job already over
                     log.info(
@@ -249,6 +314,11 @@ class Controller:
                     detail = f"{msg.code}: {msg.message}"
                     if msg.code in ("run", "prepare") and self.job:
                         self._name_lost(agents, agent, about, detail)
+                    if msg.code == "malformed" and want is HelloReply:  # an older agent
+                        detail += (
+                            f" (this controller speaks protocol {PROTOCOL_VERSION}: update the "
+                            "agent, e.g. `genie deploy`)"
+                        )
                     kind = _ERROR_KINDS.get(msg.code, RuntimeFault)
                     raise kind(f"agent {agent} during {about}: {detail}")
                 log.info("ignored stale error from %s: %s", agent, msg.message)
@@ -282,7 +352,7 @@ class Controller:
         window = self.hb_ns  # a live agent answers a probe in far less than one beat
         silent = set(others)
         while silent and self.clock.now() - start < window:
-            item = self.t.recv(max(1, window - (self.clock.now() - start)) / 1e9)
+            item = self._recv(max(1, window - (self.clock.now() - start)) / 1e9)
             if item is not None:
                 self.last_heard[item[0]] = self.clock.now()
                 silent.discard(item[0])
@@ -298,13 +368,29 @@ class Controller:
 
     # ---- phases ---------------------------------------------------------------------------
     def connect(self) -> dict[str, HelloReply]:
-        """Claim every agent; check protocol versions; return their hellos."""
+        """Claim every agent; check protocol versions; return their hellos.
+
+        An agent that does not answer in time is described (nothing listening, not a genie
+        agent, handshake refused) in an ``AgentUnreachable`` naming it.
+        """
+        self.sessions = {}
         for a in self.agents:
-            self._send(a, Hello(controller=self.id, version=__version__, protocol=PROTOCOL_VERSION))
-        try:
-            replies = self._wait(
-                HelloReply, self.agents, self.to.register_s, "hello", match_job=False
+            self._send(
+                a,
+                Hello(
+                    controller=self.id,
+                    version=__version__,
+                    protocol=PROTOCOL_VERSION,
+                    testbed=self.testbed,
+                ),
             )
+        try:
+            try:
+                replies = self._wait(
+                    HelloReply, self.agents, self.to.register_s, "hello", match_job=False
+                )
+            except RunTimeout as exc:
+                raise self._unanswered(exc) from None
         except GenieError:
             # release the agents that did accept us (same connection as the Hello, so ordered)
             for a in self.agents:
@@ -322,6 +408,9 @@ class Controller:
             if r.version != __version__:
                 log.warning("agent %s runs genie %s, controller %s", a, r.version, __version__)
         self.hello = {a: replies[a] for a in self.agents}  # type: ignore[misc]
+        self.sessions = {a: h.session for a, h in self.hello.items()}
+        if self.auto_keepalive:
+            self.start_keepalive()
         for a, h in self.hello.items():
             log.info(
                 "agent %s: genie %s on %s, data %s:%d, pid %d",
@@ -333,6 +422,21 @@ class Controller:
                 h.pid,
             )
         return self.hello
+
+    def _unanswered(self, exc: RunTimeout) -> RunTimeout:
+        """The hello timeout, saying per silent agent what its connection did."""
+        describe = getattr(self.t, "describe", None)
+        silent = [a for a in self.agents if a not in self.sessions]
+        if describe is None or not silent:
+            return exc
+        by_reason: dict[str, list[str]] = {}
+        for a in silent:
+            by_reason.setdefault(describe(a), []).append(a)
+        parts = [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
+        return AgentUnreachable(
+            f"no hello from agent{'s' if len(silent) > 1 else ''} {', '.join(silent)} within "
+            f"{self.to.register_s:.3g} s ({'; '.join(parts)})"
+        )
 
     def sync_clocks(self, rounds: int = 16) -> dict[str, ClockEstimate]:
         """NTP-style offset of every agent (min-RTT of ``rounds`` probes each)."""
@@ -393,7 +497,8 @@ class Controller:
         for a in involved:
             self._send(a, Prepare(**prep))
         total = sum(p.spec.size for p in programs)
-        bound = timeout_s or (self.to.prepare_base_s + opts.connect_timeout_s + total / 1e9)
+        build = sum(max_steps_per_rank(p.spec) for p in programs) * BUILD_S_PER_STEP
+        bound = timeout_s or (self.to.prepare_base_s + opts.connect_timeout_s + total / 1e9 + build)
         try:
             self._wait(Prepared, involved, bound, "prepare")
         except GenieError:
@@ -478,6 +583,9 @@ class Controller:
                     raise RunTimeout(f"{exc}; {where}") from None
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        ranks_of = self._ranks_of(prog.spec.ranks or range(prog.spec.n_ranks))
+        steps = max_steps_per_rank(prog.spec) if record_steps else 0
+        self._check_results(results, ranks_of, iters + warmup, steps, start_at, program, warmup)
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
         return RunOutcome(
             program=prog.spec,
@@ -540,8 +648,47 @@ class Controller:
             self.abort("op-list run failed")
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        ranks_of = self._ranks_of(r for r, ops in rank_ops.items() if ops)
+        counts = {r: len(ops) for r, ops in rank_ops.items()}
+        self._check_results(results, ranks_of, counts, 0, start_at, 0, None)
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
         return OpListOutcome(start_at_ns=start_at, results=results, offsets_ns=offs)
+
+    def _ranks_of(self, ranks) -> dict[str, list[int]]:
+        """agent -> the global ranks (of ``ranks``) placed on it."""
+        out: dict[str, list[int]] = {}
+        for r in ranks:
+            out.setdefault(self.placement[r], []).append(r)
+        return out
+
+    def _check_results(
+        self,
+        results: dict[str, Result],
+        ranks_of: dict[str, list[int]],
+        iterations: int | dict[int, int],
+        steps: int,
+        start_at: int,
+        program: int,
+        warmup: int | None,
+    ) -> None:
+        """Refuse (abort, raise) Results that do not fit the Go they answer."""
+        now = self.clock.now()
+        try:
+            for a, res in results.items():
+                off = self.offsets[a].offset_ns if a in self.offsets else 0
+                check_result(
+                    a,
+                    res,
+                    ranks_of.get(a, []),
+                    iterations,
+                    steps,
+                    window=(start_at + off, now + off),
+                    program=program,
+                    warmup=warmup,
+                )
+        except GenieError:
+            self.abort("malformed result")
+            raise
 
     def _resync_if_due(self) -> None:
         """Re-estimate clock offsets when the last sync is older than ``resync_s``."""
@@ -616,6 +763,7 @@ class Controller:
 
     def close(self, quit_agents: bool = False) -> None:
         """Leave the agents (Bye), or stop them (Quit); bounded; never raises."""
+        self.stop_keepalive()
         try:
             if self.job:
                 self.abort("controller closing")

@@ -3,27 +3,37 @@
 ``StoredRun`` (a context manager) records the run in the store (status ``running``), opens a
 controller on the testbed, claims the agents, syncs clocks and records every agent's host facts
 and clock offset with the run; the command then does its work with ``.ctl`` and stores what it
-measured under ``.run_id``. On leaving, the run is finished ``ok``, ``interrupted`` (Ctrl-C) or
-``failed`` with the error's one-line reason, whatever went wrong, and the controller, its
-transport and the store are closed. ``genie bench`` and ``genie emulate`` both go through it.
+measured under ``.run_id``. On leaving, the run is finished ``ok``, ``interrupted`` (Ctrl-C,
+SIGTERM: the CLI turns it into an interrupt) or ``failed`` with the error's one-line reason,
+whatever went wrong, and the controller, its transport and the store are closed. ``genie
+bench`` and ``genie emulate`` both go through it.
+
+The controller beats from a keepalive thread while the command works between phases (plans,
+prices, stores), so agents never drop a job because the run store made it wait. Recording the
+end waits for a store lock up to ``FINISH_WAIT_S`` (the run must not stay ``running``); agents
+that never answer are named with what to run to start them.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from genie.controller.local import open_controller
+from genie.controller.local import open_controller, start_hint
 from genie.controller.session import Controller, Timeouts
-from genie.errors import GenieError
+from genie.errors import AgentUnreachable, GenieError, StoreBusy
 from genie.store import RunStore
 from genie.wire.clock import ClockEstimate
 from genie.wire.messages import HelloReply
 
 log = logging.getLogger(__name__)
+
+FINISH_WAIT_S = 120.0  # recording a run's end waits this long for another process's store lock
 
 
 class StoredRun:
@@ -67,8 +77,13 @@ class StoredRun:
             )
             log.info("run %s started in %s", self.run_id, self.store_path)
         try:
-            self.ctl = open_controller(self.testbed, timeouts=self.timeouts)
-            self.hellos = self.ctl.connect()
+            source = str(self.testbed_path)
+            self.ctl = open_controller(self.testbed, timeouts=self.timeouts, source=source)
+            try:
+                self.hellos = self.ctl.connect()
+            except AgentUnreachable as exc:
+                raise AgentUnreachable(f"{exc}; {start_hint(self.testbed, source)}") from None
+            self.ctl.start_keepalive()  # (open_controller's connect did; explicit here)
             self.offsets = self.ctl.sync_clocks(self.sync_rounds)
             if self.store and self.run_id:
                 self.store.update_run(
@@ -94,7 +109,7 @@ class StoredRun:
         try:
             if self.store and self.run_id:
                 status, reason = outcome(exc)
-                self.store.finish_run(self.run_id, status, reason)
+                self._finish(status, reason)
                 log.info("run %s finished: %s %s", self.run_id, status, reason)
         finally:
             if self.ctl is not None:
@@ -105,13 +120,31 @@ class StoredRun:
                 self.store.close()
                 self.store = None
 
+    def _finish(self, status: str, reason: str) -> None:
+        """Record the run's end, waiting (bounded) for a store lock held by another process."""
+        assert self.store is not None and self.run_id is not None
+        deadline = time.monotonic() + FINISH_WAIT_S
+        while True:
+            try:
+                self.store.finish_run(self.run_id, status, reason)
+                return
+            except StoreBusy as busy:
+                if time.monotonic() >= deadline:
+                    print(
+                        f"genie: warning: run {self.run_id} stays 'running' in "
+                        f"{self.store.path}: {busy}",
+                        file=sys.stderr,
+                    )
+                    return
+                log.warning("run %s: %s; still trying to record its end", self.run_id, busy)
+
 
 def outcome(exc: BaseException | None) -> tuple[str, str]:
     """(status, reason) a run ends with after ``exc`` (None: it went well)."""
     if exc is None:
         return "ok", ""
     if isinstance(exc, KeyboardInterrupt):
-        return "interrupted", "interrupted by user"
+        return "interrupted", str(exc) or "interrupted by user"
     if isinstance(exc, GenieError):
         return "failed", str(exc)
     return "failed", f"{type(exc).__name__}: {exc}"

@@ -407,9 +407,9 @@ def _hosts(
         data_addr = ctx.get(h, "data_addr", path, (str,), None)
         if kind == "netns":
             if control is None:
-                control = f"{addressing.control_pair(i)[1]}:{control_port}"
+                control = f"{addressing.control_pair(i, prefix)[1]}:{control_port}"
             if data_addr is None:
-                data_addr = addressing.data_ip(i)
+                data_addr = addressing.data_ip(i, prefix)
         elif control is None:
             raise ctx.error((*path, "control"), "is required for static testbeds ('IP:PORT')")
         cip, _ = _parse_control(ctx, control, (*path, "control"))

@@ -92,6 +92,11 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         return self.model or f"the rates declared in testbed {self.name}"
 
     @property
+    def identity(self) -> str:
+        """What a controller of this testbed names in its Hello; its netns agents serve only it."""
+        return f"{self.netns_prefix}{self.name}" if self.kind == "netns" else self.name
+
+    @property
     def n_ranks(self) -> int:
         """Total ranks: the sum of ranks over hosts."""
         return sum(h.ranks for h in self.hosts)

@@ -24,7 +24,7 @@ import msgspec
 import psutil
 
 from genie.errors import TestbedError
-from genie.testbed import state
+from genie.testbed import addressing, state
 from genie.testbed.addressing import prefix_tag
 from genie.testbed.model import Testbed
 from genie.testbed.netns_plan import Command, Plan, plan_down, plan_up
@@ -139,6 +139,18 @@ def up(
         raise TestbedError(
             f"testbed {tb.name!r} (or one sharing its names) is already up: "
             f"{sorted(existing)[0]} exists; run `genie testbed down` or `genie testbed clean`"
+        )
+    from genie.testbed.reach import overlaps
+
+    clash = overlaps(tb, runner)
+    if clash:
+        owners = {ln: st.name for _, st in state.load_all() if st for ln in st.root_links}
+        ifname = clash[0].rsplit(" on ", 1)[1]
+        who = f" (testbed {owners[ifname]})" if ifname in owners else ""
+        raise TestbedError(
+            f"testbed {tb.name!r} would share control addresses with one already up: "
+            f"{clash[0]}{who}; give one of them another netns_prefix (address slot of "
+            f"{tb.netns_prefix!r}: {addressing.address_slot(tb.netns_prefix)})"
         )
     st = state.TestbedState(
         name=tb.name,
@@ -259,7 +271,7 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
     return netns_exec(
         h.netns,
         [*launch_command(python), "--listen", h.control, "--id", h.name,
-         "--data-addr", h.data_addr],
+         "--data-addr", h.data_addr, "--testbed", tb.identity],
     )  # fmt: skip
 
 

@@ -185,7 +185,7 @@ def plan_up(tb: Testbed) -> Plan:
         root_if = addressing.root_control_ifname(tb.netns_prefix, i)
         if len(root_if) > addressing.IFNAMSIZ:
             raise TestbedError(f"interface name {root_if!r} longer than 15 characters")
-        root_ip, host_ip = addressing.control_pair(i)
+        root_ip, host_ip = addressing.control_pair(i, tb.netns_prefix)
         if h.control_ip != host_ip:
             raise TestbedError(
                 f"host {h.name!r}: netns control address must be {host_ip} (got {h.control_ip})"

@@ -6,13 +6,19 @@ msgpack in a single ZeroMQ frame. Every message carries ``job`` (the job id, "" 
 not match its current job with an ``Error`` and changes nothing; a controller drops replies for
 another job or epoch.
 
+Ownership: an agent claimed by a Hello answers with a fresh random ``session`` secret (in its
+HelloReply), and every later message of that controller carries it; a message without the
+holder's secret is refused as ``busy``, whatever controller id it names (the id is shown in
+errors, the secret never is). A Hello may also name the ``testbed`` the controller drives; an
+agent started for a testbed refuses controllers of any other one.
+
 Direction and meaning:
 
 ========================  ======  =========================================================
 message                   dir     meaning
 ========================  ======  =========================================================
-Hello                     c->a    claim the agent (controller id, protocol version)
-HelloReply                a->c    agent id, genie version, protocol, host facts, data port
+Hello                     c->a    claim the agent (controller id, protocol, testbed)
+HelloReply                a->c    agent id, version, facts, data port, session secret
 Heartbeat                 both    liveness; missed beats are counted on both sides
 TimeProbe / TimeReply     c<->a   NTP-style clock sample (t0 controller, t1/t2 agent)
 Prepare                   c->a    programs (as specs), placement, peers, data-plane options
@@ -36,7 +42,7 @@ import msgspec
 
 from genie.errors import ProtocolError
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: session secrets and testbed identity in Hello/HelloReply
 MAX_FRAME_BYTES = 16 << 20  # a control frame larger than this is refused before decoding
 
 
@@ -45,6 +51,7 @@ class Msg(msgspec.Struct, tag_field="t", kw_only=True, forbid_unknown_fields=Tru
 
     job: str = ""
     epoch: int = 0
+    session: str = ""  # the holder's secret from HelloReply, on every controller message
 
 
 class HostFacts(msgspec.Struct, kw_only=True):
@@ -65,6 +72,7 @@ class Hello(Msg, tag="hello"):
     controller: str
     version: str
     protocol: int = PROTOCOL_VERSION
+    testbed: str = ""  # identity of the testbed the controller drives ("" for any)
 
 
 class HelloReply(Msg, tag="hello_reply"):
@@ -276,6 +284,7 @@ ERROR_CODES = (
     "prepare",  # data-plane setup failed
     "run",  # a run failed (transport error, timeout, data check)
     "direction",  # a message only the agent sends arrived at the agent
+    "testbed",  # the agent serves another testbed than the controller's Hello names
     "internal",  # the agent hit a bug handling the message (it keeps running)
 )
 
@@ -330,5 +339,6 @@ class Limits(msgspec.Struct, kw_only=True):
     max_streams: int = 64
     max_iters: int = 100_000
     max_steps: int = 1_000_000  # steps of one rank of one program
+    max_build_steps: int = 2_000_000  # bound of all steps a Prepare makes this agent build
     max_chunks: int = 65_536
     max_start_delay_s: float = 60.0  # a Go may start at most this far in the future
