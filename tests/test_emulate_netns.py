@@ -74,6 +74,8 @@ def _emulate(path: Path, prefix: Path, tmp: Path, capsys, *extra: str) -> dict:
 
 
 def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) -> None:
+    # A and B are issued together on one group: with --comm-concurrency 0 (as if on two
+    # communicators) they share the wire; by default NCCL's stream order runs them in turn
     size = 1 << 20  # alone: each rank sends 1 MiB through its 200 Mbit/s link, ~42 ms
     builders = [RankBuilder(r) for r in range(2)]
     for b in builders:
@@ -84,7 +86,7 @@ def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) 
         b.collective("ar_c", CollectiveType.ALL_REDUCE, size, [c2])
     prefix = tmp_path / "ov"
     save_workload(finish("overlap", builders), prefix)
-    doc = _emulate(star, prefix, tmp_path, capsys)
+    doc = _emulate(star, prefix, tmp_path, capsys, "--comm-concurrency", "0")
     a, b, c = sorted(doc["instances"], key=lambda x: x["iid"])
     for ia, ib in zip(a["intervals_s"], b["intervals_s"], strict=True):
         assert ia[0] < ib[2] and ib[0] < ia[2]  # on the wire together

@@ -135,6 +135,46 @@ def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
     con.print(t)
 
 
+def _shares(d: dict, iteration: float) -> str:
+    parts = [f"{k} {format_seconds(v)} ({v / iteration:.0%})" for k, v in d.items() if v > 0]
+    return ", ".join(parts) or "-"
+
+
+def print_where(con: Console, reports: list[SimReport]) -> None:
+    """Exposed communication by parallelism dimension and collective; the busiest links."""
+    t = Table(
+        title="where the exposed communication goes (per-rank means; shares of the iteration)",
+        title_justify="left",
+    )
+    t.add_column("backend")
+    t.add_column("by dimension")
+    t.add_column("by collective")
+    for r in reports:
+        it = r.iteration_s or 1.0
+        t.add_row(
+            r.backend, _shares(r.exposed_by_dimension, it), _shares(r.exposed_by_collective, it)
+        )
+    con.print(t)
+    for r in reports:
+        if not r.links:
+            continue
+        lt = Table(
+            title=f"busiest links over {r.backend} (bottleneck: saturated, setting the pace)",
+            title_justify="left",
+        )
+        for c in ("link", "bytes", "capacity", "utilisation", "bottleneck"):
+            lt.add_column(c, justify="left" if c == "link" else "right")
+        for x in r.links:
+            lt.add_row(
+                x["link"],
+                format_bytes(x["bytes"]),
+                f"{x['capacity_Bps'] / 1e9:.2f} GB/s",
+                f"{x['utilisation']:.0%}",
+                f"{x['bottleneck_share']:.0%} of the iteration",
+            )
+        con.print(lt)
+
+
 def print_reports(
     con: Console,
     cw: CompiledWorkload,
@@ -165,6 +205,7 @@ def print_reports(
     con.print(summary)
     for r in reports:
         print_ranks(con, r)
+    print_where(con, reports)
     for r in reports:
         t = Table(
             title=f"collectives over {r.backend} (algbw/busbw in GB/s = 10^9 B/s)",

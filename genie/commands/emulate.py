@@ -24,9 +24,11 @@ from genie.commands._sim_output import describe, dump_json, print_reports, with_
 from genie.errors import GenieError, UsageError
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.api import replay
+from genie.sim.attribution import busiest_links
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import chrome_trace
+from genie.sim.streams import order_collectives
 from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
 
@@ -61,6 +63,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placement", choices=("testbed", "round-robin"), default="testbed")
     p.add_argument("--algorithm", help="as for genie simulate")
     p.add_argument("--chunks", type=A.integer(1, 1024), default=1)
+    p.add_argument(
+        "--comm-concurrency",
+        type=A.integer(0, 1024),
+        default=1,
+        help="collectives of one process group in flight at once on a rank, in issue order "
+        "(1: NCCL's one stream per communicator; 0: no limit)",
+    )
     p.add_argument(
         "--max-collectives",
         type=A.integer(0, 1000000),
@@ -126,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be >= 1 and --warmup >= 0")
     with progress.stage("loading workload"):
         wl = load_workload(args.workload)
-        cw = compile_workload(wl)
+        cw = order_collectives(compile_workload(wl), args.comm_concurrency)
     tb = load_testbed(args.testbed)
     agents = place_ranks([(h.name, h.ranks) for h in tb.hosts], cw.n_ranks, args.placement)
     keys = distinct_transfers(cw)
@@ -172,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
     backends = [
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
-        AnalyticalBackend(pricer),
+        AnalyticalBackend(pricer, track_links=True),
     ]
     reports = _replay_all(cw, backends, not args.no_symmetry, args.trace)
     rows = [
@@ -229,6 +238,7 @@ def _replay_all(cw: CompiledWorkload, backends: list, symmetry: bool, trace: str
         for be in backends:
             st.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
             rep, raw = replay(cw, be, symmetry=symmetry)
+            rep.links = busiest_links(be, rep.iteration_s)
             reports.append(rep)
             raws.append(raw)
     if trace:
@@ -342,7 +352,10 @@ def run_overlapped(
     run_id = run.run_id
     medians = instance_medians(passes, warmup)
     pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, chunks)
-    backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
+    backends = [
+        InstanceBackend(medians, name=f"testbed:{run_id}"),
+        AnalyticalBackend(pricer, track_links=True),
+    ]
     reports = _replay_all(cw, backends, symmetry, trace)
     measured = passes[warmup:]
     rows = []

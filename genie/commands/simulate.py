@@ -29,9 +29,12 @@ from genie.commands._sim_output import (
 from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import replay
+from genie.sim.attribution import busiest_links
 from genie.sim.measured import MeasuredBackend, MeasuredTable
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import SimReport, chrome_trace
+from genie.sim.streams import describe as stream_rule
+from genie.sim.streams import order_collectives
 from genie.sim.traffic import TOPOLOGIES, NetModel
 
 EXTRA_TOPOLOGIES = ("ring", "leaf_spine")
@@ -109,6 +112,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--chunks", type=A.integer(1, 1024), default=1, help="chunks per collective (pipelining)"
+    )
+    p.add_argument(
+        "--comm-concurrency",
+        type=A.integer(0, 1024),
+        default=1,
+        help="collectives of one process group in flight at once on a rank, in issue order "
+        "(1: NCCL's one stream per communicator; 0: no limit)",
     )
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
     p.add_argument("--peak-flops", type=A.real(0, 1e20), help="roofline: peak FLOP/s (e.g. 989e12)")
@@ -257,7 +267,7 @@ def _backends(args: argparse.Namespace, pricer: Any) -> list:
     out = []
     for spec in [s.strip() for s in args.network.split(",") if s.strip()]:
         if spec == "analytical":
-            out.append(AnalyticalBackend(pricer))
+            out.append(AnalyticalBackend(pricer, track_links=True))
         elif spec.startswith("measured:"):
             table = measured_table(spec.split(":", 1)[1], args.store, args.algorithm)
             alone = AnalyticalBackend(pricer)
@@ -297,6 +307,7 @@ def run(args: argparse.Namespace) -> int:
         status.describe(f"compiling {wl.n_ranks} ranks")
         cw = compile_workload(wl, compute)
         if args.model == "genie":
+            cw = order_collectives(cw, args.comm_concurrency)
             pricer, closed = _network_model(args, cw.n_ranks)
             backends = _backends(args, pricer)
         else:
@@ -308,12 +319,15 @@ def run(args: argparse.Namespace) -> int:
         for be in backends:
             status.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
             rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
+            rep.links = busiest_links(be, rep.iteration_s)
             if isinstance(be, MeasuredBackend) or args.model != "genie":
                 rep.notes.append(be.summary())
             rep.notes.extend(astra_notes)
             if getattr(args, "placement_note", None):
                 rep.notes.append(args.placement_note)
             rep.notes += trace_notes(facts)
+            if args.model == "genie":
+                rep.notes.append(f"stream order: {stream_rule(args.comm_concurrency)}")
             fallbacks = getattr(pricer, "fallbacks", None)
             if fallbacks:
                 rep.notes.append(

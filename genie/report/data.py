@@ -220,6 +220,36 @@ def _check_sim_doc(doc: Any, source: str) -> list[dict[str, Any]]:
     return doc["reports"]
 
 
+def _where_figure(reports: list, workload: str, source: str, tag: str) -> dict | None:
+    """Exposed communication per backend, stacked by parallelism dimension (TP/PP/DP/EP)."""
+    dims: list[str] = []
+    for r in reports:
+        for d in r.get("exposed_by_dimension") or {}:
+            if d not in dims:
+                dims.append(d)
+    if not dims:
+        return None
+    backends = [r["backend"] for r in reports]
+    return {
+        "id": f"{tag}_where",
+        "kind": "stacked_ranks",
+        "title": f"{workload}: exposed communication by parallelism dimension",
+        "source": source,
+        "x": {"label": "network backend", "unit": "", "scale": "category"},
+        "y": {"label": "exposed communication per rank", "unit": "s", "scale": "linear"},
+        "iteration_s": None,
+        "series": [
+            {
+                "label": d,
+                "role": d,
+                "x": backends,
+                "y": [float((r.get("exposed_by_dimension") or {}).get(d, 0.0)) for r in reports],
+            }
+            for d in dims
+        ],
+    }
+
+
 def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[str, Any]]:
     """Iteration time per backend, the stacked per-rank breakdown per backend, a timeline."""
     reports = _check_sim_doc(doc, source)
@@ -280,6 +310,9 @@ def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[s
                 ],
             }
         )
+    where = _where_figure(reports, workload, source, tag)
+    if where:
+        figs.append(where)
     figs.append(collective_timeline(reports[0], workload, source, tag))
     measured_tl = emulated_timeline(doc, workload, source, tag)
     if measured_tl:

@@ -173,7 +173,9 @@ def render_html(
     other = [f for f in figures if f["kind"] != "size_sweep"]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
-        stacks = [f for f in other if f["kind"] == "stacked_ranks"]
+        stacks = [
+            f for f in other if f["kind"] == "stacked_ranks" and f.get("iteration_s") is not None
+        ]
         if stacks:
             parts.append(_breakdown_table(stacks))
         for n in sim_notes:

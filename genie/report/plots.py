@@ -17,6 +17,10 @@ ROLE_COLOURS = {
     "wait": "#c44e52",
     "idle": "#b0b0b0",
     "other": "#8c8c8c",
+    "TP": "#4c72b0",
+    "PP": "#55a868",
+    "DP": "#dd8452",
+    "EP": "#8172b2",
 }
 
 
@@ -119,10 +123,12 @@ def _stacked(ax, fig: dict[str, Any]) -> None:
         ax.bar(s["x"], s["y"], color=ROLE_COLOURS.get(s["role"]), label=s["label"], **kw)
         prev = bottom or [0.0] * len(s["y"])
         bottom = [a + b for a, b in zip(prev, s["y"], strict=True)]
-    ax.axhline(fig["iteration_s"], color="k", lw=0.8, ls=":", label="iteration time")
-    ax.set_ylim(0, max([fig["iteration_s"], *bottom]) * 1.08 if bottom else 1)
-    _seconds_axis(ax.yaxis, "time in the iteration")
-    ax.set_xlabel("rank")
+    top = fig.get("iteration_s")
+    if top is not None:
+        ax.axhline(top, color="k", lw=0.8, ls=":", label="iteration time")
+    ax.set_ylim(0, max([top or 0.0, *bottom]) * 1.08 if bottom else 1)
+    _seconds_axis(ax.yaxis, fig["y"]["label"])
+    ax.set_xlabel(fig["x"]["label"])
     n = len(fig["series"][0]["x"]) if fig["series"] else 0
     if n <= 32:
         ax.set_xticks(fig["series"][0]["x"])

@@ -113,11 +113,18 @@ _REL = 1e-12
 class AnalyticalBackend:
     """Fluid link-sharing model over a pricer (see the module docstring)."""
 
-    def __init__(self, pricer: Pricer, name: str = "analytical") -> None:
+    def __init__(self, pricer: Pricer, name: str = "analytical", track_links: bool = False) -> None:
         self.name = name
         self.pricer = pricer
         self.cap = np.asarray(pricer.capacity(), np.float64)
         self.notes: list[str] = []
+        # with track_links: bytes each link carried, and how long each was saturated (a
+        # bottleneck: its load at its capacity, so it set the rate of what crossed it)
+        self.track_links = track_links
+        self.link_bytes = np.zeros(len(self.cap)) if track_links else None
+        self.link_saturated_s = np.zeros(len(self.cap)) if track_links else None
+        self._sat: np.ndarray = np.zeros(0, np.int64)
+        self._sat_cache: dict[tuple[int, ...], np.ndarray] = {}
         # iid -> [remaining standalone seconds, rate, W, links, demand bytes/s, latency]
         self._active: dict[int, list] = {}
         self._tails: list[tuple[float, int]] = []
@@ -140,6 +147,8 @@ class AnalyticalBackend:
         if dt > 0:
             for st in self._active.values():
                 st[0] -= st[1] * dt
+            if self.track_links and len(self._sat):
+                self.link_saturated_s[self._sat] += dt
         self._last = now
 
     def start(self, transfer: Transfer, now: float) -> None:
@@ -155,6 +164,8 @@ class AnalyticalBackend:
         w = known[1]
         self.standalone[transfer.iid] = w + dem.latency
         self._advance(now)
+        if self.track_links and len(dem.links):
+            np.add.at(self.link_bytes, dem.links, dem.nbytes)
         if w <= 0.0:
             heapq.heappush(self._tails, (now + dem.latency, transfer.iid))
         else:
@@ -168,6 +179,8 @@ class AnalyticalBackend:
         if len(act) <= 1:
             for st in act.values():
                 st[1] = 1.0
+            if self.track_links:
+                self._saturated(list(act.values()))
             return
         states = sorted(act.values(), key=lambda st: st[6])
         key = tuple(st[6] for st in states)
@@ -178,6 +191,25 @@ class AnalyticalBackend:
                 self._rate_cache[key] = hit
         for st, r in zip(states, hit, strict=True):
             st[1] = r
+        if self.track_links:
+            self._saturated(states)
+
+    def _saturated(self, states: list[list]) -> None:
+        """The links whose load is at their capacity at the current rates (bottlenecks)."""
+        if not states:
+            self._sat = np.zeros(0, np.int64)
+            return
+        key = tuple(st[6] for st in states)
+        hit = self._sat_cache.get(key)
+        if hit is None:
+            links = np.concatenate([st[3] for st in states])
+            load = np.concatenate([st[4] * st[1] for st in states])
+            uniq, inv = np.unique(links, return_inverse=True)
+            total = np.bincount(inv, weights=load, minlength=len(uniq))
+            hit = uniq[total >= self.cap[uniq] * (1 - 1e-9)]
+            if len(self._sat_cache) < 100_000:
+                self._sat_cache[key] = hit
+        self._sat = hit
 
     def _fill(self, states: list[list]) -> list[float]:
         """Weighted max-min fair rates of ``states`` by progressive filling."""
@@ -264,6 +296,11 @@ class CalibratedPricer(CachedPricer):
     def capacity(self) -> np.ndarray:
         """The base pricer's links."""
         return self._cap
+
+    def link_names(self) -> list[str]:
+        """The base pricer's link names."""
+        names = getattr(self.base, "link_names", None)
+        return names() if names else [f"link {i}" for i in range(len(self._cap))]
 
     def _price(self, transfer: Transfer) -> Demand:
         """The base demand scaled to the calibrated standalone time."""

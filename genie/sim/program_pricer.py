@@ -68,6 +68,10 @@ class ProgramPricer(CachedPricer):
         """Same link layout as TopologyPricer: topology links, then one intra port per rank."""
         return self.fallback.capacity()
 
+    def link_names(self) -> list[str]:
+        """Names of the links of ``capacity()`` (the fallback's layout)."""
+        return self.fallback.link_names()
+
     def describe(self) -> str:
         """The topology, placement and algorithms."""
         algos = ", ".join(f"{k}={v}" for k, v in sorted(self.algorithms.items())) or "defaults"

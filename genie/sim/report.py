@@ -84,6 +84,10 @@ class SimReport:
     wall_s: float
     symmetric: bool
     notes: list[str] = field(default_factory=list)
+    # where the exposed communication went (per-rank mean seconds, adding up to exposed_comm)
+    exposed_by_dimension: dict[str, float] = field(default_factory=dict)
+    exposed_by_collective: dict[str, float] = field(default_factory=dict)
+    links: list[dict] = field(default_factory=list)  # busiest links (attribution.busiest_links)
 
     def to_dict(self) -> dict:
         """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s)."""
@@ -167,6 +171,7 @@ def build_report(
                 last_rank=int(raw.inst_last_rank[iid]) if not symmetric else -1,
             )
         )
+    by_dim, by_coll = _exposure(cw, raw)
     notes = list(raw.notes)
     if symmetric:
         notes.append(
@@ -186,7 +191,27 @@ def build_report(
         wall_s=raw.wall_s,
         symmetric=symmetric,
         notes=notes,
+        exposed_by_dimension=by_dim,
+        exposed_by_collective=by_coll,
     )
+
+
+def _exposure(cw: CompiledWorkload, raw: RawResult) -> tuple[dict, dict]:
+    """Exposed communication per dimension and per collective, as per-rank means (s)."""
+    from genie.sim.attribution import instance_keys, rank_exposure
+
+    if not raw.sim_ranks:
+        return {}, {}
+    keys = instance_keys(cw)
+    dim: dict[str, float] = {}
+    coll: dict[str, float] = {}
+    weight = cw.n_ranks / len(raw.sim_ranks)  # replayed ranks stand for the identical others
+    for k in range(len(raw.sim_ranks)):
+        for (d, c), secs in rank_exposure(cw, raw, k, keys).items():
+            dim[d] = dim.get(d, 0.0) + secs * weight / cw.n_ranks
+            coll[c] = coll.get(c, 0.0) + secs * weight / cw.n_ranks
+    order = sorted(dim, key=lambda x: -dim[x])
+    return {d: dim[d] for d in order}, dict(sorted(coll.items(), key=lambda kv: -kv[1]))
 
 
 _TID = {

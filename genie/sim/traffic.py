@@ -92,6 +92,11 @@ class TopologyPricer(CachedPricer):
         """Bandwidth of every topology link, then one intra-host port per rank (bytes/s)."""
         return self._cap
 
+    def link_names(self) -> list[str]:
+        """A name for every link of ``capacity()``: topology links, then intra-host ports."""
+        topo = [self.topology.link_name(i) for i in range(self.n_links)]
+        return topo + [f"intra-host port of rank {r}" for r in range(self.n_ranks)]
+
     def describe(self) -> str:
         """One line: topology, link rates (GiB/s and GB/s), latencies, placement."""
         hosts = len(set(self.host_of.tolist()))
