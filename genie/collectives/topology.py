@@ -5,13 +5,20 @@ hops; among equal-cost next hops one is picked by a fixed hash of (source, desti
 same pair always takes the same path and different pairs spread over parallel links (ECMP).
 Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
 ``intra_latency``) that is modelled as one private egress port per sending rank.
+
+Two software terms are zero unless a calibration sets them (``genie.calibration``; ``derive``
+makes the calibrated copy): ``message_latency``, paid once by every message between hosts on top
+of its route's link latencies, and ``step_overhead``, the time a rank's software spends on each
+SEND, REDUCE and COPY step (the cost model runs a rank's steps' overheads one after another).
+``model`` names what the numbers are ("" = as declared; else e.g. the calibration's id).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -49,6 +56,8 @@ class Topology:
         intra_bandwidth: float | None = None,
         intra_latency: float = 0.0,
         kind: str = "custom",
+        message_latency: float = 0.0,
+        step_overhead: float = 0.0,
     ) -> None:
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.switches: tuple[str, ...] = tuple(switches)
@@ -79,6 +88,11 @@ class Topology:
         _check_rate("intra-host path", intra_bandwidth, intra_latency)
         self.intra_bandwidth = float(intra_bandwidth)
         self.intra_latency = float(intra_latency)
+        _check_rate("per-message cost", 1.0, message_latency)
+        _check_rate("per-step overhead", 1.0, step_overhead)
+        self.message_latency = float(message_latency)
+        self.step_overhead = float(step_overhead)
+        self.model = ""
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
 
@@ -146,10 +160,11 @@ class Topology:
         return r
 
     def route_latency(self, route: Sequence[int]) -> float:
-        """Sum of link latencies along a route (the intra-host latency for an empty one)."""
+        """Sum of link latencies along a route plus the per-message cost (the intra-host
+        latency for an empty one)."""
         if not route:
             return self.intra_latency
-        return sum(self.links[i].latency for i in route)
+        return sum(self.links[i].latency for i in route) + self.message_latency
 
     def route_bandwidth(self, route: Sequence[int]) -> float:
         """The narrowest link bandwidth along a route (intra-host bandwidth for an empty one)."""
@@ -163,11 +178,48 @@ class Topology:
         return self.kind if self.kind in ("star", "full", "ring") else None
 
     def describe(self) -> str:
-        """One line: kind, host/switch/link counts."""
-        return (
+        """One line: kind, host/switch/link counts (and what calibrated it, if anything)."""
+        text = (
             f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
             f"{len(self.links)} links"
         )
+        return f"{text}, {self.model}" if self.model else text
+
+    def derive(
+        self,
+        *,
+        link: Callable[[Link], Link] | None = None,
+        intra_bandwidth: float | None = None,
+        intra_latency: float | None = None,
+        message_latency: float | None = None,
+        step_overhead: float | None = None,
+        model: str | None = None,
+    ) -> Topology:
+        """A copy with links mapped through ``link`` and the given fields replaced.
+
+        Routes only depend on the wiring, so the copy keeps the same routes (and subclass).
+        """
+        new = copy.copy(self)
+        if link is not None:
+            new.links = tuple(link(lk) for lk in self.links)
+            for lk in new.links:
+                _check_rate(f"link {lk.src}->{lk.dst}", lk.bandwidth, lk.latency)
+        for name, value in (
+            ("intra_bandwidth", intra_bandwidth),
+            ("intra_latency", intra_latency),
+            ("message_latency", message_latency),
+            ("step_overhead", step_overhead),
+        ):
+            if value is not None:
+                setattr(new, name, float(value))
+        _check_rate("intra-host path", new.intra_bandwidth, new.intra_latency)
+        _check_rate("per-message cost", 1.0, new.message_latency)
+        _check_rate("per-step overhead", 1.0, new.step_overhead)
+        if model is not None:
+            new.model = model
+        new._dist_cache = self._dist_cache
+        new._route_cache = self._route_cache
+        return new
 
     # -- routing -------------------------------------------------------------------------
 

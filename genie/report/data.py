@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 
+from genie.calibration.runs import program_hosts, run_topology, stored_program
 from genie.errors import GenieError, UsageError
 from genie.store import RunInfo, RunStore
 
@@ -30,37 +30,19 @@ def _group_key(inst: dict[str, Any]) -> tuple[str, str, int]:
     return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]))
 
 
-def _topology_and_placement(run: RunInfo):
-    """The run's topology (from its stored testbed text) and rank placement, or (None, [])."""
-    from genie.testbed.loader import loads_testbed
-
-    placement = list(run.meta.get("placement") or [])
-    if not run.testbed.strip():
-        return None, placement
-    try:
-        tb = loads_testbed(run.testbed, source=f"run {run.run_id}")
-        topo = tb.to_topology()
-    except (GenieError, ValueError, KeyError):
-        return None, placement
-    if not placement:
-        placement = [h.name for h in tb.hosts for _ in range(h.ranks)]
-    return topo, placement
-
-
 def model_time(spec: dict[str, Any], size: int, topology, placement: Sequence[str]) -> float | None:
     """Cost-model time (s) of the stored program ``spec`` at buffer ``size`` (None if unpriced)."""
     from genie.collectives.cost import estimate
-    from genie.collectives.program import ProgramSpec
-    from genie.collectives.registry import program_from_spec
 
-    if topology is None or not spec:
+    if topology is None:
+        return None
+    prog = stored_program(spec, size)
+    hosts = program_hosts(prog, placement) if prog is not None else None
+    if hosts is None:
         return None
     try:
-        ps = msgspec.convert({**spec, "size": int(size)}, ProgramSpec)
-        prog = program_from_spec(ps)
-        hosts = [placement[ps.global_rank(i)] for i in range(ps.n_ranks)]
         return float(estimate(prog, topology, hosts).time_s)
-    except (GenieError, IndexError, ValueError, msgspec.ValidationError):
+    except GenieError:
         return None
 
 
@@ -81,7 +63,7 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
 
     run = store.run(run_id)
     insts = store.instances(run.run_id)
-    topo, placement = _topology_and_placement(run)
+    topo, placement = run_topology(run)
     groups: dict[tuple[str, str, int], dict[int, list[dict]]] = {}
     for x in insts:
         groups.setdefault(_group_key(x), {}).setdefault(int(x["size"]), []).append(x)

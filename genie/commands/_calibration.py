@@ -1,0 +1,58 @@
+"""``--calibration`` for the commands that price with the cost model (bench, emulate, simulate).
+
+``--calibration ID`` prices with a stored calibration (``genie calibrate``); ``latest`` with the
+newest one stored for the testbed in use (nothing when there is none); ``none`` with the nominal
+model only. ``resolve`` turns the option into a ``Calibration`` (or None) and a note saying
+which model priced the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import msgspec
+
+from genie.calibration.model import Calibration
+from genie.store import DEFAULT_STORE, RunStore
+
+
+def add_argument(p: argparse.ArgumentParser, default: str) -> None:
+    """Add ``--calibration`` with ``default`` (``latest`` or ``none``)."""
+    p.add_argument(
+        "--calibration",
+        default=default,
+        metavar="ID",
+        help="price the model also with this stored calibration (genie calibrate RUN); "
+        f"'latest' = the newest of this testbed, 'none' = nominal only (default {default})",
+    )
+
+
+def load(store: RunStore, cal_id: str) -> Calibration:
+    """A stored calibration by id (a unique prefix works)."""
+    return msgspec.convert(store.calibration(cal_id), Calibration)
+
+
+def resolve(
+    spec: str | None, store_path: str | Path | None, testbed_name: str | None
+) -> Calibration | None:
+    """The calibration ``--calibration spec`` names (None: price nominally only).
+
+    An explicit id that is not in the store is an error; ``latest`` without a store or without
+    a calibration of this testbed is simply no calibration.
+    """
+    if not spec or spec == "none":
+        return None
+    path = Path(store_path or DEFAULT_STORE)
+    if spec == "latest":
+        if testbed_name is None or not path.is_file():
+            return None
+        with RunStore(path) as st:
+            docs = st.calibrations(testbed_name)
+        return msgspec.convert(docs[0], Calibration) if docs else None
+    if not path.is_file():
+        from genie.errors import StoreError
+
+        raise StoreError(f"no run store at {path} to find calibration {spec!r} in (--store)")
+    with RunStore(path) as st:
+        return load(st, spec)
