@@ -56,3 +56,11 @@ def resolve(
         raise StoreError(f"no run store at {path} to find calibration {spec!r} in (--store)")
     with RunStore(path) as st:
         return load(st, spec)
+
+
+def apply(args: argparse.Namespace, topology, testbed_name: str | None = None):
+    """``topology`` priced with the calibration ``args.calibration`` names (unchanged: none)."""
+    from genie.calibration.model import calibrate_topology
+
+    cal = resolve(getattr(args, "calibration", None), getattr(args, "store", None), testbed_name)
+    return topology if cal is None else calibrate_topology(topology, cal)

@@ -17,6 +17,7 @@ from rich.console import Console
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
+from genie.commands import _calibration
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
@@ -76,6 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
     )
     p.add_argument("--store", help="run store file (default: genie's)")
+    _calibration.add_argument(p, "none")
     p.add_argument(
         "--pricer",
         choices=("programs", "builtin"),
@@ -157,7 +159,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         bw, lat = args.bandwidth, args.latency
         n_hosts = math.ceil(n_ranks / k)
         placement = [r // k for r in range(n_ranks)]
-        if args.pricer == "builtin" and kind in TOPOLOGIES:
+        if args.pricer == "builtin" and kind in TOPOLOGIES and args.calibration == "none":
             model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)
             closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
             return model, closed if kind == "switch" and k == 1 else {}
@@ -172,6 +174,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
             topo = ctopo.leaf_spine(
                 args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
             )
+    topo = _calibration.apply(args, topo, tb.name if args.testbed else None)
     if args.pricer == "builtin":
         from genie.sim.traffic import TopologyPricer
 
