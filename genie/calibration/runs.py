@@ -101,3 +101,20 @@ def run_points(store: RunStore, run_id: str) -> tuple[RunInfo, list[Point]]:
     if not points:
         raise CalibrationError(f"run {run.run_id} has no measured collectives to calibrate with")
     return run, sorted(points, key=lambda p: (p.series, p.size))
+
+
+def run_calibration(store: RunStore, run: RunInfo) -> Any:
+    """The calibration a run was priced with (its meta), else the newest of its testbed, else
+    None (a ``genie.calibration.model.Calibration``)."""
+    from genie.calibration.model import Calibration
+    from genie.errors import StoreError
+
+    cal_id = run.meta.get("calibration")
+    try:
+        doc = store.calibration(cal_id) if cal_id else None
+    except StoreError:
+        doc = None
+    if doc is None:
+        docs = store.calibrations(run.testbed_name)
+        doc = docs[0] if docs else None
+    return msgspec.convert(doc, Calibration) if doc else None

@@ -98,7 +98,7 @@ def build_report(
                 resolved.append(run.run_id)
                 facts.append(data.run_facts(run))
                 groups.extend(data.bench_groups(store, run.run_id))
-    figures = data.bench_figures(groups)
+    figures = data.bench_figures(groups) + data.error_figures(groups)
     notes = []
     for i, s in enumerate(sims):
         doc = _read_json(s)

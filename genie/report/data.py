@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from genie.calibration.runs import program_hosts, run_topology, stored_program
+from genie.calibration.runs import program_hosts, run_calibration, run_topology, stored_program
 from genie.errors import GenieError, UsageError
 from genie.store import RunInfo, RunStore
 
@@ -59,11 +59,15 @@ def _model_sizes(sizes: Sequence[int]) -> list[int]:
 
 def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
+    from genie.calibration.errors import error_pct
+    from genie.calibration.model import calibrate_topology
     from genie.vocabulary import bus_factor
 
     run = store.run(run_id)
     insts = store.instances(run.run_id)
     topo, placement = run_topology(run)
+    cal = run_calibration(store, run)
+    cal_topo = calibrate_topology(topo, cal) if cal and topo is not None else None
     groups: dict[tuple[str, str, int], dict[int, list[dict]]] = {}
     for x in insts:
         groups.setdefault(_group_key(x), {}).setdefault(int(x["size"]), []).append(x)
@@ -75,6 +79,9 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
             times = [float(x["time_s"]) for x in by_size[s]]
             p50 = _pct(times, 50)
             alg = s / p50 if p50 > 0 else 0.0
+            spec = by_size[s][0]["program"]
+            modeled = model_time(spec, s, topo, placement)
+            calibrated = model_time(spec, s, cal_topo, placement)
             rows.append(
                 {
                     "size": s,
@@ -86,7 +93,10 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
                     "times_s": times,
                     "algbw_Bps": alg,
                     "busbw_Bps": alg * bus_factor(coll, n),
-                    "modeled_s": model_time(by_size[s][0]["program"], s, topo, placement),
+                    "modeled_s": modeled,
+                    "calibrated_s": calibrated,
+                    "nominal_error_pct": error_pct(modeled, p50),
+                    "calibrated_error_pct": error_pct(calibrated, p50),
                 }
             )
         spec = by_size[sizes[0]][0]["program"]
@@ -103,6 +113,8 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
                 "n_ranks": n,
                 "rows": rows,
                 "model": curve,
+                "calibration": cal.label if cal else None,
+                "calibration_params": cal.describe() if cal else None,
             }
         )
     return out
@@ -183,6 +195,46 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "title": title,
                     "x": size_axis,
                     "y": y,
+                    "series": series,
+                }
+            )
+    return figs
+
+
+def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per collective: the model's error vs size, nominal and calibrated (percent)."""
+    by_coll: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        by_coll.setdefault(g["collective"], []).append(g)
+    many = len({g["run_id"] for g in groups}) > 1
+    figs = []
+    for coll, gs in by_coll.items():
+        series = []
+        for g in gs:
+            lab = _label(g, many)
+            for role, key, name in (
+                ("nominal", "nominal_error_pct", "nominal model"),
+                ("calibrated", "calibrated_error_pct", g.get("calibration") or "calibrated"),
+            ):
+                pts = [(r["size"], r[key]) for r in g["rows"] if r.get(key) is not None]
+                if pts:
+                    series.append(
+                        {
+                            "label": f"{lab}: {name}",
+                            "run_id": g["run_id"],
+                            "role": role,
+                            "x": [x for x, _ in pts],
+                            "y": [y for _, y in pts],
+                        }
+                    )
+        if series:
+            figs.append(
+                {
+                    "id": f"error_{coll}",
+                    "kind": "model_error",
+                    "title": f"{coll}: model error vs message size, (model - measured) / measured",
+                    "x": {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"},
+                    "y": {"label": "model error", "unit": "%", "scale": "linear"},
                     "series": series,
                 }
             )

@@ -125,6 +125,44 @@ def _group_table(g: dict[str, Any]) -> str:
     return f"<h3>{escape(title)}</h3>" + _table(head, rows)
 
 
+def _error_table(g: dict[str, Any]) -> str:
+    """Measured vs nominal vs calibrated per size of one group, with the MAPE of each."""
+    from genie.calibration.errors import mape
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.1f} %"
+
+    rows = [
+        [
+            format_bytes(r["size"]),
+            format_seconds(r["time_p50_s"]),
+            format_seconds(r["modeled_s"]) if r["modeled_s"] else "-",
+            pct(r.get("nominal_error_pct")),
+            format_seconds(r["calibrated_s"]) if r.get("calibrated_s") else "-",
+            pct(r.get("calibrated_error_pct")),
+        ]
+        for r in g["rows"]
+    ]
+    nom = mape(r.get("nominal_error_pct") for r in g["rows"])
+    cal = mape(r.get("calibrated_error_pct") for r in g["rows"])
+    head = ["size", "measured p50", "nominal", "error", "calibrated", "error"]
+    title = f"model error: {g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks"
+    said = (
+        f"calibrated = {g['calibration']} ({g['calibration_params']})"
+        if g.get("calibration")
+        else "no calibration of this testbed in the store (genie calibrate RUN)"
+    )
+    summary = f"MAPE: nominal {'-' if nom is None else f'{nom:.1f} %'}"
+    if cal is not None:
+        summary += f", calibrated {cal:.1f} %"
+    return (
+        f"<h3>{escape(title)}</h3>"
+        + _table(head, rows)
+        + f'<p class="note">{escape(summary)}; nominal = the cost model of the run\'s testbed as '
+        f"declared; {escape(said)}.</p>"
+    )
+
+
 _PARTS = ("compute", "exposed_comm", "wait", "idle")
 
 
@@ -170,7 +208,16 @@ def render_html(
             parts.append("</figcaption></figure>")
         for g in groups:
             parts.append(_group_table(g))
-    other = [f for f in figures if f["kind"] != "size_sweep"]
+    errors = [f for f in figures if f["kind"] == "model_error"]
+    if errors:
+        parts.append("<h2>How far the model is from the wire</h2>")
+        for f in errors:
+            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
+            parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
+            parts.append("</figcaption></figure>")
+        for g in groups:
+            parts.append(_error_table(g))
+    other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error")]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
         stacks = [f for f in other if f["kind"] == "stacked_ranks"]
