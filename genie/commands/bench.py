@@ -289,7 +289,9 @@ def print_model_error(rows, cfg: BenchConfig, model: str, file=None) -> None:
         error_rows(rows, cfg.collective),
         model,
         cfg.calibration_used,
-        "no calibration of this testbed in the run store (genie calibrate RUN)",
+        "not asked for (--calibration none)"
+        if cfg.calibration in (None, "none")
+        else "no calibration of this testbed in the run store (genie calibrate RUN)",
     )
     for note in cfg.notes:
         con.print(note, markup=False)

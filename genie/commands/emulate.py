@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos, cal)
     k = args.dilation
-    models = compare_models(topo, cal, k, tb.model_source)
+    models = compare_models(topo, cal, k, tb.model_source, args.calibration)
     meta = {
         "iterations": args.iterations,
         "mode": "isolated",
@@ -272,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_errors(con: Console, errors, iteration, models, notes, limit: int = 40) -> None:
     """The model-error tables (collectives, then the iteration) and the run's notes."""
-    hint = "no calibration of this testbed in the run store (genie calibrate RUN)"
+    hint = models.missing
     print_error_table(
         con,
         "model error per collective",
@@ -409,6 +409,7 @@ def run_overlapped(
     command: str = "genie emulate",
     calibration: Any = None,
     dilation: float = 1.0,
+    asked: str = "latest",
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
@@ -422,7 +423,7 @@ def run_overlapped(
     from genie.emulate.run import emulate_overlapped, instance_medians
 
     k = check_dilation(dilation)
-    models = compare_models(tb.to_topology(), calibration, k, tb.model_source)
+    models = compare_models(tb.to_topology(), calibration, k, tb.model_source, asked)
     algos = algorithms or {}
     with progress.stage("compiling op lists"):
         plan = compile_oplists(cw, algos, chunks, max_instances=max_instances)
@@ -555,6 +556,7 @@ def _run_overlapped(args, cw, tb, agents, algos, cal) -> int:
         command=_command(),
         calibration=cal,
         dilation=args.dilation,
+        asked=args.calibration,
     )
     if args.json:
         dump_json(o.doc())

@@ -30,6 +30,7 @@ class Models:
     calibration: Calibration | None
     k: float
     source: str  # what the nominal model prices, in words
+    missing: str = ""  # why there is no calibrated model, when there is none
 
     @property
     def nominal_label(self) -> str:
@@ -80,10 +81,18 @@ class Models:
         return dilation_note(self.k, self.lab, model, [("iteration", pct)])
 
 
-def models(topology: Any, calibration: Calibration | None, k: float, source: str) -> Models:
-    """The models of an emulate run on ``topology`` (see ``Models``)."""
+def models(
+    topology: Any, calibration: Calibration | None, k: float, source: str, asked: str = "latest"
+) -> Models:
+    """The models of an emulate run on ``topology`` (see ``Models``); ``asked`` is what
+    ``--calibration`` said (to say why there is no calibrated model)."""
     cal_topo = calibrate_topology(topology, calibration) if calibration else None
     lab = cal_topo if cal_topo is not None else topology
+    missing = (
+        "not asked for (--calibration none)"
+        if asked in (None, "none")
+        else "no calibration of this testbed in the run store (genie calibrate RUN)"
+    )
     if k != 1:
         return Models(
             dilated_topology(topology, k),
@@ -92,8 +101,9 @@ def models(topology: Any, calibration: Calibration | None, k: float, source: str
             calibration,
             k,
             source,
+            missing,
         )
-    return Models(topology, cal_topo, lab, calibration, k, source)
+    return Models(topology, cal_topo, lab, calibration, k, source, missing)
 
 
 def iteration_row(reports: Sequence[Any], label: str = "iteration") -> ErrorRow:
