@@ -333,7 +333,6 @@ class RunStore:
             out.setdefault(int(size), []).append(float(t))
         return out
 
-
     # ---- calibrations --------------------------------------------------------------------
     def add_calibration(
         self, doc: dict[str, Any], *, testbed_name: str, testbed_text: str, runs: Sequence[str]
