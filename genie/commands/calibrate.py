@@ -142,7 +142,7 @@ def print_calibration(cal, nominal: str, store: Path | None, file=None) -> None:
 
 
 def _compute(args: argparse.Namespace) -> int:
-    from genie.commands.calibrate_compute import run_compute
+    from genie.commands._calibrate_compute import run_compute
 
     if len(args.items) != 2:
         raise UsageError("usage: genie calibrate compute PREFIX --out NEW_PREFIX")
