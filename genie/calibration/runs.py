@@ -118,3 +118,32 @@ def run_calibration(store: RunStore, run: RunInfo) -> Any:
         docs = store.calibrations(run.testbed_name)
         doc = docs[0] if docs else None
     return msgspec.convert(doc, Calibration) if doc else None
+
+
+def bucket_note(run: RunInfo, points: Sequence[Point]) -> str | None:
+    """On a netns testbed, a note when messages fit the links' token bucket (tbf burst): the
+    wire passes those faster than its rate, which the model (no bucket) cannot follow."""
+    from genie.collectives.program import Op
+    from genie.testbed.loader import loads_testbed
+    from genie.testbed.netns_plan import tbf_params
+
+    try:
+        tb = loads_testbed(run.testbed, source=f"run {run.run_id}")
+    except GenieError:
+        return None
+    if tb.kind != "netns" or not tb.links:
+        return None
+    burst = min(tbf_params(lk.rate, lk.mtu, lk.queue_limit)[1] for lk in tb.links)
+    small = [
+        p
+        for p in points
+        if p.series[0] == run.run_id
+        and max((s.nbytes for s in p.program.steps(0) if s.op == Op.SEND), default=0) <= burst
+    ]
+    if not small:
+        return None
+    return (
+        f"run {run.run_id}: {len(small)} point(s) send messages within the links' token bucket "
+        f"({format_bytes(burst)}, tbf burst): the wire passes them faster than its rate, which "
+        "the model has no term for; calibrate netns testbeds with larger sizes"
+    )

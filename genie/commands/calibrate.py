@@ -38,7 +38,7 @@ def _err(model: float | None, measured: float) -> str:
 
 def _fit_runs(args: argparse.Namespace) -> int:
     from genie.calibration.fit import assign_holdout, fit
-    from genie.calibration.runs import run_points
+    from genie.calibration.runs import bucket_note, run_points
 
     path = Path(args.store)
     if not path.is_file():
@@ -65,6 +65,7 @@ def _fit_runs(args: argparse.Namespace) -> int:
             on_iteration=lambda k: st.describe(f"fitting: iteration {k + 1}"),
         )
     cal = result.calibration
+    cal.notes += [n for n in (bucket_note(i, points) for i in infos) if n]
     if not args.no_save:
         with RunStore(path) as st:
             cal.cal_id = st.add_calibration(
