@@ -362,3 +362,18 @@ def test_measured_backend_says_why_it_extrapolated():
     assert "above the largest measured size 16.0 KiB" in text
     # 80 us measured vs 16.4 us modelled at 16 KiB: the model is scaled by 4.88
     assert "x 4.88" in text
+
+
+def test_the_html_report_shows_nominal_and_calibrated_error(bench_store, capsys, tmp_path):
+    path, ids = bench_store
+    assert main(["calibrate", *ids, "--store", str(path), "--json"]) == 0
+    cal_id = json.loads(capsys.readouterr().out)["cal_id"]
+    args = ["report", ids[1], "--store", str(path), "--out", str(tmp_path / "rep"), "--json"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (fig,) = [f for f in doc["figures"] if f["kind"] == "model_error"]
+    nominal, calibrated = fig["series"]
+    assert calibrated["label"].endswith(f"calibrated {cal_id}")
+    assert mape(calibrated["y"]) < 3.0 < 30.0 < mape(nominal["y"])
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert f"calibrated = calibrated {cal_id}" in html and "MAPE: nominal" in html
