@@ -10,19 +10,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import shutil
 import statistics
-import subprocess
 from pathlib import Path
 
 import pytest
+from netns_helpers import star, unavailable
 
 from genie.cli import main
 from genie.store import RunStore
-from genie.testbed import load_testbed, netns
 from genie.workload import save_workload
 from genie.workload.generators import data_parallel
 
@@ -31,42 +27,13 @@ RATE_BITS = 50_000_000  # R; the undilated star runs at 4R = 200 Mbit/s
 K = 4
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing():
-        return f"needs {', '.join(netns.tools_missing())} (iproute2)"
-    probe = f"{PREFIX}probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if shutil.which("tc") else "tc missing"
-
-
-_WHY = _unavailable()
+_WHY = unavailable(PREFIX)
 pytestmark = [pytest.mark.skipif(_WHY is not None, reason=_WHY or ""), pytest.mark.slow]
 
 
-@contextlib.contextmanager
 def _star(d: Path, rate_bits: int):
     """A 2-host star at ``rate_bits`` with agents running; removed afterwards."""
-    os.environ.setdefault("GENIE_STATE_DIR", str(d / "genie-state"))
-    path = d / f"pcd-{rate_bits}.toml"
-    path.write_text(
-        f'[testbed]\nname = "pcd-star2"\nkind = "netns"\nnetns_prefix = "{PREFIX}"\n'
-        f'[topology]\nshape = "star"\nhosts = 2\nrate = "{rate_bits}bit"\n'
-    )
-    tb = load_testbed(path)
-    try:
-        netns.up(tb)
-        netns.start_agents(tb)
-        yield path
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=PREFIX)
+    return star(d, "pcd-star2", PREFIX, 2, f"{rate_bits}bit")
 
 
 def _step(prefix: Path) -> None:

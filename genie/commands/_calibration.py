@@ -1,4 +1,4 @@
-"""``--calibration`` for the commands that price with the cost model (bench, emulate, simulate).
+"""``--calibration`` (bench, emulate, simulate) and ``--dilation`` (bench, emulate): shared options.
 
 ``--calibration ID`` prices with a stored calibration (``genie calibrate``); ``latest`` with the
 newest one stored for the testbed in use (nothing when there is none); ``none`` with the nominal
@@ -25,6 +25,20 @@ def add_argument(p: argparse.ArgumentParser, default: str) -> None:
         metavar="ID",
         help="price the model also with this stored calibration (genie calibrate RUN); "
         f"'latest' = the newest of this testbed, 'none' = nominal only (default {default})",
+    )
+
+
+def add_dilation_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--dilation K``; ``what`` says what the command stretches and divides."""
+    from genie.commands import _args as A
+
+    p.add_argument(
+        "--dilation",
+        type=A.real(1, 1000, lo_open=False),
+        default=1.0,
+        metavar="K",
+        help=f"time dilation: {what}, i.e. links K times faster (latency and software overhead "
+        "/ K too; the report says how much that matters) (default 1)",
     )
 
 

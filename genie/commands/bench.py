@@ -26,6 +26,7 @@ from genie import progress
 from genie.calibration.errors import error_pct
 from genie.commands import _args as A
 from genie.commands._calibration import add_argument as add_calibration_argument
+from genie.commands._calibration import add_dilation_argument
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE
 
@@ -416,15 +417,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout-margin", type=A.real(0, 1000), default=4.0, help="margin on that bound"
     )
-    p.add_argument(
-        "--dilation",
-        type=A.real(1, 1000, lo_open=False),
-        default=1.0,
-        metavar="K",
-        help="report times / K and bandwidths x K: the lab's links standing for links K times "
-        "faster (latency and software overhead are divided by K too; the report says how much "
-        "that matters) (default 1)",
-    )
+    add_dilation_argument(p, "every time reported / K and bandwidths x K")
     add_calibration_argument(p, "latest")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")

@@ -22,6 +22,7 @@ from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
 from genie.commands._calibration import add_argument as add_calibration_argument
+from genie.commands._calibration import add_dilation_argument
 from genie.commands._calibration import resolve as resolve_calibration
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
@@ -76,15 +77,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=256,
         help="overlapped: refuse more communication instances (each has buffers of its own)",
     )
-    p.add_argument(
-        "--dilation",
-        type=A.real(1, 1000, lo_open=False),
-        default=1.0,
-        metavar="K",
-        help="time dilation: compute gaps x K on the wire, every time reported / K, i.e. links "
-        "K times faster (latency and software overhead / K too; the report says how much that "
-        "matters) (default 1)",
-    )
+    add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")

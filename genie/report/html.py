@@ -199,24 +199,18 @@ def render_html(
         "bandwidths in GB/s = 10^9 bytes/s (nccl-tests: algbw = S/t, busbw = algbw x factor). "
         "The analytical curves are genie's cost model priced on the run's own testbed.</p>",
     ]
-    sweep = [f for f in figures if f["kind"] == "size_sweep"]
-    if sweep:
-        parts.append("<h2>Collectives: measured beside the analytical model</h2>")
-        for f in sweep:
-            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
-            parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
-            parts.append("</figcaption></figure>")
-        for g in groups:
-            parts.append(_group_table(g))
-    errors = [f for f in figures if f["kind"] == "model_error"]
-    if errors:
-        parts.append("<h2>How far the model is from the wire</h2>")
-        for f in errors:
-            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
-            parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
-            parts.append("</figcaption></figure>")
-        for g in groups:
-            parts.append(_error_table(g))
+    for kind, heading, table in (
+        ("size_sweep", "Collectives: measured beside the analytical model", _group_table),
+        ("model_error", "How far the model is from the wire", _error_table),
+    ):
+        figs = [f for f in figures if f["kind"] == kind]
+        if figs:
+            parts.append(f"<h2>{heading}</h2>")
+            for f in figs:
+                parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
+                parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
+                parts.append("</figcaption></figure>")
+            parts.extend(table(g) for g in groups)
     other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error")]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
