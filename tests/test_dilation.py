@@ -178,6 +178,13 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
     for r in rows:
         want = (r["calibrated_s"] - r["measured_s"]) / r["measured_s"] * 100
         assert r["calibrated_error_pct"] == pytest.approx(want)
+    # the HTML report of the emulate JSON carries the same rows
+    sim = tmp_path / "emulate.json"
+    sim.write_text(json.dumps(doc))
+    assert main(["report", "--sim", str(sim), "--out", str(tmp_path / "rep")]) == 0
+    capsys.readouterr()
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert f"model error of {sim}" in html and "iteration (replayed)" in html
     assert main([*args, "--calibration", "none"]) == 0
     out = capsys.readouterr().out
     assert "model error per collective" in out and "model error of the iteration" in out

@@ -163,6 +163,31 @@ def _error_table(g: dict[str, Any]) -> str:
     )
 
 
+def _sim_error_table(source: str, rows: list[dict[str, Any]]) -> str:
+    """An emulate run's model error rows (``genie emulate --json``'s ``model_error``)."""
+
+    def t(v: float | None) -> str:
+        return "-" if v is None else format_seconds(v)
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.1f} %"
+
+    body = [
+        [
+            r["label"],
+            "-" if r.get("size") is None else format_bytes(r["size"]),
+            t(r["measured_s"]),
+            t(r.get("nominal_s")),
+            pct(r.get("nominal_error_pct")),
+            t(r.get("calibrated_s")),
+            pct(r.get("calibrated_error_pct")),
+        ]
+        for r in rows
+    ]
+    head = ["what", "size", "measured", "nominal", "error", "calibrated", "error"]
+    return f"<h3>model error of {escape(source)}</h3>" + _table(head, body)
+
+
 _PARTS = ("compute", "exposed_comm", "wait", "idle")
 
 
@@ -189,6 +214,7 @@ def render_html(
     figures: list[dict[str, Any]],
     files: dict[str, Path],
     sim_notes: list[str],
+    sim_errors: list[tuple[str, list[dict[str, Any]]]] = (),
 ) -> str:
     """The whole page as a string (images inlined from ``files``: figure id -> PNG path)."""
     parts = [
@@ -217,6 +243,8 @@ def render_html(
         stacks = [f for f in other if f["kind"] == "stacked_ranks"]
         if stacks:
             parts.append(_breakdown_table(stacks))
+        for source, rows in sim_errors:
+            parts.append(_sim_error_table(source, rows))
         for n in sim_notes:
             parts.append(f'<p class="note">{escape(n)}</p>')
         for f in other:
