@@ -132,3 +132,7 @@ class DeployConfigError(DeployError):
     """The deploy settings of a testbed file are invalid (or hold a password)."""
 
     exit_code = 2
+
+
+class CalibrationError(GenieError):
+    """Runs cannot calibrate the model (too few points, nothing the fit can determine...)."""

@@ -39,6 +39,14 @@ Schema (times in seconds unless the column says ns; sizes in bytes)::
       rank_times TEXT,              -- JSON [[rank, start_ns, end_ns], ...]
       program TEXT                  -- JSON of the ProgramSpec
     )
+    calibrations(
+      cal_id TEXT PRIMARY KEY,      -- "c" + UTC time + random suffix
+      created_at REAL,
+      testbed_name TEXT,
+      testbed TEXT,                 -- the testbed file's text of the first run it was fit on
+      runs TEXT,                    -- JSON [run_id, ...] it was fit on
+      doc TEXT                      -- JSON of genie.calibration.model.Calibration
+    )
 
 ``RunStore`` is the API (the simulator can read measured tables through ``size_times``).
 """
@@ -75,6 +83,10 @@ CREATE TABLE IF NOT EXISTS instances (
   step0_spread_ns INTEGER, rank_times TEXT, program TEXT
 );
 CREATE INDEX IF NOT EXISTS instances_run ON instances(run_id, collective, algorithm, size);
+CREATE TABLE IF NOT EXISTS calibrations (
+  cal_id TEXT PRIMARY KEY, created_at REAL NOT NULL, testbed_name TEXT, testbed TEXT,
+  runs TEXT, doc TEXT NOT NULL
+);
 """
 
 
@@ -169,6 +181,11 @@ class RunStore:
             raise _error(self.path, exc) from None
 
     # ---- writing --------------------------------------------------------------------------
+    @staticmethod
+    def _new_id(prefix: str, now: float) -> str:
+        stamp = _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y%m%dT%H%M%S")
+        return f"{prefix}{stamp}-{os.urandom(2).hex()}"
+
     def start_run(
         self,
         command: str,
@@ -182,8 +199,7 @@ class RunStore:
     ) -> str:
         """Record a new run (status running) and return its id."""
         now = time.time()
-        stamp = _dt.datetime.fromtimestamp(now, _dt.UTC).strftime("%Y%m%dT%H%M%S")
-        run_id = f"r{stamp}-{os.urandom(2).hex()}"
+        run_id = self._new_id("r", now)
         self._exec(
             "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
@@ -384,6 +400,42 @@ class RunStore:
                 raise StoreError(f"run {run_id}: an instance's size or time_s is corrupt")
             out.setdefault(int(size), []).append(float(t))
         return out
+
+    # ---- calibrations --------------------------------------------------------------------
+    def add_calibration(
+        self, doc: dict[str, Any], *, testbed_name: str, testbed_text: str, runs: Sequence[str]
+    ) -> str:
+        """Store a calibration (its JSON-ready ``doc``); return its new id (also in the doc)."""
+        now = time.time()
+        cal_id = self._new_id("c", now)
+        doc = {**doc, "cal_id": cal_id, "created_at": now}
+        self._exec(
+            "INSERT INTO calibrations VALUES (?,?,?,?,?,?)",
+            (cal_id, now, testbed_name, testbed_text, _json(list(runs)), _json(doc)),
+        )
+        return cal_id
+
+    def calibration(self, cal_id: str) -> dict[str, Any]:
+        """One calibration's doc by id (a unique prefix works); StoreError if there is none."""
+        rows = self._exec(
+            "SELECT cal_id, doc FROM calibrations WHERE cal_id LIKE ? ORDER BY created_at DESC",
+            (cal_id + "%",),
+        ).fetchall()
+        if not rows:
+            raise StoreError(f"no calibration {cal_id!r} in {self.path} (genie calibrate RUN)")
+        exact = [r for r in rows if r[0] == cal_id]
+        if len(rows) > 1 and not exact:
+            raise StoreError(f"calibration id prefix {cal_id!r} is ambiguous ({len(rows)})")
+        return json.loads((exact[0] if exact else rows[0])[1])
+
+    def calibrations(self, testbed_name: str | None = None) -> list[dict[str, Any]]:
+        """Calibration docs, newest first (only those of ``testbed_name`` if given)."""
+        sql, args = "SELECT doc FROM calibrations", []
+        if testbed_name is not None:
+            sql += " WHERE testbed_name=?"
+            args.append(testbed_name)
+        rows = self._exec(sql + " ORDER BY created_at DESC", args).fetchall()
+        return [json.loads(r[0]) for r in rows]
 
 
 STATUSES = ("running", "ok", "failed", "interrupted")

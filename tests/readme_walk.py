@@ -40,7 +40,8 @@ RULES: list[tuple[str, str]] = [
     (r"^genie emulate\b", "ok"),
     (r"^genie simulate\b", "ok"),
     (r"^genie capture jax\b", "line"),  # needs the capture extra (jax)
-    (r"^genie runs list\b", "ok"),
+    (r"^genie runs (list|compare)\b", "ok"),
+    (r"^genie calibrate\b", "ok"),
     (r"^genie report\b", "line"),  # needs the report extra (matplotlib)
     (r"^genie keys init\b", "ok"),
     (r"^genie (deploy|hosts check|agents)\b.*lab\.toml", "line"),  # lab placeholders

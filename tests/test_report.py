@@ -119,7 +119,7 @@ def test_report_of_a_real_run_has_valid_pngs_in_the_html(runs, tmp_path, capsys)
     doc = _report(capsys, run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
     assert doc["runs"] == [run_id]
     ids = {f["id"] for f in doc["figures"]}
-    assert ids == {"busbw_all_reduce", "time_all_reduce"}
+    assert ids == {"busbw_all_reduce", "time_all_reduce", "error_all_reduce"}
     _check_pngs_and_html(doc)
     html = Path(doc["html"]).read_text()
     # testbed and host facts of the run are in the page
@@ -144,6 +144,14 @@ def test_json_figures_hold_the_numbers_of_the_run(runs, tmp_path, capsys):
     assert len(model["x"]) > len(SIZES)
     for r in rows:
         assert r.modeled_s and at[r.size] == pytest.approx(r.modeled_s, rel=1e-9)
+    # the model's error per size, as bench printed it (no calibration stored: nominal only)
+    err = figs["error_all_reduce"]["series"]
+    assert [x["role"] for x in err] == ["nominal"]
+    want = [(r.modeled_s - r.stats.p50) / r.stats.p50 * 100 for r in rows]
+    assert err[0]["y"] == pytest.approx(want, rel=1e-9)
+    html = Path(doc["html"]).read_text()
+    assert "How far the model is from the wire" in html and "MAPE: nominal" in html
+    assert "no calibration of this testbed in the store" in html
     assert json.loads(Path(doc["html"]).with_name("figures.json").read_text()) == doc
 
 
@@ -173,7 +181,9 @@ def test_each_collective_gets_its_own_plots_and_table(runs, tmp_path, capsys):
     doc = _report(capsys, ag, "--compare", ar, "--store", str(store), "--out", str(tmp_path / "r"))
     _check_pngs_and_html(doc)
     ids = {f["id"] for f in doc["figures"]}
-    assert ids == {f"{m}_{c}" for m in ("busbw", "time") for c in ("all_reduce", "all_gather")}
+    assert ids == {
+        f"{m}_{c}" for m in ("busbw", "time", "error") for c in ("all_reduce", "all_gather")
+    }
     fig = next(f for f in doc["figures"] if f["id"] == "time_all_gather")
     assert {s["run_id"] for s in fig["series"]} == {ag}
     table = next(t for t in doc["tables"] if t["collective"] == "all_gather")

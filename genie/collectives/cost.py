@@ -2,9 +2,11 @@
 
 Every SEND is a flow along its route; a link divides its bandwidth equally among the flows on
 it and a flow runs at its tightest share; the message lands after the route's latency (the sum
-of its link latencies: ASTRA-sim's hops x latency). Ranks on one host use a private intra-host
-port per sending rank. ``estimate`` prices one program, ``estimate_concurrent`` several in flight
-together on the same links.
+of its link latencies: ASTRA-sim's hops x latency, plus the topology's per-message cost, zero
+unless calibrated); a calibrated topology's per-step overhead is spent by each rank's software on
+every SEND, REDUCE and COPY, one step after another (``genie.collectives.flowsim``). Ranks on
+one host use a private intra-host port per sending rank. ``estimate`` prices one program,
+``estimate_concurrent`` several in flight together on the same links.
 
 Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) whose shards are all the
 same size, with rank i on host i of a uniform switch, fully-connected network or ring, makes
@@ -178,7 +180,7 @@ def estimate_concurrent(
             else:
                 intra[key] = intra.get(key, 0) + st.nbytes * w
 
-    sim = FlowSim(_capacity(topology), compute_bandwidth, on_send, max_work)
+    sim = FlowSim(_capacity(topology), compute_bandwidth, on_send, max_work, topology.step_overhead)
     insts: list[Instance] = []
     with gc_paused():
         for j, item in enumerate(items):
@@ -305,7 +307,7 @@ def _estimate_symmetric(
         recv_key=lambda _r, st, k: (recv_shift(st.peer), st.tag, k),
         name=repr(program),
     )
-    sim = FlowSim(lambda key: cap_of[key], compute_bw)
+    sim = FlowSim(lambda key: cap_of[key], compute_bw, step_overhead=topology.step_overhead)
     sim.add(inst)
     with gc_paused():
         sim.run()

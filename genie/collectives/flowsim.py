@@ -7,8 +7,10 @@ resource), and a flow runs at its tightest share. When the bytes are through the
 (its buffer is free and the link is the next message's) and the message arrives after the route
 latency; the matching RECV completes then if it is ready (a RECV that becomes ready later
 completes at once). So latency overlaps with the next transmission, which is what pipelined
-chunks exploit. REDUCE and COPY
-take ``nbytes / compute_bandwidth`` (free when that is None).
+chunks exploit. REDUCE and COPY take ``nbytes / compute_bandwidth`` (free when that is None).
+With a ``step_overhead`` every SEND, REDUCE and COPY first spends that long on its rank's CPU,
+one step after another (a rank's software handles one step at a time): the flow starts, or the
+compute begins, after it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ Resources = tuple[tuple[Hashable, float], ...]  # (resource key, weight)
 RouteFn = Callable[[int, Step], tuple[Resources, float]]
 KeyFn = Callable[[int, Step, int], Hashable]  # (rank, step, k-th on its channel) -> message key
 
-_FLOW_DONE, _ARRIVE, _COMPUTE, _START = 0, 1, 2, 3
+_FLOW_DONE, _ARRIVE, _COMPUTE, _START, _SEND = 0, 1, 2, 3, 4
 _EPS_BYTES = 1e-9  # a flow with less than this fraction of its bytes left is done
 
 
@@ -71,6 +73,7 @@ class Instance:
         self.name = name
         self.index = 0  # position among the instances of one simulation (set by the caller)
         self.finish = [start] * len(rank_steps)
+        self.cpu_free = [start] * len(rank_steps)  # when each rank's software is next idle
         self.pending: list[list[int]] = []
         self.children: list[list[list[int]]] = []
         self.keys: list[list[Hashable]] = []
@@ -108,8 +111,10 @@ class FlowSim:
         compute_bandwidth: float | None = None,
         on_send: Callable[[Instance, int, Step, Resources], None] | None = None,
         max_work: int = 10_000_000,
+        step_overhead: float = 0.0,
     ) -> None:
         self.capacity_of = capacity_of
+        self.step_overhead = float(step_overhead)
         self.compute_bandwidth = compute_bandwidth
         self.on_send = on_send
         self.now = 0.0
@@ -151,6 +156,8 @@ class FlowSim:
             elif kind == _COMPUTE:
                 inst, rank, i = data
                 self._finish(inst, rank, i)
+            elif kind == _SEND:
+                self._send(*data)
             else:
                 inst = data
                 for r, pend in enumerate(inst.pending):
@@ -169,19 +176,17 @@ class FlowSim:
     def _start_step(self, inst: Instance, r: int, i: int) -> None:
         st = inst.rank_steps[r][i]
         op = st.op
-        if op == Op.SEND:
-            res, lat = inst.route_of(r, st)
-            inst.messages += 1
-            inst.bytes_sent += st.nbytes
-            if self.on_send is not None:
-                self.on_send(inst, r, st, res)
-            if st.nbytes == 0 or not res:
-                self._finish(inst, r, i)
-                self._push(self.now + lat, _ARRIVE, (inst, r, i))
-                return
-            flow = _Flow(inst, r, i, res, st.nbytes, lat)
-            flow.t_last = self.now
-            self._add_flow(flow)
+        over = self.step_overhead
+        if over > 0 and op != Op.RECV:  # the rank's software first spends its overhead on it
+            t = max(self.now, inst.cpu_free[r]) + over
+            inst.cpu_free[r] = t
+            if op == Op.SEND:
+                self._push(t, _SEND, (inst, r, i))
+            else:
+                cb = self.compute_bandwidth
+                self._push(t + (st.nbytes / cb if cb else 0.0), _COMPUTE, (inst, r, i))
+        elif op == Op.SEND:
+            self._send(inst, r, i)
         elif op == Op.RECV:
             key = inst.keys[r][i]
             if key in inst.arrived:
@@ -195,6 +200,22 @@ class FlowSim:
                 self._push(self.now + st.nbytes / cb, _COMPUTE, (inst, r, i))
             else:
                 self._finish(inst, r, i)
+
+    def _send(self, inst: Instance, r: int, i: int) -> None:
+        """Put a SEND's message on its route (a flow, or straight to its latency)."""
+        st = inst.rank_steps[r][i]
+        res, lat = inst.route_of(r, st)
+        inst.messages += 1
+        inst.bytes_sent += st.nbytes
+        if self.on_send is not None:
+            self.on_send(inst, r, st, res)
+        if st.nbytes == 0 or not res:
+            self._finish(inst, r, i)
+            self._push(self.now + lat, _ARRIVE, (inst, r, i))
+            return
+        flow = _Flow(inst, r, i, res, st.nbytes, lat)
+        flow.t_last = self.now
+        self._add_flow(flow)
 
     def _finish(self, inst: Instance, r: int, i: int) -> None:
         inst.done += 1

@@ -19,13 +19,20 @@ How traffic spreads over equal-cost paths is the ``routing`` policy (``Routing``
 
 ``flow_route`` gives the links a rank pair's traffic crosses with the fraction of its bytes on
 each (the resources the fluid models share); ``route`` is one deterministic path per host pair.
+
+Two software terms are zero unless a calibration sets them (``genie.calibration``; ``derive``
+makes the calibrated copy): ``message_latency``, paid once by every message between hosts on top
+of its route's link latencies, and ``step_overhead``, the time a rank's software spends on each
+SEND, REDUCE and COPY step (the cost model runs a rank's steps' overheads one after another).
+``model`` names what the numbers are ("" = as declared; else e.g. the calibration's id).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import msgspec
 
@@ -122,6 +129,8 @@ class Topology:
         intra_latency: float = 0.0,
         kind: str = "custom",
         routing: Routing | None = None,
+        message_latency: float = 0.0,
+        step_overhead: float = 0.0,
     ) -> None:
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.routing = routing or Routing()
@@ -153,6 +162,11 @@ class Topology:
         _check_rate("intra-host path", intra_bandwidth, intra_latency)
         self.intra_bandwidth = float(intra_bandwidth)
         self.intra_latency = float(intra_latency)
+        _check_rate("per-message cost", 1.0, message_latency)
+        _check_rate("per-step overhead", 1.0, step_overhead)
+        self.message_latency = float(message_latency)
+        self.step_overhead = float(step_overhead)
+        self.model = ""
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flow_cache: dict[tuple[int, int, int, int], tuple[tuple, float]] = {}
@@ -224,7 +238,6 @@ class Topology:
 
     def with_routing(self, routing: Routing) -> Topology:
         """This topology under another routing policy (same nodes and links)."""
-        import copy
 
         other = copy.copy(self)
         other.routing = routing
@@ -311,13 +324,14 @@ class Topology:
                     nxt[u] = nxt.get(u, 0.0) + share
                     lat_at[u] = max(lat_at.get(u, 0.0), lat_at[v] + self.links[lid].latency)
             frontier = {u: w for u, w in nxt.items() if u != d}
-        return lat_at.get(d, 0.0)
+        return lat_at.get(d, 0.0) + self.message_latency
 
     def route_latency(self, route: Sequence[int]) -> float:
-        """Sum of link latencies along a route (the intra-host latency for an empty one)."""
+        """Sum of link latencies along a route plus the per-message cost (the intra-host
+        latency for an empty one)."""
         if not route:
             return self.intra_latency
-        return sum(self.links[i].latency for i in route)
+        return sum(self.links[i].latency for i in route) + self.message_latency
 
     def route_bandwidth(self, route: Sequence[int]) -> float:
         """The narrowest link bandwidth along a route (intra-host bandwidth for an empty one)."""
@@ -331,14 +345,51 @@ class Topology:
         return self.kind if self.kind in ("star", "full", "ring") else None
 
     def describe(self) -> str:
-        """One line: kind, host/switch/link counts, and the routing where paths can differ."""
+        """One line: kind, counts, the routing where paths can differ, what calibrated it."""
         text = (
             f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
             f"{len(self.links)} links"
         )
         if self.kind not in ("star", "full", "ring"):
             text += f"; routing {self.routing.describe()}"
-        return text
+        return f"{text}, {self.model}" if self.model else text
+
+    def derive(
+        self,
+        *,
+        link: Callable[[Link], Link] | None = None,
+        intra_bandwidth: float | None = None,
+        intra_latency: float | None = None,
+        message_latency: float | None = None,
+        step_overhead: float | None = None,
+        model: str | None = None,
+    ) -> Topology:
+        """A copy with links mapped through ``link`` and the given fields replaced.
+
+        Routes only depend on the wiring, so the copy keeps the same routes (and subclass).
+        """
+        new = copy.copy(self)
+        if link is not None:
+            new.links = tuple(link(lk) for lk in self.links)
+            for lk in new.links:
+                _check_rate(f"link {lk.src}->{lk.dst}", lk.bandwidth, lk.latency)
+        for name, value in (
+            ("intra_bandwidth", intra_bandwidth),
+            ("intra_latency", intra_latency),
+            ("message_latency", message_latency),
+            ("step_overhead", step_overhead),
+        ):
+            if value is not None:
+                setattr(new, name, float(value))
+        _check_rate("intra-host path", new.intra_bandwidth, new.intra_latency)
+        _check_rate("per-message cost", 1.0, new.message_latency)
+        _check_rate("per-step overhead", 1.0, new.step_overhead)
+        if model is not None:
+            new.model = model
+        new._dist_cache = self._dist_cache
+        new._route_cache = self._route_cache
+        new._flow_cache = {}  # flow latencies include the per-message cost
+        return new
 
     # -- routing -------------------------------------------------------------------------
 

@@ -1,8 +1,12 @@
 """``genie bench``: sweep a collective over sizes on a live testbed, nccl-tests style.
 
 Prints, per size, nccl-tests' columns (size, count, type, time, algbw, busbw) with time as the
-p50 over measured iterations, then p99, min, max, the cost model's time and measured/modeled.
-Bandwidths are GB/s = 10^9 bytes/s. Every instance goes to the run store.
+p50 over measured iterations, then p99, min, max, the cost model's time and measured/modeled;
+then the model's error per size, nominal and calibrated (``--calibration``). Bandwidths are
+GB/s = 10^9 bytes/s. Every instance goes to the run store (as measured, undilated).
+
+``--dilation K`` reports every time divided by K (bandwidths times K): the lab's links standing
+for links K times faster; the report says what does not scale (``genie.calibration.dilation``).
 """
 
 from __future__ import annotations
@@ -13,13 +17,16 @@ import math
 import sys
 from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
 
 from genie import progress
+from genie.calibration.errors import error_pct
 from genie.commands import _args as A
+from genie.commands._calibration import add_argument as add_calibration_argument
+from genie.commands._calibration import add_dilation_argument
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE
 
@@ -46,11 +53,18 @@ class BenchConfig:
     progress: bool = True
     transport: str | None = None  # "tcp" | "rdma"; None takes the testbed file's transport
     timeouts: object = None  # genie.controller.session.Timeouts; None = defaults
+    calibration: str | None = None  # --calibration: an id, "latest" or None/"none"
+    dilation: float = 1.0  # report times / dilation (see the module docstring)
+    calibration_used: object = None  # set by run_bench: the Calibration that priced, or None
+    notes: list[str] = field(default_factory=list)  # set by run_bench: what the report must say
 
 
 def run_bench(cfg: BenchConfig):
     """Run the sweep; return (run_id or None, rows, clock offsets). Stores as it goes."""
+    from genie.calibration.dilation import check_dilation
+    from genie.calibration.model import calibrate_topology
     from genie.collectives.registry import canonical_algorithm, canonical_collective
+    from genie.commands._calibration import resolve
     from genie.controller.bench import plan_sizes, sweep
     from genie.controller.placement import place_ranks
     from genie.controller.stored_run import StoredRun
@@ -59,6 +73,9 @@ def run_bench(cfg: BenchConfig):
     from genie.wire.messages import DataOptions, RdmaOptions
 
     tb = load_testbed(cfg.testbed_path)
+    k = check_dilation(cfg.dilation)
+    cal = resolve(cfg.calibration, cfg.store, tb.name)
+    cfg.calibration_used = cal
     coll = canonical_collective(cfg.collective)
     from genie.collectives.registry import DEFAULT_ALGORITHM
 
@@ -73,6 +90,7 @@ def run_bench(cfg: BenchConfig):
         topology = tb.to_topology()
     except (GenieError, ValueError, KeyError):
         topology = None
+    calibrated = calibrate_topology(topology, cal) if cal and topology else None
     transport = cfg.transport or tb.transport
     rdma = RdmaOptions(devices={h.name: h.rdma_device for h in tb.hosts if h.rdma_device})
     opts = DataOptions(
@@ -91,6 +109,8 @@ def run_bench(cfg: BenchConfig):
         "warmup": cfg.warmup,
         "placement": placement,
         "options": msgspec.to_builtins(opts),
+        "calibration": cal.cal_id if cal else None,
+        "dilation": k,
     }
     rows = []
     command = cfg.command or "genie bench"
@@ -121,8 +141,52 @@ def run_bench(cfg: BenchConfig):
                 topology=topology,
                 on_size=on_size,
                 on_instances=on_batch if run.store else None,
+                calibrated=calibrated,
             )
-    return run_id, rows, offsets
+    if k != 1 and topology is not None:
+        cfg.notes.append(_dilation_note(programs, placement, calibrated or topology, k, cal, tb))
+    return run_id, [dilate(r, k) for r in rows] if k != 1 else rows, offsets
+
+
+def _dilation_note(programs, placement, lab, k: float, cal, tb) -> str:
+    """What dilation by ``k`` did not scale, and how much that matters per size (model)."""
+    from genie.calibration.dilation import dilation_note, kept_latency
+    from genie.collectives.cost import nccl_size
+    from genie.units import format_bytes
+
+    items = [
+        (p.spec.collective, nccl_size(p), p, placement[: p.n_ranks])
+        for p in programs
+        if p.n_ranks <= len(placement)
+    ]
+    try:
+        effects = kept_latency(items, lab, k)
+    except GenieError as exc:
+        return f"dilation x{k:g}: the model cannot price what does not scale ({exc})"
+    model = cal.label if cal else f"nominal, {tb.model_source}"
+    pick = effects if len(effects) <= 4 else [effects[0], effects[len(effects) // 2], effects[-1]]
+    return dilation_note(k, lab, model, [(format_bytes(e.size), e.pct) for e in pick])
+
+
+def dilate(row, k: float):
+    """A sweep row as on a fabric ``k`` times faster: every time / k, bandwidths x k."""
+    import dataclasses
+
+    def div(t):
+        return None if t is None else t / k
+
+    st = row.stats
+    stats = msgspec.structs.replace(
+        st, p50=st.p50 / k, p99=st.p99 / k, min=st.min / k, max=st.max / k, mean=st.mean / k
+    )
+    return dataclasses.replace(
+        row,
+        stats=stats,
+        algbw=row.algbw * k,
+        busbw=row.busbw * k,
+        modeled_s=div(row.modeled_s),
+        calibrated_s=div(row.calibrated_s),
+    )
 
 
 def _us(t: float | None) -> str:
@@ -194,9 +258,44 @@ def rows_json(rows) -> list[dict]:
             "busbw_Bps": r.busbw,
             "modeled_s": r.modeled_s,
             "measured_over_modeled": r.ratio,
+            "calibrated_s": r.calibrated_s,
+            "nominal_error_pct": error_pct(r.modeled_s, r.stats.p50),
+            "calibrated_error_pct": error_pct(r.calibrated_s, r.stats.p50),
         }
         for r in rows
     ]
+
+
+def error_rows(rows, collective: str) -> list:
+    """The sweep's rows as model-error rows (measured p50 vs nominal vs calibrated)."""
+    from genie.calibration.errors import ErrorRow
+
+    return [
+        ErrorRow(f"{collective} n={r.n_ranks}", r.size, r.stats.p50, r.modeled_s, r.calibrated_s)
+        for r in rows
+    ]
+
+
+def print_model_error(rows, cfg: BenchConfig, model: str, file=None) -> None:
+    """The model-error table of a sweep and the run's notes (dilation)."""
+    from rich.console import Console
+
+    from genie.commands._model_error import print_error_table
+
+    out = file or sys.stdout
+    con = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    print_error_table(
+        con,
+        "model error per size",
+        error_rows(rows, cfg.collective),
+        model,
+        cfg.calibration_used,
+        "not asked for (--calibration none)"
+        if cfg.calibration in (None, "none")
+        else "no calibration of this testbed in the run store (genie calibrate RUN)",
+    )
+    for note in cfg.notes:
+        con.print(note, markup=False)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -221,12 +320,15 @@ def _run(args: argparse.Namespace) -> int:
         command="genie " + " ".join(sys.argv[1:]),
         progress=True,  # genie.progress draws it only on a terminal, never with -q
         timeouts=Timeouts(slow_rate=args.slow_rate, margin=args.timeout_margin),
+        calibration=args.calibration,
+        dilation=args.dilation,
     )
     if not Path(cfg.testbed_path).is_file():
         raise UsageError(f"testbed file not found: {cfg.testbed_path}")
     from genie.testbed import load_testbed
 
     run_id, rows, offsets = run_bench(cfg)
+    cal = cfg.calibration_used
     if args.json:
         json.dump(
             {
@@ -235,6 +337,10 @@ def _run(args: argparse.Namespace) -> int:
                 "algorithm": cfg.algorithm,
                 "units": {"time": "s", "bandwidth": "bytes/s", "size": "bytes"},
                 "model": "genie cost model of " + load_testbed(cfg.testbed_path).model_source,
+                "calibration": cal.cal_id if cal else None,
+                "calibrated_model": cal.describe() if cal else None,
+                "dilation": cfg.dilation,
+                "notes": cfg.notes,
                 "clock_offsets": {a: msgspec.to_builtins(e) for a, e in offsets.items()},
                 "rows": rows_json(rows),
             },
@@ -247,7 +353,10 @@ def _run(args: argparse.Namespace) -> int:
         from genie.testbed import load_testbed
 
         model = load_testbed(cfg.testbed_path).model_source
+        if cfg.dilation != 1:
+            title += f", dilated x{cfg.dilation:g} (times / {cfg.dilation:g})"
         print_table(rows, title, cfg.iters, cfg.warmup, model=model)
+        print_model_error(rows, cfg, model)
         if run_id:
             print(f"stored as run {run_id} in {cfg.store}")
     return 0
@@ -308,6 +417,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--timeout-margin", type=A.real(0, 1000), default=4.0, help="margin on that bound"
     )
+    add_dilation_argument(p, "every time reported / K and bandwidths x K")
+    add_calibration_argument(p, "latest")
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")

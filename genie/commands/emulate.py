@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -20,13 +21,16 @@ from rich.table import Table
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
+from genie.commands._calibration import add_argument as add_calibration_argument
+from genie.commands._calibration import add_dilation_argument
+from genie.commands._calibration import resolve as resolve_calibration
+from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
-from genie.errors import GenieError, UsageError
+from genie.errors import UsageError
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.api import replay
 from genie.sim.attribution import busiest_links
 from genie.sim.compiled import CompiledWorkload
-from genie.sim.network import AnalyticalBackend
 from genie.sim.report import chrome_trace
 from genie.sim.streams import order_collectives
 from genie.store import DEFAULT_STORE
@@ -82,6 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=256,
         help="overlapped: refuse more communication instances (each has buffers of its own)",
     )
+    add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
+    add_calibration_argument(p, "latest")
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -124,11 +130,13 @@ def _command() -> str:
 def run(args: argparse.Namespace) -> int:
     """Handle ``genie emulate``."""
 
+    from genie.calibration.errors import ErrorRow
     from genie.controller.placement import place_ranks
     from genie.emulate.backends import TestbedBackend
-    from genie.emulate.plan import distinct_transfers
+    from genie.emulate.compare import iteration_row
+    from genie.emulate.compare import models as compare_models
+    from genie.emulate.plan import distinct_transfers, plan_key
     from genie.emulate.run import measure_all
-    from genie.sim.program_pricer import ProgramPricer
     from genie.testbed import load_testbed
 
     if args.iterations < 1 or args.warmup < 0:
@@ -146,15 +154,24 @@ def run(args: argparse.Namespace) -> int:
         )
     algos = parse_algorithms(args.algorithm)
     topo = tb.to_topology()
+    store = args.store or DEFAULT_STORE
+    cal = resolve_calibration(args.calibration, store, tb.name)
     if args.mode == "overlapped":
-        return _run_overlapped(args, cw, tb, agents, algos)
-    meta = {"iterations": args.iterations, "mode": "isolated"}
+        return _run_overlapped(args, cw, tb, agents, algos, cal)
+    k = args.dilation
+    models = compare_models(topo, cal, k, tb.model_source, args.calibration)
+    meta = {
+        "iterations": args.iterations,
+        "mode": "isolated",
+        "calibration": cal.cal_id if cal else None,
+        "dilation": k,
+    }
     with _live_run(
         cw,
         tb,
         args.testbed,
         agents,
-        store=args.store or DEFAULT_STORE,
+        store=store,
         meta=meta,
         command=_command(),
         unit="collectives",
@@ -174,16 +191,22 @@ def run(args: argparse.Namespace) -> int:
             warmup=args.warmup,
             algorithms=algos,
             chunks=args.chunks,
-            topology=topo,
             on_done=on_done,
         )
     run_id = run.run_id
-    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
+    calibrated: dict = {}
+    for key, m in table.items():
+        m.times = [t / k for t in m.times]  # dilated: the wire's times / k
+        m.modeled_s, calibrated[key] = models.price(
+            plan_key(key, algos, args.chunks), [agents[r] for r in key[2]]
+        )
+    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks)
     backends = [
-        TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
-        AnalyticalBackend(pricer, track_links=True),
+        TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer),
+        *model_backends,
     ]
     reports = _replay_all(cw, backends, not args.no_symmetry, args.trace)
+    notes = [n for n in [models.dilation_note(cw, agents, algos, args.chunks, True)] if n]
     rows = [
         {
             "collective": m.collective,
@@ -194,9 +217,21 @@ def run(args: argparse.Namespace) -> int:
             "measured_p50_s": m.p50,
             "measured_s": m.times,
             "modeled_s": m.modeled_s,
+            "calibrated_s": calibrated[key],
         }
-        for m in table.values()
+        for key, m in table.items()
     ]
+    errors = [
+        ErrorRow(
+            f"{r['collective']} n={len(r['ranks'])}",
+            r["size"],
+            r["measured_p50_s"],
+            r["modeled_s"],
+            r["calibrated_s"],
+        )
+        for r in rows
+    ]
+    iteration = iteration_row(reports, "iteration (replayed)")
     if args.json:
         dump_json(
             {
@@ -204,13 +239,18 @@ def run(args: argparse.Namespace) -> int:
                 "mode": "isolated",
                 "workload": cw.name,
                 "testbed": tb.name,
+                "calibration": cal.cal_id if cal else None,
+                "dilation": k,
                 "collectives": rows,
+                "model_error": [e.to_dict() for e in [*errors, iteration]],
+                "notes": notes,
                 "reports": [with_closed(r.to_dict(), {}) for r in reports],
             }
         )
         return 0
     con = Console(width=None if sys.stdout.isatty() else 120)
-    t = Table(title=f"collectives measured on {tb.name} (run {run_id})", title_justify="left")
+    dil = f", dilated x{k:g} (times / {k:g})" if k != 1 else ""
+    t = Table(title=f"collectives measured on {tb.name} (run {run_id}){dil}", title_justify="left")
     for c in ("collective", "algorithm", "ranks", "size", "count", "measured p50", "model"):
         t.add_column(c, justify="left" if c in ("collective", "algorithm") else "right")
     t.add_column("meas/model", justify="right")
@@ -228,7 +268,33 @@ def run(args: argparse.Namespace) -> int:
         )
     con.print(t)
     print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
+    _print_errors(con, errors, iteration, models, notes)
     return 0
+
+
+def _print_errors(con: Console, errors, iteration, models, notes, limit: int = 40) -> None:
+    """The model-error tables (collectives, then the iteration) and the run's notes."""
+    hint = models.missing
+    print_error_table(
+        con,
+        "model error per collective",
+        errors[:limit],
+        models.nominal_label,
+        models.calibration,
+        hint,
+    )
+    if len(errors) > limit:
+        con.print(f"({len(errors) - limit} more rows; --json lists all)")
+    print_error_table(
+        con,
+        "model error of the iteration: measured times replayed vs the models replayed",
+        [iteration],
+        models.nominal_label,
+        models.calibration,
+        hint,
+    )
+    for note in notes:
+        con.print(note, markup=False, highlight=False)
 
 
 def _replay_all(cw: CompiledWorkload, backends: list, symmetry: bool, trace: str | None) -> list:
@@ -285,18 +351,46 @@ class Overlapped:
     network: str  # what the analytical backend priced
     rows: list[dict]  # per communication instance: measured and modelled
     runs: list[dict]  # per run of the trace (warm-up flagged)
-    reports: list  # SimReport per backend: measured first, then analytical
+    reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
+    models: Any = None  # genie.emulate.compare.Models the run was compared with
+    notes: list[str] = field(default_factory=list)
+
+    def errors(self) -> list:
+        """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
+        from genie.calibration.errors import ErrorRow
+
+        return [
+            ErrorRow(
+                f"{r['iid']}: {r['collective']} n={len(r['ranks'])}",
+                r["size"],
+                r["measured_p50_s"],
+                r["modeled_s"],
+                r.get("calibrated_s"),
+            )
+            for r in self.rows
+        ]
+
+    def iteration(self) -> Any:
+        """The iteration replayed with measured times vs with each model (``ErrorRow``)."""
+        from genie.emulate.compare import iteration_row
+
+        return iteration_row(self.reports, "iteration (replayed)")
 
     def doc(self) -> dict:
         """The JSON document of ``genie emulate --json``."""
+        cal = self.models.calibration if self.models else None
         return {
             "run_id": self.run_id,
             "mode": "overlapped",
             "workload": self.workload,
             "testbed": self.testbed,
             "network": self.network,
+            "calibration": cal.cal_id if cal else None,
+            "dilation": self.models.k if self.models else 1.0,
             "instances": self.rows,
             "runs": self.runs,
+            "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
+            "notes": self.notes,
             "reports": [with_closed(r.to_dict(), {}) for r in self.reports],
         }
 
@@ -316,33 +410,49 @@ def run_overlapped(
     symmetry: bool = True,
     trace: str | None = None,
     command: str = "genie emulate",
+    calibration: Any = None,
+    dilation: float = 1.0,
+    asked: str = "latest",
 ) -> Overlapped:
-    """The whole trace's communication on the agents, then replayed measured and modelled."""
-    from genie.collectives.cost import estimate
-    from genie.emulate.backends import InstanceBackend
-    from genie.emulate.plan import compile_oplists
-    from genie.emulate.run import emulate_overlapped, instance_medians
-    from genie.sim.program_pricer import ProgramPricer
+    """The whole trace's communication on the agents, then replayed measured and modelled.
 
-    topo = tb.to_topology()
+    With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
+    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model.
+    """
+    from genie.calibration.dilation import check_dilation
+    from genie.emulate.backends import InstanceBackend
+    from genie.emulate.compare import models as compare_models
+    from genie.emulate.plan import compile_oplists, dilate_plan
+    from genie.emulate.run import emulate_overlapped, instance_medians
+
+    k = check_dilation(dilation)
+    models = compare_models(tb.to_topology(), calibration, k, tb.model_source, asked)
     algos = algorithms or {}
     with progress.stage("compiling op lists"):
         plan = compile_oplists(cw, algos, chunks, max_instances=max_instances)
+        if k != 1:
+            plan = dilate_plan(plan, k)
+    meta = {
+        "iterations": iterations,
+        "mode": "overlapped",
+        "calibration": calibration.cal_id if calibration else None,
+        "dilation": k,
+    }
     with _live_run(
         cw,
         tb,
         testbed_path,
         agents,
         store=store,
-        meta={"iterations": iterations, "mode": "overlapped"},
+        meta=meta,
         command=command,
         unit="runs of the trace",
         total=iterations + warmup,
     ) as (run, bar):
 
-        def on_pass(k, p) -> None:
+        def on_pass(j, p) -> None:
             bar.advance()
-            bar.describe(f"run {k + 1}: {p.makespan_s:.4g} s")
+            bar.describe(f"run {j + 1}: {p.makespan_s / k:.4g} s")
 
         passes = emulate_overlapped(
             run.ctl, plan, agents, iters=iterations, warmup=warmup, on_pass=on_pass
@@ -350,21 +460,15 @@ def run_overlapped(
         for iid, program in zip(plan.iids, plan.programs, strict=True):
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
-    medians = instance_medians(passes, warmup)
-    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, chunks)
-    backends = [
-        InstanceBackend(medians, name=f"testbed:{run_id}"),
-        AnalyticalBackend(pricer, track_links=True),
-    ]
+    medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
+    model_backends = models.backends(agents, cw.n_ranks, algos, chunks)
+    backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), *model_backends]
     reports = _replay_all(cw, backends, symmetry, trace)
     measured = passes[warmup:]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
         spec = program.spec
-        try:
-            model = float(estimate(program, topo, [agents[r] for r in spec.ranks]).time_s)
-        except GenieError:
-            model = None
+        nominal, calibrated = models.price(program, [agents[r] for r in spec.ranks])
         rows.append(
             {
                 "iid": iid,
@@ -374,30 +478,34 @@ def run_overlapped(
                 "size": int(cw.instances.size[iid]),
                 "measured_p50_s": medians[iid],
                 # per measured run: seconds from the run's start, first rank start / last
-                # member's arrival / last rank end
-                "intervals_s": [[(t - p.start_at_ns) / 1e9 for t in p.inst[iid]] for p in measured],
+                # member's arrival / last rank end (divided by the dilation)
+                "intervals_s": [
+                    [(t - p.start_at_ns) / 1e9 / k for t in p.inst[iid]] for p in measured
+                ],
                 # per measured run: [rank, start, end] of each member, seconds from the start
                 "rank_intervals_s": [
                     [
-                        [r, *((t - p.start_at_ns) / 1e9 for t in p.rank_times[r][j])]
+                        [r, *((t - p.start_at_ns) / 1e9 / k for t in p.rank_times[r][j])]
                         for r, j in ((r, plan.op_iid[r].index(iid)) for r in spec.ranks)
                     ]
                     for p in measured
                 ],
-                "modeled_s": model,
+                "modeled_s": nominal,
+                "calibrated_s": calibrated,
             }
         )
     runs = [
         {
-            "makespan_s": p.makespan_s,
+            "makespan_s": p.makespan_s / k,
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
-            "warmup": k < warmup,
+            "warmup": j < warmup,
         }
-        for k, p in enumerate(passes)
+        for j, p in enumerate(passes)
     ]
-    network = f"{describe(pricer)}; model of {tb.model_source}"
-    return Overlapped(run_id, cw.name, tb.name, network, rows, runs, reports)
+    network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
+    notes = [n for n in [models.dilation_note(cw, agents, algos, chunks, symmetry)] if n]
+    return Overlapped(run_id, cw.name, tb.name, network, rows, runs, reports, models, notes)
 
 
 def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
@@ -424,14 +532,16 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
     if len(o.rows) > limit:
         con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
     spans = [r["makespan_s"] for r in o.runs if not r["warmup"]]
+    dil = f" (divided by the dilation {o.models.k:g})" if o.models and o.models.k != 1 else ""
     con.print(
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
-        f"start to the last op's end, over {len(spans)} runs"
+        f"start to the last op's end, over {len(spans)} runs{dil}"
     )
     print_reports(con, cw, o.network, o.reports, {}, 20)
+    _print_errors(con, o.errors(), o.iteration(), o.models, o.notes, limit)
 
 
-def _run_overlapped(args, cw, tb, agents, algos) -> int:
+def _run_overlapped(args, cw, tb, agents, algos, cal) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
     o = run_overlapped(
         cw,
@@ -447,6 +557,9 @@ def _run_overlapped(args, cw, tb, agents, algos) -> int:
         symmetry=not args.no_symmetry,
         trace=args.trace,
         command=_command(),
+        calibration=cal,
+        dilation=args.dilation,
+        asked=args.calibration,
     )
     if args.json:
         dump_json(o.doc())

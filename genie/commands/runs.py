@@ -1,4 +1,4 @@
-"""``genie runs list|show|export``: read the run store (see ``genie.store``)."""
+"""``genie runs list|show|export|compare``: read the run store (see ``genie.store``)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,89 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _p50_by_key(st: RunStore, run_id: str) -> dict[tuple[str, str, int, int], list[float]]:
+    """Measured times (warm-up left out) per (collective, algorithm, ranks, size) of a run."""
+    out: dict[tuple[str, str, int, int], list[float]] = {}
+    for x in st.instances(run_id):
+        key = (x["collective"], x["algorithm"], int(x["n_ranks"]), int(x["size"]))
+        out.setdefault(key, []).append(float(x["time_s"]))
+    return out
+
+
+def compare_rows(a: dict, b: dict) -> list[dict]:
+    """Side-by-side rows of two runs' time lists per key: p50 of each, B/A and B vs A in %.
+
+    Only collectives (collective, algorithm, ranks) both runs measured are compared; a size
+    only one of them measured gets a row with the other side None.
+    """
+    from genie.controller.results import stats
+
+    both = {k[:3] for k in a} & {k[:3] for k in b}
+    rows = []
+    for key in sorted(k for k in set(a) | set(b) if k[:3] in both):
+        pa = stats(a[key]).p50 if key in a else None
+        pb = stats(b[key]).p50 if key in b else None
+        ratio = pb / pa if pa and pb else None
+        rows.append(
+            {
+                "collective": key[0],
+                "algorithm": key[1],
+                "n_ranks": key[2],
+                "size": key[3],
+                "a_p50_s": pa,
+                "b_p50_s": pb,
+                "b_over_a": ratio,
+                "b_vs_a_pct": None if ratio is None else (ratio - 1) * 100,
+            }
+        )
+    return rows
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from genie.units import format_bytes, format_seconds
+
+    with _open(args) as st:
+        ra, rb = st.run(args.run_a), st.run(args.run_b)
+        a, b = _p50_by_key(st, ra.run_id), _p50_by_key(st, rb.run_id)
+    rows = compare_rows(a, b)
+    if not rows:
+        have_a = sorted({f"{c}/{al} n={n}" for c, al, n, _ in a}) or ["nothing"]
+        have_b = sorted({f"{c}/{al} n={n}" for c, al, n, _ in b}) or ["nothing"]
+        raise StoreError(
+            f"runs {ra.run_id} ({', '.join(have_a)}) and {rb.run_id} ({', '.join(have_b)}) "
+            "measured no collective in common"
+        )
+    if args.json:
+        print(json.dumps({"a": ra.run_id, "b": rb.run_id, "rows": rows}, indent=2))
+        return 0
+    con = Console(highlight=False)
+    for tag, r in (("A", ra), ("B", rb)):
+        dil = r.meta.get("dilation") or 1
+        extra = f", dilation x{dil:g} (times stored undilated)" if dil != 1 else ""
+        con.print(f"{tag} = {r.run_id}: testbed {r.testbed_name}{extra}: {r.command}", markup=False)
+    t = Table(title="measured p50 side by side (warm-up left out)", title_justify="left")
+    for c in ("collective", "ranks", "size", "A p50", "B p50", "B/A", "B vs A"):
+        t.add_column(c, justify="left" if c == "collective" else "right")
+    for r in rows:
+        t.add_row(
+            f"{r['collective']}/{r['algorithm']}",
+            str(r["n_ranks"]),
+            format_bytes(r["size"]),
+            "-" if r["a_p50_s"] is None else format_seconds(r["a_p50_s"]),
+            "-" if r["b_p50_s"] is None else format_seconds(r["b_p50_s"]),
+            "-" if r["b_over_a"] is None else f"{r['b_over_a']:.3f}",
+            "-" if r["b_vs_a_pct"] is None else f"{r['b_vs_a_pct']:+.1f} %",
+        )
+    con.print(t)
+    only = [r for r in rows if r["b_over_a"] is None]
+    if only:
+        con.print(f"{len(only)} size(s) measured by one run only (-)", markup=False)
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from genie.store import export_rows, write_csv, write_parquet
 
@@ -142,7 +225,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``runs`` command."""
-    p = sub.add_parser("runs", help="list, show and export recorded runs")
+    p = sub.add_parser("runs", help="list, show, compare and export recorded runs")
     rs = p.add_subparsers(dest="runs_command", metavar="SUBCOMMAND", required=True)
 
     def common(q: argparse.ArgumentParser) -> None:
@@ -161,6 +244,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     sh.add_argument("run", help="run id (a unique prefix is enough)")
     sh.add_argument("--json", action="store_true", help="print JSON")
     sh.set_defaults(func=_show)
+
+    cp = rs.add_parser("compare", help="two runs side by side: same collectives and sizes")
+    common(cp)
+    cp.add_argument("run_a", metavar="RUN_A", help="first run (a unique id prefix works)")
+    cp.add_argument("run_b", metavar="RUN_B", help="second run")
+    cp.add_argument("--json", action="store_true", help="print JSON")
+    cp.set_defaults(func=_compare)
 
     ex = rs.add_parser("export", help="a run's instances as CSV or Parquet")
     common(ex)

@@ -17,7 +17,7 @@ from rich.console import Console
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
-from genie.commands import _astra
+from genie.commands import _astra, _calibration
 from genie.commands._sim_output import (
     describe,
     dump_json,
@@ -98,6 +98,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
     )
     p.add_argument("--store", help="run store file (default: genie's)")
+    _calibration.add_argument(p, "none")
     p.add_argument(
         "--pricer",
         choices=("programs", "builtin"),
@@ -208,7 +209,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         bw, lat = args.bandwidth, args.latency
         n_hosts = math.ceil(n_ranks / k)
         placement = [r // k for r in range(n_ranks)]
-        if args.pricer == "builtin" and kind in TOPOLOGIES:
+        if args.pricer == "builtin" and kind in TOPOLOGIES and args.calibration == "none":
             model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)  # one path: no ECMP
             closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
             return model, closed if kind == "switch" and k == 1 else {}
@@ -223,6 +224,7 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
             topo = ctopo.leaf_spine(
                 args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
             )
+    topo = _calibration.apply(args, topo, tb.name if args.testbed else None)
     if args.pricer == "builtin":
         from genie.sim.traffic import TopologyPricer
 

@@ -37,6 +37,7 @@ class SizeRow:
     busbw: float  # bytes/s at p50
     modeled_s: float | None
     instances: list[Instance] = field(default_factory=list)
+    calibrated_s: float | None = None  # the model with a calibration (None: none given)
 
     @property
     def ratio(self) -> float | None:
@@ -140,8 +141,11 @@ def sweep(
     topology=None,
     on_size: Callable[[SizeRow], None] | None = None,
     on_instances: Callable[[Program, list[Instance]], None] | None = None,
+    calibrated=None,
 ) -> list[SizeRow]:
     """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
+
+    ``topology`` prices the model column; ``calibrated`` (a calibrated topology) a second one.
 
     With ``on_instances`` each program's iterations run in batches (see ``run_size``) and every
     batch is handed over with its program as soon as it ends, so a store loses at most one batch.
@@ -173,6 +177,7 @@ def sweep(
             busbw=bw * bus_factor(prog.spec.collective, prog.n_ranks),
             modeled_s=modeled_time(prog, topology, placement),
             instances=inst,
+            calibrated_s=modeled_time(prog, calibrated, placement),
         )
         rows.append(row)
         if on_size:

@@ -152,3 +152,13 @@ def compile_oplists(
         rank_ops[r] = [(iid, deps, gap) for iid, deps, gap in ops]  # program index == iid
         op_iid[r] = [iid for iid, _, _ in ops]
     return OpListPlan(iids=iids, programs=programs, rank_ops=rank_ops, op_iid=op_iid)
+
+
+def dilate_plan(plan: OpListPlan, k: float) -> OpListPlan:
+    """The same plan with every compute gap multiplied by ``k`` (time dilation; see
+    ``genie.calibration.dilation``): run on the wire, then read every time divided by ``k``."""
+    rank_ops = {
+        r: [(iid, deps, round(gap * k)) for iid, deps, gap in ops]
+        for r, ops in plan.rank_ops.items()
+    }
+    return OpListPlan(plan.iids, plan.programs, rank_ops, plan.op_iid)

@@ -79,11 +79,14 @@ def build_report(
                 resolved.append(run.run_id)
                 facts.append(data.run_facts(run))
                 groups.extend(data.bench_groups(store, run.run_id))
-    figures = data.bench_figures(groups)
+    figures = data.bench_figures(groups) + data.error_figures(groups)
     notes = []
+    sim_errors = []
     for i, s in enumerate(sims):
         doc = _read_json(s)
         figures.extend(data.sim_figures(doc, str(s), i))
+        if isinstance(doc.get("model_error"), list) and doc["model_error"]:
+            sim_errors.append((str(s), doc["model_error"]))
         if doc.get("network"):
             notes.append(f"{s}: network {doc['network']}")
         for r in doc.get("reports", []):
@@ -102,7 +105,7 @@ def build_report(
             bar.describe(f"drew {f['id']}")
     title = "genie report: " + (", ".join(resolved) if resolved else ", ".join(map(str, sims)))
     html = outdir / HTML_NAME
-    html.write_text(render_html(title, facts, groups, figures, files, notes))
+    html.write_text(render_html(title, facts, groups, figures, files, notes, sim_errors))
     rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files, groups)
     rep.json_path.write_text(json.dumps(rep.to_dict(), indent=1))
     return rep

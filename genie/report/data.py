@@ -13,9 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import numpy as np
 
+from genie.calibration.runs import program_hosts, run_calibration, run_topology, stored_program
 from genie.errors import GenieError, UsageError
 from genie.store import RunInfo, RunStore
 
@@ -30,37 +30,19 @@ def _group_key(inst: dict[str, Any]) -> tuple[str, str, int]:
     return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]))
 
 
-def _topology_and_placement(run: RunInfo):
-    """The run's topology (from its stored testbed text) and rank placement, or (None, [])."""
-    from genie.testbed.loader import loads_testbed
-
-    placement = list(run.meta.get("placement") or [])
-    if not run.testbed.strip():
-        return None, placement
-    try:
-        tb = loads_testbed(run.testbed, source=f"run {run.run_id}")
-        topo = tb.to_topology()
-    except (GenieError, ValueError, KeyError):
-        return None, placement
-    if not placement:
-        placement = [h.name for h in tb.hosts for _ in range(h.ranks)]
-    return topo, placement
-
-
 def model_time(spec: dict[str, Any], size: int, topology, placement: Sequence[str]) -> float | None:
     """Cost-model time (s) of the stored program ``spec`` at buffer ``size`` (None if unpriced)."""
     from genie.collectives.cost import estimate
-    from genie.collectives.program import ProgramSpec
-    from genie.collectives.registry import program_from_spec
 
-    if topology is None or not spec:
+    if topology is None:
+        return None
+    prog = stored_program(spec, size)
+    hosts = program_hosts(prog, placement) if prog is not None else None
+    if hosts is None:
         return None
     try:
-        ps = msgspec.convert({**spec, "size": int(size)}, ProgramSpec)
-        prog = program_from_spec(ps)
-        hosts = [placement[ps.global_rank(i)] for i in range(ps.n_ranks)]
         return float(estimate(prog, topology, hosts).time_s)
-    except (GenieError, IndexError, ValueError, msgspec.ValidationError):
+    except GenieError:
         return None
 
 
@@ -77,11 +59,15 @@ def _model_sizes(sizes: Sequence[int]) -> list[int]:
 
 def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
+    from genie.calibration.errors import error_pct
+    from genie.calibration.model import calibrate_topology
     from genie.vocabulary import bus_factor
 
     run = store.run(run_id)
     insts = store.instances(run.run_id)
-    topo, placement = _topology_and_placement(run)
+    topo, placement = run_topology(run)
+    cal = run_calibration(store, run)
+    cal_topo = calibrate_topology(topo, cal) if cal and topo is not None else None
     groups: dict[tuple[str, str, int], dict[int, list[dict]]] = {}
     for x in insts:
         groups.setdefault(_group_key(x), {}).setdefault(int(x["size"]), []).append(x)
@@ -93,6 +79,9 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
             times = [float(x["time_s"]) for x in by_size[s]]
             p50 = _pct(times, 50)
             alg = s / p50 if p50 > 0 else 0.0
+            spec = by_size[s][0]["program"]
+            modeled = model_time(spec, s, topo, placement)
+            calibrated = model_time(spec, s, cal_topo, placement)
             rows.append(
                 {
                     "size": s,
@@ -104,7 +93,10 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
                     "times_s": times,
                     "algbw_Bps": alg,
                     "busbw_Bps": alg * bus_factor(coll, n),
-                    "modeled_s": model_time(by_size[s][0]["program"], s, topo, placement),
+                    "modeled_s": modeled,
+                    "calibrated_s": calibrated,
+                    "nominal_error_pct": error_pct(modeled, p50),
+                    "calibrated_error_pct": error_pct(calibrated, p50),
                 }
             )
         spec = by_size[sizes[0]][0]["program"]
@@ -121,6 +113,8 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
                 "n_ranks": n,
                 "rows": rows,
                 "model": curve,
+                "calibration": cal.label if cal else None,
+                "calibration_params": cal.describe() if cal else None,
             }
         )
     return out
@@ -201,6 +195,46 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "title": title,
                     "x": size_axis,
                     "y": y,
+                    "series": series,
+                }
+            )
+    return figs
+
+
+def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per collective: the model's error vs size, nominal and calibrated (percent)."""
+    by_coll: dict[str, list[dict[str, Any]]] = {}
+    for g in groups:
+        by_coll.setdefault(g["collective"], []).append(g)
+    many = len({g["run_id"] for g in groups}) > 1
+    figs = []
+    for coll, gs in by_coll.items():
+        series = []
+        for g in gs:
+            lab = _label(g, many)
+            for role, key, name in (
+                ("nominal", "nominal_error_pct", "nominal model"),
+                ("calibrated", "calibrated_error_pct", g.get("calibration") or "calibrated"),
+            ):
+                pts = [(r["size"], r[key]) for r in g["rows"] if r.get(key) is not None]
+                if pts:
+                    series.append(
+                        {
+                            "label": f"{lab}: {name}",
+                            "run_id": g["run_id"],
+                            "role": role,
+                            "x": [x for x, _ in pts],
+                            "y": [y for _, y in pts],
+                        }
+                    )
+        if series:
+            figs.append(
+                {
+                    "id": f"error_{coll}",
+                    "kind": "model_error",
+                    "title": f"{coll}: model error vs message size, (model - measured) / measured",
+                    "x": {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"},
+                    "y": {"label": "model error", "unit": "%", "scale": "linear"},
                     "series": series,
                 }
             )

@@ -125,6 +125,69 @@ def _group_table(g: dict[str, Any]) -> str:
     return f"<h3>{escape(title)}</h3>" + _table(head, rows)
 
 
+def _error_table(g: dict[str, Any]) -> str:
+    """Measured vs nominal vs calibrated per size of one group, with the MAPE of each."""
+    from genie.calibration.errors import mape
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.1f} %"
+
+    rows = [
+        [
+            format_bytes(r["size"]),
+            format_seconds(r["time_p50_s"]),
+            format_seconds(r["modeled_s"]) if r["modeled_s"] else "-",
+            pct(r.get("nominal_error_pct")),
+            format_seconds(r["calibrated_s"]) if r.get("calibrated_s") else "-",
+            pct(r.get("calibrated_error_pct")),
+        ]
+        for r in g["rows"]
+    ]
+    nom = mape(r.get("nominal_error_pct") for r in g["rows"])
+    cal = mape(r.get("calibrated_error_pct") for r in g["rows"])
+    head = ["size", "measured p50", "nominal", "error", "calibrated", "error"]
+    title = f"model error: {g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks"
+    said = (
+        f"calibrated = {g['calibration']} ({g['calibration_params']})"
+        if g.get("calibration")
+        else "no calibration of this testbed in the store (genie calibrate RUN)"
+    )
+    summary = f"MAPE: nominal {'-' if nom is None else f'{nom:.1f} %'}"
+    if cal is not None:
+        summary += f", calibrated {cal:.1f} %"
+    return (
+        f"<h3>{escape(title)}</h3>"
+        + _table(head, rows)
+        + f'<p class="note">{escape(summary)}; nominal = the cost model of the run\'s testbed as '
+        f"declared; {escape(said)}.</p>"
+    )
+
+
+def _sim_error_table(source: str, rows: list[dict[str, Any]]) -> str:
+    """An emulate run's model error rows (``genie emulate --json``'s ``model_error``)."""
+
+    def t(v: float | None) -> str:
+        return "-" if v is None else format_seconds(v)
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.1f} %"
+
+    body = [
+        [
+            r["label"],
+            "-" if r.get("size") is None else format_bytes(r["size"]),
+            t(r["measured_s"]),
+            t(r.get("nominal_s")),
+            pct(r.get("nominal_error_pct")),
+            t(r.get("calibrated_s")),
+            pct(r.get("calibrated_error_pct")),
+        ]
+        for r in rows
+    ]
+    head = ["what", "size", "measured", "nominal", "error", "calibrated", "error"]
+    return f"<h3>model error of {escape(source)}</h3>" + _table(head, body)
+
+
 _PARTS = ("compute", "exposed_comm", "wait", "idle")
 
 
@@ -151,6 +214,7 @@ def render_html(
     figures: list[dict[str, Any]],
     files: dict[str, Path],
     sim_notes: list[str],
+    sim_errors: list[tuple[str, list[dict[str, Any]]]] = (),
 ) -> str:
     """The whole page as a string (images inlined from ``files``: figure id -> PNG path)."""
     parts = [
@@ -161,16 +225,19 @@ def render_html(
         "bandwidths in GB/s = 10^9 bytes/s (nccl-tests: algbw = S/t, busbw = algbw x factor). "
         "The analytical curves are genie's cost model priced on the run's own testbed.</p>",
     ]
-    sweep = [f for f in figures if f["kind"] == "size_sweep"]
-    if sweep:
-        parts.append("<h2>Collectives: measured beside the analytical model</h2>")
-        for f in sweep:
-            parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
-            parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
-            parts.append("</figcaption></figure>")
-        for g in groups:
-            parts.append(_group_table(g))
-    other = [f for f in figures if f["kind"] != "size_sweep"]
+    for kind, heading, table in (
+        ("size_sweep", "Collectives: measured beside the analytical model", _group_table),
+        ("model_error", "How far the model is from the wire", _error_table),
+    ):
+        figs = [f for f in figures if f["kind"] == kind]
+        if figs:
+            parts.append(f"<h2>{heading}</h2>")
+            for f in figs:
+                parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
+                parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
+                parts.append("</figcaption></figure>")
+            parts.extend(table(g) for g in groups)
+    other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error")]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
         stacks = [
@@ -178,6 +245,8 @@ def render_html(
         ]
         if stacks:
             parts.append(_breakdown_table(stacks))
+        for source, rows in sim_errors:
+            parts.append(_sim_error_table(source, rows))
         for n in sim_notes:
             parts.append(f'<p class="note">{escape(n)}</p>')
         for f in other:

@@ -96,6 +96,19 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
     ax.legend(fontsize=8, loc="best")
 
 
+def _model_error(ax, fig: dict[str, Any]) -> None:
+    """Model error (percent) vs size: nominal dashed, calibrated solid, 0 % marked."""
+    xs = [x for s in fig["series"] for x in s["x"]]
+    for i, s in enumerate(fig["series"]):
+        style = "s--" if s["role"] == "nominal" else "o-"
+        ax.plot(s["x"], s["y"], style, color=f"C{i}", lw=1.6, ms=5, label=s["label"])
+    ax.axhline(0.0, color="k", lw=0.8)
+    _size_axis(ax, xs)
+    ax.set_ylabel("(model - measured) / measured (%)")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+
+
 def _bars(ax, fig: dict[str, Any]) -> None:
     s = fig["series"][0]
     ax.barh(range(len(s["x"])), s["y"], height=0.6, color="C0")
@@ -174,6 +187,7 @@ DRAW = {
     "stacked_ranks": _stacked,
     "timeline": _timeline,
     "rank_timeline": _timeline,
+    "model_error": _model_error,
 }
 
 

@@ -6,7 +6,10 @@ size), so a trace's all-gather, whose comm_size is the per-rank shard, is looked
 n x comm_size. A size between two measured sizes is priced by linear interpolation
 in log(size)-log(time). Outside the measured sizes, or for a (collective, ranks) never measured,
 the analytical model is used, scaled at the nearest measured size so the curve is continuous;
-every such use is counted and reported as extrapolated. This backend does not model sharing:
+every such use is counted and reported as extrapolated, with its reason (which collective and
+rank count, below or above which measured size, never measured at that rank count) and how it
+was priced (the model scaled by how much, the raw model, or the measured curve's slope). This
+backend does not model sharing:
 each instance takes its measured time even when others are in flight (said in its notes).
 """
 
@@ -22,7 +25,10 @@ import numpy as np
 
 from genie.errors import StoreError
 from genie.sim.network import FixedTimeBackend, Pricer, Transfer
+from genie.units import format_bytes
 from genie.vocabulary import chakra_name
+
+SHOWN_REASONS = 6  # extrapolation reasons listed in the summary (the rest are counted)
 
 
 class MeasuredTable:
@@ -141,6 +147,7 @@ class MeasuredBackend(FixedTimeBackend):
         self.table = table
         self.model = model
         self.counts: dict[str, int] = defaultdict(int)
+        self.reasons: dict[str, int] = defaultdict(int)  # why and how, per extrapolation
         super().__init__(name or f"measured:{table.source}", pricer)
         if pricer is not None:
             self.notes = [
@@ -160,6 +167,7 @@ class MeasuredBackend(FixedTimeBackend):
             self.counts[how] += 1
             return float(t)
         self.counts["extrapolated"] += 1
+        why = self._why(coll, n, size, how)
         if self.model is None:
             if t is None:
                 raise StoreError(
@@ -174,24 +182,59 @@ class MeasuredBackend(FixedTimeBackend):
                 )
                 ref = sizes[i[0]] if how == "below" else sizes[i[1]]
                 tref = times[i[0]] if how == "below" else times[i[1]]
+                self.reasons[f"{why}: the measured curve's log-log slope ({slope:.2f})"] += 1
                 return float(tref * (max(size, 1) / ref) ** slope)
+            self.reasons[f"{why}: proportional to size from the one measured size"] += 1
             return float(t * max(size, 1) / sizes[0])
         modeled = self.model(tr)
         if t is None:
+            self.reasons[f"{why}: the analytical model, unscaled"] += 1
             return modeled
         ref = self.table.nearest_size(coll, n, size)
         ref_tr = ref // n if coll == "all_gather" else ref
         ref_model = self.model(Transfer(tr.iid, tr.comm_type, ref_tr, tr.ranks, tr.group))
-        return modeled * (t / ref_model) if ref_model > 0 else modeled
+        if not ref_model > 0:
+            self.reasons[f"{why}: the analytical model, unscaled (it prices 0 there)"] += 1
+            return modeled
+        self.reasons[
+            f"{why}: the analytical model x {t / ref_model:.3g} (measured/model at "
+            f"{format_bytes(ref)})"
+        ] += 1
+        return modeled * (t / ref_model)
+
+    def _why(self, coll: str, n: int, size: int, how: str) -> str:
+        """Why a transfer is outside the table, in words."""
+        if how == "missing":
+            have = sorted(k for c, k in self.table.curves if c == coll)
+            other = (
+                f"it has {coll} on {', '.join(map(str, have))} ranks"
+                if have
+                else f"it has no {coll} at all"
+            )
+            return f"{coll} on {n} ranks: never measured in {self.table.source} ({other})"
+        sizes, _ = self.table.curves[(coll, n)]
+        if how == "below":
+            edge = f"below the smallest measured size {format_bytes(sizes[0])}"
+        else:
+            edge = f"above the largest measured size {format_bytes(sizes[-1])}"
+        return f"{coll} on {n} ranks at {format_bytes(size)}: {edge}"
 
     def duration(self, transfer: Transfer) -> float:
         """The instance's measured (or model-scaled) time alone."""
         return self.price(transfer)
 
     def summary(self) -> str:
-        """How many instances were measured, interpolated or extrapolated."""
+        """How many instances were measured, interpolated or extrapolated, and why and how."""
         c = self.counts
-        return (
+        text = (
             f"{c['measured']} at measured sizes, {c['interpolated']} interpolated (log-log), "
             f"{c['extrapolated']} EXTRAPOLATED outside measured sizes"
         )
+        if not self.reasons:
+            return text
+        ranked = sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = [f"{k} x {why}" for why, k in ranked[:SHOWN_REASONS]]
+        if len(ranked) > SHOWN_REASONS:
+            rest = sum(k for _, k in ranked[SHOWN_REASONS:])
+            parts.append(f"{rest} more for {len(ranked) - SHOWN_REASONS} other reasons")
+        return f"{text}: " + "; ".join(parts)

@@ -12,8 +12,9 @@ bytes).
 testbed's or a target's): an edge between two hosts loads the links its flows take under the
 topology's routing policy (``flow_route``: ECMP per flow, spraying, or a pinned path), an edge
 inside a host loads the sending rank's private intra-host port (the topology's
-``intra_bandwidth``), as the collectives cost model does. The latency term is steps x
-the largest route latency among the edges (ASTRA-sim's hops x latency per message). Oversubscribed
+``intra_bandwidth``), as the collectives cost model does. The latency term is steps x the
+largest route latency among the edges (ASTRA-sim's hops x latency per message), plus, on a
+calibrated topology, its per-step overhead twice per message a rank sends. Oversubscribed
 uplinks of a leaf-spine thus show up as contended links, shared among concurrent transfers by the
 analytical backend. ``NetModel`` is the same pricer on a switch or fully-connected topology
 built from a bandwidth and a per-link latency, ``ranks_per_host`` ranks to a host; with one rank
@@ -158,7 +159,11 @@ class TopologyPricer(CachedPricer):
             nbytes = np.bincount(inv, weights=np.concatenate(weights)) * float(per_edge)
         else:
             uniq, nbytes = np.zeros(0, np.int64), np.zeros(0)
-        return Demand(latency=steps * lat, links=uniq.astype(np.int64), nbytes=nbytes)
+        # a calibrated topology's per-step software overhead: each message a rank sends costs a
+        # SEND and a REDUCE/COPY step of its software, one after another
+        sends = max(steps, len(src) // max(1, len(ranks)))
+        over = 2 * sends * float(getattr(self.topology, "step_overhead", 0.0))
+        return Demand(latency=steps * lat + over, links=uniq.astype(np.int64), nbytes=nbytes)
 
 
 class NetModel(TopologyPricer):

@@ -1,0 +1,405 @@
+"""Fitting a calibration to measured collective times: pure, numpy least squares.
+
+The cost model's time ``T(p)`` of a program is positively homogeneous of degree one in the
+parameter vector ``p`` (``genie.calibration.model.PARAMS``: step overhead, latency per hop,
+per-message cost and inverse bandwidth fraction per link class): scaling every one of them by
+``c`` scales every event of the fluid simulation by ``c``. Along one critical path ``T`` is
+therefore linear, ``T(p) = J(p) . p``, where ``J`` is the gradient: how many overheads, hops and
+messages and how many seconds of nominal wire time lie on the path. The fit alternates:
+
+1. ``J`` of every fit point at the current ``p`` (finite differences of the real cost model);
+2. ``p`` = the weighted linear least squares of ``J p = measured``, in relative error (rows
+   divided by the measured time) and reweighted by 1/|relative residual| of the previous round
+   (iteratively reweighted least squares towards the least mean absolute relative error, which
+   is what MAPE measures, so one noisy size does not pull the fit the way squares would);
+
+until ``p`` stops moving, keeping the best ``p`` seen by its real (not linearised) MAPE.
+Parameters the data do not exercise keep their nominal value; parameters the data cannot tell
+apart (the per-message cost when every message crossed the same number of hops, the per-step
+overhead when every message came with the same steps) are folded into the latency per hop; a
+time the fit puts below zero is held at zero (a bandwidth it cannot place, at its nominal
+value); a per-message cost within two standard errors of zero is left out. Each of these is said
+in the notes. The uncertainties are the standard errors of the final weighted least squares
+(weighted residual variance times the diagonal of ``(A^T W A)^-1``).
+
+The points held back (``holdout``) are not fitted; the MAPE on them, before (nominal) and after
+(calibrated), is the honest measure of the calibration.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from genie.calibration.model import (
+    INTER,
+    INTRA,
+    PARAMS,
+    Calibration,
+    ClassParams,
+    at_params,
+    nominal_params,
+)
+from genie.errors import CalibrationError, GenieError
+
+HOLDOUTS = ("alternate", "largest", "none")
+MAX_ITER = 30
+COLLINEAR = 1e-7  # smallest/largest singular value of the scaled design below this: dependent
+IRLS_FLOOR = 1e-3  # relative residuals below 0.1 % all weigh alike
+# the parameter left out first when the data cannot tell parameters apart
+DROP_ORDER = (
+    "inter.message_s",
+    "step_overhead_s",
+    "intra.latency_s",
+    "intra.inv_fraction",
+    "inter.latency_s",
+    "inter.inv_fraction",
+)
+FOLD = {"inter.message_s", "step_overhead_s"}  # dropped: zero, absorbed by the latency per hop
+WHAT = {
+    "step_overhead_s": "per-step overhead",
+    "inter.latency_s": "inter-host latency per hop",
+    "inter.message_s": "inter-host per-message cost",
+    "inter.inv_fraction": "inter-host bandwidth fraction",
+    "intra.latency_s": "intra-host latency",
+    "intra.inv_fraction": "intra-host bandwidth fraction",
+}
+
+
+@dataclass
+class Point:
+    """One measured collective: its program, where its ranks ran, and its median time."""
+
+    program: Any  # genie.collectives.program.Program
+    hosts: list[Any]  # host (name or index) of each group rank, for the cost model
+    topology: Any  # the nominal Topology of the testbed it ran on
+    measured_s: float
+    series: tuple  # points of one series differ only in size (for the hold-out)
+    size: int
+    label: str = ""
+    held: bool = False
+    nominal_s: float | None = None
+    calibrated_s: float | None = None
+
+
+@dataclass
+class FitResult:
+    """The fitted calibration with the points it was judged on."""
+
+    calibration: Calibration
+    points: list[Point] = field(default_factory=list)
+
+
+def assign_holdout(points: Sequence[Point], mode: str) -> str:
+    """Mark the held-back points of each series (sorted by size); return the rule in words.
+
+    ``alternate``: every other size, from the second smallest; ``largest``: the largest quarter
+    of the sizes (at least one); ``none``: nothing held back (the error is then on fit points).
+    """
+    if mode not in HOLDOUTS:
+        raise CalibrationError(f"unknown hold-out {mode!r}; one of {', '.join(HOLDOUTS)}")
+    by: dict[tuple, list[Point]] = {}
+    for p in points:
+        p.held = False
+        by.setdefault(p.series, []).append(p)
+    for series in by.values():
+        series.sort(key=lambda p: p.size)
+        if len(series) < 2 or mode == "none":
+            continue
+        if mode == "alternate":
+            for p in series[1::2]:
+                p.held = True
+        else:
+            for p in series[-max(1, len(series) // 4) :]:
+                p.held = True
+    return {
+        "alternate": "every other size of each series (2nd, 4th, ... smallest) held back",
+        "largest": "the largest quarter of the sizes of each series held back",
+        "none": "nothing held back: errors are on the fit points themselves",
+    }[mode]
+
+
+class _Model:
+    """The cost model at a parameter vector, with a cache (the fit asks many times)."""
+
+    def __init__(self, points: Sequence[Point]) -> None:
+        from genie.collectives.cost import estimate
+
+        self._estimate = estimate
+        self.points = list(points)
+        self._topos: dict[tuple, Any] = {}
+        self._times: dict[tuple, float] = {}
+
+    def time(self, i: int, p: dict[str, float]) -> float:
+        key = (i, *(p[k] for k in PARAMS))
+        t = self._times.get(key)
+        if t is None:
+            pt = self.points[i]
+            tkey = (id(pt.topology), *key[1:])
+            topo = self._topos.get(tkey)
+            if topo is None:
+                topo = self._topos[tkey] = at_params(pt.topology, p)
+            t = self._times[key] = float(self._estimate(pt.program, topo, pt.hosts).time_s)
+        return t
+
+    def times(self, idx: Sequence[int], p: dict[str, float]) -> np.ndarray:
+        return np.array([self.time(i, p) for i in idx])
+
+    def jacobian(self, idx: Sequence[int], p: dict[str, float]) -> np.ndarray:
+        """d time / d parameter at ``p`` for the points ``idx`` (forward differences)."""
+        base = self.times(idx, p)
+        cols = []
+        for k in PARAMS:
+            h = 1e-4 * (abs(p[k]) + (1.0 if k.endswith("inv_fraction") else 1e-6))
+            q = dict(p)
+            q[k] = p[k] + h
+            cols.append((self.times(idx, q) - base) / h)
+        return np.stack(cols, axis=1)
+
+
+def _mape(model: np.ndarray, measured: np.ndarray) -> float | None:
+    if not len(measured):
+        return None
+    return float(np.mean(np.abs(model - measured) / measured) * 100.0)
+
+
+def _rank(a: np.ndarray, cols: list[int]) -> int:
+    """Numerical rank of the columns ``cols`` of ``a``, each scaled to unit length."""
+    if not cols:
+        return 0
+    sub = a[:, cols]
+    norms = np.linalg.norm(sub, axis=0)
+    sub = sub[:, norms > 0] / norms[norms > 0]
+    if not sub.shape[1]:
+        return 0
+    s = np.linalg.svd(sub, compute_uv=False)
+    return int(np.sum(s > COLLINEAR * s[0]))
+
+
+def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x, *_ = np.linalg.lstsq(a, b, rcond=None)
+    return x
+
+
+def fit(
+    points: Sequence[Point],
+    *,
+    testbed_name: str = "",
+    runs: Sequence[str] = (),
+    holdout: str = "",
+    on_iteration: Callable[[int], None] | None = None,
+) -> FitResult:
+    """Fit a calibration to the points not held back (see the module docstring)."""
+    pts = list(points)
+    fit_idx = [i for i, p in enumerate(pts) if not p.held]
+    held_idx = [i for i, p in enumerate(pts) if p.held]
+    if len(fit_idx) < 2:
+        raise CalibrationError(
+            f"{len(fit_idx)} fit point(s): a calibration needs measured times at 2 or more sizes "
+            "(bench a sweep, e.g. --sizes 1KiB:16MiB:x4)"
+        )
+    model = _Model(pts)
+    meas = np.array([p.measured_s for p in pts])
+    t_fit = meas[fit_idx]
+    start = nominal_params(pts[0].topology)
+    start["step_overhead_s"] = 0.0
+    start["inter.message_s"] = 0.0
+    notes: list[str] = []
+
+    # which parameters these data exercise at all, and which they can tell apart
+    j0 = model.jacobian(fit_idx, start) / t_fit[:, None]
+    free = [k for n, k in enumerate(PARAMS) if np.any(np.abs(j0[:, n]) > 1e-12)]
+    unused = [k for k in PARAMS if k not in free]
+    if any(k.startswith("intra.") for k in unused):
+        notes.append(
+            "intra-host parameters: not exercised by these runs (no two ranks of a collective "
+            "on one host); the intra-host path keeps its nominal values"
+        )
+    for k in unused:
+        if k.startswith("inter."):
+            notes.append(f"{WHAT[k]}: not exercised by these runs; kept at its nominal value")
+    for k in [k for k in DROP_ORDER if k in free]:  # drop what the others already explain
+        cols = [PARAMS.index(x) for x in free]
+        if _rank(j0, cols) == len(cols):
+            break
+        rest = [PARAMS.index(x) for x in free if x != k]
+        if _rank(j0, rest) == _rank(j0, cols):
+            free.remove(k)
+            notes.append(_inseparable(k))
+    if "inter.inv_fraction" not in free and "intra.inv_fraction" not in free:
+        raise CalibrationError("these runs do not exercise any link's bandwidth")
+
+    zeroed = set(FOLD)
+    p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration)
+    # a per-message cost only where the data say so
+    k = "inter.message_s"
+    if k in free:
+        n = free.index(k)
+        err = math.sqrt(max(0.0, cov[n, n]))
+        if not p[k] > 2 * err:
+            free.remove(k)
+            notes.append(
+                f"per-message cost {p[k] * 1e6:.3g} ± {err * 1e6:.2g} us is within two standard "
+                "errors of zero: left out (part of the latency per hop)"
+            )
+            p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration)
+
+    errs = _errors(free, cov)
+    cal = _calibration(p, errs, free, pts)
+    cal.testbed_name = testbed_name
+    cal.runs = list(runs)
+    cal.holdout = holdout
+    cal.notes = notes
+    nominal = np.array([model.time(i, nominal_params(pts[i].topology)) for i in range(len(pts))])
+    calibrated = model.times(range(len(pts)), p)
+    for i, pt in enumerate(pts):
+        pt.nominal_s, pt.calibrated_s = float(nominal[i]), float(calibrated[i])
+    cal.points_fit, cal.points_held = len(fit_idx), len(held_idx)
+    cal.mape = {
+        "fit_nominal": _mape(nominal[fit_idx], meas[fit_idx]),
+        "fit_calibrated": _mape(calibrated[fit_idx], meas[fit_idx]),
+        "held_nominal": _mape(nominal[held_idx], meas[held_idx]),
+        "held_calibrated": _mape(calibrated[held_idx], meas[held_idx]),
+    }
+    cal.rows = [
+        {
+            "label": pt.label,
+            "size": pt.size,
+            "held": pt.held,
+            "measured_s": pt.measured_s,
+            "nominal_s": pt.nominal_s,
+            "calibrated_s": pt.calibrated_s,
+        }
+        for pt in pts
+    ]
+    return FitResult(cal, pts)
+
+
+def _inseparable(k: str) -> str:
+    if k == "inter.message_s":
+        return (
+            "per-message cost: not separable from the latency per hop in these runs (every "
+            "message crossed the same number of hops); it is part of the latency per hop"
+        )
+    if k == "step_overhead_s":
+        return (
+            "per-step overhead: not separable from latency in these runs (every message came "
+            "with the same steps); it is part of the latency per hop. Bench a collective with "
+            "another step pattern (e.g. all_to_all beside all_reduce) to separate them"
+        )
+    return f"{WHAT[k]}: not separable from the other parameters in these runs; kept nominal"
+
+
+def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration):
+    """Fixed-point least squares on the critical-path terms (module docstring); returns
+    (parameters, covariance of the ``free`` ones). A parameter the best fit holds at zero leaves
+    ``free`` and joins ``zeroed``."""
+    p = dict(start)
+    for k in PARAMS:
+        if k not in free and k in zeroed:
+            p[k] = 0.0
+    best: tuple[float, dict[str, float], Any, list[str]] = (math.inf, p, None, free)
+    weight = np.ones(len(t_fit))
+    for it in range(MAX_ITER):
+        if on_iteration:
+            on_iteration(it)
+        sw = np.sqrt(weight)[:, None]
+        jac = model.jacobian(fit_idx, p) / t_fit[:, None]
+        active = list(free)
+        while True:  # a time fitted below zero is held at zero, a bandwidth at its nominal
+            cols = [PARAMS.index(k) for k in active]
+            held = [n for n in range(len(PARAMS)) if n not in cols]
+            q = {**p, **{k: _floor(k, start) for k in free if k not in active}}
+            b = 1.0 - jac[:, held] @ np.array([q[PARAMS[n]] for n in held])
+            x = _solve(sw * jac[:, cols], sw[:, 0] * b)
+            neg = [(x[j], PARAMS[c]) for j, c in enumerate(cols) if x[j] <= 0]
+            if not neg:
+                break
+            active.remove(min(neg)[1])
+        if not any(k.endswith("inv_fraction") for k in active):
+            raise CalibrationError(
+                "the fit gives no positive bandwidth: these sizes are all latency-bound; bench "
+                "larger sizes too"
+            )
+        dof = len(t_fit) - len(cols)
+        if dof < 1:
+            raise CalibrationError(
+                f"{len(t_fit)} fit points for {len(cols)} parameters: bench more sizes"
+            )
+        new = dict(q)
+        for j, c in enumerate(cols):
+            new[PARAMS[c]] = float(x[j])
+        try:
+            rel = model.times(fit_idx, new) / t_fit - 1.0
+        except GenieError as exc:
+            raise CalibrationError(f"the cost model cannot price a fitted point: {exc}") from None
+        mape = float(np.mean(np.abs(rel)))
+        a = sw * jac[:, cols]
+        resid = a @ x - sw[:, 0] * b
+        cov = float(np.sum(resid**2)) / dof * np.linalg.pinv(a.T @ a)
+        if mape < best[0]:
+            best = (mape, new, cov, list(active))
+        moved = max(abs(new[k] - p[k]) / (abs(p[k]) + 1e-12) for k in free)
+        p = new
+        weight = 1.0 / np.maximum(np.abs(rel), IRLS_FLOOR)
+        weight /= weight.mean()
+        if moved < 1e-9:
+            break
+    _, p, cov, active = best
+    for k in [k for k in free if k not in active]:
+        if k.endswith("inv_fraction"):
+            notes.append(f"{WHAT[k]}: these runs do not determine it; kept at its nominal value")
+        else:
+            notes.append(f"{WHAT[k]}: the fit puts it below zero; held at 0")
+            zeroed.add(k)
+        free.remove(k)
+    return p, cov
+
+
+def _floor(k: str, start: dict[str, float]) -> float:
+    """Where a parameter the fit cannot place is held: a time at zero, a bandwidth nominal."""
+    return start[k] if k.endswith("inv_fraction") else 0.0
+
+
+def _errors(free: list[str], cov) -> dict[str, float | None]:
+    """1-sigma uncertainty of each fitted parameter (None: not fitted)."""
+    out: dict[str, float | None] = {k: None for k in PARAMS}
+    for n, k in enumerate(free):
+        out[k] = math.sqrt(max(0.0, float(cov[n, n])))
+    return out
+
+
+def _calibration(p, errs, free, pts) -> Calibration:
+    def frac(k: str) -> tuple[float, float | None]:
+        g = p[k]
+        e = errs[k]
+        return 1.0 / g, (None if e is None else e / (g * g))
+
+    inter_f, inter_fe = frac("inter.inv_fraction")
+    classes = {
+        INTER: ClassParams(
+            latency_s=p["inter.latency_s"],
+            latency_err_s=errs["inter.latency_s"],
+            bandwidth_fraction=inter_f,
+            bandwidth_fraction_err=inter_fe,
+            message_s=p["inter.message_s"],
+            message_err_s=errs["inter.message_s"],
+        )
+    }
+    if "intra.latency_s" in free or "intra.inv_fraction" in free:
+        intra_f, intra_fe = frac("intra.inv_fraction")
+        classes[INTRA] = ClassParams(
+            latency_s=p["intra.latency_s"],
+            latency_err_s=errs["intra.latency_s"],
+            bandwidth_fraction=intra_f,
+            bandwidth_fraction_err=intra_fe,
+        )
+    return Calibration(
+        step_overhead_s=p["step_overhead_s"],
+        step_overhead_err_s=errs["step_overhead_s"],
+        classes=classes,
+    )

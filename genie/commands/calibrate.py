@@ -1,0 +1,202 @@
+"""``genie calibrate RUN [RUN ...]``: fit the cost model to bench sweeps; print MAPE before/after.
+
+The fit (``genie.calibration.fit``) uses part of the runs' points and holds back the rest
+(``--holdout``); the model's error on the held-back points, nominal and calibrated, is the
+figure to trust. The calibration is stored with the testbed in the run store, for
+``genie simulate|emulate|bench --calibration ID``.
+
+``genie calibrate compute PREFIX --out NEW``: rewrite a workload's compute durations from its
+shapes (timed with PyTorch on a local accelerator when there is one, else the roofline; the
+report says which); new files, never in place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import msgspec
+
+from genie import progress
+from genie.commands import _args as A
+from genie.errors import StoreError, UsageError
+from genie.store import DEFAULT_STORE, RunStore
+from genie.units import format_bytes, format_seconds
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
+def _err(model: float | None, measured: float) -> str:
+    if model is None:
+        return "-"
+    return f"{(model - measured) / measured * 100:+.1f} %"
+
+
+def _fit_runs(args: argparse.Namespace) -> int:
+    from genie.calibration.fit import assign_holdout, fit
+    from genie.calibration.runs import bucket_note, run_points
+
+    path = Path(args.store)
+    if not path.is_file():
+        raise StoreError(f"no run store at {path} (runs are recorded by genie bench; --store)")
+    with RunStore(path) as st:
+        points, infos = [], []
+        for rid in args.items:
+            info, pts = run_points(st, rid)
+            infos.append(info)
+            points.extend(pts)
+    names = sorted({i.testbed_name for i in infos})
+    if len(names) > 1:
+        raise UsageError(
+            f"the runs are of different testbeds ({', '.join(names)}): a calibration is of one"
+        )
+    rule = assign_holdout(points, args.holdout)
+    run_ids = [i.run_id for i in infos]
+    with progress.stage(f"fitting the model to {len(points)} measured points") as st:
+        result = fit(
+            points,
+            testbed_name=names[0],
+            runs=run_ids,
+            holdout=rule,
+            on_iteration=lambda k: st.describe(f"fitting: iteration {k + 1}"),
+        )
+    cal = result.calibration
+    cal.notes += [n for n in (bucket_note(i, points) for i in infos) if n]
+    if not args.no_save:
+        with RunStore(path) as st:
+            cal.cal_id = st.add_calibration(
+                msgspec.to_builtins(cal),
+                testbed_name=names[0],
+                testbed_text=infos[0].testbed,
+                runs=run_ids,
+            )
+    if args.json:
+        json.dump(msgspec.to_builtins(cal), sys.stdout, indent=1)
+        print()
+        return 0
+    print_calibration(cal, nominal=infos[0].testbed_name, store=None if args.no_save else path)
+    return 0
+
+
+def print_calibration(cal, nominal: str, store: Path | None, file=None) -> None:
+    """The calibration's parameters, MAPE before and after, and its per-point table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    out = file or sys.stdout
+    con = Console(file=out, highlight=False, width=None if out.isatty() else 120)
+    con.print(
+        f"[bold]calibration {cal.cal_id or '(not stored)'}[/] of testbed {cal.testbed_name}, "
+        f"fit on runs {', '.join(cal.runs)}"
+    )
+    con.print(
+        f"points: {cal.points_fit} fit, {cal.points_held} held back ({cal.holdout})", markup=False
+    )
+    con.print("parameters (± one standard error):", markup=False)
+    con.print(f"  {cal.describe().replace('; ', chr(10) + '  ')}", markup=False)
+    for note in cal.notes:
+        con.print(f"  note: {note}", markup=False)
+    m = cal.mape
+    con.print("model error, MAPE = mean |model - measured| / measured:", markup=False)
+    t = Table()
+    for c in ("points", "n", "nominal model", "calibrated model"):
+        t.add_column(c, justify="left" if c == "points" else "right")
+    t.add_row(
+        "held back",
+        str(cal.points_held),
+        _pct(m.get("held_nominal")),
+        _pct(m.get("held_calibrated")),
+    )
+    t.add_row("fit", str(cal.points_fit), _pct(m.get("fit_nominal")), _pct(m.get("fit_calibrated")))
+    con.print(t)
+    con.print(
+        f"nominal = the cost model of testbed {nominal} as its file declares it; "
+        f"calibrated = {cal.label}",
+        markup=False,
+    )
+    con.print("per point (measured = median of the measured iterations):", markup=False)
+    rows = Table()
+    for c in ("collective", "size", "part", "measured", "nominal", "error", "calibrated", "error"):
+        rows.add_column(c, justify="left" if c in ("collective", "part") else "right")
+    for r in cal.rows:
+        rows.add_row(
+            r["label"].rsplit(" ", 2)[0],
+            format_bytes(r["size"]),
+            "held" if r["held"] else "fit",
+            format_seconds(r["measured_s"]),
+            format_seconds(r["nominal_s"]),
+            _err(r["nominal_s"], r["measured_s"]),
+            format_seconds(r["calibrated_s"]),
+            _err(r["calibrated_s"], r["measured_s"]),
+        )
+    con.print(rows)
+    if store is not None:
+        con.print(
+            f"stored as calibration {cal.cal_id} in {store}; price with it: genie "
+            f"simulate|emulate|bench ... --calibration {cal.cal_id}",
+            markup=False,
+        )
+
+
+def _compute(args: argparse.Namespace) -> int:
+    from genie.commands._calibrate_compute import run_compute
+
+    if len(args.items) != 2:
+        raise UsageError("usage: genie calibrate compute PREFIX --out NEW_PREFIX")
+    return run_compute(args, args.items[1])
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.items[0] == "compute":
+        return _compute(args)
+    compute_only = ("out", "peak_flops", "memory_bandwidth", "efficiency", "device")
+    given = [f"--{k.replace('_', '-')}" for k in compute_only if getattr(args, k) is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)}: only for genie calibrate compute PREFIX")
+    return _fit_runs(args)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``calibrate`` command."""
+    p = sub.add_parser(
+        "calibrate",
+        help="fit the cost model to bench runs (MAPE before/after); or compute durations",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "items",
+        nargs="+",
+        metavar="RUN",
+        help="bench run ids (a unique prefix works), or: compute PREFIX",
+    )
+    p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
+    p.add_argument(
+        "--holdout",
+        choices=("alternate", "largest", "none"),
+        default="alternate",
+        help="points not fitted, to measure the error on: every other size of each series "
+        "(alternate), the largest quarter (largest), or none (default alternate)",
+    )
+    p.add_argument("--no-save", action="store_true", help="do not store the calibration")
+    p.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    c = p.add_argument_group("compute (genie calibrate compute PREFIX --out NEW)")
+    c.add_argument("--out", default=None, metavar="PREFIX", help="where the new files go")
+    c.add_argument(
+        "--device",
+        default=None,
+        help="roofline preset for the device to model (h100, h200, a100); default: the local "
+        "accelerator if PyTorch sees one, else h100",
+    )
+    c.add_argument("--peak-flops", type=A.real(0, 1e20), default=None, help="roofline FLOP/s")
+    c.add_argument(
+        "--memory-bandwidth", type=A.bandwidth, default=None, help="roofline memory bandwidth"
+    )
+    c.add_argument(
+        "--efficiency", type=A.real(0, 1), default=None, help="roofline fraction of peak"
+    )
+    p.set_defaults(func=_run)

@@ -1,0 +1,119 @@
+"""The models an emulate run is compared with, and how far each is from what the wire did.
+
+``Models`` holds the testbed's nominal topology and, with a calibration, the calibrated one,
+both as the run reports them (dilated when the run is: bandwidth x K, fixed times / K, which is
+the lab's model / K). It prices single programs for the per-collective rows, gives the replay's
+analytical backends (named after the model that priced them) and, for a dilated run, replays
+the workload on a fabric K times faster that kept the lab's latency and overhead, to say how
+much what dilation does not scale matters for this workload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from genie.calibration.dilation import dilated_topology, dilation_note, kept_latency_topology
+from genie.calibration.errors import ErrorRow
+from genie.calibration.model import Calibration, calibrate_topology
+from genie.errors import GenieError
+
+
+@dataclass
+class Models:
+    """Nominal and calibrated topologies of a testbed as an emulate run reports them."""
+
+    nominal: Any
+    calibrated: Any | None
+    lab: Any  # the undilated model of the lab (calibrated when there is a calibration)
+    calibration: Calibration | None
+    k: float
+    source: str  # what the nominal model prices, in words
+    missing: str = ""  # why there is no calibrated model, when there is none
+
+    @property
+    def nominal_label(self) -> str:
+        """Which model the nominal numbers come from."""
+        dil = f", dilated x{self.k:g}" if self.k != 1 else ""
+        return f"{self.source}{dil}"
+
+    def price(self, program: Any, hosts: Sequence[Any]) -> tuple[float | None, float | None]:
+        """(nominal s, calibrated s) of one program alone (None where the model declines)."""
+        from genie.collectives.cost import estimate
+
+        out: list[float | None] = []
+        for topo in (self.nominal, self.calibrated):
+            try:
+                out.append(None if topo is None else estimate(program, topo, list(hosts)).time_s)
+            except GenieError:
+                out.append(None)
+        return out[0], out[1]
+
+    def backends(self, placement: Sequence[Any], n_ranks: int, algos, chunks: int) -> list:
+        """Analytical replay backends: nominal, then calibrated (when there is one)."""
+        from genie.sim.network import AnalyticalBackend
+        from genie.sim.program_pricer import ProgramPricer
+
+        nominal = ProgramPricer(self.nominal, placement, n_ranks, algos, chunks)
+        out = [AnalyticalBackend(nominal, track_links=True)]
+        if self.calibrated is not None and self.calibration is not None:
+            pricer = ProgramPricer(self.calibrated, placement, n_ranks, algos, chunks)
+            name = f"analytical ({self.calibration.label})"
+            out.append(AnalyticalBackend(pricer, name=name, track_links=True))
+        return out
+
+    def dilation_note(
+        self, cw: Any, placement: Sequence[Any], algos, chunks: int, symmetry: bool
+    ) -> str | None:
+        """For a dilated run: what did not scale and how much it matters for the iteration."""
+        if self.k == 1:
+            return None
+        from genie.sim.api import replay
+        from genie.sim.network import AnalyticalBackend
+        from genie.sim.program_pricer import ProgramPricer
+
+        times = []
+        for topo in (dilated_topology(self.lab, self.k), kept_latency_topology(self.lab, self.k)):
+            pricer = ProgramPricer(topo, placement, cw.n_ranks, algos, chunks)
+            rep, _ = replay(cw, AnalyticalBackend(pricer), symmetry=symmetry)
+            times.append(rep.iteration_s)
+        pct = (times[1] - times[0]) / times[0] * 100 if times[0] else 0.0
+        model = self.calibration.label if self.calibration else f"nominal, {self.source}"
+        return dilation_note(self.k, self.lab, model, [("iteration", pct)])
+
+
+def models(
+    topology: Any, calibration: Calibration | None, k: float, source: str, asked: str = "latest"
+) -> Models:
+    """The models of an emulate run on ``topology`` (see ``Models``); ``asked`` is what
+    ``--calibration`` said (to say why there is no calibrated model)."""
+    cal_topo = calibrate_topology(topology, calibration) if calibration else None
+    lab = cal_topo if cal_topo is not None else topology
+    missing = (
+        "not asked for (--calibration none)"
+        if asked in (None, "none")
+        else "no calibration of this testbed in the run store (genie calibrate RUN)"
+    )
+    if k != 1:
+        return Models(
+            dilated_topology(topology, k),
+            None if cal_topo is None else dilated_topology(cal_topo, k),
+            lab,
+            calibration,
+            k,
+            source,
+            missing,
+        )
+    return Models(topology, cal_topo, lab, calibration, k, source, missing)
+
+
+def iteration_row(reports: Sequence[Any], label: str = "iteration") -> ErrorRow:
+    """The replay's iteration: measured times (first report) vs nominal vs calibrated."""
+    return ErrorRow(
+        label,
+        None,
+        reports[0].iteration_s,
+        reports[1].iteration_s if len(reports) > 1 else None,
+        reports[2].iteration_s if len(reports) > 2 else None,
+    )
