@@ -44,6 +44,32 @@ def workload(spec: str):
     return build_generated(ns)
 
 
+def fingerprint(wl) -> str:
+    """A digest of what ASTRA-sim was run on: every rank's compiled graph and the groups."""
+    import hashlib
+
+    cw = compile_workload(wl)
+    h = hashlib.blake2b(digest_size=12)
+    for cr in cw.ranks:
+        h.update(cr.signature())
+    h.update(json.dumps([list(g) for g in cw.group_ranks]).encode())
+    return h.hexdigest()
+
+
+def test_generated_workloads_are_the_ones_astra_sim_ran():
+    """A generator change makes the stored ASTRA-sim figures stale: say so, not "model off"."""
+    stored = json.loads((REF / "reference.json").read_text()).get("fingerprints", {})
+    specs = {
+        json.dumps(c["workload"], sort_keys=True) for c in CASES if "generate" in c["workload"]
+    }
+    assert specs and set(stored) == specs
+    stale = [s for s in sorted(specs) if fingerprint(workload(s)) != stored[s]]
+    assert not stale, (
+        f"genie's generators now write other workloads than ASTRA-sim ran for {stale}: re-run "
+        "ASTRA-sim on them (docs/astra-sim.md, provenance) and update reference.json"
+    )
+
+
 def astra_ns(case: dict, mode: str, per_member: bool | None = None) -> int:
     """genie's ``astra-<mode>`` figure for a case, in ns."""
     wl = workload(json.dumps(case["workload"], sort_keys=True))
