@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from genie.errors import (
     AgentLost,
     AgentRefused,
     AgentUnreachable,
+    ControlUnreachable,
     DataPlaneError,
     GenieError,
     ProtocolError,
@@ -371,32 +373,19 @@ class Controller:
         """Claim every agent; check protocol versions; return their hellos.
 
         An agent that does not answer in time is described (nothing listening, not a genie
-        agent, handshake refused) in an ``AgentUnreachable`` naming it.
+        agent, handshake refused) in an ``AgentUnreachable`` naming it. An agent that says it is
+        busy is asked again for as long as a holder that just left takes to be let go (its
+        missed beats), then the refusal stands.
         """
-        self.sessions = {}
-        for a in self.agents:
-            self._send(
-                a,
-                Hello(
-                    controller=self.id,
-                    version=__version__,
-                    protocol=PROTOCOL_VERSION,
-                    testbed=self.testbed,
-                ),
-            )
-        try:
+        tries = 2 * (self.missed_limit + 1)  # half-beat pauses: the holder's missed beats, plus one
+        for attempt in range(tries):
             try:
-                replies = self._wait(
-                    HelloReply, self.agents, self.to.register_s, "hello", match_job=False
-                )
-            except RunTimeout as exc:
-                raise self._unanswered(exc) from None
-        except GenieError:
-            # release the agents that did accept us (same connection as the Hello, so ordered)
-            for a in self.agents:
-                with contextlib.suppress(GenieError):
-                    self._send(a, Bye())
-            raise
+                replies = self._hello_round()
+                break
+            except AgentBusy:
+                if attempt == tries - 1:
+                    raise
+                time.sleep(self.hb_ns / 2e9)  # a holder that just closed may still be on record
         for a, r in replies.items():
             assert isinstance(r, HelloReply)
             if r.protocol != PROTOCOL_VERSION:
@@ -760,6 +749,40 @@ class Controller:
             log.warning("abort incomplete: %s", exc)
         self.ended_jobs.add(self.job)
         self.job = ""
+
+    def _hello_round(self) -> dict[str, Msg]:
+        """Send every agent a Hello and collect the replies; on failure leave those that took it."""
+        self.sessions = {}
+        try:
+            for a in self.agents:
+                self._send(
+                    a,
+                    Hello(
+                        controller=self.id,
+                        version=__version__,
+                        protocol=PROTOCOL_VERSION,
+                        testbed=self.testbed,
+                    ),
+                )
+            try:
+                return self._wait(
+                    HelloReply, self.agents, self.to.register_s, "hello", match_job=False
+                )
+            except RunTimeout as exc:
+                raise self._unanswered(exc) from None
+        except ControlUnreachable as exc:
+            describe = getattr(self.t, "describe", None)
+            for a in self.agents:
+                with contextlib.suppress(GenieError):
+                    self._send(a, Bye())
+            why = describe(str(exc).split("agent ", 1)[-1].split(":", 1)[0]) if describe else ""
+            raise ControlUnreachable(f"{exc}; {why}" if why else str(exc)) from None
+        except GenieError:
+            # release the agents that did accept us (same connection as the Hello, so ordered)
+            for a in self.agents:
+                with contextlib.suppress(GenieError):
+                    self._send(a, Bye())
+            raise
 
     def close(self, quit_agents: bool = False) -> None:
         """Leave the agents (Bye), or stop them (Quit); bounded; never raises."""
