@@ -91,3 +91,14 @@ def size(lo: int = 0, hi: int = 1 << 40) -> Callable[[str], int]:
 
 
 port = integer(0, 65535)
+
+
+def add_comm_concurrency(p: argparse.ArgumentParser) -> None:
+    """``--comm-concurrency N``: NCCL's stream order (``genie.sim.streams``), for simulate/emulate."""
+    p.add_argument(
+        "--comm-concurrency",
+        type=integer(0, 1024),
+        default=1,
+        help="collectives of one process group in flight at once on a rank, in issue order "
+        "(1: NCCL's one stream per communicator; 0: no limit)",
+    )

@@ -67,13 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--placement", choices=("testbed", "round-robin"), default="testbed")
     p.add_argument("--algorithm", help="as for genie simulate")
     p.add_argument("--chunks", type=A.integer(1, 1024), default=1)
-    p.add_argument(
-        "--comm-concurrency",
-        type=A.integer(0, 1024),
-        default=1,
-        help="collectives of one process group in flight at once on a rank, in issue order "
-        "(1: NCCL's one stream per communicator; 0: no limit)",
-    )
+    A.add_comm_concurrency(p)
     p.add_argument(
         "--max-collectives",
         type=A.integer(0, 1000000),

@@ -114,13 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunks", type=A.integer(1, 1024), default=1, help="chunks per collective (pipelining)"
     )
-    p.add_argument(
-        "--comm-concurrency",
-        type=A.integer(0, 1024),
-        default=1,
-        help="collectives of one process group in flight at once on a rank, in issue order "
-        "(1: NCCL's one stream per communicator; 0: no limit)",
-    )
+    A.add_comm_concurrency(p)
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
     p.add_argument("--peak-flops", type=A.real(0, 1e20), help="roofline: peak FLOP/s (e.g. 989e12)")
     p.add_argument(
