@@ -94,7 +94,7 @@ port = integer(0, 65535)
 
 
 def add_comm_concurrency(p: argparse.ArgumentParser) -> None:
-    """``--comm-concurrency N``: NCCL's stream order (``genie.sim.streams``), for simulate/emulate."""
+    """``--comm-concurrency N``: NCCL's stream order (``genie.sim.streams``)."""
     p.add_argument(
         "--comm-concurrency",
         type=integer(0, 1024),
