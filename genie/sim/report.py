@@ -88,6 +88,8 @@ class SimReport:
     exposed_by_dimension: dict[str, float] = field(default_factory=dict)
     exposed_by_collective: dict[str, float] = field(default_factory=dict)
     links: list[dict] = field(default_factory=list)  # busiest links (attribution.busiest_links)
+    # with stragglers or jitter: the cost against the unperturbed workload, who waited on whom
+    stragglers: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s)."""
