@@ -84,6 +84,8 @@ def job_names(prefixes: Sequence[str], given: Sequence[str] | None) -> list[str]
     given = list(given or [])
     if len(given) > len(prefixes):
         raise UsageError(f"{len(given)} --job-name for {len(prefixes)} workloads")
+    if len(set(given)) != len(given):
+        raise UsageError(f"job names must differ: {given}")
     out: list[str] = []
     for i, pre in enumerate(prefixes):
         name = given[i] if i < len(given) else Path(pre.rstrip("/")).name or f"job{i}"

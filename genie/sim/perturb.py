@@ -7,9 +7,9 @@ op lists (so ``genie simulate`` and ``genie emulate`` see the same perturbed wor
 * ``slowdown``: rank -> factor (1.5 = that rank computes 50 % slower);
 * ``jitter``: each compute node's duration times a random factor of mean 1:
   ``normal:S`` (1 + S z, clipped at 0), ``lognormal:S`` (exp(S z - S^2 / 2)) or ``uniform:S``
-  (1 + U(-S, S)); z standard normal. Drawn from a generator seeded by (seed, rank), so a rank's
-  noise does not depend on how many ranks or jobs there are, and the same seed gives the same
-  workload.
+  (1 + U(-sqrt(3) S, sqrt(3) S)); z standard normal, so S is about the standard deviation.
+  Drawn from a generator seeded by (seed, rank), so a rank's noise does not depend on how many
+  ranks or jobs there are, and the same seed gives the same workload.
 
 The file form (``--perturb FILE``, TOML)::
 
@@ -163,7 +163,8 @@ def _noise(dist: str, sigma: float, rng: np.random.Generator, n: int) -> np.ndar
         return np.maximum(0.0, 1.0 + sigma * rng.standard_normal(n))
     if dist == "lognormal":
         return np.exp(sigma * rng.standard_normal(n) - sigma * sigma / 2)
-    return 1.0 + rng.uniform(-sigma, sigma, n)
+    half = sigma * math.sqrt(3.0)  # the standard deviation is sigma, as for the others
+    return 1.0 + rng.uniform(-half, half, n)
 
 
 def check_ranks(p: Perturbation, n_ranks: int) -> None:
@@ -173,16 +174,18 @@ def check_ranks(p: Perturbation, n_ranks: int) -> None:
         raise UsageError(f"straggler ranks {bad[:8]} outside the workload's ranks 0..{n_ranks - 1}")
 
 
-def apply(cw: CompiledWorkload, p: Perturbation, rank_base: int = 0) -> CompiledWorkload:
+def apply(cw: CompiledWorkload, p: Perturbation, rank_base: int | None = None) -> CompiledWorkload:
     """``cw`` with its compute durations scaled as ``p`` says (a new workload; ``cw`` kept).
 
     ``rank_base``: the global rank of ``cw``'s rank 0 (a job among several): ``p`` names and
-    seeds global ranks, so a job perturbs alike alone and beside others.
+    seeds global ranks, so a job perturbs alike alone and beside others (the caller checks the
+    ranks against all jobs); without it, ``p``'s ranks must be ``cw``'s.
     """
     if not p:
         return cw
-    if not rank_base:
+    if rank_base is None:
         check_ranks(p, cw.n_ranks)
+        rank_base = 0
     ranks = []
     for local, cr in enumerate(cw.ranks):
         r = rank_base + local
