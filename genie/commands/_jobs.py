@@ -106,7 +106,7 @@ def run_jobs(args: argparse.Namespace, compute: ComputeModel, pert: perturb.Pert
         plain = [JobSpec(names[k], cws[k], layout[k], starts[k]) for k in range(len(cws))]
         base, _ = merge_jobs(plain)
     topo, placement = fabric(args, merged.n_ranks, jm.placement)
-    pricer = make_pricer(args, topo, placement, merged.n_ranks)
+    pricer = make_pricer(args, topo, placement, merged.n_ranks).use_splits(merged.instances.splits)
     symmetry = not args.no_symmetry
     with progress.stage(f"replaying {len(cws)} jobs together") as st:
         be = AnalyticalBackend(pricer, track_links=True)
@@ -117,6 +117,7 @@ def run_jobs(args: argparse.Namespace, compute: ComputeModel, pert: perturb.Pert
         for k, job in enumerate(jm.jobs):
             st.describe(f"replaying job {job.name} alone")
             p = make_pricer(args, topo, list(job.hosts), pcws[k].n_ranks)
+            p.use_splits(pcws[k].instances.splits)
             be_k = AnalyticalBackend(p, track_links=True)
             rep_k, _ = replay(pcws[k], be_k, symmetry=symmetry)
             alone.append((job.name, be_k, rep_k))

@@ -85,6 +85,8 @@ def closed_for(row: dict, closed: dict) -> float | None:
     """The textbook closed form of a report row on the network ``closed`` describes, or None."""
     if not closed or row["collective"] == "send_recv" or closed.get("chunks", 1) != 1:
         return None
+    if row.get("uneven") is not None:  # the closed forms are for even collectives
+        return None
     coll, n, size = row["collective"], row["ranks"], row["size"]
     try:
         return closed_form(
@@ -257,7 +259,7 @@ def print_reports(
         for row in r.collectives[:rows]:
             cells = [
                 str(row.seq),
-                row.collective,
+                row.collective + ("_v" if row.uneven is not None else ""),
                 row.group,
                 str(row.ranks),
                 format_bytes(row.size),
@@ -278,6 +280,14 @@ def print_reports(
         con.print(t)
         if len(r.collectives) > rows:
             con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
+        uneven = [x for x in r.collectives if x.uneven is not None]
+        if uneven:
+            worst = max(uneven, key=lambda x: x.uneven)
+            con.print(
+                f"all_to_all_v: {len(uneven)} uneven all-to-alls (per-peer sizes), priced by "
+                f"their per-peer bytes; most skewed #{worst.seq}: largest block "
+                f"{worst.uneven:.1f}x the mean"
+            )
         if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
             row = r.collectives[0]
             cf = closed_for({**row.__dict__}, closed)

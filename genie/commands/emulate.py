@@ -152,6 +152,11 @@ def run(args: argparse.Namespace) -> int:
     tb = load_testbed(args.testbed)
     agents = place_ranks([(h.name, h.ranks) for h in tb.hosts], cw.n_ranks, args.placement)
     keys = distinct_transfers(cw)
+    if args.mode == "isolated" and cw.instances.splits:
+        raise UsageError(
+            f"the workload has {len(cw.instances.splits)} uneven all-to-alls (all-to-all-v), "
+            "which isolated mode does not measure: use --mode overlapped (the default)"
+        )
     if len(keys) > args.max_collectives:
         raise UsageError(
             f"the workload has {len(keys)} distinct collectives (more than --max-collectives "
@@ -205,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         m.modeled_s, calibrated[key] = models.price(
             plan_key(key, algos, args.chunks), [agents[r] for r in key[2]]
         )
-    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks)
+    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks, cw.instances.splits)
 
     def measured_backend():
         return TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer)
@@ -486,7 +491,7 @@ def run_overlapped(
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
     medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
-    model_backends = models.backends(agents, cw.n_ranks, algos, chunks)
+    model_backends = models.backends(agents, cw.n_ranks, algos, chunks, cw.instances.splits)
 
     def measured_backend():
         return InstanceBackend(medians, name=f"testbed:{run_id}")

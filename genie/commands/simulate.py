@@ -417,6 +417,7 @@ def simulate(args: argparse.Namespace) -> Simulated:
         cw = perturb.apply(base, pert)
         if args.model == "genie":
             pricer, closed = _network_model(args, cw.n_ranks)
+            pricer.use_splits(cw.instances.splits)  # all-to-all-v priced by its matrix
             makers = [
                 lambda spec=spec: _backend(args, pricer, spec) for spec in _backend_specs(args)
             ]
