@@ -37,8 +37,8 @@ def test_uneven_all_to_all_moves_each_block_to_its_place(chunks, window) -> None
     rng = np.random.default_rng(chunks * 10 + (window or 0))
     for mat in (M4, rng.integers(0, 64, (5, 5)) * 2):
         n = len(mat)
-        p = build_program("all_to_all", "direct", n, 0, splits=mat.ravel().tolist(),
-                          chunks=chunks, window=window)  # fmt: skip
+        flat = mat.ravel().tolist()
+        p = build_program("all_to_all", "direct", n, 0, splits=flat, chunks=chunks, window=window)
         verify(p)  # the data executor: every block where it belongs, no race
         for r in range(n):
             sent = {}
@@ -143,10 +143,10 @@ def test_op_lists_ship_uneven_programs() -> None:
 
 
 def test_simulate_prices_and_reports_skewed_moe(tmp_path, capsys) -> None:
+    gen = ["workload", "generate", "moe", "--ranks", "4", "--layers", "1", "--hidden", "512"]
+    gen += ["--seq", "256", "--batch", "1", "--for", "genie"]
     for skew_arg, name in (("0", "even"), ("1.5", "skew")):
-        assert main(["workload", "generate", "moe", "--ranks", "4", "--layers", "1"]
-                    + ["--hidden", "512", "--seq", "256", "--batch", "1", "--for", "genie"]
-                    + ["--expert-skew", skew_arg, "--out", str(tmp_path / name)]) == 0  # fmt: skip
+        assert main([*gen, "--expert-skew", skew_arg, "--out", str(tmp_path / name)]) == 0
     capsys.readouterr()
     docs = {}
     for name in ("even", "skew"):
