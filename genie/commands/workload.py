@@ -253,6 +253,12 @@ def build_generated(args: argparse.Namespace):
             dp_sync="rs_ag" if rs_ag else "all_reduce",
             **common,
         )
+    if args.expert_skew and args.target == "astra-sim":
+        print(
+            "note: --for astra-sim: ASTRA-sim reads each rank's all-to-all as an even one of its "
+            "own comm_size; genie reads the per-peer sizes (comm_split_sizes)",
+            file=sys.stderr,
+        )
     return moe(
         n,
         args.layers,
