@@ -19,7 +19,7 @@ from typing import Any
 from genie.errors import RuntimeFault
 from genie.extras import require
 
-CONNECT_TIMEOUT_S = 20
+CONNECT_TIMEOUT_S = 5
 
 
 def default_workers() -> int:
