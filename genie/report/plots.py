@@ -78,8 +78,15 @@ def _seconds_axis(axis, label: str, vmax: float | None = None) -> tuple[float, s
     axis.set_major_formatter(fmt)
     if axis.get_scale() == "log":
         lo, hi = sorted(abs(v) for v in axis.get_view_interval())
-        # less than a decade shows no major tick: label the minor ones, in the same unit
-        axis.set_minor_formatter(fmt if lo > 0 and hi / lo < 10 else NullFormatter())
+        # two decades or less show one or two major ticks: label the minor 2s and 5s too, in
+        # the same unit (never a lone "10" on a log axis)
+        few = lo > 0 and hi / lo < 100
+
+        def minor(v: float, _p) -> str:
+            lead = f"{v:e}"[0]
+            return f"{v / scale:g}" if few and lead in "25" else ""
+
+        axis.set_minor_formatter(FuncFormatter(minor) if few else NullFormatter())
     axis.set_label_text(f"{label} ({unit})")
     return scale, unit
 
@@ -166,7 +173,12 @@ def _stacked(ax, fig: dict[str, Any]) -> None:
     ax.set_xlabel(fig["x"]["label"])
     n = len(fig["series"][0]["x"]) if fig["series"] else 0
     if n <= 32:
-        ax.set_xticks(fig["series"][0]["x"])
+        import textwrap
+
+        xs = fig["series"][0]["x"]
+        ax.set_xticks(range(n) if isinstance(xs[0], str) else xs)
+        if isinstance(xs[0], str):  # configuration names: wrapped, never overlapping
+            ax.set_xticklabels([textwrap.fill(x, 22) for x in xs], fontsize=8)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
@@ -224,14 +236,14 @@ def _grouped(ax, fig: dict[str, Any], legend: bool = True) -> None:
     top = max((v for s in series for v in s["y"] if v is not None), default=1.0)
     ax.set_ylim(0, top * 1.15 or 1)
     scale, _unit = _seconds_axis(ax.yaxis, fig["y"]["label"], fig.get("vmax"))
-    if legend and len(series) * len(groups) <= 12:  # few bars: their values on top
+    if legend and len(series) * len(groups) <= 8:  # few bars: their values on top
         for bars, ys in bar_sets:
             ax.bar_label(bars, [f"{v / scale:.3g}" if v == v else "" for v in ys], fontsize=7)
     if fig.get("x", {}).get("label"):
         ax.set_xlabel(fig["x"]["label"])
     ax.grid(True, axis="y", alpha=0.3)
-    if legend:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if legend:  # below the plot: configuration names are long
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False)
 
 
 def _small_multiples(fig: dict[str, Any], plt) -> Any:
