@@ -110,3 +110,14 @@ def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -
     ctl = one["sim0_timeline"]
     assert len(ctl["series"]) <= 16 and len(ctl["drilldown"]["series"]) > 16
     assert any("p2p #->#" in s["label"] for s in ctl["series"])
+
+
+def test_intra_host_and_inter_host_points_are_separate_curves() -> None:
+    from genie.report.data import _group_key, _label
+
+    inst = {"collective": "all_reduce", "algorithm": "ring", "n_ranks": 2, "program": {}}
+    intra = _group_key(inst, ["h0", "h0", "h1"])
+    inter = _group_key({**inst, "program": {"ranks": [1, 2]}}, ["h0", "h0", "h1"])
+    assert intra[-1] == "intra-host" and inter[-1] == "inter-host" and intra != inter
+    g = {"run_id": "r1", "algorithm": "ring", "n_ranks": 2, "span": "intra-host"}
+    assert "intra-host" in _label(g, False, {"intra-host", "inter-host"})
