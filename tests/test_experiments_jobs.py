@@ -16,8 +16,6 @@ from genie.sim.compiled import GraphBuilder, Kind
 from genie.sim.jobs import JobSpec, job_times, merge_jobs, packed_hosts, parse_hosts, place_job
 from genie.sim.network import AnalyticalBackend
 from genie.sim.program_pricer import ProgramPricer
-from genie.workload import save_workload
-from genie.workload.generators import data_parallel
 
 MS = 1e-3
 
@@ -75,13 +73,6 @@ def test_placement_helpers() -> None:
         place_job(8, (0, 1), 2)
     with pytest.raises(UsageError, match="names must differ"):
         merge_jobs([JobSpec("x", _pp_job(), (0, 1)), JobSpec("x", _pp_job(), (2, 3))])
-
-
-@pytest.fixture(scope="module")
-def dp(tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("dp") / "dp"
-    save_workload(data_parallel(4, layers=2, hidden=1024, seq=512, batch=2), prefix)
-    return str(prefix)
 
 
 LEAF_SPINE = ["--topology", "leaf_spine", "--leaves", "2", "--oversubscription", "4"]

@@ -15,8 +15,6 @@ from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder, Kind
 from genie.sim.network import ZeroNetwork
 from genie.sim.waits import slowest, straggler_cost, who_waited
-from genie.workload import save_workload
-from genie.workload.generators import data_parallel
 
 MS = 1e-3
 
@@ -106,13 +104,6 @@ def test_emulate_op_lists_carry_the_stragglers_gaps() -> None:
     plan = compile_oplists(cw)
     assert [g for _, _, g in plan.rank_ops[0]] == [1_000_000, 1_000_000]
     assert [g for _, _, g in plan.rank_ops[1]] == [3_000_000, 3_000_000]
-
-
-@pytest.fixture(scope="module")
-def dp(tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("dp") / "dp"
-    save_workload(data_parallel(4, layers=2, hidden=1024, seq=512, batch=2), prefix)
-    return str(prefix)
 
 
 def test_simulate_reports_what_the_straggler_costs_and_who_waited(dp, capsys, tmp_path):

@@ -10,8 +10,6 @@ from genie.cli import main
 from genie.errors import UsageError
 from genie.sweep.grid import parse_grid
 from genie.sweep.pool import run_all
-from genie.workload import save_workload
-from genie.workload.generators import data_parallel
 
 
 def test_the_grid_is_every_combination_last_key_fastest() -> None:
@@ -44,13 +42,6 @@ def test_the_local_pool_returns_results_in_order_and_reports_each() -> None:
     seen = []
     out = run_all(_square, list(range(6)), workers=2, on_result=lambda i, r: seen.append(i))
     assert out == [0, 1, 4, 9, 16, 25] and sorted(seen) == list(range(6))
-
-
-@pytest.fixture(scope="module")
-def dp(tmp_path_factory):
-    prefix = tmp_path_factory.mktemp("dp") / "dp"
-    save_workload(data_parallel(4, layers=2, hidden=1024, seq=512, batch=2), prefix)
-    return str(prefix)
 
 
 def test_sweep_compares_fabrics_in_one_table_and_one_figure(dp, tmp_path, capsys):

@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
-import numpy as np
-
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.engine import RawResult
 
@@ -80,12 +78,3 @@ def slowest(by_rank: list[dict]) -> int | None:
         return None
     best = max(by_rank, key=lambda x: (x["made_others_wait_s"], -x["rank"]))
     return best["rank"] if best["made_others_wait_s"] > 0 else None
-
-
-def wait_vector(doc: dict, n_ranks: int) -> np.ndarray:
-    """The per-rank wait of a ``who_waited`` document as an array (for plots)."""
-    out = np.zeros(n_ranks)
-    for x in doc.get("by_rank", []):
-        if 0 <= x["rank"] < n_ranks:
-            out[x["rank"]] = x["wait_s"]
-    return out
