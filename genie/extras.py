@@ -19,6 +19,7 @@ from genie.errors import MissingDependency
 EXTRAS = {
     "report": ("matplotlib>=3.8", "genie report (plots and the HTML report)"),
     "capture": ("jax[cpu]>=0.7", "genie capture jax (lowering with XLA)"),
+    "sweep": ("dask[distributed]>=2024.1", "genie sweep --dask (a Dask distributed cluster)"),
 }
 
 

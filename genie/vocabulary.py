@@ -40,6 +40,10 @@ class CollectiveType(enum.IntEnum):
     BARRIER = 9
 
 
+#: The node attribute (int64 list) of an uneven all-to-all (all-to-all-v): the bytes the rank
+#: sends to each rank of its group, in group order (its comm_size is then its own total).
+UNEVEN_ATTR = "comm_split_sizes"
+
 #: Chakra's names in snake case, indexed by the Chakra number.
 CHAKRA_NAMES: tuple[str, ...] = tuple(t.name.lower() for t in CollectiveType)
 P2P = -1  # the comm type of a send/recv instance (not a Chakra number)

@@ -168,7 +168,12 @@ def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path, capsys):
     meas = {s["run_id"]: s for s in fig["series"] if s["role"] == "measured"}
     assert set(meas) == {a, b}
     assert meas[b]["y"] == pytest.approx([r.busbw for r in rows_b], rel=1e-9)
-    assert all(a in s["label"] or b in s["label"] for s in fig["series"])
+    # legends name what ran (the testbed; the run's order when both ran on one), not run ids
+    assert not any(a in s["label"] or b in s["label"] for s in fig["series"])
+    labels = {s["run_id"]: s["label"] for s in fig["series"] if s["role"] == "measured"}
+    assert labels[a] != labels[b] and all("run 1 of 2" in x or "run 2 of 2" in x
+                                          for x in labels.values())  # fmt: skip
+    assert a not in fig["title"] and " on " in fig["title"]
     png_one = Path(next(f["file"] for f in one["figures"] if f["id"] == "busbw_all_reduce"))
     assert Path(fig["file"]).read_bytes() != png_one.read_bytes()
     html = Path(both["html"]).read_text()
@@ -228,13 +233,17 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     figs = {f["id"]: f for f in doc["figures"]}
     assert {"busbw_all_reduce", "sim0_iteration", "sim0_breakdown0", "sim0_timeline"} <= set(figs)
     it = figs["sim0_iteration"]["series"]
-    assert it[0]["x"] == [r["backend"] for r in emu["reports"]]
+    # backends named by what they are: the testbed's name, not the run id
+    on = f"measured on {emu['testbed']}"
+    assert it[0]["x"] == [on if r["backend"].startswith("testbed:") else r["backend"]
+                          for r in emu["reports"]]  # fmt: skip
     measured = [r["makespan_s"] for r in emu["runs"] if not r["warmup"]]
     assert len(measured) == 2
     assert it[1]["role"] == "measured_iterations" and it[1]["y"] == measured
-    assert set(it[1]["x"]) == {f"testbed:{emu['run_id']}"}
+    assert set(it[1]["x"]) == {on}
     html = Path(doc["html"]).read_text()
-    assert f"small over testbed:{emu['run_id']}" in html and "exposed comm" in html
+    assert f"small on {emu['testbed']} ({on})" in html and "exposed comm" in html
+    assert all(emu["run_id"] not in f["title"] for f in doc["figures"])
     # the measured timeline is the median measured run; each rank's spans end where it ended
     tl = figs["sim0_measured_timeline"]
     k = tl["measured_run"]

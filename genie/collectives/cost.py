@@ -233,7 +233,9 @@ def _symmetry_group(program: Program, topology: Topology, hosts: list[int]) -> s
     spec = program.spec
     n = spec.n_ranks
     kind = topology.symmetry
-    if n < 2 or spec.options.get("oneway") or kind is None or not _is_identity(hosts):
+    if n < 2 or spec.options.get("oneway") or spec.splits or kind is None:
+        return None  # (an uneven all-to-all: ranks differ, no rank stands for the others)
+    if not _is_identity(hosts):
         return None
     pair = (spec.collective, spec.algorithm)
     if pair in ROTATION_SYMMETRIC:
@@ -246,7 +248,7 @@ def _symmetry_group(program: Program, topology: Topology, hosts: list[int]) -> s
 def uniform_shards(spec) -> bool:
     """True when, in every chunk, all n shard pieces have the same size (ranks move equal bytes)."""
     if spec.collective in ("send_recv", "all_to_all"):
-        return True
+        return not spec.splits
     for c in range(spec.chunks):
         sizes = {nb for _, nb in chunk_segments(spec, c)}
         if len(sizes) > 1:

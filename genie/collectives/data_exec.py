@@ -15,7 +15,14 @@ from collections.abc import Sequence
 import numpy as np
 
 from genie.collectives.emit import gc_paused
-from genie.collectives.layout import a2a_block, buffer_bytes, input_region, result_regions
+from genie.collectives.layout import (
+    a2a_block,
+    buffer_bytes,
+    input_region,
+    result_regions,
+    split_matrix,
+    v_layout,
+)
 from genie.collectives.program import Op, Program, Step
 from genie.errors import CollectiveError, DeadlockError
 
@@ -282,6 +289,18 @@ def expected(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray 
         return [inputs[spec.root].copy() for _ in range(n)]
     if coll == "send_recv":
         return [inputs[(r - 1) % n].copy() for r in range(n)]
+    if coll == "all_to_all" and spec.splits:
+        m = split_matrix(spec)
+        _, send, recv = v_layout(spec)
+        outs = []
+        for r in range(n):
+            o = inputs[r].copy()
+            for i in range(n):
+                if i != r:
+                    src = inputs[i][send[i][r] : send[i][r] + m[i][r]]
+                    o[recv[r][i] : recv[r][i] + m[i][r]] = src
+            outs.append(o)
+        return outs
     if coll == "all_to_all":
         b = a2a_block(spec)
         outs = []

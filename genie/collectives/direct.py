@@ -8,7 +8,14 @@ bytes are out; its latency overlaps the next one). Also the pairwise send/recv.
 from __future__ import annotations
 
 from genie.collectives.emit import Emit
-from genie.collectives.layout import a2a_block, chunk_range, chunk_segments, piece
+from genie.collectives.layout import (
+    a2a_block,
+    chunk_range,
+    chunk_segments,
+    piece,
+    split_matrix,
+    v_layout,
+)
 from genie.collectives.program import ProgramSpec
 
 
@@ -29,8 +36,35 @@ def _windowed_sends(spec: ProgramSpec, rank: int, e: Emit, rng_for, after=()) ->
     return sends
 
 
+def all_to_all_v(spec: ProgramSpec, rank: int, e: Emit) -> None:
+    """Uneven direct all-to-all: rank r's block for j, from the send area to j's receive area.
+
+    Peers it sends nothing to (or receives nothing from) are skipped on both sides, the window
+    counting only real sends; send and receive areas never overlap, so copies wait on nothing.
+    """
+    n, c, k = spec.n_ranks, e.chunk, window_of(spec)
+    m = split_matrix(spec)
+    _, send, recv = v_layout(spec)
+    elem = spec.options.get("elem", 1)
+    sends: list[int] = []
+    for s in range(1, n):
+        j = (rank + s) % n
+        rng = piece(send[rank][j], m[rank][j], spec.chunks, c, elem)
+        if rng[1]:
+            deps = [sends[-k]] if len(sends) >= k else []
+            sends.append(e.send(j, rng, deps))
+    for s in range(1, n):
+        i = (rank - s) % n
+        rng = piece(recv[rank][i], m[i][rank], spec.chunks, c, elem)
+        if rng[1]:
+            e.copy(e.recv(i, rng[1]), rng)
+
+
 def all_to_all(spec: ProgramSpec, rank: int, e: Emit) -> None:
     """Direct all-to-all: block j of rank r goes to block r of rank j (in place)."""
+    if spec.splits:
+        all_to_all_v(spec, rank, e)
+        return
     n, c = spec.n_ranks, e.chunk
     b = a2a_block(spec)
     pieces = [piece(j * b, b, spec.chunks, c, spec.options.get("elem", 1)) for j in range(n)]

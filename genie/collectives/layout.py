@@ -6,6 +6,12 @@ convention (option ``nccl=1``) ``size`` is always the whole buffer. Shards of a 
 not divide by n are uneven: the first ``units % n`` shards hold one element more. An element is
 ``elem`` bytes (option, default 1), so shard edges fall on element boundaries.
 
+An uneven all-to-all (all-to-all-v, ``spec.splits``: n x n bytes, row i what rank i sends to
+rank j) keeps what it sends and what it receives apart: the send area ``[0, R)`` holds rank r's
+blocks for ranks 0..n-1 in order (R the largest row total), the receive area ``[R, R + C)`` the
+blocks from ranks 0..n-1 in order (C the largest column total); the block a rank sends itself
+stays where it is, in the send area.
+
 Chunking splits a collective into C independent sub-collectives: for reduce-scatter, all-gather
 and all-to-all chunk c is piece c of every shard (so each rank's shard stays its own); for the
 other collectives chunk c is the c-th contiguous piece of the buffer, split into n shards.
@@ -45,8 +51,42 @@ def elem_of(spec: ProgramSpec) -> int:
     return spec.options.get("elem", 1)
 
 
+def split_matrix(spec: ProgramSpec) -> list[list[int]]:
+    """The all-to-all-v bytes as rows: ``m[i][j]`` is what group rank i sends to rank j."""
+    n = spec.n_ranks
+    s = spec.splits
+    return [list(s[i * n : (i + 1) * n]) for i in range(n)]
+
+
+def v_layout(spec: ProgramSpec) -> tuple[int, list[list[int]], list[list[int]]]:
+    """All-to-all-v: (R, send offsets [rank][peer], receive offsets [rank][source])."""
+    m = split_matrix(spec)
+    n = spec.n_ranks
+    rows = max((sum(r) for r in m), default=0)
+    send = []
+    recv = []
+    for r in range(n):
+        acc, offs = 0, []
+        for j in range(n):
+            offs.append(acc)
+            acc += m[r][j]
+        send.append(offs)
+        acc, offs = rows, []
+        for i in range(n):
+            offs.append(acc)
+            acc += m[i][r]
+        recv.append(offs)
+    return rows, send, recv
+
+
 def buffer_bytes(spec: ProgramSpec) -> int:
     """Bytes of every rank's working buffer."""
+    if spec.splits:
+        m = split_matrix(spec)
+        n = spec.n_ranks
+        rows = max((sum(r) for r in m), default=0)
+        cols = max((sum(m[i][j] for i in range(n)) for j in range(n)), default=0)
+        return rows + cols
     if spec.collective == "all_gather" and not spec.options.get("nccl", 0):
         return spec.size * spec.n_ranks
     return spec.size
@@ -83,6 +123,8 @@ def chunk_segments(spec: ProgramSpec, c: int) -> list[Range]:
 
 def input_region(spec: ProgramSpec, rank: int) -> Range:
     """The part of ``rank``'s buffer that holds its input when the collective starts."""
+    if spec.splits:
+        return (0, sum(split_matrix(spec)[rank]))
     if spec.collective == "all_gather":
         return shards(spec)[rank]
     return (0, buffer_bytes(spec))
@@ -97,6 +139,12 @@ def result_regions(spec: ProgramSpec, rank: int) -> list[Range]:
         return [whole] if rank == spec.root else []
     if coll == "send_recv" and spec.options.get("oneway", 0):
         return [whole] if rank == (spec.root + 1) % spec.n_ranks else []
+    if coll == "all_to_all" and spec.splits:
+        m = split_matrix(spec)
+        _, send, recv = v_layout(spec)
+        out = [(recv[rank][i], m[i][rank]) for i in range(spec.n_ranks) if i != rank]
+        out.append((send[rank][rank], m[rank][rank]))
+        return [x for x in out if x[1]]
     if coll == "all_to_all":
         b = a2a_block(spec)
         return [(0, b * spec.n_ranks)]

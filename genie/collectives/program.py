@@ -28,7 +28,9 @@ The buffer layout (size conventions, shards, chunk pieces, where inputs and resu
 in ``genie.collectives.layout``; the algorithms are catalogued in ``genie.collectives.registry``.
 Keys of ``ProgramSpec.options``: ``nccl`` (1: nccl-tests size convention), ``window`` (direct:
 sends in flight), ``elem`` (element bytes; shard edges fall on elements), ``oneway`` (send_recv:
-only ``root`` sends, to ``root + 1``). Builders outside this package (agents' own flows) may add
+only ``root`` sends, to ``root + 1``). ``ProgramSpec.splits`` makes an all-to-all uneven
+(all-to-all-v): the bytes each rank sends to each other rank (``genie.collectives.layout``).
+Builders outside this package (agents' own flows) may add
 their own collective names; ``genie.collectives`` plans only the ones it lists.
 """
 
@@ -75,6 +77,8 @@ class ProgramSpec(msgspec.Struct, frozen=True, kw_only=True):
     options: dict[str, int] = {}
     ranks: tuple[int, ...] = ()  # global rank of each group rank; empty means 0..n-1
     ranks_per_host: int = 1  # for hierarchical algorithms: group ranks i*k..i*k+k-1 share a host
+    # all-to-all-v: n x n bytes, row-major: what group rank i sends to group rank j (empty: even)
+    splits: tuple[int, ...] = ()
 
     def global_rank(self, group_rank: int) -> int:
         """Map a group-local rank to its global rank."""

@@ -161,8 +161,13 @@ def build_program(
     ranks: Sequence[int] = (),
     elem: int = 1,
     oneway: bool = False,
+    splits: Sequence[int] = (),
 ) -> Program:
-    """Plan one collective on ``n_ranks`` ranks; ``size`` in bytes as ``size_convention`` says."""
+    """Plan one collective on ``n_ranks`` ranks; ``size`` in bytes as ``size_convention`` says.
+
+    ``splits`` (all-to-all only, direct): n x n bytes, row-major, what each rank sends to each
+    rank (an uneven all-to-all; ``size`` is then ignored by the layout).
+    """
     coll = canonical_collective(collective)
     algo = canonical_algorithm(coll, algorithm or DEFAULT_ALGORITHM[coll])
     _check_int("n_ranks", n_ranks, 1)
@@ -187,6 +192,7 @@ def build_program(
         )
     if coll == "send_recv" and n_ranks < 2 and size:
         raise CollectiveError("send_recv needs at least 2 ranks")
+    splits = _check_splits(coll, algo, n_ranks, elem, splits)
     options: dict[str, int] = {}
     if size_convention == "nccl":
         options["nccl"] = 1
@@ -207,8 +213,27 @@ def build_program(
         options=options,
         ranks=tuple(ranks),
         ranks_per_host=ranks_per_host,
+        splits=splits,
     )
     return Program(spec, build_steps)
+
+
+def _check_splits(
+    coll: str, algo: str, n: int, elem: int, splits: Sequence[int]
+) -> tuple[int, ...]:
+    """The all-to-all-v matrix, checked (empty when none)."""
+    if splits is None or len(splits) == 0:
+        return ()
+    if (coll, algo) != ("all_to_all", "direct"):
+        raise CollectiveError(f"per-peer sizes are for all_to_all/direct, not {coll}/{algo}")
+    if len(splits) != n * n:
+        raise CollectiveError(f"per-peer sizes: {len(splits)} values for {n} ranks (need n x n)")
+    out = tuple(
+        _check_int("per-peer size", int(v) if not isinstance(v, bool) else v, 0) for v in splits
+    )
+    if any(v % elem for v in out):
+        raise CollectiveError(f"per-peer sizes must be multiples of the element size {elem}")
+    return out
 
 
 def program_from_spec(spec: ProgramSpec) -> Program:
@@ -227,6 +252,7 @@ def program_from_spec(spec: ProgramSpec) -> Program:
         ranks=spec.ranks,
         elem=o.get("elem", 1),
         oneway=bool(o.get("oneway")),
+        splits=spec.splits,
     )
 
 

@@ -85,6 +85,8 @@ def closed_for(row: dict, closed: dict) -> float | None:
     """The textbook closed form of a report row on the network ``closed`` describes, or None."""
     if not closed or row["collective"] == "send_recv" or closed.get("chunks", 1) != 1:
         return None
+    if row.get("uneven") is not None:  # the closed forms are for even collectives
+        return None
     coll, n, size = row["collective"], row["ranks"], row["size"]
     try:
         return closed_form(
@@ -175,6 +177,42 @@ def print_where(con: Console, reports: list[SimReport]) -> None:
         con.print(lt)
 
 
+def print_stragglers(con: Console, reports: list[SimReport], limit: int = 16) -> None:
+    """What the slowest ranks cost: the iteration against no stragglers, who waited on whom."""
+    for r in reports:
+        s = r.stragglers
+        if not s:
+            continue
+        con.print(
+            f"[bold]stragglers[/] over {r.backend} ({s['described']}): iteration "
+            f"{format_seconds(s['iteration_s'])} against {format_seconds(s['baseline_s'])} "
+            f"without them, {format_seconds(s['cost_s'])} ({s['cost_share']:+.1%}) longer"
+        )
+        rows = sorted(s["by_rank"], key=lambda x: (-x["wait_s"], x["rank"]))
+        t = Table(
+            title=f"wait at collectives by rank over {r.backend} (charged to the last rank to "
+            "arrive)" + (f"; the {limit} that waited most" if len(rows) > limit else ""),
+            title_justify="left",
+        )
+        for c in ("rank", "waited", "of the iteration", "waited most on", "made others wait"):
+            t.add_column(c, justify="right")
+        for x in rows[:limit]:
+            t.add_row(
+                str(x["rank"]),
+                format_seconds(x["wait_s"]),
+                f"{x['share']:.1%}",
+                "-" if x["waited_most_on"] is None else f"rank {x['waited_most_on']}",
+                format_seconds(x["made_others_wait_s"]),
+            )
+        con.print(t)
+        if s["pairs"]:
+            pairs = ", ".join(
+                f"{p['waiter']} on {p['waited_on']} {format_seconds(p['wait_s'])}"
+                for p in s["pairs"][:6]
+            )
+            con.print(f"who waited on whom (heaviest): {pairs}")
+
+
 def print_reports(
     con: Console,
     cw: CompiledWorkload,
@@ -205,6 +243,7 @@ def print_reports(
     con.print(summary)
     for r in reports:
         print_ranks(con, r)
+    print_stragglers(con, reports)
     print_where(con, reports)
     for r in reports:
         t = Table(
@@ -220,7 +259,7 @@ def print_reports(
         for row in r.collectives[:rows]:
             cells = [
                 str(row.seq),
-                row.collective,
+                row.collective + ("_v" if row.uneven is not None else ""),
                 row.group,
                 str(row.ranks),
                 format_bytes(row.size),
@@ -241,6 +280,14 @@ def print_reports(
         con.print(t)
         if len(r.collectives) > rows:
             con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
+        uneven = [x for x in r.collectives if x.uneven is not None]
+        if uneven:
+            worst = max(uneven, key=lambda x: x.uneven)
+            con.print(
+                f"all_to_all_v: {len(uneven)} uneven all-to-alls (per-peer sizes), priced by "
+                f"their per-peer bytes; most skewed #{worst.seq}: largest block "
+                f"{worst.uneven:.1f}x the mean"
+            )
         if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
             row = r.collectives[0]
             cf = closed_for({**row.__dict__}, closed)

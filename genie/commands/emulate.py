@@ -21,12 +21,14 @@ from rich.table import Table
 from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
+from genie.commands import _experiments as X
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
 from genie.commands._calibration import resolve as resolve_calibration
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import UsageError
+from genie.sim import perturb
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.api import replay
 from genie.sim.attribution import busiest_links
@@ -82,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
+    X.add_perturb_arguments(p)
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -137,10 +140,17 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--iterations must be >= 1 and --warmup >= 0")
     with progress.stage("loading workload"):
         wl = load_workload(args.workload)
-        cw = order_collectives(compile_workload(wl), args.comm_concurrency)
+        base = order_collectives(compile_workload(wl), args.comm_concurrency)
+        pert = X.perturbation(args)
+        cw = perturb.apply(base, pert)  # the compute gaps on the wire are the perturbed ones
     tb = load_testbed(args.testbed)
     agents = place_ranks([(h.name, h.ranks) for h in tb.hosts], cw.n_ranks, args.placement)
     keys = distinct_transfers(cw)
+    if args.mode == "isolated" and cw.instances.splits:
+        raise UsageError(
+            f"the workload has {len(cw.instances.splits)} uneven all-to-alls (all-to-all-v), "
+            "which isolated mode does not measure: use --mode overlapped (the default)"
+        )
     if len(keys) > args.max_collectives:
         raise UsageError(
             f"the workload has {len(keys)} distinct collectives (more than --max-collectives "
@@ -151,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     store = args.store or DEFAULT_STORE
     cal = resolve_calibration(args.calibration, store, tb.name)
     if args.mode == "overlapped":
-        return _run_overlapped(args, cw, tb, agents, algos, cal)
+        return _run_overlapped(args, cw, tb, agents, algos, cal, base, pert)
     k = args.dilation
     models = compare_models(topo, cal, k, tb.model_source, args.calibration)
     meta = {
@@ -194,12 +204,15 @@ def run(args: argparse.Namespace) -> int:
         m.modeled_s, calibrated[key] = models.price(
             plan_key(key, algos, args.chunks), [agents[r] for r in key[2]]
         )
-    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks)
-    backends = [
-        TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer),
-        *model_backends,
-    ]
-    reports = _replay_all(cw, backends, not args.no_symmetry, args.trace)
+    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks, cw.instances.splits)
+
+    def measured_backend():
+        return TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer)
+
+    backends = [measured_backend(), *model_backends]
+    reports = _replay_all(
+        cw, backends, not args.no_symmetry, args.trace, (base, pert, measured_backend)
+    )
     notes = [n for n in [models.dilation_note(cw, agents, algos, args.chunks, True)] if n]
     rows = [
         {
@@ -291,14 +304,29 @@ def _print_errors(con: Console, errors, iteration, models, notes, limit: int = 4
         con.print(note, markup=False, highlight=False)
 
 
-def _replay_all(cw: CompiledWorkload, backends: list, symmetry: bool, trace: str | None) -> list:
-    """Replay the workload over each backend; the first one's timeline to ``trace``."""
+def _replay_all(
+    cw: CompiledWorkload,
+    backends: list,
+    symmetry: bool,
+    trace: str | None,
+    stragglers: tuple | None = None,
+) -> list:
+    """Replay the workload over each backend; the first one's timeline to ``trace``.
+
+    ``stragglers``: (the unperturbed workload, the perturbation, a factory of the first
+    backend): the first replay then says what the stragglers cost and who waited on whom.
+    """
     reports, raws = [], []
     with progress.stage(f"replaying {cw.n_nodes} nodes") as st:
-        for be in backends:
+        for k, be in enumerate(backends):
             st.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
-            rep, raw = replay(cw, be, symmetry=symmetry)
-            rep.links = busiest_links(be, rep.iteration_s)
+            if k == 0 and stragglers is not None and stragglers[1]:
+                base, pert, fresh = stragglers
+                rep, raw = X.replay_perturbed(cw, base, be, fresh, pert, symmetry)
+                rep.notes.append(f"stragglers/jitter: {pert.describe()}")
+            else:
+                rep, raw = replay(cw, be, symmetry=symmetry)
+                rep.links = busiest_links(be, rep.iteration_s)
             reports.append(rep)
             raws.append(raw)
     if trace:
@@ -407,6 +435,8 @@ def run_overlapped(
     calibration: Any = None,
     dilation: float = 1.0,
     asked: str = "latest",
+    unperturbed: CompiledWorkload | None = None,
+    perturbation: Any = None,
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
@@ -455,9 +485,14 @@ def run_overlapped(
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
     medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
-    model_backends = models.backends(agents, cw.n_ranks, algos, chunks)
-    backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), *model_backends]
-    reports = _replay_all(cw, backends, symmetry, trace)
+    model_backends = models.backends(agents, cw.n_ranks, algos, chunks, cw.instances.splits)
+
+    def measured_backend():
+        return InstanceBackend(medians, name=f"testbed:{run_id}")
+
+    backends = [measured_backend(), *model_backends]
+    strag = (unperturbed, perturbation, measured_backend) if unperturbed is not None else None
+    reports = _replay_all(cw, backends, symmetry, trace, strag)
     measured = passes[warmup:]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
@@ -535,7 +570,7 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
     _print_errors(con, o.errors(), o.iteration(), o.models, o.notes, limit)
 
 
-def _run_overlapped(args, cw, tb, agents, algos, cal) -> int:
+def _run_overlapped(args, cw, tb, agents, algos, cal, base, pert) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
     o = run_overlapped(
         cw,
@@ -554,6 +589,8 @@ def _run_overlapped(args, cw, tb, agents, algos, cal) -> int:
         calibration=cal,
         dilation=args.dilation,
         asked=args.calibration,
+        unperturbed=base,
+        perturbation=pert,
     )
     if args.json:
         dump_json(o.doc())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.console import Console
@@ -18,6 +19,7 @@ from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _args as A
 from genie.commands import _astra, _calibration
+from genie.commands import _experiments as X
 from genie.commands._sim_output import (
     describe,
     dump_json,
@@ -27,9 +29,9 @@ from genie.commands._sim_output import (
     with_closed,
 )
 from genie.errors import StoreError, UsageError
+from genie.sim import perturb
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
-from genie.sim.api import replay
-from genie.sim.attribution import busiest_links
+from genie.sim.compiled import CompiledWorkload
 from genie.sim.measured import MeasuredBackend, MeasuredTable
 from genie.sim.network import AnalyticalBackend
 from genie.sim.report import SimReport, chrome_trace
@@ -47,7 +49,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="replay a Chakra workload over analytical / measured network backends",
         description=__doc__,
     )
-    p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
+    p.add_argument(
+        "workload",
+        nargs="+",
+        help="workload prefix (files PREFIX.<rank>.et) or its directory; several: several jobs "
+        "on one fabric (--job-hosts, --job-start)",
+    )
     p.add_argument("--testbed", help="testbed TOML: topology and rank placement")
     p.add_argument(
         "--topology",
@@ -145,6 +152,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--rows", type=A.integer(0, 1000000), default=20, help="collective rows shown per backend"
     )
     p.add_argument("--json", action="store_true", help="print the reports as JSON")
+    p.add_argument(
+        "--placement",
+        choices=("packed", "round-robin"),
+        default="packed",
+        help="ranks to hosts with --ranks-per-host > 1: packed (consecutive ranks share a "
+        "host, the default) or round-robin (rank r on host r mod hosts)",
+    )
+    X.add_job_arguments(p)
+    X.add_perturb_arguments(p)
     _astra.add_arguments(p)
     p.set_defaults(func=run)
 
@@ -169,10 +185,21 @@ def _routing(args: argparse.Namespace, base=None):
     return replace(r, **changes) if changes else r
 
 
-def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
-    """The analytical pricer and what the closed form needs (or {} if not comparable)."""
-    intra_bw = args.intra_bandwidth
-    intra_lat = args.intra_latency
+def _placement(args: argparse.Namespace, n_ranks: int, n_hosts: int, k: int) -> list[int]:
+    """Host of each rank: packed (k consecutive ranks to a host) or round-robin over hosts."""
+    if getattr(args, "placement", "packed") == "round-robin":
+        return [r % n_hosts for r in range(n_ranks)]
+    return [min(r // k, n_hosts - 1) for r in range(n_ranks)]
+
+
+def fabric(
+    args: argparse.Namespace, n_ranks: int, placement: list[int] | None = None
+) -> tuple[Any, list[int]]:
+    """The topology the command line describes and the host of each rank on it.
+
+    ``placement`` (host indices, e.g. several jobs') is kept; the fabric then has enough hosts
+    for it. Without one, ranks go ``--ranks-per-host`` to a host (``--placement``).
+    """
     k = args.ranks_per_host
     if k < 1:
         raise UsageError("--ranks-per-host must be at least 1")
@@ -180,8 +207,11 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
         raise UsageError("--chunks must be at least 1")
     from genie.collectives import topology as ctopo
 
-    extra = {"intra_bandwidth": intra_bw, "intra_latency": intra_lat}
-    extra["routing"] = _routing(args)
+    extra = {
+        "intra_bandwidth": args.intra_bandwidth,
+        "intra_latency": args.intra_latency,
+        "routing": _routing(args),
+    }
     if args.testbed:
         if args.topology:
             raise UsageError("give either --testbed or --topology, not both")
@@ -189,46 +219,74 @@ def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
 
         tb = load_testbed(args.testbed)
         topo = tb.to_topology().with_routing(_routing(args, tb.routing))
-        placement = tb.rank_hosts()
-        if k > 1 or len(placement) < n_ranks:
-            k = max(k, math.ceil(n_ranks / max(1, len(tb.hosts))))
-            placement = [min(r // k, len(tb.hosts) - 1) for r in range(n_ranks)]
-            args.placement_note = (
-                f"placement: {n_ranks} ranks, {k} per host on the testbed's {len(tb.hosts)} "
-                "hosts (its rank slots do not cover the workload, or --ranks-per-host was given)"
-            )
-        placement = placement[:n_ranks]
-    else:
-        kind = args.topology or "switch"
-        bw, lat = args.bandwidth, args.latency
-        n_hosts = math.ceil(n_ranks / k)
-        placement = [r // k for r in range(n_ranks)]
-        if args.pricer == "builtin" and kind in TOPOLOGIES and args.calibration == "none":
-            model = NetModel(n_ranks, bw, lat, kind, k, intra_bw, intra_lat)  # one path: no ECMP
-            closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
-            return model, closed if kind == "switch" and k == 1 else {}
-        if kind == "switch":
-            topo = ctopo.switch(n_hosts, bw, lat, **extra)
-        elif kind == "fully_connected":
-            topo = ctopo.fully_connected(max(2, n_hosts), bw, lat, **extra)
-        elif kind == "ring":
-            topo = ctopo.ring(max(2, n_hosts), bw, lat, **extra)
+        if placement is not None:
+            if max(placement, default=0) >= len(tb.hosts):
+                raise UsageError(
+                    f"host {max(placement)} named, but testbed {tb.name} has {len(tb.hosts)} "
+                    f"hosts (0..{len(tb.hosts) - 1})"
+                )
         else:
-            per_leaf = math.ceil(n_hosts / args.leaves)
-            topo = ctopo.leaf_spine(
-                args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
-            )
-    topo = _calibration.apply(args, topo, tb.name if args.testbed else None)
+            placement = tb.rank_hosts()
+            if k > 1 or len(placement) < n_ranks:
+                k = max(k, math.ceil(n_ranks / max(1, len(tb.hosts))))
+                placement = _placement(args, n_ranks, len(tb.hosts), k)
+                args.placement_note = (
+                    f"placement: {n_ranks} ranks, {k} per host on the testbed's "
+                    f"{len(tb.hosts)} hosts (its rank slots do not cover the workload, or "
+                    "--ranks-per-host was given)"
+                )
+            placement = placement[:n_ranks]
+        topo = _calibration.apply(args, topo, tb.name)
+        return topo, placement
+    kind = args.topology or "switch"
+    bw, lat = args.bandwidth, args.latency
+    if placement is None:
+        n_hosts = math.ceil(n_ranks / k)
+        placement = _placement(args, n_ranks, n_hosts, k)
+    else:
+        n_hosts = max(placement, default=0) + 1
+    if kind == "switch":
+        topo = ctopo.switch(n_hosts, bw, lat, **extra)
+    elif kind == "fully_connected":
+        topo = ctopo.fully_connected(max(2, n_hosts), bw, lat, **extra)
+    elif kind == "ring":
+        topo = ctopo.ring(max(2, n_hosts), bw, lat, **extra)
+    else:
+        per_leaf = math.ceil(n_hosts / args.leaves)
+        topo = ctopo.leaf_spine(
+            args.leaves, args.spines, per_leaf, bw, lat, args.oversubscription, **extra
+        )
+    return _calibration.apply(args, topo, None), placement
+
+
+def make_pricer(args: argparse.Namespace, topo: Any, placement: list[int], n_ranks: int) -> Any:
+    """The analytical pricer of ``--pricer`` on ``topo`` with ``placement``."""
     if args.pricer == "builtin":
         from genie.sim.traffic import TopologyPricer
 
-        pricer: Any = TopologyPricer(topo, placement, n_ranks)
-        algos: dict[str, str] | None = None
-    else:
-        from genie.sim.program_pricer import ProgramPricer
+        return TopologyPricer(topo, placement, n_ranks)
+    from genie.sim.program_pricer import ProgramPricer
 
-        algos = parse_algorithms(args.algorithm)
-        pricer = ProgramPricer(topo, placement, n_ranks, algos, args.chunks)
+    return ProgramPricer(topo, placement, n_ranks, parse_algorithms(args.algorithm), args.chunks)
+
+
+def _network_model(args: argparse.Namespace, n_ranks: int) -> tuple[Any, dict]:
+    """The analytical pricer and what the closed form needs (or {} if not comparable)."""
+    kind = args.topology or "switch"
+    k = args.ranks_per_host
+    builtin_star = args.pricer == "builtin" and kind in TOPOLOGIES and args.calibration == "none"
+    if not args.testbed and builtin_star and getattr(args, "placement", "packed") == "packed":
+        if k < 1:
+            raise UsageError("--ranks-per-host must be at least 1")
+        bw, lat = args.bandwidth, args.latency
+        model = NetModel(
+            n_ranks, bw, lat, kind, k, args.intra_bandwidth, args.intra_latency
+        )  # one path: no ECMP
+        closed = {"bandwidth": bw, "latency": model.alpha, "algorithms": None}
+        return model, closed if kind == "switch" and k == 1 else {}
+    topo, placement = fabric(args, n_ranks)
+    pricer = make_pricer(args, topo, placement, n_ranks)
+    algos = None if args.pricer == "builtin" else parse_algorithms(args.algorithm)
     closed = {}
     one_per_host = len(set(placement)) == n_ranks
     if getattr(topo, "kind", "") == "star" and one_per_host and len(topo.hosts) > 1:
@@ -259,34 +317,63 @@ def measured_table(source: str, store: str | None, algorithm: str | None) -> Mea
     return MeasuredTable.from_instances(rows, f"run {info.run_id}", parse_algorithms(algorithm))
 
 
-def _backends(args: argparse.Namespace, pricer: Any) -> list:
+def _backend_specs(args: argparse.Namespace) -> list[str]:
+    """The backends ``--network`` names (checked)."""
     out = []
     for spec in [s.strip() for s in args.network.split(",") if s.strip()]:
-        if spec == "analytical":
-            out.append(AnalyticalBackend(pricer, track_links=True))
-        elif spec.startswith("measured:"):
-            table = measured_table(spec.split(":", 1)[1], args.store, args.algorithm)
-            alone = AnalyticalBackend(pricer)
-            share = None if args.no_sharing else pricer
-            out.append(MeasuredBackend(table, model=alone.alone, name=spec, pricer=share))
-        elif spec in ("testbed", "emulate"):
+        if spec in ("testbed", "emulate"):
             raise UsageError(
                 "the testbed backend runs through `genie emulate WORKLOAD --testbed F`"
             )
-        else:
+        if spec != "analytical" and not spec.startswith("measured:"):
             raise UsageError(f"unknown network backend {spec!r} (analytical, measured:RUN_ID)")
+        out.append(spec)
     if not out:
         raise UsageError("--network names no backend")
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    """Handle ``genie simulate``."""
-    err = Console(stderr=True)
-    net, system = _astra.load_configs(args)
-    astra_notes: list[str] = []
-    if net is not None and system is not None and args.model == "genie":
-        astra_notes = _astra.as_genie_model(args, net, system)
+_TABLES: dict[tuple, MeasuredTable] = {}
+
+
+def _backend(args: argparse.Namespace, pricer: Any, spec: str) -> Any:
+    """A fresh backend of kind ``spec`` over ``pricer`` (measured tables read once)."""
+    if spec == "analytical":
+        return AnalyticalBackend(pricer, track_links=True)
+    key = (spec, args.store, args.algorithm)
+    if key not in _TABLES:
+        _TABLES[key] = measured_table(spec.split(":", 1)[1], args.store, args.algorithm)
+    alone = AnalyticalBackend(pricer)
+    share = None if args.no_sharing else pricer
+    return MeasuredBackend(_TABLES[key], model=alone.alone, name=spec, pricer=share)
+
+
+@dataclass
+class Simulated:
+    """What one ``genie simulate`` computed: reports per backend, and what printing needs."""
+
+    cw: CompiledWorkload
+    network: str
+    reports: list[SimReport]
+    closed: dict
+    facts: dict
+    raws: list = field(default_factory=list)
+    jobs: dict | None = None  # several jobs: genie.commands._jobs.jobs_doc
+
+    def doc(self) -> dict:
+        """The ``--json`` document."""
+        out = {
+            "workload": self.cw.name,
+            "network": self.network,
+            "trace": self.facts,
+            "reports": [with_closed(r.to_dict(), self.closed) for r in self.reports],
+        }
+        if self.jobs is not None:
+            out["jobs"] = self.jobs
+        return out
+
+
+def _compute_model(args: argparse.Namespace, system) -> ComputeModel:
     compute = ComputeModel(
         mode=args.compute,
         peak_flops=args.peak_flops,
@@ -297,25 +384,50 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")
     if system is not None and system.roofline:
         compute = system.compute_model()  # ASTRA-sim's roofline-enabled
+    return compute
+
+
+def simulate(args: argparse.Namespace) -> Simulated:
+    """Run what the command line asks (no printing): one workload, or several jobs."""
+    net, system = _astra.load_configs(args)
+    astra_notes: list[str] = []
+    if net is not None and system is not None and args.model == "genie":
+        astra_notes = _astra.as_genie_model(args, net, system)
+    compute = _compute_model(args, system)
+    pert = X.perturbation(args)
+    if X.wants_jobs(args):
+        if args.model != "genie":
+            raise UsageError("several jobs run on genie's model (--model genie)")
+        from genie.commands._jobs import run_jobs
+
+        return run_jobs(args, compute, pert)
     with progress.stage("loading workload") as status:
-        wl = load_workload(args.workload)
+        wl = load_workload(args.workload[0])
         _astra.apply_comm_groups(args, wl)
         status.describe(f"compiling {wl.n_ranks} ranks")
-        cw = compile_workload(wl, compute)
+        base = compile_workload(wl, compute)
         if args.model == "genie":
-            cw = order_collectives(cw, args.comm_concurrency)
+            base = order_collectives(base, args.comm_concurrency)
+        cw = perturb.apply(base, pert)
+        if args.model == "genie":
             pricer, closed = _network_model(args, cw.n_ranks)
-            backends = _backends(args, pricer)
+            pricer.use_splits(cw.instances.splits)  # all-to-all-v priced by its matrix
+            makers = [
+                lambda spec=spec: _backend(args, pricer, spec) for spec in _backend_specs(args)
+            ]
         else:
             pricer = _astra.astra_backend(args, wl, cw, net, system)
-            closed, backends = {}, [pricer]
+            closed, built = {}, [pricer]
+            makers = [
+                lambda: built.pop() if built else _astra.astra_backend(args, wl, base, net, system)
+            ]
         facts = trace_facts(wl, cw)
         reports: list[SimReport] = []
         raws = []
-        for be in backends:
-            status.describe(f"replaying {cw.n_nodes} nodes over {be.name}")
-            rep, raw = replay(cw, be, symmetry=not args.no_symmetry)
-            rep.links = busiest_links(be, rep.iteration_s)
+        for make in makers:
+            status.describe(f"replaying {cw.n_nodes} nodes")
+            be = make()
+            rep, raw = X.replay_perturbed(cw, base, be, make, pert, not args.no_symmetry)
             if isinstance(be, MeasuredBackend) or args.model != "genie":
                 rep.notes.append(be.summary())
             rep.notes.extend(astra_notes)
@@ -324,6 +436,8 @@ def run(args: argparse.Namespace) -> int:
             rep.notes += trace_notes(facts)
             if args.model == "genie":
                 rep.notes.append(f"stream order: {stream_rule(args.comm_concurrency)}")
+            if pert:
+                rep.notes.append(f"stragglers/jitter: {pert.describe()}")
             fallbacks = getattr(pricer, "fallbacks", None)
             if fallbacks:
                 rep.notes.append(
@@ -332,23 +446,26 @@ def run(args: argparse.Namespace) -> int:
                 )
             reports.append(rep)
             raws.append(raw)
+    return Simulated(cw, describe(pricer), reports, closed, facts, raws)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handle ``genie simulate``."""
+    err = Console(stderr=True)
+    sim = simulate(args)
     if args.trace:
         with progress.stage(f"writing the timeline to {args.trace}"):
-            n = chrome_trace(cw, raws[0], args.trace, max_ranks=args.trace_ranks)
-        left = cw.n_ranks - min(cw.n_ranks, args.trace_ranks)
+            n = chrome_trace(sim.cw, sim.raws[0], args.trace, max_ranks=args.trace_ranks)
+        left = sim.cw.n_ranks - min(sim.cw.n_ranks, args.trace_ranks)
         more = f"; {left} ranks left out (--trace-ranks)" if left > 0 else ""
-        err.print(f"trace: {n} events ({reports[0].backend}) written to {args.trace}{more}")
-    network = describe(pricer)
+        err.print(f"trace: {n} events ({sim.reports[0].backend}) written to {args.trace}{more}")
     if args.json:
-        dump_json(
-            {
-                "workload": cw.name,
-                "network": network,
-                "trace": facts,
-                "reports": [with_closed(r.to_dict(), closed) for r in reports],
-            }
-        )
+        dump_json(sim.doc())
         return 0
     con = Console(width=None if sys.stdout.isatty() else 120)
-    print_reports(con, cw, network, reports, closed, args.rows)
+    if sim.jobs is not None:
+        from genie.commands._jobs import print_jobs
+
+        print_jobs(con, sim.jobs)
+    print_reports(con, sim.cw, sim.network, sim.reports, sim.closed, args.rows)
     return 0

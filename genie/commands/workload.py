@@ -170,6 +170,13 @@ def _args_moe(k: argparse.ArgumentParser) -> None:
         "--experts-per-rank", type=A.integer(1, 4096), default=2, help="experts on each rank"
     )
     k.add_argument("--top-k", type=A.integer(1, 4096), default=2, help="experts each token goes to")
+    k.add_argument(
+        "--expert-skew",
+        type=A.real(0, 10, lo_open=False),
+        default=0.0,
+        help="expert-load skew: Zipf exponent of expert popularity (0 even; 1: expert e draws "
+        "1/(e+1) of the share): uneven all-to-alls (all-to-all-v) and busier hot experts",
+    )
 
 
 _ARGS = {"microbench": _args_microbench, "dp": _args_dp, "llm": _args_llm, "moe": _args_moe}
@@ -246,6 +253,12 @@ def build_generated(args: argparse.Namespace):
             dp_sync="rs_ag" if rs_ag else "all_reduce",
             **common,
         )
+    if args.expert_skew and args.target == "astra-sim":
+        print(
+            "note: --for astra-sim: ASTRA-sim reads each rank's all-to-all as an even one of its "
+            "own comm_size; genie reads the per-peer sizes (comm_split_sizes)",
+            file=sys.stderr,
+        )
     return moe(
         n,
         args.layers,
@@ -254,6 +267,7 @@ def build_generated(args: argparse.Namespace):
         args.batch,
         args.experts_per_rank,
         args.top_k,
+        expert_skew=args.expert_skew,
         **common,
     )
 

@@ -50,15 +50,20 @@ class Models:
                 out.append(None)
         return out[0], out[1]
 
-    def backends(self, placement: Sequence[Any], n_ranks: int, algos, chunks: int) -> list:
-        """Analytical replay backends: nominal, then calibrated (when there is one)."""
+    def backends(
+        self, placement: Sequence[Any], n_ranks: int, algos, chunks: int, splits=None
+    ) -> list:
+        """Analytical replay backends: nominal, then calibrated (when there is one);
+        ``splits``: the workload's all-to-all-v matrices (``Instances.splits``)."""
         from genie.sim.network import AnalyticalBackend
         from genie.sim.program_pricer import ProgramPricer
 
         nominal = ProgramPricer(self.nominal, placement, n_ranks, algos, chunks)
+        nominal.use_splits(splits or {})
         out = [AnalyticalBackend(nominal, track_links=True)]
         if self.calibrated is not None and self.calibration is not None:
             pricer = ProgramPricer(self.calibrated, placement, n_ranks, algos, chunks)
+            pricer.use_splits(splits or {})
             name = f"analytical ({self.calibration.label})"
             out.append(AnalyticalBackend(pricer, name=name, track_links=True))
         return out
@@ -76,6 +81,7 @@ class Models:
         times = []
         for topo in (dilated_topology(self.lab, self.k), kept_latency_topology(self.lab, self.k)):
             pricer = ProgramPricer(topo, placement, cw.n_ranks, algos, chunks)
+            pricer.use_splits(cw.instances.splits)
             rep, _ = replay(cw, AnalyticalBackend(pricer), symmetry=symmetry)
             times.append(rep.iteration_s)
         pct = (times[1] - times[0]) / times[0] * 100 if times[0] else 0.0

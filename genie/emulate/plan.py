@@ -112,9 +112,17 @@ def compile_oplists(
         ctype, size, ranks = int(ins.comm_type[iid]), int(ins.size[iid]), cw.instance_ranks(iid)
         name = planned_name(ctype)
         algo = (algorithms or {}).get(name)
+        mat = ins.splits.get(iid)  # an uneven all-to-all: its per-peer bytes
         programs.append(  # a trace's send/recv moves one way: src (group rank 0) to dst
             build_program(
-                name, algo, len(ranks), size, chunks=chunks, ranks=ranks, oneway=ctype == P2P
+                name,
+                algo,
+                len(ranks),
+                size,
+                chunks=chunks,
+                ranks=ranks,
+                oneway=ctype == P2P,
+                splits=() if mat is None else tuple(int(x) for x in mat.ravel()),
             )
         )
     inst_end = raw.inst_end

@@ -51,6 +51,21 @@ def _read_json(path: str | Path) -> Any:
         raise UsageError(f"{p}: not JSON ({exc})") from None
 
 
+def _subject(groups: list[dict[str, Any]], docs: list[tuple[str, Any]]) -> str:
+    """What the report is about, by name: testbeds and workloads, not run ids."""
+    names: list[str] = []
+    for g in groups:
+        t = data._testbeds([g])
+        if t not in names:
+            names.append(t)
+    for _, doc in docs:
+        if isinstance(doc, dict) and doc.get("reports"):
+            lab = data.config_label(doc)
+            if lab not in names:
+                names.append(lab)
+    return "; ".join(names) or "traces"
+
+
 def build_report(
     store_path: str | Path | None,
     run_ids: Sequence[str],
@@ -79,12 +94,18 @@ def build_report(
                 resolved.append(run.run_id)
                 facts.append(data.run_facts(run))
                 groups.extend(data.bench_groups(store, run.run_id))
+    data.distinct_run_labels(groups)
     figures = data.bench_figures(groups) + data.error_figures(groups)
     notes = []
     sim_errors = []
-    for i, s in enumerate(sims):
-        doc = _read_json(s)
-        figures.extend(data.sim_figures(doc, str(s), i))
+    docs = [(str(s), _read_json(s)) for s in sims]
+    if len(docs) > 1:  # several configurations: one figure side by side, not one per file
+        figures.append(data.compare_sims(docs))
+        where = data.compare_where(docs)
+        if where:
+            figures.append(where)
+    for i, (s, doc) in enumerate(docs):
+        figures.extend(data.sim_figures(doc, str(s), i, bars=len(docs) == 1))
         if isinstance(doc.get("model_error"), list) and doc["model_error"]:
             sim_errors.append((str(s), doc["model_error"]))
         if doc.get("network"):
@@ -98,12 +119,13 @@ def build_report(
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     files = {}
-    with progress.bar("drawing", len(figures), "plots") as bar:
-        for f in figures:
-            files[f["id"]] = draw(f, outdir / f"{f['id']}.png")
+    todo = figures + [f["drilldown"] for f in figures if f.get("drilldown")]
+    with progress.bar("drawing", len(todo), "plots") as bar:
+        for f in todo:  # each as PNG (inlined in the HTML), SVG and PDF (for papers)
+            files[f["id"]] = draw(f, outdir / f"{f['id']}.png", all_formats=True)[0]
             bar.advance()
             bar.describe(f"drew {f['id']}")
-    title = "genie report: " + (", ".join(resolved) if resolved else ", ".join(map(str, sims)))
+    title = "genie report: " + _subject(groups, docs)
     html = outdir / HTML_NAME
     html.write_text(render_html(title, facts, groups, figures, files, notes, sim_errors))
     rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files, groups)

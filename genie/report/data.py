@@ -26,8 +26,21 @@ def _pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def _group_key(inst: dict[str, Any]) -> tuple[str, str, int]:
-    return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]))
+def _group_key(inst: dict[str, Any], placement: Sequence[str] = ()) -> tuple[str, str, int, str]:
+    """(collective, algorithm, ranks, intra-host or inter-host): points of one curve."""
+    return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]), _span(inst, placement))
+
+
+def _span(inst: dict[str, Any], placement: Sequence[str]) -> str:
+    """``intra-host`` when every rank of the instance sat on one host, else ``inter-host``:
+    the two are different links, so they are never one curve."""
+    spec = inst.get("program") or {}
+    ranks = spec.get("ranks") or list(range(int(inst["n_ranks"])))
+    try:
+        hosts = {placement[int(r)] for r in ranks}
+    except (IndexError, ValueError, TypeError):
+        return "inter-host"
+    return "intra-host" if len(hosts) == 1 and len(ranks) > 1 else "inter-host"
 
 
 def model_time(spec: dict[str, Any], size: int, topology, placement: Sequence[str]) -> float | None:
@@ -68,11 +81,11 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     topo, placement = run_topology(run)
     cal = run_calibration(store, run)
     cal_topo = calibrate_topology(topo, cal) if cal and topo is not None else None
-    groups: dict[tuple[str, str, int], dict[int, list[dict]]] = {}
+    groups: dict[tuple[str, str, int, str], dict[int, list[dict]]] = {}
     for x in insts:
-        groups.setdefault(_group_key(x), {}).setdefault(int(x["size"]), []).append(x)
+        groups.setdefault(_group_key(x, placement), {}).setdefault(int(x["size"]), []).append(x)
     out = []
-    for (coll, algo, n), by_size in sorted(groups.items()):
+    for (coll, algo, n, span), by_size in sorted(groups.items()):
         sizes = sorted(by_size)
         rows = []
         for s in sizes:
@@ -108,9 +121,11 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
         out.append(
             {
                 "run_id": run.run_id,
+                "run_label": run_label(run),
                 "collective": coll,
                 "algorithm": algo,
                 "n_ranks": n,
+                "span": span,
                 "rows": rows,
                 "model": curve,
                 "calibration": cal.label if cal else None,
@@ -139,9 +154,39 @@ def run_facts(run: RunInfo) -> dict[str, Any]:
     }
 
 
-def _label(g: dict[str, Any], many_runs: bool) -> str:
+_LABEL_META = ("transport", "dilation", "mode", "calibration", "streams", "iterations")
+
+
+def run_label(run: RunInfo) -> str:
+    """The run named by what it ran on: testbed, transport, dilation (not its id)."""
+    meta = run.meta or {}
+    parts = [run.testbed_name or "testbed"]
+    for k in _LABEL_META[:2]:
+        v = meta.get(k)
+        if v not in (None, "", 1, 1.0, "tcp"):
+            parts.append(f"{k} {v}")
+    return ", ".join(parts)
+
+
+def _label(g: dict[str, Any], many_runs: bool, spans: set[str] | None = None) -> str:
     base = f"{g['algorithm']}, {g['n_ranks']} ranks"
-    return f"{g['run_id']} {base}" if many_runs else base
+    if spans and len(spans) > 1:
+        base += f", {g['span']}"
+    return f"{g.get('run_label') or g['run_id']}: {base}" if many_runs else base
+
+
+def distinct_run_labels(groups: Sequence[dict[str, Any]]) -> None:
+    """Make runs with the same label tell apart (testbed, then the run's start order)."""
+    seen: dict[str, list[str]] = {}
+    for g in groups:
+        ids = seen.setdefault(g.get("run_label") or g["run_id"], [])
+        if g["run_id"] not in ids:
+            ids.append(g["run_id"])
+    for g in groups:
+        lab = g.get("run_label") or g["run_id"]
+        ids = seen[lab]
+        if len(ids) > 1:
+            g["run_label"] = f"{lab} (run {ids.index(g['run_id']) + 1} of {len(ids)})"
 
 
 def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -155,9 +200,10 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for coll, gs in by_coll.items():
         for metric in ("busbw", "time"):
             series = []
+            spans = {g.get("span") for g in gs}
             for g in gs:
                 rows = g["rows"]
-                lab = _label(g, many)
+                lab = _label(g, many, spans)
                 meas = {
                     "label": f"{lab}: measured p50",
                     "run_id": g["run_id"],
@@ -182,12 +228,13 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                             "y": [m[key] for m in g["model"]],
                         }
                     )
+            on = _testbeds(gs)
             if metric == "busbw":
                 y = {"label": "bus bandwidth", "unit": "bytes/s", "scale": "linear"}
-                title = f"{coll}: bus bandwidth vs message size"
+                title = f"{coll} on {on}: bus bandwidth vs message size"
             else:
                 y = {"label": "time per collective", "unit": "s", "scale": "log"}
-                title = f"{coll}: completion time vs message size"
+                title = f"{coll} on {on}: completion time vs message size"
             figs.append(
                 {
                     "id": f"{metric}_{coll}",
@@ -201,6 +248,16 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return figs
 
 
+def _testbeds(gs: Sequence[dict[str, Any]]) -> str:
+    """The testbeds of some groups, by name."""
+    names: list[str] = []
+    for g in gs:
+        t = (g.get("run_label") or g["run_id"]).split(",")[0].split(" (run ")[0]
+        if t not in names:
+            names.append(t)
+    return " and ".join(names)
+
+
 def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per collective: the model's error vs size, nominal and calibrated (percent)."""
     by_coll: dict[str, list[dict[str, Any]]] = {}
@@ -210,8 +267,9 @@ def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     figs = []
     for coll, gs in by_coll.items():
         series = []
+        spans = {g.get("span") for g in gs}
         for g in gs:
-            lab = _label(g, many)
+            lab = _label(g, many, spans)
             for role, key, name in (
                 ("nominal", "nominal_error_pct", "nominal model"),
                 ("calibrated", "calibrated_error_pct", g.get("calibration") or "calibrated"),
@@ -232,7 +290,8 @@ def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "id": f"error_{coll}",
                     "kind": "model_error",
-                    "title": f"{coll}: model error vs message size, (model - measured) / measured",
+                    "title": f"{coll} on {_testbeds(gs)}: model error vs message size, "
+                    "(model - measured) / measured",
                     "x": {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"},
                     "y": {"label": "model error", "unit": "%", "scale": "linear"},
                     "series": series,
@@ -252,6 +311,35 @@ def _check_sim_doc(doc: Any, source: str) -> list[dict[str, Any]]:
         if not isinstance(r, dict) or not {"backend", "iteration_s", "ranks"} <= r.keys():
             raise UsageError(f"{source}: a report lacks backend/iteration_s/ranks")
     return doc["reports"]
+
+
+def config_label(doc: dict[str, Any]) -> str:
+    """What a simulate/emulate document ran: the workload on the testbed or the network."""
+    reports = doc.get("reports") or [{}]
+    workload = doc.get("workload") or reports[0].get("workload", "workload")
+    if doc.get("testbed"):
+        return f"{workload} on {doc['testbed']}"
+    return f"{workload} on {network_label(str(doc.get('network') or ''))}"
+
+
+def network_label(text: str) -> str:
+    """A pricer's long description made short: ``leaf_spine, 16 hosts, 12.5 GB/s links``."""
+    import re
+
+    head = text.split(";")[0].strip()
+    kind = re.match(r"(\w+) topology: (\d+) hosts", head)
+    rate = re.search(r"([\d.]+) GB/s(?: per link)?", text)
+    out = f"{kind.group(1)}, {kind.group(2)} hosts" if kind else head.split(",")[0] or "network"
+    if rate:
+        out += f", {float(rate.group(1)):g} GB/s links"
+    return out
+
+
+def backend_label(doc: dict[str, Any], backend: str) -> str:
+    """A backend named by what it is: ``measured on TESTBED`` rather than ``testbed:RUN_ID``."""
+    if backend.startswith("testbed:"):
+        return f"measured on {doc.get('testbed') or 'the testbed'}"
+    return backend
 
 
 def _where_figure(reports: list, workload: str, source: str, tag: str) -> dict | None:
@@ -284,16 +372,19 @@ def _where_figure(reports: list, workload: str, source: str, tag: str) -> dict |
     }
 
 
-def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[str, Any]]:
-    """Iteration time per backend, the stacked per-rank breakdown per backend, a timeline."""
+def sim_figures(
+    doc: dict[str, Any], source: str, index: int = 0, bars: bool = True
+) -> list[dict[str, Any]]:
+    """Iteration time per backend (``bars``), the per-rank breakdown per backend, a timeline."""
     reports = _check_sim_doc(doc, source)
-    workload = doc.get("workload") or reports[0].get("workload", "")
+    config = config_label(doc)
     tag = f"sim{index}"
+    names = [backend_label(doc, r["backend"]) for r in reports]
     figs = [
         {
             "id": f"{tag}_iteration",
             "kind": "backend_bars",
-            "title": f"{workload}: iteration time per network backend",
+            "title": f"{config}: iteration time per network model",
             "source": source,
             "x": {"label": "network backend", "unit": "", "scale": "category"},
             "y": {"label": "iteration time", "unit": "s", "scale": "linear"},
@@ -301,7 +392,7 @@ def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[s
                 {
                     "label": "iteration time",
                     "role": "simulated",
-                    "x": [r["backend"] for r in reports],
+                    "x": names,
                     "y": [r["iteration_s"] for r in reports],
                 }
             ],
@@ -313,22 +404,25 @@ def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[s
         if isinstance(x, dict) and x.get("makespan_s") is not None and not x.get("warmup")
     ]
     if measured:  # `genie emulate`: the whole iteration's communication timed on the agents
-        on = next((r["backend"] for r in reports if r["backend"].startswith("testbed")), None)
+        on = next((n for n, r in zip(names, reports, strict=True)
+                   if r["backend"].startswith("testbed")), names[0])  # fmt: skip
         figs[0]["series"].append(
             {
                 "label": "communication makespan measured on the testbed, each iteration",
                 "role": "measured_iterations",
-                "x": [on or reports[0]["backend"]] * len(measured),
+                "x": [on] * len(measured),
                 "y": measured,
             }
         )
+    if not bars:
+        figs = []
     for b, r in enumerate(reports):
         ranks = r["ranks"]
         figs.append(
             {
                 "id": f"{tag}_breakdown{b}",
                 "kind": "stacked_ranks",
-                "title": f"{workload} over {r['backend']}: where each rank's iteration went",
+                "title": f"{config} ({names[b]}): where each rank's iteration went",
                 "source": source,
                 "x": {"label": "rank", "unit": "", "scale": "category"},
                 "y": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
@@ -344,14 +438,130 @@ def sim_figures(doc: dict[str, Any], source: str, index: int = 0) -> list[dict[s
                 ],
             }
         )
-    where = _where_figure(reports, workload, source, tag)
+    where = _where_figure(reports, config, source, tag) if bars else None
     if where:
+        where["series"] = [{**x, "x": names} for x in where["series"]]
         figs.append(where)
-    figs.append(collective_timeline(reports[0], workload, source, tag))
-    measured_tl = emulated_timeline(doc, workload, source, tag)
+    figs.append(collective_timeline(reports[0], config, source, tag, names[0]))
+    measured_tl = emulated_timeline(doc, config, source, tag)
     if measured_tl:
         figs.append(measured_tl)
     return figs
+
+
+def compare_where(docs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
+    """Exposed communication by parallelism dimension, one stacked bar per configuration (its
+    first backend), side by side."""
+    cols = [(config_label(doc), (doc.get("reports") or [{}])[0]) for _, doc in docs]
+    fig = _where_figure([r for _, r in cols], "", "", "compare")
+    if fig is None:
+        return None
+    names = [c for c, _ in cols]
+    fig["title"] = "exposed communication by parallelism dimension, side by side (per rank)"
+    fig["x"] = {"label": "configuration", "unit": "", "scale": "category"}
+    fig["series"] = [{**x, "x": names} for x in fig["series"]]
+    return fig
+
+
+PARTS = (
+    ("iteration_s", "iteration"),
+    ("compute", "compute"),
+    ("exposed_comm", "exposed comm"),
+    ("wait", "wait"),
+)
+
+
+def compare_sims(docs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Several simulate/emulate documents side by side: grouped bars of the iteration and its
+    per-rank mean breakdown, one bar per (configuration, backend)."""
+    series = []
+    labels: list[str] = []
+    for source, doc in docs:
+        for r in _check_sim_doc(doc, source):
+            lab = f"{config_label(doc)}, {backend_label(doc, r['backend'])}"
+            labels.append(lab)
+            ranks = r["ranks"] or [{}]
+            ys = [float(r["iteration_s"])]
+            for key, _ in PARTS[1:]:
+                ys.append(float(np.mean([float(k.get(key) or 0.0) for k in ranks])))
+            series.append({"label": lab, "y": ys, "source": source})
+    for s_ in series:  # the same label twice: tell them apart by their files
+        if labels.count(s_["label"]) > 1:
+            s_["label"] += f" ({s_['source'].rsplit('/', 1)[-1]})"
+    return {
+        "id": "compare_iterations",
+        "labels": labels,
+        "kind": "grouped_bars",
+        "title": "iteration and where it went, side by side (per-rank means)",
+        "groups": [name for _, name in PARTS],
+        "x": {"label": "", "unit": "", "scale": "category"},
+        "y": {"label": "time per iteration", "unit": "s", "scale": "linear"},
+        "series": series,
+    }
+
+
+MAX_LANES = 16  # timeline lanes drawn; more ranks (or groups) are aggregated
+DRILL_RANKS = 64  # ranks in the per-rank drill-down figure of an aggregated timeline
+
+
+def _union(spans: list[list[float]]) -> list[list[float]]:
+    """[start, duration] intervals merged where they overlap or touch."""
+    out: list[list[float]] = []
+    for a, d in sorted(spans):
+        if out and a <= out[-1][0] + out[-1][1]:
+            out[-1][1] = max(out[-1][1], a + d - out[-1][0])
+        else:
+            out.append([a, d])
+    return out
+
+
+def aggregate_ranks(series: list[dict[str, Any]], lanes: int = MAX_LANES) -> list[dict[str, Any]]:
+    """Per-rank timeline lanes as at most ``lanes`` lanes of consecutive ranks: each shows when
+    any rank of its block was computing, communicating or waiting."""
+    k = -(-len(series) // lanes)
+    out = []
+    for b in range(0, len(series), k):
+        block = series[b : b + k]
+        roles: dict[str, list[list[float]]] = {}
+        for s in block:
+            for role, spans in s["spans"].items():
+                roles.setdefault(role, []).extend(spans)
+        lo, hi = block[0].get("rank", b), block[-1].get("rank", b + len(block) - 1)
+        out.append(
+            {
+                "label": f"ranks {lo}-{hi}" if hi != lo else f"rank {lo}",
+                "ranks": [s.get("rank") for s in block],
+                "spans": {role: _union(v) for role, v in roles.items()},
+            }
+        )
+    return out
+
+
+def _with_drilldown(fig: dict[str, Any], what: str) -> dict[str, Any]:
+    """An aggregated timeline (``aggregate_ranks``) with the per-rank one as its drill-down."""
+    if len(fig["series"]) <= MAX_LANES:
+        return fig
+    per_rank = fig["series"]
+    drill = {
+        **fig,
+        "id": f"{fig['id']}_ranks",
+        "title": fig["title"] + f" (per rank, first {min(len(per_rank), DRILL_RANKS)})",
+        "series": per_rank[:DRILL_RANKS],
+    }
+    return {
+        **fig,
+        "title": fig["title"] + f"; {len(per_rank)} {what}, "
+        f"{-(-len(per_rank) // MAX_LANES)} to a lane",
+        "series": aggregate_ranks(per_rank),
+        "drilldown": drill,
+    }
+
+
+def _group_kind(name: str) -> str:
+    """A group's name with its indices as '#': the lanes of one kind of group share it."""
+    import re
+
+    return re.sub(r"(?<![A-Za-z])\d+|\d+(?![A-Za-z])", "#", name)  # p2p stays p2p
 
 
 def emulated_timeline(
@@ -380,7 +590,7 @@ def emulated_timeline(
             if begin > start:
                 lanes["wait"].append([start, begin - start])
             lanes["comm"].append([begin, max(0.0, end - begin)])
-    return {
+    fig = {
         "id": f"{tag}_measured_timeline",
         "kind": "rank_timeline",
         "title": f"{workload}: one iteration's communication measured on the testbed "
@@ -392,10 +602,11 @@ def emulated_timeline(
         "measured_run": k,
         "series": [{"label": f"rank {r}", "rank": r, "spans": per[r]} for r in sorted(per)],
     }
+    return _with_drilldown(fig, "ranks")
 
 
 def collective_timeline(
-    report: dict[str, Any], workload: str, source: str, tag: str
+    report: dict[str, Any], workload: str, source: str, tag: str, backend: str | None = None
 ) -> dict[str, Any]:
     """Timeline of one iteration from the report's collective rows: one lane per group."""
     lanes: dict[str, list[list[float]]] = {}
@@ -407,27 +618,57 @@ def collective_timeline(
         names.setdefault(g, []).append(c["collective"])
         if c["start"] > c["first_arrival"]:
             waits.setdefault(g, []).append([c["first_arrival"], c["start"] - c["first_arrival"]])
+    per_group = {g: (list(lanes[g]), list(waits.get(g, [])), list(names[g])) for g in lanes}
+    if len(lanes) > MAX_LANES:  # many groups: one lane per kind of group (indices as '#')
+        kinds: dict[str, str] = {g: _group_kind(g) for g in lanes}
+        merged: dict[str, list[list[float]]] = {}
+        mwaits: dict[str, list[list[float]]] = {}
+        mnames: dict[str, list[str]] = {}
+        for g, k in kinds.items():
+            merged.setdefault(k, []).extend(lanes[g])
+            mwaits.setdefault(k, []).extend(waits.get(g, []))
+            mnames.setdefault(k, []).extend(names[g])
+        count = {k: list(kinds.values()).count(k) for k in merged}
+
+        def lab(k: str) -> str:
+            return f"{k} ({count[k]} groups)" if count[k] > 1 else k
+
+        lanes = {lab(k): _union(v) for k, v in merged.items()}
+        waits = {lab(k): _union(v) for k, v in mwaits.items()}
+        names = {lab(k): v for k, v in mnames.items()}
     series = [
         {"label": g, "role": "comm", "spans": lanes[g], "names": names[g]}
         | {"waits": waits.get(g, [])}
         for g in sorted(lanes)
     ]
-    return {
+    fig = {
         "id": f"{tag}_timeline",
         "kind": "timeline",
-        "title": f"{workload} over {report['backend']}: collectives in one iteration",
+        "title": f"{workload} ({backend or report['backend']}): collectives in one iteration",
         "source": source,
         "x": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
         "y": {"label": "communicator group", "unit": "", "scale": "category"},
         "iteration_s": report["iteration_s"],
         "series": series,
     }
+    if len(per_group) > len(series):  # aggregated: every group in the HTML's drill-down
+        fig["drilldown"] = {
+            **fig,
+            "id": f"{tag}_timeline_groups",
+            "title": fig["title"] + f" (per group, first {min(len(per_group), DRILL_RANKS)})",
+            "series": [
+                {"label": g, "role": "comm", "spans": sp, "names": nm, "waits": wt}
+                for g, (sp, wt, nm) in sorted(per_group.items())[:DRILL_RANKS]
+            ],
+        }
+        fig["title"] += f"; {len(per_group)} groups as {len(series)} kinds"
+    return fig
 
 
 TRACK_ROLE = {"compute": "compute", "comm": "comm", "wait": "wait", "memory/other": "other"}
 
 
-def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 16) -> dict[str, Any]:
+def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 4096) -> dict[str, Any]:
     """Timeline of one iteration per rank from a Chrome trace of ``genie simulate --trace``."""
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise UsageError(f"{source}: not a Chrome-trace JSON (no 'traceEvents')")
@@ -446,10 +687,10 @@ def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 16) -
     end = max((s + d for r in spans.values() for v in r.values() for s, d in v), default=0.0)
     left = max(0, int(other.get("ranks_shown", len(spans))) - len(spans))
     left += int(other.get("ranks_left_out", 0))
-    title = f"timeline of one iteration per rank ({other.get('backend', 'trace')})"
+    title = f"one iteration per rank ({other.get('backend', 'trace')} model)"
     if left:
         title += f"; first {len(spans)} ranks, {left} left out"
-    return {
+    fig = {
         "id": f"trace{index}_timeline",
         "kind": "rank_timeline",
         "title": title,
@@ -459,4 +700,58 @@ def trace_timeline(doc: Any, source: str, index: int = 0, max_ranks: int = 16) -
         "iteration_s": end,
         "ranks_left_out": left,
         "series": [{"label": f"rank {r}", "rank": r, "spans": spans[r]} for r in sorted(spans)],
+    }
+    return _with_drilldown(fig, "ranks")
+
+
+# ---- sweeps -------------------------------------------------------------------------------------
+SWEEP_METRICS = (("iteration_s", "iteration time", None), ("exposed_comm_s", "exposed comm", "//"))
+
+
+def sweep_figure(rows: Sequence[dict], keys: Sequence[str], title: str, model: str) -> dict:
+    """Iteration time and exposed communication across a sweep's grid (seconds).
+
+    Two or three points: grouped bars side by side, one bar per configuration. More: small
+    multiples, one panel per combination of the leading keys, the last key along x.
+    """
+    y = {"label": "time per iteration", "unit": "s", "scale": "linear"}
+    base = {"id": "sweep", "title": f"{title} ({model})", "y": y}
+    if len(rows) <= 3:
+        return {
+            **base,
+            "kind": "grouped_bars",
+            "groups": [name for _, name, _ in SWEEP_METRICS],
+            "x": {"label": "", "unit": "", "scale": "category"},
+            "series": [
+                {"label": r["label"], "y": [r.get(m) for m, _, _ in SWEEP_METRICS]} for r in rows
+            ],
+        }
+    last = keys[-1]
+    lead = list(keys[:-1])
+    xs: list[str] = []
+    for r in rows:
+        if r["point"][last] not in xs:
+            xs.append(r["point"][last])
+    panels: dict[tuple, dict] = {}
+    for r in rows:
+        key = tuple(r["point"][k] for k in lead)
+        p = panels.setdefault(
+            key,
+            {
+                "title": ", ".join(f"{k} {v}" for k, v in zip(lead, key, strict=True)),
+                "x": xs,
+                "series": [
+                    {"label": name, "y": [None] * len(xs), "color": f"C{i}", "hatch": hatch}
+                    for i, (_, name, hatch) in enumerate(SWEEP_METRICS)
+                ],
+            },
+        )
+        j = xs.index(r["point"][last])
+        for s, (m, _, _) in zip(p["series"], SWEEP_METRICS, strict=True):
+            s["y"][j] = r.get(m)
+    return {
+        **base,
+        "kind": "small_multiples",
+        "x": {"label": last, "unit": "", "scale": "category"},
+        "panels": list(panels.values()),
     }

@@ -48,6 +48,11 @@ def _img(path: Path, alt: str) -> str:
     )
 
 
+def _formats(png: Path) -> str:
+    """The figure's files: PNG, SVG and PDF beside each other."""
+    return ", ".join(png.with_suffix(x).name for x in (".png", ".svg", ".pdf"))
+
+
 def _run_section(facts: dict[str, Any]) -> str:
     rows = [
         ["run", facts["run_id"]],
@@ -59,7 +64,8 @@ def _run_section(facts: dict[str, Any]) -> str:
         ["testbed", facts["testbed_name"]],
         ["measured instances", facts["instances"]],
     ]
-    out = [f"<h2>Run {escape(facts['run_id'])}</h2>", _table(["", ""], rows, left=2)]
+    head = f"Run on {facts['testbed_name']}" if facts.get("testbed_name") else "Run"
+    out = [f"<h2>{escape(head)} ({escape(facts['run_id'])})</h2>", _table(["", ""], rows, left=2)]
     hosts = []
     for agent, f in sorted(facts["host_facts"].items()):
         nics = ", ".join(
@@ -121,7 +127,10 @@ def _group_table(g: dict[str, Any]) -> str:
             ]
         )
     head = ["size", "iters", "time p50", "p99", "algbw GB/s", "busbw GB/s", "model", "meas/model"]
-    title = f"{g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks (run {g['run_id']})"
+    title = (
+        f"{g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks, {g.get('span', '')} "
+        f"on {g.get('run_label') or g['run_id']} (run {g['run_id']})"
+    )
     return f"<h3>{escape(title)}</h3>" + _table(head, rows)
 
 
@@ -146,7 +155,10 @@ def _error_table(g: dict[str, Any]) -> str:
     nom = mape(r.get("nominal_error_pct") for r in g["rows"])
     cal = mape(r.get("calibrated_error_pct") for r in g["rows"])
     head = ["size", "measured p50", "nominal", "error", "calibrated", "error"]
-    title = f"model error: {g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks"
+    title = (
+        f"model error: {g['collective']} / {g['algorithm']} on {g['n_ranks']} ranks, "
+        f"{g.get('span', '')} on {g.get('run_label') or g['run_id']}"
+    )
     said = (
         f"calibrated = {g['calibration']} ({g['calibration_params']})"
         if g.get("calibration")
@@ -234,7 +246,7 @@ def render_html(
             parts.append(f"<h2>{heading}</h2>")
             for f in figs:
                 parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
-                parts.append(f"<figcaption>{escape(f['title'])} ({files[f['id']].name})")
+                parts.append(f"<figcaption>{escape(f['title'])} ({_formats(files[f['id']])})")
                 parts.append("</figcaption></figure>")
             parts.extend(table(g) for g in groups)
     other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error")]
@@ -252,8 +264,14 @@ def render_html(
         for f in other:
             src = f" from {f['source']}" if f.get("source") else ""
             parts.append(f"<figure>{_img(files[f['id']], f['title'])}")
-            parts.append(f"<figcaption>{escape(f['title'] + src)} ({files[f['id']].name})")
+            parts.append(f"<figcaption>{escape(f['title'] + src)} ({_formats(files[f['id']])})")
             parts.append("</figcaption></figure>")
+            drill = f.get("drilldown")
+            if drill and drill["id"] in files:
+                parts.append(
+                    f"<details><summary>drill down: {escape(drill['title'])}</summary>"
+                    f"<figure>{_img(files[drill['id']], drill['title'])}</figure></details>"
+                )
     for fa in facts:
         parts.append(_run_section(fa))
     parts.append("</body></html>\n")

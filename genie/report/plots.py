@@ -55,11 +55,40 @@ def _size_axis(ax, xs: list[int]) -> None:
     ax.set_xlabel("message size, whole buffer (bytes; KiB = 2^10 B, MiB = 2^20 B)")
 
 
-def _seconds_axis(axis, label: str) -> None:
-    from matplotlib.ticker import EngFormatter
+TIME_UNITS = ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns"))
 
-    axis.set_major_formatter(EngFormatter(unit="s"))
-    axis.set_label_text(f"{label} (seconds)")
+
+def time_unit(vmax: float) -> tuple[float, str]:
+    """(seconds per unit, unit name) that shows ``vmax`` seconds as a number of 1 to 999."""
+    for scale, name in TIME_UNITS:
+        if vmax >= scale:
+            return scale, name
+    return TIME_UNITS[-1]
+
+
+def _seconds_axis(axis, label: str, vmax: float | None = None) -> tuple[float, str]:
+    """Ticks and label in one time unit chosen from the axis range: ``label (ms)``, ticks 0.5,
+    1, 1.5 (never a label in seconds over ticks in ms). Returns (scale, unit)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    if vmax is None:
+        vmax = max(abs(v) for v in axis.get_view_interval())
+    scale, unit = time_unit(vmax)
+    fmt = FuncFormatter(lambda v, _p: f"{v / scale:g}")
+    axis.set_major_formatter(fmt)
+    if axis.get_scale() == "log":
+        lo, hi = sorted(abs(v) for v in axis.get_view_interval())
+        # two decades or less show one or two major ticks: label the minor 2s and 5s too, in
+        # the same unit (never a lone "10" on a log axis)
+        few = lo > 0 and hi / lo < 100
+
+        def minor(v: float, _p) -> str:
+            lead = f"{v:e}"[0]
+            return f"{v / scale:g}" if few and lead in "25" else ""
+
+        axis.set_minor_formatter(FuncFormatter(minor) if few else NullFormatter())
+    axis.set_label_text(f"{label} ({unit})")
+    return scale, unit
 
 
 def _sweep(ax, fig: dict[str, Any]) -> None:
@@ -121,10 +150,10 @@ def _bars(ax, fig: dict[str, Any]) -> None:
         for i, v in zip(pos, extra["y"], strict=True):
             right[i] = max(right[i], v)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18))
-    for i, v in enumerate(s["y"]):
-        ax.text(right[i], i, f"  {v * 1e3:.3f} ms", va="center", fontsize=8)
-    _seconds_axis(ax.xaxis, "iteration time")
     ax.set_xlim(0, max(right or [1]) * 1.25)
+    scale, unit = _seconds_axis(ax.xaxis, "iteration time")
+    for i, v in enumerate(s["y"]):
+        ax.text(right[i], i, f"  {v / scale:.4g} {unit}", va="center", fontsize=8)
     ax.set_ylabel("network backend")
     ax.grid(True, axis="x", alpha=0.3)
 
@@ -144,7 +173,12 @@ def _stacked(ax, fig: dict[str, Any]) -> None:
     ax.set_xlabel(fig["x"]["label"])
     n = len(fig["series"][0]["x"]) if fig["series"] else 0
     if n <= 32:
-        ax.set_xticks(fig["series"][0]["x"])
+        import textwrap
+
+        xs = fig["series"][0]["x"]
+        ax.set_xticks(range(n) if isinstance(xs[0], str) else xs)
+        if isinstance(xs[0], str):  # configuration names: wrapped, never overlapping
+            ax.set_xticklabels([textwrap.fill(x, 22) for x in xs], fontsize=8)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
@@ -181,6 +215,64 @@ def _timeline(ax, fig: dict[str, Any]) -> None:
     ax.grid(True, axis="x", alpha=0.3)
 
 
+def _grouped(ax, fig: dict[str, Any], legend: bool = True) -> None:
+    """Bars side by side: one group per metric (or x value), one bar per configuration."""
+    import numpy as np
+
+    groups = fig["groups"]
+    series = fig["series"]
+    bar_sets: list = []
+    width = 0.8 / max(1, len(series))
+    x = np.arange(len(groups))
+    for i, s in enumerate(series):
+        ys = [np.nan if v is None else v for v in s["y"]]
+        pos = x - 0.4 + width * (i + 0.5)
+        bars = ax.bar(pos, ys, width * 0.95, color=s.get("color", f"C{i}"), label=s["label"])
+        if s.get("hatch"):
+            for b in bars:
+                b.set_hatch(s["hatch"])
+        bar_sets.append((bars, ys))
+    ax.set_xticks(x, [str(g) for g in groups], fontsize=8)
+    top = max((v for s in series for v in s["y"] if v is not None), default=1.0)
+    ax.set_ylim(0, top * 1.15 or 1)
+    scale, _unit = _seconds_axis(ax.yaxis, fig["y"]["label"], fig.get("vmax"))
+    if legend and len(series) * len(groups) <= 8:  # few bars: their values on top
+        for bars, ys in bar_sets:
+            ax.bar_label(bars, [f"{v / scale:.3g}" if v == v else "" for v in ys], fontsize=7)
+    if fig.get("x", {}).get("label"):
+        ax.set_xlabel(fig["x"]["label"])
+    ax.grid(True, axis="y", alpha=0.3)
+    if legend:  # below the plot: configuration names are long
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.12), frameon=False)
+
+
+def _small_multiples(fig: dict[str, Any], plt) -> Any:
+    """One panel per combination of the leading keys, grouped bars along the last key."""
+    panels = fig["panels"]
+    n = len(panels)
+    cols = min(3, n)
+    rows = -(-n // cols)
+    f, axes = plt.subplots(
+        rows, cols, figsize=(3.6 * cols + 1.6, 2.9 * rows + 0.8), dpi=DPI, sharey=True,
+        squeeze=False,
+    )  # fmt: skip
+    vmax = max((v for p in panels for s in p["series"] for v in s["y"] if v is not None), default=1)
+    for k, ax in enumerate(axes.flat):
+        if k >= n:
+            ax.set_visible(False)
+            continue
+        p = panels[k]
+        sub = {**fig, "groups": p["x"], "series": p["series"], "vmax": vmax}
+        _grouped(ax, sub, legend=False)
+        ax.set_title(p["title"], fontsize=9)
+        if k % cols:
+            ax.set_ylabel("")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    f.legend(handles, labels, fontsize=8, loc="upper right", ncols=len(labels))
+    f.suptitle(fig["title"], fontsize=11, x=0.01, ha="left")
+    return f
+
+
 DRAW = {
     "size_sweep": _sweep,
     "backend_bars": _bars,
@@ -188,24 +280,32 @@ DRAW = {
     "timeline": _timeline,
     "rank_timeline": _timeline,
     "model_error": _model_error,
+    "grouped_bars": _grouped,
 }
+FORMATS = ("png", "svg", "pdf")
 
 
-def draw(fig: dict[str, Any], path: Path) -> Path:
-    """Draw one figure dict to ``path`` (PNG) and return the path."""
+def draw(fig: dict[str, Any], path: Path, all_formats: bool = False) -> Any:
+    """Draw one figure dict to ``path`` (PNG) and return the path; with ``all_formats`` also
+    as SVG and PDF beside it, returning the three paths."""
     plt = _plt()
-    height = SIZE_IN[1]
-    if fig["kind"] in ("timeline", "rank_timeline"):
-        height = max(2.4, min(12.0, 1.4 + 0.45 * len(fig["series"])))
-    f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
-    try:
+    if fig["kind"] == "small_multiples":
+        f = _small_multiples(fig, plt)
+    else:
+        height = SIZE_IN[1]
+        if fig["kind"] in ("timeline", "rank_timeline"):
+            height = max(2.4, min(12.0, 1.4 + 0.45 * len(fig["series"])))
+        f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
         DRAW[fig["kind"]](ax, fig)
         ax.set_title(fig["title"], fontsize=11)
+    paths = [path] + ([path.with_suffix(f".{x}") for x in FORMATS[1:]] if all_formats else [])
+    try:
         f.tight_layout()
-        f.savefig(path, format="png", bbox_inches="tight")
+        for p in paths:
+            f.savefig(p, format=p.suffix[1:], bbox_inches="tight")
     finally:
         plt.close(f)
-    return path
+    return paths if all_formats else path
 
 
 def require_matplotlib() -> None:

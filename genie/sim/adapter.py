@@ -1,7 +1,8 @@
 """Adapter from ``genie.workload`` objects to the simulator's compiled form.
 
 Reads only the documented node fields (id, name, kind, duration_s, num_ops, tensor_size,
-comm_type, comm_size, pg_name, peer, tag, data_deps, is_cpu_op, stream), so the engine stays
+comm_type, comm_size, pg_name, peer, tag, data_deps, is_cpu_op, stream, and an all-to-all's
+per-peer sizes ``comm_split_sizes``, ``genie.sim.uneven``), so the engine stays
 independent of the workload module's layout. Data deps to ids missing from the rank are dropped
 (the workload loader reports them); ctrl_deps are not scheduled on, as the design says.
 
@@ -25,7 +26,10 @@ from genie.errors import ValidationError
 from genie.sim.compiled import CompiledWorkload, Kind, finish, make_rank
 from genie.sim.lanes import CPU as CPU_LANE
 from genie.sim.lanes import lane_key
-from genie.vocabulary import P2P
+from genie.sim.uneven import SPLIT_ATTR
+from genie.vocabulary import P2P, CollectiveType
+
+A2A = int(CollectiveType.ALL_TO_ALL)
 
 _KIND = {
     "compute": Kind.COMPUTE,
@@ -113,6 +117,7 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
         names: list[str] = [""] * n
         lane = [-1] * n
         lane_ids: dict[str, int] = {}
+        splits: dict[int, list[int]] = {}
         roofline = compute.mode == "roofline"
         for i, nd in enumerate(nodes):
             t_raw = getattr(nd, "type", None)
@@ -164,6 +169,15 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
                     group_names.append(pg)
                     group_ranks.append(world)
                 grp[i] = gid[pg]
+                if ctype[i] == A2A:
+                    row = nd.attr(SPLIT_ATTR)
+                    if row is not None:
+                        if not isinstance(row, list | tuple):
+                            raise ValidationError(
+                                f"rank {r} node {nd.id} {nd.name!r}: {SPLIT_ATTR} must be a "
+                                "list of byte counts"
+                            )
+                        splits[i] = [int(x) for x in row]
             else:
                 if nd.peer is None:
                     raise ValidationError(
@@ -186,6 +200,7 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
             drop_bad_deps=True,
             lane=lane,
             lane_names=list(lane_ids),
+            splits=splits,
         )
         ranks.append(cr)
     name = getattr(wl, "name", "") or "workload"

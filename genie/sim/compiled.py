@@ -9,6 +9,10 @@ nodes belong to:
 
 * a collective instance is (group, sequence number of the collective within that group on each
   member rank, in node order); all members must agree on type and size, else CollectiveError;
+* an uneven all-to-all (all-to-all-v) is a collective instance whose members each give the bytes
+  they send to every group rank (``CompiledRank.splits``, in group order); its members may then
+  differ in comm_size (each rank's own total) and the instance keeps the n x n matrix
+  (``Instances.splits``; its ``size`` is the largest rank's total);
 * a point-to-point instance pairs the k-th SEND from s to d with tag t with the k-th RECV on d
   from s with tag t. An unpaired SEND or RECV keeps an instance with one side only; the engine
   reports it as a deadlock when it is reached.
@@ -64,6 +68,8 @@ class CompiledRank:
     instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # iid or -1
     lane: np.ndarray | None = None  # int16 lane index held while running, -1 for none
     lane_names: list[str] = field(default_factory=list)
+    # all-to-all-v: node index -> bytes this rank sends to each rank of the group (group order)
+    splits: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.lane is None:  # genie's classic model: compute on one "gpu" lane, nothing else
@@ -99,6 +105,9 @@ class CompiledRank:
         ):
             h.update(np.ascontiguousarray(arr).tobytes())
             h.update(b"|")
+        for i in sorted(self.splits):
+            h.update(f"{i}:".encode())
+            h.update(np.ascontiguousarray(self.splits[i], np.int64).tobytes())
         return h.digest()
 
 
@@ -114,6 +123,8 @@ class Instances:
     dst: np.ndarray  # int32 p2p receiver or -1
     tag: np.ndarray  # int64
     members: list[list[tuple[int, int]]]  # (rank, node) of each participant
+    # all-to-all-v instances: iid -> n x n int64 bytes, row i = what group rank i sends to each
+    splits: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.size)
@@ -174,6 +185,8 @@ def finish(
     p2p_sends: dict[tuple[int, int, int], list[int]] = {}
     p2p_recvs: dict[tuple[int, int, int], list[int]] = {}
     member_sets = [frozenset(g) for g in group_ranks]
+    group_pos = [{x: k for k, x in enumerate(g)} for g in group_ranks]
+    rows: dict[int, dict[int, np.ndarray]] = {}  # all-to-all-v: iid -> group rank -> row
     for r, cr in enumerate(ranks):
         seq = [0] * len(group_ranks)
         comm_nodes = np.flatnonzero((cr.kind >= Kind.COLLECTIVE) & (cr.kind <= Kind.RECV))
@@ -192,6 +205,21 @@ def finish(
                 seq[g] += 1
                 iid = coll_iid.get(key)
                 ctype, size = int(cr.comm_type[i]), int(cr.comm_size[i])
+                row = cr.splits.get(i) if cr.splits else None
+                if row is not None:
+                    row = _split_row(cr, i, ctype, row, group_ranks[g])
+                if iid is not None and (iid in rows) != (row is not None):
+                    r0, n0 = members[iid][0]
+                    raise CollectiveError(
+                        f"all-to-all #{key[1]} of group {group_names[g]!r}: rank {r0} node "
+                        f"{ranks[r0].name(n0)} and rank {r} node {cr.name(i)} disagree on "
+                        "whether it is uneven (per-peer sizes on one, not the other)"
+                    )
+                if iid is not None and row is not None:  # all-to-all-v: totals may differ
+                    if i_type[iid] != ctype:
+                        size = i_size[iid]  # let the type check below name the mismatch
+                    else:
+                        i_size[iid] = size = max(i_size[iid], size)
                 if iid is None:
                     iid = len(i_size)
                     coll_iid[key] = iid
@@ -212,6 +240,8 @@ def finish(
                         f"of {size} B"
                     )
                 members[iid].append((r, i))
+                if row is not None:
+                    rows.setdefault(iid, {})[group_pos[g][r]] = row
             else:
                 peer = int(cr.peer[i])
                 if not 0 <= peer < n:
@@ -255,6 +285,13 @@ def finish(
     for iid, mem in enumerate(members):
         for rr, nn in mem:
             ranks[rr].instance[nn] = iid
+    splits = {}
+    for iid, by_pos in rows.items():
+        n_g = len(group_ranks[i_group[iid]])
+        mat = np.zeros((n_g, n_g), np.int64)
+        for k, row in by_pos.items():
+            mat[k] = row
+        splits[iid] = mat
     instances = Instances(
         comm_type=np.asarray(i_type, np.int16),
         size=np.asarray(i_size, np.int64),
@@ -264,8 +301,24 @@ def finish(
         dst=np.asarray(i_dst, np.int32),
         tag=np.asarray(i_tag, np.int64),
         members=members,
+        splits=splits,
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def _split_row(cr: CompiledRank, i: int, ctype: int, row, group: tuple[int, ...]) -> np.ndarray:
+    """The checked per-peer bytes of an all-to-all-v node (group order)."""
+    arr = np.asarray(row, np.int64)
+    if ctype != chakra_type("all_to_all"):
+        raise ValidationError(
+            f"node {cr.name(i)}: per-peer sizes are for all-to-all, not {chakra_name(ctype)}"
+        )
+    if arr.ndim != 1 or len(arr) != len(group) or (arr < 0).any():
+        raise ValidationError(
+            f"node {cr.name(i)}: per-peer sizes must be {len(group)} byte counts >= 0 (one per "
+            f"rank of its group), got {len(arr)}"
+        )
+    return arr
 
 
 def make_rank(
@@ -282,6 +335,7 @@ def make_rank(
     drop_bad_deps: bool = False,
     lane: Sequence[int] | None = None,
     lane_names: list[str] | None = None,
+    splits: dict[int, Sequence[int]] | None = None,
 ) -> CompiledRank:
     """Pack one rank's per-node lists into a CompiledRank (deps are local node indices).
 
@@ -318,6 +372,7 @@ def make_rank(
         names=names,
         lane=None if lane is None else np.asarray(lane, np.int16),
         lane_names=list(lane_names or []),
+        splits={int(i): np.asarray(v, np.int64) for i, v in (splits or {}).items()},
     )
 
 
@@ -330,6 +385,7 @@ class GraphBuilder:
         self._nodes: list[list[tuple]] = [[] for _ in range(n_ranks)]
         self.group_names: list[str] = []
         self.group_ranks: list[tuple[int, ...]] = []
+        self._splits: dict[int, dict[int, list[int]]] = {}
 
     def group(self, name: str, ranks: Sequence[int] | None = None) -> int:
         """Declare a process group (default: every rank) and return its id."""
@@ -375,11 +431,16 @@ class GraphBuilder:
         deps: Sequence[int] = (),
         name: str = "",
         lane: str | None = None,
+        splits: Sequence[int] | None = None,
     ) -> int:
-        """Add a collective call of ``size`` bytes on ``group`` (id or name)."""
+        """Add a collective call of ``size`` bytes on ``group`` (id or name); ``splits``: the
+        bytes this rank sends to each group rank (an uneven all-to-all)."""
         g = self.group_names.index(group) if isinstance(group, str) else group
         row = (Kind.COLLECTIVE, 0.0, tuple(deps), chakra_type(ctype), size, g, -1, 0, name)
-        return self._add(rank, row, lane)
+        i = self._add(rank, row, lane)
+        if splits is not None:
+            self._splits.setdefault(rank, {})[i] = list(splits)
+        return i
 
     def send(
         self,
@@ -415,7 +476,7 @@ class GraphBuilder:
         if not self.group_ranks:
             self.group("world")
         ranks = []
-        for rows in self._nodes:
+        for r, rows in enumerate(self._nodes):
             cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(10)]
             kind, dur, deps, ct, cs, g, peer, tag, names, lane_of = cols
             lane_ids: dict[str, int] = {}
@@ -433,6 +494,7 @@ class GraphBuilder:
                     names=list(names) or None,
                     lane=lane,
                     lane_names=list(lane_ids),
+                    splits=self._splits.get(r),
                 )
             )
         return finish(ranks, self.group_names, self.group_ranks, self.name)

@@ -21,6 +21,7 @@ import numpy as np
 from genie.errors import CollectiveError
 from genie.sim.network import CachedPricer, Demand, Transfer
 from genie.sim.traffic import TopologyPricer
+from genie.sim.uneven import UnevenPricing
 from genie.vocabulary import chakra_name, planned_name
 
 
@@ -39,7 +40,7 @@ def ranks_per_host(hosts: Sequence[int]) -> int:
     return runs[0] if runs and len(set(runs)) == 1 else 1
 
 
-class ProgramPricer(CachedPricer):
+class ProgramPricer(UnevenPricing, CachedPricer):
     """Prices transfers with programs and the collectives cost model (see module docstring)."""
 
     def __init__(
@@ -77,7 +78,11 @@ class ProgramPricer(CachedPricer):
         algos = ", ".join(f"{k}={v}" for k, v in sorted(self.algorithms.items())) or "defaults"
         return f"{self.fallback.describe()}; programs priced by genie.collectives.cost ({algos})"
 
-    def _price(self, transfer: Transfer) -> Demand:
+    def _price_uneven(self, transfer: Transfer, mat: np.ndarray) -> Demand:
+        """An all-to-all-v: its program with the per-peer sizes, priced by the cost model."""
+        return self._price(transfer, tuple(int(x) for x in mat.ravel()))
+
+    def _price(self, transfer: Transfer, splits: tuple[int, ...] = ()) -> Demand:
         """Demand of one transfer from its program's cost."""
         name = chakra_name(transfer.comm_type)
         ranks = tuple(int(r) for r in transfer.ranks)
@@ -95,6 +100,7 @@ class ProgramPricer(CachedPricer):
                 chunks=self.chunks,
                 ranks=ranks,
                 ranks_per_host=ranks_per_host(hosts),
+                splits=splits,
             )
             cost = self._estimate(prog, self.topology, hosts)
         except CollectiveError:

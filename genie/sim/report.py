@@ -22,6 +22,7 @@ import numpy as np
 from genie.sim.compiled import COMM_KINDS, CompiledWorkload, Kind
 from genie.sim.engine import RawResult
 from genie.sim.lanes import GPU as GPU_LANE
+from genie.sim.uneven import skew
 from genie.vocabulary import P2P, bus_factor, chakra_name
 
 
@@ -66,6 +67,7 @@ class CollectiveRow:
     busbw_gbps: float
     standalone: float | None = None  # time alone on the network, when the backend knows it
     last_rank: int = -1  # the rank that arrived last (whose arrival started the instance)
+    uneven: float | None = None  # all-to-all-v: largest per-peer block / mean (genie.sim.uneven)
 
 
 @dataclass
@@ -88,6 +90,8 @@ class SimReport:
     exposed_by_dimension: dict[str, float] = field(default_factory=dict)
     exposed_by_collective: dict[str, float] = field(default_factory=dict)
     links: list[dict] = field(default_factory=list)  # busiest links (attribution.busiest_links)
+    # with stragglers or jitter: the cost against the unperturbed workload, who waited on whom
+    stragglers: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s)."""
@@ -169,6 +173,7 @@ def build_report(
                 busbw_gbps=algbw * bus_factor(name, n) if ctype != P2P else algbw,
                 standalone=None if standalone is None else standalone.get(iid),
                 last_rank=int(raw.inst_last_rank[iid]) if not symmetric else -1,
+                uneven=skew(ins.splits[iid]) if iid in ins.splits else None,
             )
         )
     by_dim, by_coll = _exposure(cw, raw)

@@ -32,6 +32,7 @@ import numpy as np
 
 from genie.errors import TopologyError
 from genie.sim.network import CachedPricer, Demand, Transfer
+from genie.sim.uneven import UnevenPricing, direct_demand
 from genie.vocabulary import P2P, base_collective
 
 TOPOLOGIES = ("switch", "fully_connected")
@@ -67,7 +68,7 @@ def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
     raise TopologyError(f"no algorithm for {name}")
 
 
-class TopologyPricer(CachedPricer):
+class TopologyPricer(UnevenPricing, CachedPricer):
     """Link loads of transfers on a collectives ``Topology`` with a rank placement."""
 
     def __init__(self, topology: Any, placement: Sequence[int], n_ranks: int | None = None):
@@ -164,6 +165,10 @@ class TopologyPricer(CachedPricer):
         sends = max(steps, len(src) // max(1, len(ranks)))
         over = 2 * sends * float(getattr(self.topology, "step_overhead", 0.0))
         return Demand(latency=steps * lat + over, links=uniq.astype(np.int64), nbytes=nbytes)
+
+    def _price_uneven(self, transfer: Transfer, mat: np.ndarray) -> Demand:
+        """An all-to-all-v: every block on its own route, in one step."""
+        return direct_demand(self.topology, self.host_of, self.n_links, tuple(transfer.ranks), mat)
 
 
 class NetModel(TopologyPricer):

@@ -12,6 +12,7 @@ import operator
 from typing import NamedTuple
 
 from genie.errors import ValidationError
+from genie.vocabulary import UNEVEN_ATTR
 from genie.workload.model import DEFAULT_GROUP, Node, NodeKind, NodeType, RankGraph, Workload
 
 
@@ -162,6 +163,8 @@ class CollectiveCall(NamedTuple):
 
 _tnew = tuple.__new__
 _KEY = operator.itemgetter(0, 1)
+UNEVEN = -1  # the comm_size the consistency check sees for an all-to-all-v
+_A2A = 6  # Chakra ALL_TO_ALL
 
 
 def collective_sequences(wl: Workload) -> dict[str, dict[int, list[CollectiveCall]]]:
@@ -182,7 +185,10 @@ def collective_sequences(wl: Workload) -> dict[str, dict[int, list[CollectiveCal
             lst = mine.get(g)
             if lst is None:
                 lst = mine[g] = []
-            lst.append(_tnew(CollectiveCall, (d[0], d[1], nd)))
+            size = d[1]
+            if d[0] == _A2A and nd.attr(UNEVEN_ATTR) is not None:
+                size = UNEVEN  # all-to-all-v: each rank's total differs, its per-peer sizes count
+            lst.append(_tnew(CollectiveCall, (d[0], size, nd)))
         for g, lst in mine.items():
             out.setdefault(g, {})[rg.rank] = lst
     return out
@@ -201,7 +207,8 @@ def check_collective_sequences(wl: Workload) -> list[str]:
             t = CollectiveType(c.comm_type).name
         except (ValueError, TypeError):
             t = f"comm_type {c.comm_type}"
-        return f"{t} {c.comm_size} B ({c.node.label()})"
+        size = "uneven (per-peer sizes)" if c.comm_size == UNEVEN else f"{c.comm_size} B"
+        return f"{t} {size} ({c.node.label()})"
 
     problems = []
     for g, per_rank in collective_sequences(wl).items():

@@ -72,8 +72,10 @@ class RankBuilder:
         size: int,
         deps: Iterable[int | None] = (),
         pg: str = DEFAULT_GROUP,
+        splits: list[int] | None = None,
     ) -> int:
-        """A COMM_COLL node of ``size`` bytes in process group ``pg``; its id."""
+        """A COMM_COLL node of ``size`` bytes in process group ``pg``; its id. ``splits``: an
+        uneven all-to-all's bytes to each rank of the group (``comm_split_sizes``)."""
         attrs = [
             _CPU,
             Attr("comm_type", "int64_val", int(ctype)),
@@ -81,6 +83,8 @@ class RankBuilder:
         ]
         if pg:
             attrs.append(Attr("pg_name", "string_val", pg))
+        if splits is not None:
+            attrs.append(Attr("comm_split_sizes", "int64_list", [int(x) for x in splits]))
         return self._add(name, NodeType.COMM_COLL_NODE, deps, attrs)
 
     def send(self, name: str, dst: int, size: int, tag: int, deps=()) -> int:
