@@ -73,6 +73,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=256,
         help="overlapped: refuse more communication instances (each has buffers of its own)",
     )
+    p.add_argument(
+        "--comm-concurrency",
+        type=A.integer(0, 1024),
+        default=1,
+        metavar="N",
+        help="overlapped: collectives of one process group in flight at once per rank; 1 "
+        "(default) runs them in issue order, one at a time, as NCCL's per-communicator stream "
+        "does; 0: no limit (each starts when its data dependencies allow)",
+    )
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -273,6 +282,7 @@ class Overlapped:
     workload: str
     testbed: str
     network: str  # what the analytical backend priced
+    wire: list[str]  # how the wire ran it: issue order, intra-host steps, routing
     rows: list[dict]  # per communication instance: measured and modelled
     runs: list[dict]  # per run of the trace (warm-up flagged)
     reports: list  # SimReport per backend: measured first, then analytical
@@ -285,6 +295,7 @@ class Overlapped:
             "workload": self.workload,
             "testbed": self.testbed,
             "network": self.network,
+            "wire": self.wire,
             "instances": self.rows,
             "runs": self.runs,
             "reports": [with_closed(r.to_dict(), {}) for r in self.reports],
@@ -306,6 +317,7 @@ def run_overlapped(
     symmetry: bool = True,
     trace: str | None = None,
     command: str = "genie emulate",
+    comm_concurrency: int = 1,
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled."""
     from genie.collectives.cost import estimate
@@ -317,14 +329,20 @@ def run_overlapped(
     topo = tb.to_topology()
     algos = algorithms or {}
     with progress.stage("compiling op lists"):
-        plan = compile_oplists(cw, algos, chunks, max_instances=max_instances)
+        plan = compile_oplists(
+            cw, algos, chunks, max_instances=max_instances, comm_concurrency=comm_concurrency
+        )
     with _live_run(
         cw,
         tb,
         testbed_path,
         agents,
         store=store,
-        meta={"iterations": iterations, "mode": "overlapped"},
+        meta={
+            "iterations": iterations,
+            "mode": "overlapped",
+            "comm_concurrency": comm_concurrency,
+        },
         command=command,
         unit="runs of the trace",
         total=iterations + warmup,
@@ -384,7 +402,8 @@ def run_overlapped(
         for k, p in enumerate(passes)
     ]
     network = f"{describe(pricer)}; model of {tb.model_source}"
-    return Overlapped(run_id, cw.name, tb.name, network, rows, runs, reports)
+    wire = [plan.describe_order()]
+    return Overlapped(run_id, cw.name, tb.name, network, wire, rows, runs, reports)
 
 
 def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
@@ -410,6 +429,8 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
     con.print(t)
     if len(o.rows) > limit:
         con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
+    for note in o.wire:
+        con.print(f"on the wire: {note}")
     spans = [r["makespan_s"] for r in o.runs if not r["warmup"]]
     con.print(
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
@@ -434,6 +455,7 @@ def _run_overlapped(args, cw, tb, agents, algos) -> int:
         symmetry=not args.no_symmetry,
         trace=args.trace,
         command=_command(),
+        comm_concurrency=args.comm_concurrency,
     )
     if args.json:
         dump_json(o.doc())

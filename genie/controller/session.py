@@ -602,11 +602,13 @@ class Controller:
         rank_agents: Sequence[str],
         *,
         lead_s: float | None = None,
+        after: dict[int, list[list[int]]] | None = None,
     ) -> OpListOutcome:
         """Start every rank's op list over the prepared programs at one controller instant.
 
         ``rank_ops``: rank -> its ops in order, each (index of a prepared program, indices of
-        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent.
+        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent;
+        ``after``: rank -> per op the earlier ops it waits for in issue order (no gap).
         The wait is bounded by every program's iteration timeout plus the longest rank's gaps,
         plus the base; on failure the job is aborted everywhere.
         """
@@ -624,7 +626,14 @@ class Controller:
             ops = [
                 RankOps(
                     rank=r,
-                    ops=[OpItem(program=p, deps=list(d), gap_ns=g) for p, d, g in rank_ops[r]],
+                    ops=[
+                        OpItem(program=p, deps=list(d), gap_ns=g, after=list(o))
+                        for (p, d, g), o in zip(
+                            rank_ops[r],
+                            (after or {}).get(r) or [[]] * len(rank_ops[r]),
+                            strict=True,
+                        )
+                    ],
                 )
                 for r, ag in enumerate(rank_agents)
                 if ag == a and rank_ops.get(r)

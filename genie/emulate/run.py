@@ -94,7 +94,7 @@ def run_pass(
     """
     from genie.errors import RuntimeFault
 
-    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s)
+    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s, after=plan.rank_after)
     start_at = out.start_at_ns
     inst: dict[int, tuple[int, int, int]] = {}
     rank_times: dict[int, list[tuple[int, int]]] = {}

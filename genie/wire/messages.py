@@ -179,6 +179,8 @@ class OpItem(msgspec.Struct, kw_only=True, array_like=True):
     program: int  # index into the job's programs (each op list uses a program at most once)
     deps: list[int] = []  # earlier ops of this rank's list that must have finished
     gap_ns: int = 0  # compute wait after the last dep finished (after the start if no deps)
+    # earlier ops that must have finished too, with no gap (issue order of a process group)
+    after: list[int] = []
 
 
 class RankOps(msgspec.Struct, kw_only=True, array_like=True):
