@@ -4,6 +4,11 @@ A link carries ``bandwidth`` bytes/s after ``latency`` seconds. Routes are short
 hops. Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
 ``intra_latency``) that is modelled as one private egress port per sending rank.
 
+The topology's "hosts" are the endpoints traffic leaves and enters by. A server with several NICs
+is one endpoint per NIC (``servers`` names the server of each endpoint): a rank is placed on its
+NIC's endpoint, so its traffic leaves through that NIC's link, and two ranks of one server talk
+over the intra-host path whichever NICs they use (``same_server``).
+
 How traffic spreads over equal-cost paths is the ``routing`` policy (``Routing``):
 
 * ``ecmp`` (default): as a switch does it. Each *flow* is hashed, hop by hop, onto one of the
@@ -122,9 +127,19 @@ class Topology:
         intra_latency: float = 0.0,
         kind: str = "custom",
         routing: Routing | None = None,
+        servers: Sequence[str] | None = None,
     ) -> None:
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.routing = routing or Routing()
+        if servers is not None and len(servers) != len(self.hosts):
+            raise TopologyError(f"{len(servers)} servers named for {len(self.hosts)} endpoints")
+        names_of = list(dict.fromkeys(servers)) if servers is not None else list(self.hosts)
+        index = {n: i for i, n in enumerate(names_of)}
+        self.servers: tuple[str, ...] = tuple(names_of)
+        # the server of each endpoint (host): ranks on one server use the intra-host path
+        self.server_of: tuple[int, ...] = tuple(
+            index[s] for s in (servers if servers is not None else self.hosts)
+        )
         self.switches: tuple[str, ...] = tuple(switches)
         self.kind = kind
         if not self.hosts:
@@ -170,8 +185,10 @@ class Topology:
         intra_bandwidth: float | None = None,
         intra_latency: float = 0.0,
         routing: Routing | None = None,
+        servers: Sequence[str] | None = None,
     ) -> Topology:
-        """Build a topology from explicit hosts, switches and links (each link both ways)."""
+        """Build a topology from explicit hosts, switches and links (each link both ways);
+        ``servers``: the server of each host (endpoint) where servers have several NICs."""
         out: list[Link] = []
         for lk in links:
             link = lk if isinstance(lk, Link) else Link(*lk)
@@ -185,6 +202,7 @@ class Topology:
             intra_bandwidth=intra_bandwidth,
             intra_latency=intra_latency,
             routing=routing,
+            servers=servers,
         )
 
     # -- queries -------------------------------------------------------------------------
@@ -204,6 +222,15 @@ class Topology:
         if not 0 <= host < len(self.hosts):
             raise TopologyError(f"host index {host} outside 0..{len(self.hosts) - 1}")
         return int(host)
+
+    def same_server(self, a: int, b: int) -> bool:
+        """Whether endpoints (host indices) ``a`` and ``b`` are on one server."""
+        return self.server_of[a] == self.server_of[b]
+
+    @property
+    def multi_nic(self) -> bool:
+        """Whether some server has several endpoints (NICs)."""
+        return len(self.servers) < len(self.hosts)
 
     def link_name(self, lid: int) -> str:
         """A readable name for link ``lid``, e.g. ``h0->sw0``."""
@@ -332,9 +359,13 @@ class Topology:
 
     def describe(self) -> str:
         """One line: kind, host/switch/link counts, and the routing where paths can differ."""
+        hosts = (
+            f"{len(self.servers)} hosts ({len(self.hosts)} NICs)"
+            if self.multi_nic
+            else f"{len(self.hosts)} hosts"
+        )
         text = (
-            f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
-            f"{len(self.links)} links"
+            f"{self.kind} topology: {hosts}, {len(self.switches)} switches, {len(self.links)} links"
         )
         if self.kind not in ("star", "full", "ring"):
             text += f"; routing {self.routing.describe()}"

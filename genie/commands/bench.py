@@ -121,6 +121,7 @@ def run_bench(cfg: BenchConfig):
                 topology=topology,
                 on_size=on_size,
                 on_instances=on_batch if run.store else None,
+                model_placement=tb.rank_endpoints(placement),
             )
     return run_id, rows, offsets
 

@@ -176,9 +176,10 @@ def run(args: argparse.Namespace) -> int:
             chunks=args.chunks,
             topology=topo,
             on_done=on_done,
+            model_placement=tb.rank_endpoints(agents),
         )
     run_id = run.run_id
-    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, args.chunks)
+    pricer = ProgramPricer(topo, tb.rank_endpoints(agents), cw.n_ranks, algos, args.chunks)
     backends = [
         TestbedBackend(table, name=f"testbed:{run_id}", pricer=pricer),
         AnalyticalBackend(pricer),
@@ -359,7 +360,8 @@ def run_overlapped(
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
     medians = instance_medians(passes, warmup)
-    pricer = ProgramPricer(topo, agents, cw.n_ranks, algos, chunks)
+    ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
+    pricer = ProgramPricer(topo, ends, cw.n_ranks, algos, chunks)
     backends = [InstanceBackend(medians, name=f"testbed:{run_id}"), AnalyticalBackend(pricer)]
     reports = _replay_all(cw, backends, symmetry, trace)
     measured = passes[warmup:]
@@ -367,7 +369,7 @@ def run_overlapped(
     for iid, program in zip(plan.iids, plan.programs, strict=True):
         spec = program.spec
         try:
-            model = float(estimate(program, topo, [agents[r] for r in spec.ranks]).time_s)
+            model = float(estimate(program, topo, [ends[r] for r in spec.ranks]).time_s)
         except GenieError:
             model = None
         rows.append(

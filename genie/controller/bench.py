@@ -140,8 +140,12 @@ def sweep(
     topology=None,
     on_size: Callable[[SizeRow], None] | None = None,
     on_instances: Callable[[Program, list[Instance]], None] | None = None,
+    model_placement: Sequence[str] | None = None,
 ) -> list[SizeRow]:
     """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
+
+    ``model_placement``: the topology host (NIC endpoint) of each rank for the model column
+    (default ``placement``, right where every host has one NIC).
 
     With ``on_instances`` each program's iterations run in batches (see ``run_size``) and every
     batch is handed over with its program as soon as it ends, so a store loses at most one batch.
@@ -171,7 +175,7 @@ def sweep(
             stats=st,
             algbw=bw,
             busbw=bw * bus_factor(prog.spec.collective, prog.n_ranks),
-            modeled_s=modeled_time(prog, topology, placement),
+            modeled_s=modeled_time(prog, topology, model_placement or placement),
             instances=inst,
         )
         rows.append(row)

@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -186,6 +186,9 @@ class Controller:
         self._io = threading.RLock()  # the transport is used by the keepalive thread too
         self._keepalive: threading.Thread | None = None
         self._stop_keepalive = threading.Event()
+        # what the testbed adds to a job's data options (intra-host model, ranks' NIC
+        # addresses): set by ``open_controller``; (options, placement) -> options
+        self.job_options: Callable[[DataOptions, Sequence[str]], DataOptions] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg) -> None:
@@ -478,6 +481,8 @@ class Controller:
         if unknown:
             raise RuntimeFault(f"placement names agents not connected: {', '.join(unknown)}")
         opts = options or DataOptions()
+        if self.job_options is not None:
+            opts = self.job_options(opts, placement)
         if not opts.token:
             opts.token = new_token()
         self.epoch += 1

@@ -31,8 +31,12 @@ def measure_all(
     options: Any = None,
     topology: Any = None,
     on_done: Callable[[Measured, Any, list], None] | None = None,
+    model_placement: Sequence[str] | None = None,
 ) -> dict[Key, Measured]:
-    """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured."""
+    """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured.
+
+    ``model_placement``: each global rank's topology host (its NIC's endpoint) for the model
+    (default: its agent, right where every host has one NIC)."""
     from genie.collectives.cost import estimate
     from genie.controller.bench import run_size
     from genie.controller.results import measured
@@ -52,7 +56,8 @@ def measure_all(
         )
         if topology is not None:
             try:
-                m.modeled_s = float(estimate(prog, topology, placement).time_s)
+                where = model_placement or rank_agents
+                m.modeled_s = float(estimate(prog, topology, [where[r] for r in key[2]]).time_s)
             except GenieError:
                 m.modeled_s = None
         out[key] = m
