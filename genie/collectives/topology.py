@@ -265,9 +265,10 @@ class Topology:
 
         Under ``ecmp`` the pair's ``flows`` flows are hashed onto paths one by one, each with an
         equal part of the bytes; under ``spray`` the bytes split evenly at every hop; under
-        ``pinned`` the host pair's one ``route``. The latency is the slowest path's.
+        ``pinned`` the host pair's one ``route``. The latency is the slowest path's. Endpoints
+        of one server (its NICs) use the intra-host path.
         """
-        if src_host == dst_host:
+        if self.server_of[src_host] == self.server_of[dst_host]:
             return (), self.intra_latency
         key = (src_host, dst_host, src_rank, dst_rank)
         hit = self._flow_cache.get(key)

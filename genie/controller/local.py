@@ -269,11 +269,11 @@ def open_controller(
         testbed=testbed.identity,
         keepalive=True,
     )
-    ctl.job_options = functools.partial(testbed_options, testbed)
+    ctl.job_options = functools.partial(options_for_testbed, testbed)
     return ctl
 
 
-def testbed_options(testbed, opts: DataOptions, placement: Sequence[str]) -> DataOptions:
+def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) -> DataOptions:
     """``opts`` with what ``testbed`` says about a job on ``placement``: the intra-host model's
     bandwidth and latency (where ``opts`` keeps the defaults) and each rank's NIC address (where
     a host has several NICs and ``opts`` names none). ``opts`` itself when nothing changes."""
