@@ -37,7 +37,7 @@ class BenchConfig:
     ranks: int | None = None
     placement: str = "testbed"
     chunks: int = 1
-    streams: int = 1
+    streams: int | None = None  # TCP connections per rank pair; None: the testbed's flows
     sndbuf: int = 0
     rcvbuf: int = 0
     verify: bool = True
@@ -69,8 +69,9 @@ def run_bench(cfg: BenchConfig):
     programs = plan_sizes(
         coll, algo, len(placement), cfg.sizes, chunks=cfg.chunks, ranks_per_host=rph
     )
+    cfg.streams = cfg.streams or tb.routing.flows  # the flows the model prices, on the wire
     try:
-        topology = tb.to_topology()
+        topology = tb.with_flows(cfg.streams).to_topology()
     except (GenieError, ValueError, KeyError):
         topology = None
     transport = cfg.transport or tb.transport
@@ -235,7 +236,9 @@ def _run(args: argparse.Namespace) -> int:
                 "collective": cfg.collective,
                 "algorithm": cfg.algorithm,
                 "units": {"time": "s", "bandwidth": "bytes/s", "size": "bytes"},
-                "model": "genie cost model of " + load_testbed(cfg.testbed_path).model_source,
+                "model": "genie cost model of "
+                + load_testbed(cfg.testbed_path).with_flows(cfg.streams).model_note(),
+                "streams": cfg.streams,
                 "clock_offsets": {a: msgspec.to_builtins(e) for a, e in offsets.items()},
                 "rows": rows_json(rows),
             },
@@ -247,7 +250,7 @@ def _run(args: argparse.Namespace) -> int:
         title = f"genie bench: {cfg.collective}/{cfg.algorithm} on {args.testbed}"
         from genie.testbed import load_testbed
 
-        model = load_testbed(cfg.testbed_path).model_source
+        model = load_testbed(cfg.testbed_path).with_flows(cfg.streams).model_note()
         print_table(rows, title, cfg.iters, cfg.warmup, model=model)
         if run_id:
             print(f"stored as run {run_id} in {cfg.store}")
@@ -285,7 +288,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--chunks", type=A.integer(1, 1024), default=1, help="pipeline chunks per collective"
     )
     p.add_argument(
-        "--streams", type=A.integer(1, 64), default=1, help="TCP connections per rank pair"
+        "--streams",
+        type=A.integer(1, 64),
+        default=None,
+        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
+        "qps, which the model prices too)",
     )
     p.add_argument(
         "--sndbuf", type=A.size(0, 1 << 30), default="0", help="SO_SNDBUF (0 = kernel autotuning)"

@@ -29,6 +29,7 @@ from genie.sim.network import AnalyticalBackend
 from genie.sim.report import chrome_trace
 from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
+from genie.wire.messages import DataOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,6 +82,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="overlapped: collectives of one process group in flight at once per rank; 1 "
         "(default) runs them in issue order, one at a time, as NCCL's per-communicator stream "
         "does; 0: no limit (each starts when its data dependencies allow)",
+    )
+    p.add_argument(
+        "--streams",
+        type=A.integer(1, 64),
+        default=None,
+        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
+        "qps, which the model prices too)",
     )
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
@@ -145,10 +153,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.max_collectives})"
         )
     algos = parse_algorithms(args.algorithm)
+    tb = tb.with_flows(args.streams or tb.routing.flows)  # the model prices the wire's flows
     topo = tb.to_topology()
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos)
-    meta = {"iterations": args.iterations, "mode": "isolated"}
+    meta = {"iterations": args.iterations, "mode": "isolated", "streams": tb.routing.flows}
     with _live_run(
         cw,
         tb,
@@ -177,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             topology=topo,
             on_done=on_done,
             model_placement=tb.rank_endpoints(agents),
+            options=DataOptions(streams=tb.routing.flows),
         )
     run_id = run.run_id
     pricer = ProgramPricer(topo, tb.rank_endpoints(agents), cw.n_ranks, algos, args.chunks)
@@ -205,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
                 "mode": "isolated",
                 "workload": cw.name,
                 "testbed": tb.name,
+                "wire": wire_notes(tb, agents),
                 "collectives": rows,
                 "reports": [with_closed(r.to_dict(), {}) for r in reports],
             }
@@ -228,8 +239,24 @@ def run(args: argparse.Namespace) -> int:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
+    for note in wire_notes(tb, agents):
+        con.print(f"on the wire: {note}")
     print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
     return 0
+
+
+def wire_notes(tb, agents: list[str]) -> list[str]:
+    """How the agents put this job on the wire, beyond the trace: intra-host steps and flows."""
+    notes = [f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"]
+    if len(set(agents)) < len(agents):
+        bw, lat = tb.intra_host.bandwidth, tb.intra_host.latency
+        notes.append(
+            "steps between ranks of one host are not sent: the agent exchanges them in memory "
+            f"and waits the intra-host model's time ({lat * 1e6:.3g} us + bytes / "
+            f"{bw / 1e9:.4g} GB/s on each sending rank's port; times under the host's own copy "
+            "and wake-up cost, tens of us, come out late)"
+        )
+    return notes
 
 
 def _replay_all(cw: CompiledWorkload, backends: list, symmetry: bool, trace: str | None) -> list:
@@ -343,6 +370,7 @@ def run_overlapped(
             "iterations": iterations,
             "mode": "overlapped",
             "comm_concurrency": comm_concurrency,
+            "streams": tb.routing.flows,
         },
         command=command,
         unit="runs of the trace",
@@ -354,7 +382,13 @@ def run_overlapped(
             bar.describe(f"run {k + 1}: {p.makespan_s:.4g} s")
 
         passes = emulate_overlapped(
-            run.ctl, plan, agents, iters=iterations, warmup=warmup, on_pass=on_pass
+            run.ctl,
+            plan,
+            agents,
+            iters=iterations,
+            warmup=warmup,
+            on_pass=on_pass,
+            options=DataOptions(streams=tb.routing.flows),
         )
         for iid, program in zip(plan.iids, plan.programs, strict=True):
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
@@ -403,8 +437,8 @@ def run_overlapped(
         }
         for k, p in enumerate(passes)
     ]
-    network = f"{describe(pricer)}; model of {tb.model_source}"
-    wire = [plan.describe_order()]
+    network = f"{describe(pricer)}; model of {tb.model_note()}"
+    wire = [plan.describe_order(), *wire_notes(tb, agents)]
     return Overlapped(run_id, cw.name, tb.name, network, wire, rows, runs, reports)
 
 

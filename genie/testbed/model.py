@@ -130,6 +130,22 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Which fabric the cost model of this testbed prices, in words (for "model" columns)."""
         return self.model or f"the rates declared in testbed {self.name}"
 
+    def with_flows(self, flows: int) -> Testbed:
+        """This testbed with ``flows`` flows per rank pair in its routing (``flows`` channels of
+        one QP each): what the wire opens when a job runs ``flows`` TCP streams per pair."""
+        if flows == self.routing.flows:
+            return self
+        from msgspec.structs import replace
+
+        return replace(self, routing=replace(self.routing, channels=flows, qps=1))
+
+    def model_note(self) -> str:
+        """Which fabric the model prices and, where paths can differ, how flows take them."""
+        switches = {lk.a for lk in self.links} | {lk.b for lk in self.links}
+        several = len(set(self.switch_names()) & switches) > 1 or any(h.nics for h in self.hosts)
+        text = self.model_source
+        return f"{text}; routing {self.routing.describe()}" if several else text
+
     @property
     def identity(self) -> str:
         """What a controller of this testbed names in its Hello; its netns agents serve only it."""

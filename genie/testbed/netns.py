@@ -64,6 +64,11 @@ def run_command(argv: Sequence[str], stdin: str | None = None) -> Result:
     return Result(returncode=cp.returncode, stdout=cp.stdout, stderr=cp.stderr)
 
 
+def kernel_has_hash_seed() -> bool:
+    """Whether this kernel lets a namespace fix its ECMP hash seed (Linux 6.11+)."""
+    return Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists()
+
+
 def tools_missing() -> list[str]:
     """Which of the tools netns testbeds need (ip, tc) are not installed."""
     return [t for t in ("ip", "tc") if shutil.which(t) is None]
@@ -132,7 +137,7 @@ def up(
     missing = tools_missing() if runner is run_command else []
     if missing:
         raise TestbedError(f"netns testbeds need {', '.join(missing)} (Debian: iproute2)")
-    plan = plan_up(tb)
+    plan = plan_up(tb, hash_seed=runner is run_command and kernel_has_hash_seed())
     existing = set(list_namespaces(runner, tb.netns_prefix)) & set(plan.namespaces)
     existing |= set(list_root_links(runner, tb.netns_prefix)) & set(plan.root_links)
     if existing:
@@ -271,7 +276,7 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
     return netns_exec(
         h.netns,
         [*launch_command(python), "--listen", h.control, "--id", h.name,
-         "--data-addr", h.data_addr, "--testbed", tb.identity],
+         "--data-addr", ",".join(h.nic_addrs()), "--testbed", tb.identity],
     )  # fmt: skip
 
 
