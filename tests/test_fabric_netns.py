@@ -18,6 +18,7 @@ import pytest
 from genie.collectives import build_program
 from genie.controller.local import open_controller
 from genie.testbed import load_testbed, netns
+from genie.testbed.flows import observed_paths, spine_shares
 from genie.wire.messages import DataOptions
 from tests._agents import closed, netns_unavailable
 
@@ -88,10 +89,9 @@ rate = "400mbit"
 
 def test_ecmp_spreads_a_pairs_flows_over_both_spines_the_same_way_every_run(up) -> None:
     tb = up("pf-ls", LEAFSPINE)
-    if _connections(tb.hosts[0].netns) is None:
-        pytest.skip("ss missing")
     size = 8 << 20
     prog = build_program("send_recv", None, 2, size, oneway=True)
+    topo = tb.to_topology()
     splits, ports = [], []
     with closed(open_controller(tb)) as ctl:
         ctl.connect()
@@ -100,6 +100,9 @@ def test_ecmp_spreads_a_pairs_flows_over_both_spines_the_same_way_every_run(up) 
             ctl.prepare([prog], ["h0", "h1"], DataOptions(streams=16, verify=False))
             conns = _connections(tb.hosts[0].netns)
             ports.append(sorted(lp for _, lp, _, _ in conns))
+            # what the switches say they do with these very 5-tuples
+            paths = observed_paths(tb, topo)[(0, 1)]
+            told = spine_shares(paths, topo, ["spine0", "spine1"])[0]
             before = [_tx_bytes(f"{PREFIX}leaf0", dev) for dev in ("p1", "p2")]
             ctl.run(iters=2, warmup=0)
             after = [_tx_bytes(f"{PREFIX}leaf0", dev) for dev in ("p1", "p2")]
@@ -107,6 +110,7 @@ def test_ecmp_spreads_a_pairs_flows_over_both_spines_the_same_way_every_run(up) 
             sent = [b - a for a, b in zip(before, after, strict=True)]
             assert sum(sent) >= 2 * size  # all of it crossed the spines
             splits.append(sent[0] / sum(sent))
+            assert len(paths) == 16 and abs(splits[-1] - told) < 0.02
     print(f"share of spine0: {splits}, source ports {ports}")
     # 16 flows hashed over 2 spines: both carry some (all on one: 2^-15)
     assert all(0.02 < s < 0.98 for s in splits)

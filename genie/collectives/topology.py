@@ -171,6 +171,7 @@ class Topology:
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flow_cache: dict[tuple[int, int, int, int], tuple[tuple, float]] = {}
+        self._observed: dict[tuple[int, int], list[tuple[int, ...]]] = {}
 
     # -- construction --------------------------------------------------------------------
 
@@ -258,6 +259,17 @@ class Topology:
         other._flow_cache = {}
         return other
 
+    def with_observed_paths(self, paths: dict[tuple[int, int], list[tuple[int, ...]]]) -> Topology:
+        """This topology with the paths a real fabric gave the flows between host pairs
+        (``genie.testbed.flows.observed_paths``): a listed pair's bytes split evenly over its
+        flows' paths, whatever the routing policy; other pairs follow the policy."""
+        import copy
+
+        other = copy.copy(self)
+        other._observed = {k: list(v) for k, v in paths.items() if v}
+        other._flow_cache = {}
+        return other
+
     def flow_route(
         self, src_host: int, dst_host: int, src_rank: int, dst_rank: int
     ) -> tuple[tuple[tuple[int, float], ...], float]:
@@ -277,7 +289,13 @@ class Topology:
         pol = self.routing.policy
         weights: dict[int, float] = {}
         lat = 0.0
-        if pol == "pinned" or self.kind in ("star", "full", "ring"):  # one path exists anyway
+        seen = self._observed.get((src_host, dst_host))
+        if seen:
+            for path in seen:
+                for lid in path:
+                    weights[lid] = weights.get(lid, 0.0) + 1.0 / len(seen)
+                lat = max(lat, self.route_latency(path))
+        elif pol == "pinned" or self.kind in ("star", "full", "ring"):  # one path exists anyway
             path = self.route(src_host, dst_host)
             weights = {lid: 1.0 for lid in path}
             lat = self.route_latency(path)

@@ -268,6 +268,12 @@ def netns_exec(netns: str, argv: Sequence[str]) -> list[str]:
     return ["ip", "netns", "exec", netns, *argv]
 
 
+def data_port(h) -> int:
+    """The data port of a netns host's agent: fixed (the control port's neighbour), so a flow's
+    5-tuple, and with it its ECMP path, is the same on every build of the testbed."""
+    return h.control_port + 1 if h.control_port < 65535 else h.control_port - 1
+
+
 def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[str]:
     """The command that runs host ``index``'s agent inside its namespace."""
     h = tb.hosts[index]
@@ -276,7 +282,8 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
     return netns_exec(
         h.netns,
         [*launch_command(python), "--listen", h.control, "--id", h.name,
-         "--data-addr", ",".join(h.nic_addrs()), "--testbed", tb.identity],
+         "--data-addr", ",".join(h.nic_addrs()), "--data-port", str(data_port(h)),
+         "--testbed", tb.identity],
     )  # fmt: skip
 
 

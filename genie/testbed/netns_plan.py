@@ -120,7 +120,7 @@ def sysctl(netns: str, key: str, value: str) -> list[str]:
     return ["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"]
 
 
-def _ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
+def link_ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
     """Both ends of every link, with interface names assigned per namespace."""
     counters: dict[str, int] = {}
     switches = set(tb.switch_names())
@@ -152,7 +152,7 @@ def ring_routes(tb: Testbed) -> dict[str, list[tuple[str, str, str]]]:
     """For host-to-host (ring) links: per host, (destination, via, dev) the short way round."""
     names = [h.name for h in tb.hosts]
     n = len(names)
-    ports = _ports(tb)
+    ports = link_ports(tb)
     nbr_dev: dict[tuple[str, str], str] = {}
     for i, lk in enumerate(tb.links):
         pa, pb = ports[i]
@@ -222,7 +222,7 @@ def plan_up(tb: Testbed, hash_seed: bool = False) -> Plan:
                 f"switch {s.name}",
             )
             add(ip(s.netns, "link", "set", BRIDGE, "up"), f"bridge up in {s.name}")
-    ports = _ports(tb)
+    ports = link_ports(tb)
     all_ports: list[Port] = []
     port_to: dict[tuple[str, str], str] = {}  # (node, neighbour) -> node's interface
     for i, lk in enumerate(tb.links):
