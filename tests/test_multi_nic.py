@@ -153,3 +153,23 @@ def test_rail_shape_needs_rails_and_whole_groups() -> None:
         loads_testbed(RAIL.replace("spines = 2", "spines = 2\nhosts_per_leaf = 3"))
     grouped = loads_testbed(RAIL.replace("spines = 2", "spines = 2\nhosts_per_leaf = 2"))
     assert grouped.switch_names() == ["leaf0", "leaf1", "leaf2", "leaf3", "spine0", "spine1"]
+
+
+def test_readme_fabrics_give_every_server_the_same_400g() -> None:
+    """The README's "Which fabric?" files compare topologies at equal bandwidth per server."""
+    from pathlib import Path
+
+    from genie.testbed import load_testbed
+
+    here = Path(__file__).resolve().parent.parent / "testbed"
+    fabrics = {f: load_testbed(here / f"fabric-{f}.toml") for f in ("star", "rail")}
+    for name in ("leafspine-1to1", "leafspine-2to1"):
+        fabrics[name] = load_testbed(here / f"fabric-{name}.toml")
+    for tb in fabrics.values():  # 64 GPUs, 400 Gbit/s out of every server
+        assert tb.n_ranks == 64 and len(tb.hosts) == 8
+        per_server = {}
+        for lk in tb.links:
+            host = lk.a.split(".")[0]
+            if host in {h.name for h in tb.hosts}:
+                per_server[host] = per_server.get(host, 0) + lk.rate
+        assert set(per_server.values()) == {400e9 / 8}

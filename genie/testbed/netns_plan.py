@@ -199,6 +199,8 @@ def plan_up(tb: Testbed, hash_seed: bool = False) -> Plan:
     for ns in namespaces:
         add(netns_add(ns), f"namespace {ns}")
         add(ip(ns, "link", "set", "lo", "up"), f"loopback up in {ns}")
+    for h in tb.hosts:  # a job's connections idle between runs; the model has no slow start
+        add(sysctl(h.netns or "", "net.ipv4.tcp_slow_start_after_idle", "0"), f"{h.name}: warm TCP")
     for i, h in enumerate(tb.hosts):
         ns = h.netns or ""
         root_if = addressing.root_control_ifname(tb.netns_prefix, i)
