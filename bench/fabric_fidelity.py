@@ -39,15 +39,14 @@ sys.path.insert(0, str(REPO))
 
 from genie.collectives.cost import estimate  # noqa: E402
 from genie.controller.bench import plan_sizes  # noqa: E402
-from genie.controller.local import open_controller  # noqa: E402
 from genie.controller.results import measured, stats  # noqa: E402
-from genie.testbed import Testbed, loads_testbed, netns, state  # noqa: E402
+from genie.testbed import Testbed, loads_testbed  # noqa: E402
 from genie.testbed.flows import observed_paths  # noqa: E402
 from genie.units import format_bytes, parse_size_sweep  # noqa: E402
 from genie.wire.messages import DataOptions  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-from netns_fidelity import CPU_BOUND, CpuMeter  # noqa: E402
+from netns_fidelity import CPU_BOUND, live  # noqa: E402
 
 PREFIX = "genie-ff-"
 RUNS = [("all_reduce", "ring", ["h0", "h2", "h1", "h3"]), ("all_to_all", "direct", None)]
@@ -72,49 +71,32 @@ def run_fabric(
     rows = []
     topo = tb.with_flows(streams).to_topology(tcp_goodput=True)
     hosts = [h.name for h in tb.hosts]
-    try:
-        netns.up(tb, source="bench/fabric_fidelity.py")
-        netns.start_agents(tb)
-        (rec,) = [st for _, st in state.load_all() if st and st.name == tb.name]
-        meter = CpuMeter([a.pid for a in rec.agents])
-        ctl = open_controller(tb)
-        try:
-            ctl.connect()
-            ctl.sync_clocks(rounds=8)
-            for coll, algo, order in RUNS:
-                placement = order or hosts
-                for prog in plan_sizes(coll, algo, len(placement), sizes):
-                    ctl.prepare([prog], placement, DataOptions(streams=streams, verify=verify))
-                    try:
-                        seen = topo.with_observed_paths(observed_paths(tb, topo))
-                        meter.lap()
-                        out = ctl.run(0, iters=iters, warmup=warmup)
-                        cpu = meter.lap()
-                    except BaseException:
-                        ctl.abort("interrupted")
-                        raise
-                    ctl.release()
-                    p50 = stats(measured(out.instances)).p50
-                    row = {
-                        "fabric": tb.name,
-                        "collective": f"{coll}/{algo}",
-                        "size": prog.spec.size,
-                        "p50": p50,
-                        "ecmp": estimate(prog, topo, placement).time_s,
-                        "seen": estimate(prog, seen, placement).time_s,
-                        "cpu": cpu[0],
-                        "machine": cpu[2],
-                    }
-                    rows.append(row)
-                    _print_row(row)
-        finally:
-            ctl.close()
-            ctl.t.close()
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=PREFIX)
+    with live(tb, "bench/fabric_fidelity.py", PREFIX) as (ctl, meter):
+        for coll, algo, order in RUNS:
+            placement = order or hosts
+            for prog in plan_sizes(coll, algo, len(placement), sizes):
+                ctl.prepare([prog], placement, DataOptions(streams=streams, verify=verify))
+                try:
+                    seen = topo.with_observed_paths(observed_paths(tb, topo))
+                    meter.lap()
+                    out = ctl.run(0, iters=iters, warmup=warmup)
+                    cpu = meter.lap()
+                except BaseException:
+                    ctl.abort("interrupted")
+                    raise
+                ctl.release()
+                row = {
+                    "fabric": tb.name,
+                    "collective": f"{coll}/{algo}",
+                    "size": prog.spec.size,
+                    "p50": stats(measured(out.instances)).p50,
+                    "ecmp": estimate(prog, topo, placement).time_s,
+                    "seen": estimate(prog, seen, placement).time_s,
+                    "cpu": cpu[0],
+                    "machine": cpu[2],
+                }
+                rows.append(row)
+                _print_row(row)
     return rows
 
 

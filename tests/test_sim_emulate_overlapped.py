@@ -269,6 +269,8 @@ def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_p
     doc = json.loads(capsys.readouterr().out)
     insts = doc["instances"]
     assert len(insts) == 2 and all(x["ranks"] == [0, 1, 2, 3] for x in insts)
+    # ranks 0, 2 share h0 and 1, 3 share h1: their steps take the intra-host model, said so
+    assert any("intra-host model" in w and "not sent" in w for w in doc["wire"])
     size = 12 * 64 * 64 * 2
     for run in doc["runs"]:  # ring all-reduce on 4: each rank sends 2 x 3/4 of the buffer
         assert run["bytes_sent"] == 2 * 4 * 2 * 3 * size // 4

@@ -91,3 +91,14 @@ def size(lo: int = 0, hi: int = 1 << 40) -> Callable[[str], int]:
 
 
 port = integer(0, 65535)
+
+
+def add_streams(p) -> None:
+    """``--streams``: TCP connections per rank pair, by default the testbed's flows."""
+    p.add_argument(
+        "--streams",
+        type=integer(1, 64),
+        default=None,
+        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
+        "qps, which the model prices too)",
+    )

@@ -287,13 +287,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunks", type=A.integer(1, 1024), default=1, help="pipeline chunks per collective"
     )
-    p.add_argument(
-        "--streams",
-        type=A.integer(1, 64),
-        default=None,
-        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
-        "qps, which the model prices too)",
-    )
+    A.add_streams(p)
     p.add_argument(
         "--sndbuf", type=A.size(0, 1 << 30), default="0", help="SO_SNDBUF (0 = kernel autotuning)"
     )

@@ -83,13 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(default) runs them in issue order, one at a time, as NCCL's per-communicator stream "
         "does; 0: no limit (each starts when its data dependencies allow)",
     )
-    p.add_argument(
-        "--streams",
-        type=A.integer(1, 64),
-        default=None,
-        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
-        "qps, which the model prices too)",
-    )
+    A.add_streams(p)
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")

@@ -169,8 +169,8 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Every host's NIC endpoints in order (the topology's hosts)."""
         return [e for h in self.hosts for e in h.endpoints()]
 
-    def rank_endpoints(self, placement: Sequence[str] | None = None) -> list[str]:
-        """Per global rank, the endpoint of its NIC; ``placement``: the host of each rank
+    def rank_nics(self, placement: Sequence[str] | None = None) -> list[tuple[Host, int]]:
+        """Per global rank, (its host, its NIC index); ``placement``: the host of each rank
         (default: ranks fill hosts in order). The k-th rank placed on a host uses its NIC
         ``rank_nic(k)``."""
         if placement is None:
@@ -181,22 +181,19 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
             h = self.host(name)
             k = seen.get(name, 0)
             seen[name] = k + 1
-            out.append(h.endpoint(h.rank_nic(k)))
+            out.append((h, h.rank_nic(k)))
         return out
+
+    def rank_endpoints(self, placement: Sequence[str] | None = None) -> list[str]:
+        """Per global rank, the topology endpoint of its NIC (see ``rank_nics``)."""
+        return [h.endpoint(k) for h, k in self.rank_nics(placement)]
 
     def rank_nic_addrs(self, placement: Sequence[str]) -> list[str]:
         """Per global rank, its NIC's data address where its host has several NICs, else ""
         (the agent's own address); empty when no host has several."""
         if not any(h.nics for h in self.hosts):
             return []
-        seen: dict[str, int] = {}
-        out = []
-        for name in placement:
-            h = self.host(name)
-            k = seen.get(name, 0)
-            seen[name] = k + 1
-            out.append(h.nics[h.rank_nic(k)].data_addr if h.nics else "")
-        return out
+        return [h.nics[k].data_addr if h.nics else "" for h, k in self.rank_nics(placement)]
 
     def host(self, name: str) -> Host:
         """The host called ``name`` (KeyError if none)."""
