@@ -15,6 +15,7 @@ from genie.errors import UsageError
 
 HEARTBEAT_MIN_S = 0.01
 HEARTBEAT_MAX_S = 60.0
+MAX_DATA_ADDRS = 64  # NICs of one host
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
@@ -25,11 +26,15 @@ def _split_addr(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def check_args(args: argparse.Namespace) -> tuple[str, str]:
-    """Validate the agent's options; return (listen, data address). UsageError if bad."""
+def check_args(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """Validate the agent's options; return (listen, data addresses). UsageError if bad."""
     host, port = _split_addr(args.listen)
-    data_addr = args.data_addr or host
-    for flag, ip in (("--listen", host), ("--data-addr", data_addr)):
+    data_addrs = [a.strip() for a in (args.data_addr or host).split(",")]
+    if len(data_addrs) != len(set(data_addrs)) or len(data_addrs) > MAX_DATA_ADDRS:
+        raise UsageError(
+            f"--data-addr wants 1..{MAX_DATA_ADDRS} distinct addresses, got {args.data_addr!r}"
+        )
+    for flag, ip in (("--listen", host), *(("--data-addr", a) for a in data_addrs)):
         try:
             ipaddress.ip_address(ip)
         except ValueError:
@@ -46,7 +51,7 @@ def check_args(args: argparse.Namespace) -> tuple[str, str]:
             f"--heartbeat must be {HEARTBEAT_MIN_S:g}..{HEARTBEAT_MAX_S:g} seconds, got {hb}"
         )
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return listen, data_addr
+    return listen, data_addrs
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -70,7 +75,10 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", required=True, metavar="IP:PORT", help="control address to bind")
     p.add_argument("--id", required=True, metavar="NAME", help="agent id (the testbed host name)")
     p.add_argument(
-        "--data-addr", metavar="IP", help="address for data listeners (default: --listen IP)"
+        "--data-addr",
+        metavar="IP[,IP...]",
+        help="address(es) for data listeners, one per NIC, the first the agent's own (default: "
+        "--listen IP); each rank's connections leave from its NIC's address",
     )
     p.add_argument("--data-port", type=int, default=0, help="data listener port (default: any)")
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="heartbeat interval")

@@ -217,7 +217,7 @@ _HANDSHAKE_WHY = {
 def run_agent(
     listen: str,
     agent_id: str,
-    data_addr: str,
+    data_addr: str | list[str],
     data_port: int = 0,
     heartbeat_s: float = HEARTBEAT_INTERVAL_S,
     log: Callable[[str], None] | None = None,
@@ -303,7 +303,8 @@ def run_agent(
     poller.register(ctl, zmq.POLLIN)
     poller.register(monitor, zmq.POLLIN)
     poller.register(wake_r.fileno(), zmq.POLLIN)
-    say(f"listening on {listen} (control), {dp.addr}:{dp.port} (data)")
+    data = ", ".join(f"{a}:{dp.port}" for a in dp.addrs)
+    say(f"listening on {listen} (control), {data} (data)")
     if ready:
         ready()
 

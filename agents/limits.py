@@ -9,6 +9,7 @@ so the sum over programs of that bound times this agent's ranks in each bounds t
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from genie.wire.messages import DataOptions, Limits
 
 SOCKET_BUFFER_MAX = 1 << 30  # SO_SNDBUF/SO_RCVBUF: the kernel clamps far below this anyway
 CONNECT_TIMEOUT_MAX_S = 600.0
+INTRA_BW_RANGE = (1e3, 1e15)  # bytes/s: 1 kB/s .. 1 PB/s
+INTRA_LAT_MAX_S = 1.0
 _TOKEN = re.compile(r"^([0-9a-f]{32})?$")
 
 
@@ -40,6 +43,22 @@ def check_options(opts: DataOptions, limits: Limits) -> None:
         raise ProtocolError(f"connect timeout {t} s outside (0, {CONNECT_TIMEOUT_MAX_S:g}]")
     if not _TOKEN.match(opts.token):
         raise ProtocolError("job token must be 32 lowercase hex digits")
+    if opts.intra not in ("model", "wire"):
+        raise ProtocolError(f"intra {opts.intra!r}; use model or wire")
+    bw, lat = opts.intra_bandwidth, opts.intra_latency
+    lo, hi = INTRA_BW_RANGE
+    if not (isinstance(bw, int | float) and math.isfinite(bw) and lo <= bw <= hi):
+        raise ProtocolError(f"intra-host bandwidth {bw} B/s outside {lo:g}..{hi:g}")
+    if not (isinstance(lat, int | float) and math.isfinite(lat) and 0 <= lat <= INTRA_LAT_MAX_S):
+        raise ProtocolError(f"intra-host latency {lat} s outside 0..{INTRA_LAT_MAX_S:g}")
+    if len(opts.rank_addrs) > limits.max_ranks:
+        raise ProtocolError(f"{len(opts.rank_addrs)} rank addresses; limit {limits.max_ranks}")
+    for a in set(opts.rank_addrs):
+        if a:
+            try:
+                ipaddress.ip_address(a)
+            except ValueError:
+                raise ProtocolError(f"rank address {a[:64]!r} is not an IP address") from None
 
 
 def build_steps(agent: str, programs: Sequence[Program], placement: Sequence[str]) -> int:

@@ -10,6 +10,10 @@ rank starts op ``j`` at::
     due(j) = max(end(d) for d in deps) + gap_ns     (deps non-empty)
     due(j) = start + gap_ns                          (no deps: the gap is the offset from the start)
 
+and never before every op of its ``after`` list has ended (issue order: the collectives of one
+process group run one at a time, or N at a time, as NCCL's per-communicator stream does; no gap
+is added after them). Both lists name earlier ops only.
+
 and runs every started op's steps concurrently over the rank's streams (the TCP executor's
 ``run_ops``, in ``agents.transports.tcp_oplist``). Frames carry their program, so a receive
 of an op that has not started yet on this rank (its peer was earlier) lands in that op's own
@@ -61,6 +65,10 @@ def check_ops(ranks_ops: Sequence[RankOps], plan: AgentPlan) -> dict[int, list[O
                 raise ProtocolError(f"rank {ro.rank} op {j}: too many or repeated deps")
             if any(not 0 <= d < j for d in op.deps):
                 raise ProtocolError(f"rank {ro.rank} op {j}: deps must name earlier ops")
+            if len(op.after) > MAX_DEPS_PER_OP or len(set(op.after)) != len(op.after):
+                raise ProtocolError(f"rank {ro.rank} op {j}: too many or repeated order deps")
+            if any(not 0 <= d < j for d in op.after):
+                raise ProtocolError(f"rank {ro.rank} op {j}: order deps must name earlier ops")
             if not 0 <= op.gap_ns <= MAX_GAP_NS:
                 raise ProtocolError(f"rank {ro.rank} op {j}: gap {op.gap_ns} ns out of bounds")
         out[ro.rank] = list(ro.ops)
@@ -68,9 +76,20 @@ def check_ops(ranks_ops: Sequence[RankOps], plan: AgentPlan) -> dict[int, list[O
 
 
 def dependents(ops: Sequence[OpItem]) -> list[list[int]]:
-    """For each op, the later ops that depend on it."""
+    """For each op, the later ops that wait for it (as a data dep or in issue order)."""
     out: list[list[int]] = [[] for _ in ops]
     for j, op in enumerate(ops):
-        for d in op.deps:
+        for d in {*op.deps, *op.after}:
             out[d].append(j)
     return out
+
+
+def waits(op: OpItem) -> int:
+    """How many distinct earlier ops ``op`` waits for."""
+    return len({*op.deps, *op.after})
+
+
+def due_ns(op: OpItem, end: Sequence[int], start_ns: int) -> int:
+    """When ``op`` may start, its deps and order deps having ended at ``end`` (ns)."""
+    base = max(end[d] for d in op.deps) if op.deps else start_ns
+    return max(base + op.gap_ns, max((end[d] for d in op.after), default=0))

@@ -23,10 +23,11 @@ Needs root (namespaces). No delay is emulated (no netem), links are tbf rate lim
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import psutil
@@ -85,6 +86,30 @@ def _row(name, coll, algo, prog, placement, inst, topo, cpu) -> dict:
     }  # fmt: skip
 
 
+@contextlib.contextmanager
+def live(tb: Testbed, source: str, prefix: str = PREFIX) -> Iterator[tuple[object, CpuMeter]]:
+    """Build ``tb`` with its agents and a clock-synced controller; yield (controller, CPU
+    meter of the agents); close and remove everything (the whole ``prefix``) whatever happens."""
+    try:
+        netns.up(tb, source=source)
+        netns.start_agents(tb)
+        (rec,) = [st for _, st in state.load_all() if st and st.name == tb.name]
+        meter = CpuMeter([a.pid for a in rec.agents])
+        ctl = open_controller(tb)
+        try:
+            ctl.connect()
+            ctl.sync_clocks(rounds=8)
+            yield ctl, meter
+        finally:
+            ctl.close()
+            ctl.t.close()
+    finally:
+        try:
+            netns.down(tb)
+        finally:
+            netns.clean(prefix=prefix)
+
+
 def run_testbed(
     tb: Testbed,
     sizes: Sequence[int],
@@ -96,33 +121,15 @@ def run_testbed(
 ) -> list[dict]:
     """Build ``tb``, run every (collective, algorithm, placement) over ``sizes``, tear down."""
     rows = []
-    try:
-        netns.up(tb, source="bench/netns_fidelity.py")
-        netns.start_agents(tb)
-        (rec,) = [st for _, st in state.load_all() if st and st.name == tb.name]
-        meter = CpuMeter([a.pid for a in rec.agents])
-        topo = tb.to_topology(tcp_goodput=True)
-        ctl = open_controller(tb)
-        try:
-            ctl.connect()
-            ctl.sync_clocks(rounds=8)
-            for coll, algo, placement in runs:
-                for prog in plan_sizes(coll, algo, len(placement), sizes, chunks=chunks):
-                    meter.lap()
-                    inst = run_size(
-                        ctl, prog, placement, iters=iters, warmup=warmup, options=options
-                    )
-                    row = _row(tb.name, coll, algo, prog, placement, inst, topo, meter.lap())
-                    rows.append(row)
-                    _print_row(row)
-        finally:
-            ctl.close()
-            ctl.t.close()
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=PREFIX)
+    topo = tb.to_topology(tcp_goodput=True)
+    with live(tb, "bench/netns_fidelity.py") as (ctl, meter):
+        for coll, algo, placement in runs:
+            for prog in plan_sizes(coll, algo, len(placement), sizes, chunks=chunks):
+                meter.lap()
+                inst = run_size(ctl, prog, placement, iters=iters, warmup=warmup, options=options)
+                row = _row(tb.name, coll, algo, prog, placement, inst, topo, meter.lap())
+                rows.append(row)
+                _print_row(row)
     return rows
 
 

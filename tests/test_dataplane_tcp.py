@@ -99,18 +99,26 @@ def test_point_to_point_moves_and_checks_every_byte(planes, streams: int) -> Non
     assert recv_rank.start[0] >= start  # nothing began before the requested start
 
 
-def test_several_ranks_per_agent_and_every_step_kind(planes) -> None:
+@pytest.mark.parametrize("intra", ["wire", "model"])
+def test_several_ranks_per_agent_and_every_step_kind(planes, intra: str) -> None:
     dps = planes(2)
     # ranks 0 and 2 share agent a0; the ring 0->1->2->0 crosses agents and stays on one
     s = spec("selftest", "ring", 3, 3 * 40_000, chunks=4)
-    _, results, _ = run_job(dps, [s], ["a0", "a1", "a0"], iters=3, warmup=0)
+    opts = DataOptions(token=new_token(), intra=intra)
+    prepared, results, _ = run_job(dps, [s], ["a0", "a1", "a0"], opts, iters=3, warmup=0)
     assert all(e.kind == "result" for e in results), results
     ranks = {r.rank: r for e in results for r in e.msg.ranks}
     assert sorted(ranks) == [0, 1, 2]
     for r in ranks.values():
-        assert r.messages_verified == 3 * 4
         assert r.bytes_received == 3 * 4 * (s.size // 4)
         assert len(r.step_start) == 3 and len(r.step_start[0]) == 12
+    if intra == "wire":  # every step on TCP, also 2 -> 0 on a0 itself: all CRC-checked
+        assert all(r.messages_verified == 3 * 4 for r in ranks.values())
+        assert dps[0].admission.stats["accepted"] == 2  # from rank 0 (itself) and rank 1
+    else:  # 2 -> 0 stays in a0's memory (no connection, no frame to check); the rest is TCP
+        assert [ranks[r].messages_verified for r in (0, 1, 2)] == [0, 3 * 4, 3 * 4]
+        assert [e.msg.connections for e in prepared] == [2, 2]
+        assert dps[0].admission.stats["accepted"] == 1  # rank 1 -> 2 only
 
 
 def _fake_sender(dp: TcpDataPlane, token: str, frames: list[bytes]) -> socket.socket:

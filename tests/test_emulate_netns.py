@@ -73,10 +73,8 @@ def _emulate(path: Path, prefix: Path, tmp: Path, capsys, *extra: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) -> None:
-    # A and B are issued together on one group: with --comm-concurrency 0 (as if on two
-    # communicators) they share the wire; by default NCCL's stream order runs them in turn
-    size = 1 << 20  # alone: each rank sends 1 MiB through its 200 Mbit/s link, ~42 ms
+def _two_buckets_then_one(tmp_path: Path, size: int) -> Path:
+    """A and B (one group) issued together after 1 ms of compute, C after 2 ms more."""
     builders = [RankBuilder(r) for r in range(2)]
     for b in builders:
         c = b.compute("fwd", 1 * MS)
@@ -86,6 +84,12 @@ def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) 
         b.collective("ar_c", CollectiveType.ALL_REDUCE, size, [c2])
     prefix = tmp_path / "ov"
     save_workload(finish("overlap", builders), prefix)
+    return prefix
+
+
+def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) -> None:
+    size = 1 << 20  # alone: each rank sends 1 MiB through its 200 Mbit/s link, ~42 ms
+    prefix = _two_buckets_then_one(tmp_path, size)
     doc = _emulate(star, prefix, tmp_path, capsys, "--comm-concurrency", "0")
     a, b, c = sorted(doc["instances"], key=lambda x: x["iid"])
     for ia, ib in zip(a["intervals_s"], b["intervals_s"], strict=True):
@@ -99,6 +103,24 @@ def test_overlapping_all_reduces_share_the_shaped_links(star, tmp_path, capsys) 
     # both share each rank's link for as long as both run: the later of them moved twice the
     # bytes through it, and neither is faster than alone
     assert max(ta, tb) >= 1.6 * floor and min(ta, tb) > tc
+
+
+def test_queued_buckets_of_one_group_each_take_their_standalone_time(
+    star, tmp_path, capsys
+) -> None:
+    size = 1 << 20
+    prefix = _two_buckets_then_one(tmp_path, size)
+    doc = _emulate(star, prefix, tmp_path, capsys)  # default: issue order, one at a time
+    a, b, c = sorted(doc["instances"], key=lambda x: x["iid"])
+    floor = size / (RATE_BITS / 8)
+    ta, tb, tc = (x["measured_p50_s"] for x in (a, b, c))
+    print(
+        f"queued A {ta * 1e3:.1f} ms, B {tb * 1e3:.1f}, alone C {tc * 1e3:.1f} "
+        f"(floor {floor * 1e3:.1f})"
+    )
+    # queued, not sharing: each bucket is timed from its last member's start, and none comes
+    # near the 1.6x floor the two took when they shared the links
+    assert max(ta, tb) < 1.35 * floor and min(ta, tb) >= 0.85 * floor  # tbf burst: -5 ms
 
 
 def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> None:

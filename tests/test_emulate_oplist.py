@@ -135,6 +135,23 @@ def test_an_op_waits_for_its_gap_from_the_start(job) -> None:
         assert rr.end[0] > rr.start[0]
 
 
+def test_an_op_in_issue_order_waits_for_the_earlier_op_without_a_gap(job) -> None:
+    dps, _progs, events = job
+    # op 1 may start 1 ms after the start (its gap) but waits for op 0 to end (issue order)
+    res, start = go_ops(
+        dps, events, [OpItem(program=0), OpItem(program=1, gap_ns=1_000_000, after=[0])]
+    )
+    for rr in res.values():
+        assert rr.start[1] >= rr.end[0]
+        assert rr.start[1] - start >= 1_000_000
+    # a gap longer than op 0 still holds: due is the later of the two
+    res, start = go_ops(
+        dps, events, [OpItem(program=0), OpItem(program=1, gap_ns=400_000_000, after=[0])]
+    )
+    for rr in res.values():
+        assert rr.start[1] - start >= 400_000_000 and rr.start[1] >= rr.end[0]
+
+
 def test_bad_op_lists_are_refused_before_running(job) -> None:
     dps, _progs, events = job
     plan = dps[0]._plan
@@ -146,6 +163,8 @@ def test_bad_op_lists_are_refused_before_running(job) -> None:
         [RankOps(rank=0, ops=[OpItem(program=0), OpItem(program=0)])],  # program twice
         [RankOps(rank=0, ops=[OpItem(program=0, deps=[0])])],  # dep on itself
         [RankOps(rank=0, ops=[OpItem(program=0, gap_ns=-1)])],
+        [RankOps(rank=0, ops=[OpItem(program=0, after=[0])])],  # order dep on itself
+        [RankOps(rank=0, ops=[OpItem(program=0), OpItem(program=1, after=[0, 0])])],
     ]
     for b in bad:
         with pytest.raises(ProtocolError):
@@ -186,4 +205,7 @@ def test_protocol_round_trip_of_op_lists() -> None:
     go = Go(job="j", epoch=2, ops=[RankOps(rank=3, ops=[OpItem(program=1, deps=[], gap_ns=7)])])
     back = decode(encode(go))
     assert back.ops[0].rank == 3 and back.ops[0].ops[0].gap_ns == 7
+    # an op list without order deps (an older controller's three fields) still decodes
+    old = msgspec.msgpack.encode([1, [0], 5])
+    assert msgspec.msgpack.decode(old, type=OpItem) == OpItem(program=1, deps=[0], gap_ns=5)
     assert msgspec.msgpack.decode(encode(Go(job="j")), type=dict).get("ops") == []

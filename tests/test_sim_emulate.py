@@ -61,12 +61,19 @@ def test_emulate_dp_workload_and_compare_with_bench(cluster, tmp_path, capsys):
         assert len(rs.instances(info.run_id)) == 8
         assert len(rs.instances(info.run_id, include_warmup=True)) == 11
     # the same collective through genie bench, before and after: loopback on a busy 2-core
-    # machine varies several-fold between iterations, so compare the best of each
+    # machine varies several-fold between iterations, and the best of 16 runs can be a lucky
+    # outlier, so each side's best is held against the other side's median: emulate measuring
+    # something else (the bucket run 32 times at once, say) is off by far more than 3x both ways
     after = _bench_times(cluster, size, 8)
-    best_bench = min(before + after)
-    ratio = min(coll["measured_s"]) / best_bench
-    print(f"emulate / bench, best of each, {size} B all-reduce: {ratio:.3f}")
-    assert 0.33 < ratio < 3.0
+    bench = sorted(before + after)
+    emu = sorted(coll["measured_s"])
+    bench_med, emu_med = bench[len(bench) // 2], emu[len(emu) // 2]
+    print(
+        f"{size} B all-reduce: emulate best/median {emu[0]:.3g}/{emu_med:.3g} s, "
+        f"bench best/median {bench[0]:.3g}/{bench_med:.3g} s"
+    )
+    assert emu[0] < 3.0 * bench_med
+    assert bench[0] < 3.0 * emu_med
 
 
 def test_emulate_pipeline_runs_send_recv_on_the_agents(cluster, tmp_path, capsys):

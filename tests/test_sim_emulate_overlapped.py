@@ -94,6 +94,55 @@ def test_send_recv_pairs_become_one_program_on_both_ranks() -> None:
     assert plan.sent_bytes() == 4096
 
 
+def _buckets(groups: list[str]):
+    """Two ranks: one compute, then a collective per entry of ``groups`` (a group name each)."""
+    b = GraphBuilder(2)
+    for g in dict.fromkeys(groups):
+        b.group(g, [0, 1])
+    for r in range(2):
+        c = b.compute(r, 1 * MS)
+        for g in groups:
+            b.collective(r, "all_reduce", 1000, deps=[c], group=g)
+    return b.build()
+
+
+def test_collectives_of_one_group_wait_for_the_previous_one_in_issue_order() -> None:
+    cw = _buckets(["dp"] * 4)
+    plan = compile_oplists(cw)  # default: one at a time per group, as NCCL's stream
+    for r in range(2):
+        assert [d for _, d, _ in plan.rank_ops[r]] == [[], [], [], []]  # no data deps
+        assert plan.rank_after[r] == [[], [0], [1], [2]]
+        # the list is in issue order (the group's sequence numbers)
+        seqs = [int(cw.instances.seq[i]) for i in plan.op_iid[r]]
+        assert seqs == sorted(seqs)
+    assert "issue order, one at a time" in plan.describe_order()
+    two = compile_oplists(cw, comm_concurrency=2)
+    assert two.rank_after[0] == [[], [], [0], [1]]
+    assert "at most 2" in two.describe_order()
+    free = compile_oplists(cw, comm_concurrency=0)
+    assert free.rank_after[0] == [[], [], [], []]
+
+
+def test_issue_order_chains_each_group_apart() -> None:
+    plan = compile_oplists(_buckets(["tp", "dp", "tp", "dp"]))
+    names = ["tp", "dp", "tp", "dp"]
+    for r in range(2):
+        after = plan.rank_after[r]
+        chained = {(plan.op_iid[r][a[0]], plan.op_iid[r][j]) for j, a in enumerate(after) if a}
+        # each op waits for the previous op of its own group only
+        assert len(chained) == 2
+        assert all(names[x] == names[y] for x, y in chained)
+
+
+def test_a_data_dependency_already_ordering_the_group_adds_no_order_dep() -> None:
+    b = GraphBuilder(2)
+    for r in range(2):
+        a = b.collective(r, "all_reduce", 100)
+        b.collective(r, "all_reduce", 100, deps=[a])
+    plan = compile_oplists(b.build())
+    assert plan.rank_ops[0][1][1] == [0] and plan.rank_after[0] == [[], []]
+
+
 def test_too_many_instances_are_refused_with_a_hint() -> None:
     b = GraphBuilder(2)
     for r in range(2):
@@ -129,8 +178,9 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     save_workload(_overlap_workload(), prefix)
     store = tmp_path / "runs.sqlite"
     base = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--store", str(store)]
-    base += ["--iterations", "3", "--warmup", "1", "--json", "--comm-concurrency", "0"]
-    assert main(base) == 0  # overlapped is the default; A and B may be in flight together
+    base += ["--iterations", "3", "--warmup", "1", "--json"]
+    # A and B are of one group: only with no issue-order limit may they share the wire
+    assert main([*base, "--comm-concurrency", "0"]) == 0  # overlapped is the default
     doc = json.loads(capsys.readouterr().out)
     assert doc["mode"] == "overlapped"
     a, b, c = sorted(doc["instances"], key=lambda x: x["iid"])
@@ -178,6 +228,23 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     assert together > min(alone, c_alone)
 
 
+def test_collectives_of_one_group_run_one_at_a_time_on_the_wire_by_default(
+    cluster, tmp_path, capsys
+) -> None:
+    prefix = tmp_path / "ov"
+    save_workload(_overlap_workload(), prefix)
+    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
+    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
+    assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any("issue order, one at a time" in w for w in doc["wire"])
+    a, b, _ = sorted(doc["instances"], key=lambda x: x["iid"])
+    for ra, rb in zip(a["rank_intervals_s"], b["rank_intervals_s"], strict=True):
+        for (r, sa, ea), (_, sb, eb) in zip(ra, rb, strict=True):
+            # on every rank one of the two (issued together) starts only after the other ended
+            assert sb >= ea or sa >= eb, f"rank {r}: A {sa:.4f}..{ea:.4f}, B {sb:.4f}..{eb:.4f}"
+
+
 def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     prefix = tmp_path / "ov"
     save_workload(_overlap_workload(), prefix)
@@ -186,6 +253,7 @@ def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "overlapped" in out and "trace on the wire" in out
+    assert "on the wire: collectives of one process group run in issue order" in out
 
 
 def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_path, capsys):
@@ -201,6 +269,8 @@ def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_p
     doc = json.loads(capsys.readouterr().out)
     insts = doc["instances"]
     assert len(insts) == 2 and all(x["ranks"] == [0, 1, 2, 3] for x in insts)
+    # ranks 0, 2 share h0 and 1, 3 share h1: their steps take the intra-host model, said so
+    assert any("intra-host model" in w and "not sent" in w for w in doc["wire"])
     size = 12 * 64 * 64 * 2
     for run in doc["runs"]:  # ring all-reduce on 4: each rank sends 2 x 3/4 of the buffer
         assert run["bytes_sent"] == 2 * 4 * 2 * 3 * size // 4

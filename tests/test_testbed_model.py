@@ -107,7 +107,18 @@ def test_rank_hosts_follows_ranks_per_host() -> None:
     assert tb.links[0].rate == tb.links[1].rate == 1.25e8
 
 
-@pytest.mark.parametrize("name", ["loopback", "netns-star", "netns-leafspine"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "loopback",
+        "netns-star",
+        "netns-leafspine",
+        "fabric-star",
+        "fabric-leafspine-1to1",
+        "fabric-leafspine-2to1",
+        "fabric-rail",
+    ],
+)
 def test_examples_round_trip_through_dumps(name: str) -> None:
     tb = load_testbed(EXAMPLES / f"{name}.toml")
     assert loads_testbed(dumps_testbed(tb)) == tb

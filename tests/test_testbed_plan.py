@@ -62,13 +62,72 @@ def test_every_namespace_is_made_before_it_is_used() -> None:
                 assert argv[i + 1] in made, ln
 
 
-def test_leafspine_plan_shapes_uplinks_and_joins_bridges() -> None:
+def test_leafspine_plan_shapes_uplinks_and_routes_instead_of_bridging() -> None:
     text = (EXAMPLES / "netns-leafspine.toml").read_text().replace('"2:1"', '"4:1"')
     lines = _lines(text)
     up = [ln for ln in lines if "genie-spine0" in ln and " tbf " in ln]
     assert len(up) == 2 and all("rate 500000000bit" in ln for ln in up)
     assert "ip link add p2 netns genie-leaf0 type veth peer name p0 netns genie-spine0" in lines
-    assert "ip -n genie-spine0 link set p1 master br0" in lines
+    assert not any(" bridge " in ln or "master br0" in ln for ln in lines)
+    assert "ip netns exec genie-spine0 sysctl -qw net.ipv4.ip_forward=1" in lines
+
+
+def _routed(text: str, **kw) -> tuple[list[str], dict[str, str]]:
+    """Plan lines, and per namespace the ``ip -batch`` script it gets."""
+    plan = plan_up(loads_testbed(text), **kw)
+    scripts = {c.argv[2]: c.stdin or "" for c in plan.commands if "-batch" in c.argv}
+    return [shlex.join(c.argv) for c in plan.commands], scripts
+
+
+LS4 = (
+    '[testbed]\nname = "ls"\nkind = "netns"\n[routing]\nseed = 7\n[topology]\n'
+    'shape = "leafspine"\nleaves = 2\nspines = 4\nhosts_per_leaf = 2\nrate = "1gbit"\n'
+)
+
+
+def test_a_leaf_has_a_multipath_route_over_every_spine_and_hashes_the_5_tuple() -> None:
+    lines, scripts = _routed(LS4, hash_seed=True)
+    leaf0 = scripts["genie-leaf0"].splitlines()
+    # h0, h1 are behind leaf0: direct; h2, h3 behind leaf1: ECMP over the four spines
+    assert "route add 198.18.0.1/32 dev p0 scope link" in leaf0
+    remote = [ln for ln in leaf0 if ln.startswith("route add 198.18.0.3/32")]
+    assert len(remote) == 1 and remote[0].count("nexthop via") == 4
+    assert all(f"dev p{2 + k} onlink" in remote[0] for k in range(4))
+    # spines have one way down to each host
+    assert "route add 198.18.0.3/32 via 198.18.0.6 dev p1 onlink" in scripts["genie-spine2"]
+    for sw in ("leaf0", "spine3"):
+        assert f"ip netns exec genie-{sw} sysctl -qw net.ipv4.fib_multipath_hash_policy=3" in lines
+        assert (
+            f"ip netns exec genie-{sw} sysctl -qw net.ipv4.fib_multipath_hash_fields=0x37" in lines
+        )
+    seeds = {ln.split("=")[-1] for ln in lines if "fib_multipath_hash_seed" in ln}
+    assert len(seeds) == 6 and "0" not in seeds  # one per switch, fixed, never "random"
+    again, _ = _routed(LS4, hash_seed=True)
+    assert again == lines  # the same testbed, the same seeds and routes
+    assert not any("hash_seed" in ln for ln in _routed(LS4)[0])  # a kernel without the knob
+    # every host routes the data block into its leaf, from its own address
+    assert scripts["genie-h2"].splitlines() == [
+        "address add 198.18.0.3/32 dev eth0",
+        "route add 198.18.0.0/16 via 198.18.0.6 dev eth0 onlink src 198.18.0.3",
+    ]
+
+
+def test_multi_nic_hosts_send_from_each_nic_out_of_that_nic() -> None:
+    text = (
+        '[testbed]\nname = "r"\nkind = "netns"\n[topology]\nshape = "rail"\nhosts = 2\n'
+        'rails = 2\nspines = 1\nrate = "1gbit"\n'
+    )
+    lines, scripts = _routed(text)
+    assert "ip link add eth1 netns genie-h0 type veth peer name p0 netns genie-leaf1" in lines
+    h0 = scripts["genie-h0"].splitlines()
+    nic1 = "198.18.0.3"  # NIC 1 of h0: after both hosts' first NICs
+    assert f"address add {nic1}/32 dev eth1" in h0
+    assert f"rule add from {nic1} table 101 pref 1001" in h0
+    assert any(ln.startswith("route add 198.18.0.0/16 via") and "table 101" in ln for ln in h0)
+    # rail leaf 1 reaches h0's NIC 1 directly and h0's NIC 0 only over the spine
+    leaf1 = scripts["genie-leaf1"]
+    assert f"route add {nic1}/32 dev p0 scope link" in leaf1
+    assert "route add 198.18.0.1/32 via" in leaf1
 
 
 def test_interface_names_fit_ifnamsiz_for_large_testbeds() -> None:

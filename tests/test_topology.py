@@ -95,3 +95,21 @@ def test_unreachable_and_unknown_hosts():
         T.switch(0, 1e9, 0)
     with pytest.raises(TopologyError, match="oversubscription"):
         T.leaf_spine(2, 2, 2, 1e9, 0, oversubscription=0)
+
+
+def test_observed_paths_replace_the_policy_for_their_pairs_only() -> None:
+    from genie.collectives.topology import leaf_spine
+
+    topo = leaf_spine(2, 2, 1, 1e9, 1e-6)  # h0 on leaf0, h1 on leaf1, spines 0 and 1
+    name = {topo.link_name(i): i for i in range(len(topo.links))}
+    via0 = tuple(name[n] for n in ("h0->leaf0", "leaf0->spine0", "spine0->leaf1", "leaf1->h1"))
+    via1 = tuple(name[n] for n in ("h0->leaf0", "leaf0->spine1", "spine1->leaf1", "leaf1->h1"))
+    seen = topo.with_observed_paths({(0, 1): [via0, via0, via0, via1]})
+    res, lat = seen.flow_route(0, 1, 0, 1)
+    w = dict(res)
+    assert w[name["leaf0->spine0"]] == pytest.approx(0.75)
+    assert w[name["leaf0->spine1"]] == pytest.approx(0.25)
+    assert w[name["h0->leaf0"]] == pytest.approx(1.0) and lat == pytest.approx(4e-6)
+    # the other direction was not observed: the policy (ECMP) decides, as before
+    assert seen.flow_route(1, 0, 1, 0) == topo.flow_route(1, 0, 1, 0)
+    assert topo._observed == {}  # the original is untouched

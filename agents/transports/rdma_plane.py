@@ -49,7 +49,9 @@ from genie.wire.messages import Go, Prepare, Prepared, QpFacts
 class AgentDataPlane(TcpDataPlane):
     """TCP data plane that runs ``transport = "rdma"`` jobs over verbs."""
 
-    def __init__(self, data_addr: str, port: int = 0, log: Callable[[str], None] | None = None):
+    def __init__(
+        self, data_addr: str | list[str], port: int = 0, log: Callable[[str], None] | None = None
+    ):
         super().__init__(data_addr, port, log)
         self._rdma = False
         self._dev = None

@@ -1,8 +1,14 @@
 """The TCP data plane: a listener for the agent's life, persistent connections per job.
 
-Connections. Every agent has one data listener for its whole life. For a job, the lower global
-rank of each pair that talks connects ``streams`` TCP connections to the higher rank's agent and
-introduces each with a handshake (``agents.transports.tcp_wire``). The listener's admission
+Connections. Every agent has one data listener for its whole life on each of its data addresses
+(one per NIC, all on the same port). For a job, the lower global rank of each pair that talks
+connects ``streams`` TCP connections to the higher rank's agent and introduces each with a
+handshake (``agents.transports.tcp_wire``). A connection leaves from its rank's NIC address and
+goes to its peer rank's (``DataOptions.rank_addrs``; else the agents' data addresses) with a
+source port fixed per flow (``tcp_wire.source_ports``), so an ECMP fabric hashing the 5-tuple
+routes a job's flows alike every run. Pairs of ranks on this agent open no connection at all
+when the job models intra-host steps (``DataOptions.intra == "model"``,
+``agents.transports.intra``). The listener's admission
 thread (``agents.transports.tcp_admission``: whole-handshake deadlines, bounded waiting, caps
 per peer) hands a connection to the job whose token and expected pairs it matches; one with a
 token this agent does not hold yet is parked briefly (its peer got the Prepare first); anything
@@ -21,17 +27,27 @@ import errno
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from agents.oplist import check_ops
 from agents.plan import AgentPlan
 from agents.state import Event
+from agents.transports.intra import LocalHub
 from agents.transports.steps import pattern_fill
 from agents.transports.steps import set_realtime as _set_realtime
 from agents.transports.tcp_admission import Admission
 from agents.transports.tcp_engine import POLL_S
 from agents.transports.tcp_exec import RankExecutor
-from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC, HDR, Stream, split_parts, tune
+from agents.transports.tcp_wire import (
+    HANDSHAKE,
+    HANDSHAKE_MAGIC,
+    HDR,
+    LINGER_ABORT,
+    Stream,
+    source_ports,
+    split_parts,
+    tune,
+)
 from genie.errors import GenieError, TransportError
 from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
 from genie.wire.tokens import new_token, token_bytes
@@ -55,17 +71,26 @@ __all__ = [
 class TcpDataPlane:
     """The agent's TCP data plane: a listener for its lifetime, connections and workers per job."""
 
-    def __init__(self, data_addr: str, port: int = 0, log: Callable[[str], None] | None = None):
-        family = socket.AF_INET6 if ":" in data_addr else socket.AF_INET
-        self.listener = socket.socket(family, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    def __init__(
+        self,
+        data_addr: str | Sequence[str],
+        port: int = 0,
+        log: Callable[[str], None] | None = None,
+    ):
+        addrs = [data_addr] if isinstance(data_addr, str) else list(data_addr)
+        self.listeners: list[socket.socket] = []
         try:
-            self.listener.bind((data_addr, port))
-        except OSError as exc:
-            raise TransportError(f"cannot listen for data on {data_addr}:{port}: {exc}") from None
-        self.listener.listen(512)
-        self.addr = data_addr
-        self.port = self.listener.getsockname()[1]
+            for a in addrs:
+                self.listeners.append(_listen(a, port))
+                port = self.listeners[0].getsockname()[1]  # every NIC on the same port
+        except TransportError:
+            for ls in self.listeners:
+                ls.close()
+            raise
+        self.listener = self.listeners[0]
+        self.addr = addrs[0]
+        self.addrs = addrs  # one per NIC; the first is the agent's data address
+        self.port = port
         self.log = log or (lambda _m: None)
         self._lock = threading.Condition()
         self._token = b""
@@ -76,7 +101,8 @@ class TcpDataPlane:
         self._socks: list[socket.socket] = []
         self._execs: dict[int, RankExecutor] = {}
         self._plan: AgentPlan | None = None
-        self.admission = Admission(self.listener, self._offer, self.log)
+        self._hub: LocalHub | None = None
+        self.admission = Admission(self.listeners, self._offer, self.log)
 
     def endpoint(self) -> tuple[str, int]:
         """(address, port) of the data listener."""
@@ -99,7 +125,9 @@ class TcpDataPlane:
         self._abort = threading.Event()
         opts = prep.options
         tok = token_bytes(opts.token)
-        expected = {(a, b, k) for (a, b) in plan.incoming for k in range(opts.streams)}
+        local = set(local_pairs(plan, opts))
+        remote = [pair for pair in plan.incoming if pair not in local]
+        expected = {(a, b, k) for (a, b) in remote for k in range(opts.streams)}
         with self._lock:
             self._token, self._expected, self._got = tok, expected, {}
         self.admission.rescan()  # connections parked for this job come in now
@@ -121,11 +149,18 @@ class TcpDataPlane:
             for (a, b, k), sock in self._await_incoming(plan, opts, deadline, "data").items():
                 tune(sock, opts)
                 streams[b].setdefault(a, [None] * opts.streams)[k] = Stream(sock, a, k)
+            peers_here: dict[int, set[int]] = {r: set() for r in plan.ranks}
+            for a, b in local_pairs(plan, opts):
+                peers_here[a].add(b)
+                peers_here[b].add(a)
+            self._hub = LocalHub()
             self._execs = {}
             allocated = 0
             for r in plan.ranks:
                 rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
-                ex = RankExecutor(r, streams[r], rplans, opts, self._abort)
+                ex = RankExecutor(
+                    r, streams[r], rplans, opts, self._abort, self._hub, frozenset(peers_here[r])
+                )
                 allocated += ex.allocate()
                 self._execs[r] = ex
             msg = Prepared(
@@ -156,14 +191,23 @@ class TcpDataPlane:
         """
         opts = prep.options
         tok = token_bytes(opts.token)
+        local = set(local_pairs(plan, opts))
         out = {}
         for r, q in plan.outgoing:
+            if (r, q) in local:
+                continue
             host, _, port = prep.endpoints[prep.placement[q]].rpartition(":")
-            host = host.strip("[]")
+            host = rank_addr(opts, q) or host.strip("[]")
+            src = rank_addr(opts, r) or self.addr
+            if src not in self.addrs:
+                raise TransportError(
+                    f"rank {r}'s NIC address {src} is not one of this agent's data addresses "
+                    f"({', '.join(self.addrs)})"
+                )
             for k in range(opts.streams):
                 if self._abort.is_set():
                     raise TransportError("aborted during prepare")
-                sock = self._connect(host, int(port), opts, deadline)
+                sock = self._connect(host, int(port), opts, deadline, src, (r, q, k))
                 self._socks.append(sock)
                 sock.sendall(HANDSHAKE.pack(HANDSHAKE_MAGIC, tok, r, q, k, opts.streams))
                 out[(r, q, k)] = sock
@@ -191,22 +235,37 @@ class TcpDataPlane:
         self._socks.extend(got.values())
         return got
 
-    def _connect(self, host: str, port: int, opts: DataOptions, deadline: float) -> socket.socket:
+    def _connect(
+        self,
+        host: str,
+        port: int,
+        opts: DataOptions,
+        deadline: float,
+        src: str,
+        flow: tuple[int, int, int],
+    ) -> socket.socket:
+        """Connect from ``src`` (a fixed source port per flow where one is free) to host:port."""
         last: Exception | None = None
+        sports = [*source_ports(*flow), 0]
         while time.monotonic() < deadline and not self._abort.is_set():
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             tune(sock, opts)
             sock.settimeout(max(0.1, deadline - time.monotonic()))
             try:
+                sock.bind((src, sports[0]))
                 sock.connect((host, port))
                 sock.settimeout(None)
                 return sock
             except OSError as exc:
                 sock.close()
                 last = exc
+                if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL) and len(sports) > 1:
+                    sports.pop(0)  # that port is taken here: the flow's next one
+                    continue
                 time.sleep(0.02)
-        raise TransportError(f"cannot connect to data listener {host}:{port}: {last}")
+        raise TransportError(f"cannot connect to data listener {host}:{port} from {src}: {last}")
 
     # ---- go -------------------------------------------------------------------------------
     def go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
@@ -288,11 +347,12 @@ class TcpDataPlane:
 
     # ---- release --------------------------------------------------------------------------
     def release(self) -> None:
-        """Stop workers, close the job's connections, free its buffers."""
+        """Stop workers, close the job's connections (with a reset: no TIME_WAIT is left on a
+        fixed source port), free its buffers."""
         self._abort.set()
         for s in self._socks:
             with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+                s.shutdown(socket.SHUT_RD)  # wakes readers; sends nothing
         for t in self._threads:
             if t is not threading.current_thread():
                 t.join(timeout=10)
@@ -302,7 +362,12 @@ class TcpDataPlane:
         for ex in self._execs.values():
             ex.close()
         self._execs = {}
+        if self._hub is not None:
+            self._hub.close()
+            self._hub = None
         for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_ABORT)
             with contextlib.suppress(OSError):
                 s.close()
         self._socks = []
@@ -314,8 +379,36 @@ class TcpDataPlane:
         self._plan = None
 
     def close(self) -> None:
-        """Release everything, including the listener."""
+        """Release everything, including the listeners."""
         self.release()
         self.admission.close()
-        with contextlib.suppress(OSError):
-            self.listener.close()
+        for ls in self.listeners:
+            with contextlib.suppress(OSError):
+                ls.close()
+
+
+def _listen(addr: str, port: int) -> socket.socket:
+    """A data listener on addr:port (TransportError if it cannot bind)."""
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    ls = socket.socket(family, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        ls.bind((addr, port))
+    except OSError as exc:
+        ls.close()
+        raise TransportError(f"cannot listen for data on {addr}:{port}: {exc}") from None
+    ls.listen(512)
+    return ls
+
+
+def local_pairs(plan: AgentPlan, opts: DataOptions) -> list[tuple[int, int]]:
+    """Rank pairs both on this agent whose steps take the intra-host model (no connection)."""
+    if opts.intra != "model" or opts.transport != "tcp":
+        return []
+    mine = set(plan.ranks)
+    return [(a, b) for a, b in plan.outgoing if b in mine]
+
+
+def rank_addr(opts: DataOptions, rank: int) -> str:
+    """The NIC address the job names for ``rank`` ("" when none)."""
+    return opts.rank_addrs[rank] if rank < len(opts.rank_addrs) else ""

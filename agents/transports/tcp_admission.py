@@ -32,7 +32,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
@@ -82,17 +82,22 @@ class Admission:
     """The acceptor thread of a data listener (see the module docstring)."""
 
     def __init__(
-        self, listener: socket.socket, offer: Offer, log: Callable[[str], None] | None = None
+        self,
+        listeners: socket.socket | Sequence[socket.socket],
+        offer: Offer,
+        log: Callable[[str], None] | None = None,
     ) -> None:
-        self.listener = listener
+        self.listeners = [listeners] if isinstance(listeners, socket.socket) else list(listeners)
+        self.listener = self.listeners[0]
         self.offer = offer
         self.log = log or (lambda _m: None)
-        self.listener.setblocking(False)
         self.sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self.sel.register(self.listener, selectors.EVENT_READ, None)
+        for ls in self.listeners:
+            ls.setblocking(False)
+            self.sel.register(ls, selectors.EVENT_READ, None)
         self.sel.register(self._wake_r, selectors.EVENT_READ, None)
         self.waiting: dict[socket.socket, Waiting] = {}
         self.pending_max = waiting_cap()
@@ -141,9 +146,9 @@ class Admission:
                 continue
             for key, _ in ready:
                 obj = key.fileobj
-                if obj is self.listener:
+                if obj in self.listeners:
                     if time.monotonic() >= self._paused_until:
-                        self._accept_some()
+                        self._accept_some(obj)  # type: ignore[arg-type]
                 elif obj is self._wake_r:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(4096)
@@ -155,10 +160,10 @@ class Admission:
                     self._offer(w)
             self._expire(time.monotonic())
 
-    def _accept_some(self) -> None:
+    def _accept_some(self, listener: socket.socket) -> None:
         for _ in range(64):  # then let deadlines and reads have their turn
             try:
-                sock, addr = self.listener.accept()
+                sock, addr = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:

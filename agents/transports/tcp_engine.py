@@ -10,11 +10,17 @@ completes when all its parts are sent or received, which readies its dependents.
 the steps of several programs progress together over the same streams. Which run a frame
 belongs to is decided by the run's ``match`` (it may park a frame of a later iteration: that
 stream is not read until its iteration starts).
+
+Steps between ranks of this agent take the intra-host model instead of a stream when the job
+says so (``agents.transports.intra``): their frames come through the rank's mailbox, and the
+engine's timers complete them at the modelled times.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import selectors
 import threading
 import time
@@ -25,6 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from agents.plan import RankPlan
+from agents.transports.intra import LocalFrame, LocalHub, LocalPort, transfer_ns
 from agents.transports.steps import local_step, pattern_fill, set_realtime
 from agents.transports.tcp_wire import HDR, OutFrame, Stream, split_parts
 from genie.collectives.program import Op
@@ -32,6 +39,7 @@ from genie.errors import TransportError
 from genie.wire.messages import DataOptions
 
 POLL_S = 0.05  # how often a waiting executor re-checks abort
+SPIN_BEFORE_NS = 1_000_000  # timers closer than this are waited for by polling, not sleeping
 
 
 class ProgRun:
@@ -94,6 +102,8 @@ class RankEngine:
         plans: dict[int, RankPlan],
         opts: DataOptions,
         abort: threading.Event,
+        hub: LocalHub | None = None,
+        local_peers: frozenset[int] = frozenset(),
     ) -> None:
         self.rank = rank
         self.streams = streams
@@ -114,12 +124,27 @@ class RankEngine:
         self.ready: deque[tuple[ProgRun, int]] = deque()  # steps whose deps are done
         # the run a header belongs to (None: parked for a later iteration); set by each run
         self.match: Callable[[Stream, tuple], ProgRun | None] = self._no_run
+        # co-located peers whose steps are modelled, not sent: one part each, via the mailbox
+        self.local = local_peers if hub is not None else frozenset()
+        self.hub = hub
+        self.mailbox = hub.box(rank) if hub is not None and self.local else None
+        if self.mailbox is not None:
+            self.sel.register(self.mailbox, selectors.EVENT_READ, self.mailbox)
+        self.ports = {q: LocalPort(q) for q in self.local}
+        self.local_parked: list[LocalFrame] = []
+        self.timers: list[tuple[int, int, Callable, tuple]] = []
+        self._tick = itertools.count()
+        self.port_free = 0  # when this rank's intra-host port is next free (monotonic ns)
         self.parts = {
             p: [
-                split_parts(st.nbytes, opts.streams, opts.min_part)
+                (
+                    [(0, st.nbytes)]
+                    if plan.peer_global[i] in self.local
+                    else split_parts(st.nbytes, opts.streams, opts.min_part)
+                )
                 if st.op in (Op.SEND, Op.RECV)
                 else []
-                for st in plan.steps
+                for i, st in enumerate(plan.steps)
             ]
             for p, plan in plans.items()
         }
@@ -136,10 +161,12 @@ class RankEngine:
         return total
 
     def close(self) -> None:
-        """Release the selector and buffers (sockets are closed by the data plane)."""
+        """Release the selector and buffers (sockets and mailboxes are closed by the plane)."""
         with contextlib.suppress(Exception):
             self.sel.close()
         self.buffers.clear()
+        self.timers.clear()
+        self.local_parked.clear()
 
     def reset_counters(self) -> None:
         """Zero the byte and message counters (they are per Go)."""
@@ -191,7 +218,9 @@ class RankEngine:
         ps.started[i] = True
         if self.realtime:  # the first step has begun: back to normal scheduling at once
             self.realtime = set_realtime(False) and False
-        if st.op == Op.SEND:
+        if st.op == Op.SEND and plan.peer_global[i] in self.local:
+            self.send_local(ps, i)
+        elif st.op == Op.SEND:
             peer = plan.peer_global[i]
             lst = self.streams[peer]
             parts = ps.parts[i]
@@ -217,6 +246,84 @@ class RankEngine:
                 self.complete(ps, i)
         else:
             local_step(st, ps.buf, ps.scratch, plan.scratch_offset[st.src])
+            self.complete(ps, i)
+
+    # ---- intra-host steps (agents.transports.intra) ---------------------------------------
+    def at(self, due_ns: int, fn: Callable, *args) -> None:
+        """Call ``fn(*args)`` from the poll loop once ``due_ns`` (monotonic) has come."""
+        heapq.heappush(self.timers, (due_ns, next(self._tick), fn, args))
+
+    def run_timers(self) -> None:
+        """Call every timer that is due."""
+        now = time.monotonic_ns()
+        while self.timers and self.timers[0][0] <= now:
+            _, _, fn, args = heapq.heappop(self.timers)
+            fn(*args)
+
+    def send_local(self, ps: ProgRun, i: int) -> None:
+        """Start a SEND to a rank of this agent: price it on this rank's intra-host port and
+        hand the receiver its bytes; it completes when they are out and were taken."""
+        plan = ps.plan
+        st = plan.steps[i]
+        peer = plan.peer_global[i]
+        n = st.nbytes
+        out = max(time.monotonic_ns(), self.port_free) + transfer_ns(n, self.opts.intra_bandwidth)
+        self.port_free = out
+        arrive = out + round(self.opts.intra_latency * 1e9)
+        hdr = (ps.program, ps.it, self.rank, peer, st.tag, plan.seq[i], 0, 1, 0, n, 0)
+        payload = memoryview(ps.buf)[st.offset : st.offset + n]
+        ps.left[i] = 2  # its bytes out (a timer) and the receiver's copy taken (an ack)
+        self.bytes_sent += n
+        self.hub.post(peer, LocalFrame(hdr, payload, arrive, self.rank, (ps, i)))
+        self.at(out, self.send_part_done, ps, i)
+
+    def send_part_done(self, ps: ProgRun, i: int) -> None:
+        """One of a local SEND's two conditions holds; complete it when both do."""
+        ps.left[i] -= 1
+        if ps.left[i] == 0:
+            self.complete(ps, i)
+
+    def take_local(self) -> None:
+        """Handle the mailbox: acks of this rank's local SENDs, frames for its RECVs."""
+        for f in self.mailbox.take():
+            if f.ack:
+                self.send_part_done(*f.key)
+            else:
+                self.on_local(f)
+
+    def resume_local(self) -> None:
+        """Take the local frames parked for a later iteration again (a new one has begun)."""
+        parked, self.local_parked = self.local_parked, []
+        for f in parked:
+            self.on_local(f)
+
+    def on_local(self, f: LocalFrame) -> None:
+        """Copy a co-located peer's step into its RECV's scratch; it lands at the modelled time."""
+        port = self.ports.get(f.src)
+        if port is None:
+            raise TransportError(f"rank {self.rank}: local frame from rank {f.src}, not a peer")
+        ps = self.match(port, f.header)
+        if ps is None:  # a later iteration's: kept until it begins
+            port.parked = None
+            self.local_parked.append(f)
+            return
+        _, _, src, _, tag, seq, _, _, _, ln, _ = f.header
+        plan = ps.plan
+        i = plan.recv_index.get((src, tag, seq))
+        if i is None or len(ps.parts[i]) != 1 or ps.parts[i][0][1] != ln:
+            raise TransportError(
+                f"rank {self.rank}: local step from {src} tag {tag} seq {seq} matches no receive"
+            )
+        base = plan.scratch_offset[i]
+        memoryview(ps.scratch)[base : base + ln] = f.payload
+        self.hub.post(f.src, LocalFrame(f.header, None, 0, self.rank, f.key, ack=True))
+        self.at(f.arrive_ns, self.local_arrived, ps, i, ln)
+
+    def local_arrived(self, ps: ProgRun, i: int, ln: int) -> None:
+        """A local step's modelled transfer has landed: its RECV may complete."""
+        self.bytes_received += ln
+        ps.left[i] -= 1
+        if ps.left[i] == 0 and ps.started[i]:
             self.complete(ps, i)
 
     def start_ready(self) -> None:
@@ -311,11 +418,20 @@ class RankEngine:
                     self.complete(ps, i)
 
     def poll(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for streams to be ready, then write and read them."""
+        """Wait up to ``timeout_s`` for streams to be ready (or the next timer), then write and
+        read them and run the timers that are due."""
+        if self.timers:  # the selector sleeps in whole milliseconds: poll for the last one
+            left = self.timers[0][0] - time.monotonic_ns() - SPIN_BEFORE_NS
+            timeout_s = max(0.0, min(timeout_s, left / 1e9))
         for key, ev in self.sel.select(timeout_s):
             s = key.data
+            if s is self.mailbox:
+                self.take_local()
+                continue
             if ev & selectors.EVENT_WRITE:
                 self.write(s)
             if ev & selectors.EVENT_READ and s.parked is None:
                 self.read(s)
             self.want(s)
+        if self.timers:
+            self.run_timers()

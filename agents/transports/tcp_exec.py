@@ -93,6 +93,7 @@ class RankExecutor(RankEngine):
                 h, s.parked = s.parked, None
                 self.on_header(s, h)
                 self.want(s)
+        self.resume_local()
 
         while True:
             self.start_ready()

@@ -15,7 +15,7 @@ import zlib
 from collections import deque
 
 from agents.clock import sleep_until
-from agents.oplist import dependents
+from agents.oplist import dependents, due_ns, waits
 from agents.transports.steps import set_realtime, wait_for_start
 from agents.transports.tcp_engine import POLL_S, ProgRun, RankEngine
 from agents.transports.tcp_wire import Stream
@@ -32,7 +32,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
     by_prog = {op.program: j for j, op in enumerate(ops)}
     op_start = [0] * n_ops
     op_end = [0] * n_ops
-    op_pending = [len(op.deps) for op in ops]
+    op_pending = [waits(op) for op in ops]
     op_after = dependents(ops)
     states: dict[int, ProgRun] = {}
     timers: list[tuple[int, int]] = []
@@ -47,8 +47,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
         for k in op_after[j]:
             op_pending[k] -= 1
             if op_pending[k] == 0:
-                due = max(op_end[d] for d in ops[k].deps) + ops[k].gap_ns
-                heapq.heappush(timers, (due, k))
+                heapq.heappush(timers, (due_ns(ops[k], op_end, start_local_ns), k))
 
     def state(p: int) -> ProgRun:
         ps = states.get(p)
@@ -83,7 +82,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
     ex.match = match
     wait_for_start(ex.abort, rank, start_local_ns, go.spin_ns)
     for j, op in enumerate(ops):
-        if not op.deps:
+        if op_pending[j] == 0:
             heapq.heappush(timers, (start_local_ns + op.gap_ns, j))
     ex.realtime = go.rt_start and set_realtime(True)
     sleep_until(start_local_ns, go.spin_ns)

@@ -16,13 +16,29 @@ from __future__ import annotations
 import socket
 import struct
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from genie.collectives.topology import flow_hash
 from genie.wire.messages import DataOptions
 
 HANDSHAKE = struct.Struct("<4s16sIIHH")
 HANDSHAKE_MAGIC = b"GNI1"
 HDR = struct.Struct("<IIIIiIHHQQI")  # prog iter src dst tag seq part nparts off len crc
+# Source ports of data connections: fixed per flow, so a fabric that hashes the 5-tuple (ECMP)
+# puts a job's flows on the same paths every run. 20000..32767 lies below Linux's ephemeral
+# range (32768..60999), where the listeners' and other programs' ports come from.
+SOURCE_PORT_BASE = 20000
+SOURCE_PORT_SPAN = 12768
+SOURCE_PORT_TRIES = 16  # then the kernel picks one
+LINGER_ABORT = struct.pack("ii", 1, 0)  # close with a reset: no TIME_WAIT holds a fixed port
+
+
+def source_ports(src: int, dst: int, stream: int) -> Iterator[int]:
+    """The source ports connection ``stream`` of rank pair (src, dst) tries, in order."""
+    first = flow_hash(src, dst, stream) % SOURCE_PORT_SPAN
+    for j in range(SOURCE_PORT_TRIES):
+        yield SOURCE_PORT_BASE + (first + j) % SOURCE_PORT_SPAN
 
 
 def split_parts(nbytes: int, streams: int, min_part: int) -> list[tuple[int, int]]:

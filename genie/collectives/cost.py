@@ -98,7 +98,7 @@ def _event_instance(
 
     def route_of(r: int, st: Step):
         a, b = hosts[r], hosts[st.peer]
-        if a == b:
+        if topology.same_server(a, b):
             return ((("intra", spec.global_rank(r)), 1.0),), topology.intra_latency
         return topology.flow_route(a, b, spec.global_rank(r), spec.global_rank(st.peer))
 

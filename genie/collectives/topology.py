@@ -4,6 +4,11 @@ A link carries ``bandwidth`` bytes/s after ``latency`` seconds. Routes are short
 hops. Ranks placed on the same host talk over an intra-host path (``intra_bandwidth``,
 ``intra_latency``) that is modelled as one private egress port per sending rank.
 
+The topology's "hosts" are the endpoints traffic leaves and enters by. A server with several NICs
+is one endpoint per NIC (``servers`` names the server of each endpoint): a rank is placed on its
+NIC's endpoint, so its traffic leaves through that NIC's link, and two ranks of one server talk
+over the intra-host path whichever NICs they use (``same_server``).
+
 How traffic spreads over equal-cost paths is the ``routing`` policy (``Routing``):
 
 * ``ecmp`` (default): as a switch does it. Each *flow* is hashed, hop by hop, onto one of the
@@ -131,9 +136,19 @@ class Topology:
         routing: Routing | None = None,
         message_latency: float = 0.0,
         step_overhead: float = 0.0,
+        servers: Sequence[str] | None = None,
     ) -> None:
         self.hosts: tuple[str, ...] = tuple(hosts)
         self.routing = routing or Routing()
+        if servers is not None and len(servers) != len(self.hosts):
+            raise TopologyError(f"{len(servers)} servers named for {len(self.hosts)} endpoints")
+        names_of = list(dict.fromkeys(servers)) if servers is not None else list(self.hosts)
+        index = {n: i for i, n in enumerate(names_of)}
+        self.servers: tuple[str, ...] = tuple(names_of)
+        # the server of each endpoint (host): ranks on one server use the intra-host path
+        self.server_of: tuple[int, ...] = tuple(
+            index[s] for s in (servers if servers is not None else self.hosts)
+        )
         self.switches: tuple[str, ...] = tuple(switches)
         self.kind = kind
         if not self.hosts:
@@ -170,6 +185,7 @@ class Topology:
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flow_cache: dict[tuple[int, int, int, int], tuple[tuple, float]] = {}
+        self._observed: dict[tuple[int, int], list[tuple[int, ...]]] = {}
 
     # -- construction --------------------------------------------------------------------
 
@@ -184,8 +200,10 @@ class Topology:
         intra_bandwidth: float | None = None,
         intra_latency: float = 0.0,
         routing: Routing | None = None,
+        servers: Sequence[str] | None = None,
     ) -> Topology:
-        """Build a topology from explicit hosts, switches and links (each link both ways)."""
+        """Build a topology from explicit hosts, switches and links (each link both ways);
+        ``servers``: the server of each host (endpoint) where servers have several NICs."""
         out: list[Link] = []
         for lk in links:
             link = lk if isinstance(lk, Link) else Link(*lk)
@@ -199,6 +217,7 @@ class Topology:
             intra_bandwidth=intra_bandwidth,
             intra_latency=intra_latency,
             routing=routing,
+            servers=servers,
         )
 
     # -- queries -------------------------------------------------------------------------
@@ -218,6 +237,15 @@ class Topology:
         if not 0 <= host < len(self.hosts):
             raise TopologyError(f"host index {host} outside 0..{len(self.hosts) - 1}")
         return int(host)
+
+    def same_server(self, a: int, b: int) -> bool:
+        """Whether endpoints (host indices) ``a`` and ``b`` are on one server."""
+        return self.server_of[a] == self.server_of[b]
+
+    @property
+    def multi_nic(self) -> bool:
+        """Whether some server has several endpoints (NICs)."""
+        return len(self.servers) < len(self.hosts)
 
     def link_name(self, lid: int) -> str:
         """A readable name for link ``lid``, e.g. ``h0->sw0``."""
@@ -244,6 +272,17 @@ class Topology:
         other._flow_cache = {}
         return other
 
+    def with_observed_paths(self, paths: dict[tuple[int, int], list[tuple[int, ...]]]) -> Topology:
+        """This topology with the paths a real fabric gave the flows between host pairs
+        (``genie.testbed.flows.observed_paths``): a listed pair's bytes split evenly over its
+        flows' paths, whatever the routing policy; other pairs follow the policy."""
+        import copy
+
+        other = copy.copy(self)
+        other._observed = {k: list(v) for k, v in paths.items() if v}
+        other._flow_cache = {}
+        return other
+
     def flow_route(
         self, src_host: int, dst_host: int, src_rank: int, dst_rank: int
     ) -> tuple[tuple[tuple[int, float], ...], float]:
@@ -251,9 +290,10 @@ class Topology:
 
         Under ``ecmp`` the pair's ``flows`` flows are hashed onto paths one by one, each with an
         equal part of the bytes; under ``spray`` the bytes split evenly at every hop; under
-        ``pinned`` the host pair's one ``route``. The latency is the slowest path's.
+        ``pinned`` the host pair's one ``route``. The latency is the slowest path's. Endpoints
+        of one server (its NICs) use the intra-host path.
         """
-        if src_host == dst_host:
+        if self.server_of[src_host] == self.server_of[dst_host]:
             return (), self.intra_latency
         key = (src_host, dst_host, src_rank, dst_rank)
         hit = self._flow_cache.get(key)
@@ -262,7 +302,13 @@ class Topology:
         pol = self.routing.policy
         weights: dict[int, float] = {}
         lat = 0.0
-        if pol == "pinned" or self.kind in ("star", "full", "ring"):  # one path exists anyway
+        seen = self._observed.get((src_host, dst_host))
+        if seen:
+            for path in seen:
+                for lid in path:
+                    weights[lid] = weights.get(lid, 0.0) + 1.0 / len(seen)
+                lat = max(lat, self.route_latency(path))
+        elif pol == "pinned" or self.kind in ("star", "full", "ring"):  # one path exists anyway
             path = self.route(src_host, dst_host)
             weights = {lid: 1.0 for lid in path}
             lat = self.route_latency(path)
@@ -346,9 +392,13 @@ class Topology:
 
     def describe(self) -> str:
         """One line: kind, counts, the routing where paths can differ, what calibrated it."""
+        hosts = (
+            f"{len(self.servers)} hosts ({len(self.hosts)} NICs)"
+            if self.multi_nic
+            else f"{len(self.hosts)} hosts"
+        )
         text = (
-            f"{self.kind} topology: {len(self.hosts)} hosts, {len(self.switches)} switches, "
-            f"{len(self.links)} links"
+            f"{self.kind} topology: {hosts}, {len(self.switches)} switches, {len(self.links)} links"
         )
         if self.kind not in ("star", "full", "ring"):
             text += f"; routing {self.routing.describe()}"

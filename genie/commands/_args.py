@@ -102,3 +102,14 @@ def add_comm_concurrency(p: argparse.ArgumentParser) -> None:
         help="collectives of one process group in flight at once on a rank, in issue order "
         "(1: NCCL's one stream per communicator; 0: no limit)",
     )
+
+
+def add_streams(p) -> None:
+    """``--streams``: TCP connections per rank pair, by default the testbed's flows."""
+    p.add_argument(
+        "--streams",
+        type=integer(1, 64),
+        default=None,
+        help="TCP connections per rank pair (default: the testbed's flows, [routing] channels x "
+        "qps, which the model prices too)",
+    )

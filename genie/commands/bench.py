@@ -44,7 +44,7 @@ class BenchConfig:
     ranks: int | None = None
     placement: str = "testbed"
     chunks: int = 1
-    streams: int = 1
+    streams: int | None = None  # TCP connections per rank pair; None: the testbed's flows
     sndbuf: int = 0
     rcvbuf: int = 0
     verify: bool = True
@@ -86,8 +86,9 @@ def run_bench(cfg: BenchConfig):
     programs = plan_sizes(
         coll, algo, len(placement), cfg.sizes, chunks=cfg.chunks, ranks_per_host=rph
     )
+    cfg.streams = cfg.streams or tb.routing.flows  # the flows the model prices, on the wire
     try:
-        topology = tb.to_topology()
+        topology = tb.with_flows(cfg.streams).to_topology()
     except (GenieError, ValueError, KeyError):
         topology = None
     calibrated = calibrate_topology(topology, cal) if cal and topology else None
@@ -142,6 +143,7 @@ def run_bench(cfg: BenchConfig):
                 on_size=on_size,
                 on_instances=on_batch if run.store else None,
                 calibrated=calibrated,
+                model_placement=tb.rank_endpoints(placement),
             )
     if k != 1 and topology is not None:
         cfg.notes.append(_dilation_note(programs, placement, calibrated or topology, k, cal, tb))
@@ -336,7 +338,9 @@ def _run(args: argparse.Namespace) -> int:
                 "collective": cfg.collective,
                 "algorithm": cfg.algorithm,
                 "units": {"time": "s", "bandwidth": "bytes/s", "size": "bytes"},
-                "model": "genie cost model of " + load_testbed(cfg.testbed_path).model_source,
+                "model": "genie cost model of "
+                + load_testbed(cfg.testbed_path).with_flows(cfg.streams).model_note(),
+                "streams": cfg.streams,
                 "calibration": cal.cal_id if cal else None,
                 "calibrated_model": cal.describe() if cal else None,
                 "dilation": cfg.dilation,
@@ -352,7 +356,7 @@ def _run(args: argparse.Namespace) -> int:
         title = f"genie bench: {cfg.collective}/{cfg.algorithm} on {args.testbed}"
         from genie.testbed import load_testbed
 
-        model = load_testbed(cfg.testbed_path).model_source
+        model = load_testbed(cfg.testbed_path).with_flows(cfg.streams).model_note()
         if cfg.dilation != 1:
             title += f", dilated x{cfg.dilation:g} (times / {cfg.dilation:g})"
         print_table(rows, title, cfg.iters, cfg.warmup, model=model)
@@ -392,9 +396,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunks", type=A.integer(1, 1024), default=1, help="pipeline chunks per collective"
     )
-    p.add_argument(
-        "--streams", type=A.integer(1, 64), default=1, help="TCP connections per rank pair"
-    )
+    A.add_streams(p)
     p.add_argument(
         "--sndbuf", type=A.size(0, 1 << 30), default="0", help="SO_SNDBUF (0 = kernel autotuning)"
     )

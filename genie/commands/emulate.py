@@ -37,6 +37,7 @@ from genie.sim.report import chrome_trace
 from genie.sim.streams import order_collectives
 from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
+from genie.wire.messages import DataOptions
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--algorithm", help="as for genie simulate")
     p.add_argument("--chunks", type=A.integer(1, 1024), default=1)
     A.add_comm_concurrency(p)
+    A.add_streams(p)
     p.add_argument(
         "--max-collectives",
         type=A.integer(0, 1000000),
@@ -157,18 +159,21 @@ def run(args: argparse.Namespace) -> int:
             f"{args.max_collectives})"
         )
     algos = parse_algorithms(args.algorithm)
+    tb = tb.with_flows(args.streams or tb.routing.flows)  # the model prices the wire's flows
     topo = tb.to_topology()
     store = args.store or DEFAULT_STORE
     cal = resolve_calibration(args.calibration, store, tb.name)
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos, cal, base, pert)
     k = args.dilation
-    models = compare_models(topo, cal, k, tb.model_source, args.calibration)
+    models = compare_models(topo, cal, k, tb.model_note(), args.calibration)
+    ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
     meta = {
         "iterations": args.iterations,
         "mode": "isolated",
         "calibration": cal.cal_id if cal else None,
         "dilation": k,
+        "streams": tb.routing.flows,
     }
     with _live_run(
         cw,
@@ -196,15 +201,17 @@ def run(args: argparse.Namespace) -> int:
             algorithms=algos,
             chunks=args.chunks,
             on_done=on_done,
+            model_placement=ends,
+            options=DataOptions(streams=tb.routing.flows),
         )
     run_id = run.run_id
     calibrated: dict = {}
     for key, m in table.items():
         m.times = [t / k for t in m.times]  # dilated: the wire's times / k
         m.modeled_s, calibrated[key] = models.price(
-            plan_key(key, algos, args.chunks), [agents[r] for r in key[2]]
+            plan_key(key, algos, args.chunks), [ends[r] for r in key[2]]
         )
-    model_backends = models.backends(agents, cw.n_ranks, algos, args.chunks, cw.instances.splits)
+    model_backends = models.backends(ends, cw.n_ranks, algos, args.chunks, cw.instances.splits)
 
     def measured_backend():
         return TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer)
@@ -213,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     reports = _replay_all(
         cw, backends, not args.no_symmetry, args.trace, (base, pert, measured_backend)
     )
-    notes = [n for n in [models.dilation_note(cw, agents, algos, args.chunks, True)] if n]
+    notes = [n for n in [models.dilation_note(cw, ends, algos, args.chunks, True)] if n]
     rows = [
         {
             "collective": m.collective,
@@ -248,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
                 "testbed": tb.name,
                 "calibration": cal.cal_id if cal else None,
                 "dilation": k,
+                "wire": wire_notes(tb, agents),
                 "collectives": rows,
                 "model_error": [e.to_dict() for e in [*errors, iteration]],
                 "notes": notes,
@@ -274,9 +282,25 @@ def run(args: argparse.Namespace) -> int:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
+    for note in wire_notes(tb, agents):
+        con.print(f"on the wire: {note}")
     print_reports(con, cw, describe(backends[1].pricer), reports, {}, 20)
     _print_errors(con, errors, iteration, models, notes)
     return 0
+
+
+def wire_notes(tb, agents: list[str]) -> list[str]:
+    """How the agents put this job on the wire, beyond the trace: intra-host steps and flows."""
+    notes = [f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"]
+    if len(set(agents)) < len(agents):
+        bw, lat = tb.intra_host.bandwidth, tb.intra_host.latency
+        notes.append(
+            "steps between ranks of one host are not sent: the agent exchanges them in memory "
+            f"and waits the intra-host model's time ({lat * 1e6:.3g} us + bytes / "
+            f"{bw / 1e9:.4g} GB/s on each sending rank's port; times under the host's own copy "
+            "and wake-up cost, tens of us, come out late)"
+        )
+    return notes
 
 
 def _print_errors(con: Console, errors, iteration, models, notes, limit: int = 40) -> None:
@@ -371,6 +395,7 @@ class Overlapped:
     workload: str
     testbed: str
     network: str  # what the analytical backend priced
+    wire: list[str]  # how the wire ran it: issue order, intra-host steps, flows
     rows: list[dict]  # per communication instance: measured and modelled
     runs: list[dict]  # per run of the trace (warm-up flagged)
     reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
@@ -407,6 +432,7 @@ class Overlapped:
             "workload": self.workload,
             "testbed": self.testbed,
             "network": self.network,
+            "wire": self.wire,
             "calibration": cal.cal_id if cal else None,
             "dilation": self.models.k if self.models else 1.0,
             "instances": self.rows,
@@ -437,6 +463,7 @@ def run_overlapped(
     asked: str = "latest",
     unperturbed: CompiledWorkload | None = None,
     perturbation: Any = None,
+    comm_concurrency: int = 1,
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
@@ -450,10 +477,13 @@ def run_overlapped(
     from genie.emulate.run import emulate_overlapped, instance_medians
 
     k = check_dilation(dilation)
-    models = compare_models(tb.to_topology(), calibration, k, tb.model_source, asked)
+    models = compare_models(tb.to_topology(), calibration, k, tb.model_note(), asked)
+    ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
     algos = algorithms or {}
     with progress.stage("compiling op lists"):
-        plan = compile_oplists(cw, algos, chunks, max_instances=max_instances)
+        plan = compile_oplists(
+            cw, algos, chunks, max_instances=max_instances, comm_concurrency=comm_concurrency
+        )
         if k != 1:
             plan = dilate_plan(plan, k)
     meta = {
@@ -461,6 +491,8 @@ def run_overlapped(
         "mode": "overlapped",
         "calibration": calibration.cal_id if calibration else None,
         "dilation": k,
+        "comm_concurrency": comm_concurrency,
+        "streams": tb.routing.flows,
     }
     with _live_run(
         cw,
@@ -479,13 +511,19 @@ def run_overlapped(
             bar.describe(f"run {j + 1}: {p.makespan_s / k:.4g} s")
 
         passes = emulate_overlapped(
-            run.ctl, plan, agents, iters=iterations, warmup=warmup, on_pass=on_pass
+            run.ctl,
+            plan,
+            agents,
+            iters=iterations,
+            warmup=warmup,
+            on_pass=on_pass,
+            options=DataOptions(streams=tb.routing.flows),
         )
         for iid, program in zip(plan.iids, plan.programs, strict=True):
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
     medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
-    model_backends = models.backends(agents, cw.n_ranks, algos, chunks, cw.instances.splits)
+    model_backends = models.backends(ends, cw.n_ranks, algos, chunks, cw.instances.splits)
 
     def measured_backend():
         return InstanceBackend(medians, name=f"testbed:{run_id}")
@@ -497,7 +535,7 @@ def run_overlapped(
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
         spec = program.spec
-        nominal, calibrated = models.price(program, [agents[r] for r in spec.ranks])
+        nominal, calibrated = models.price(program, [ends[r] for r in spec.ranks])
         rows.append(
             {
                 "iid": iid,
@@ -533,8 +571,9 @@ def run_overlapped(
         for j, p in enumerate(passes)
     ]
     network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
-    notes = [n for n in [models.dilation_note(cw, agents, algos, chunks, symmetry)] if n]
-    return Overlapped(run_id, cw.name, tb.name, network, rows, runs, reports, models, notes)
+    notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
+    wire = [plan.describe_order(), *wire_notes(tb, agents)]
+    return Overlapped(run_id, cw.name, tb.name, network, wire, rows, runs, reports, models, notes)
 
 
 def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
@@ -560,6 +599,8 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
     con.print(t)
     if len(o.rows) > limit:
         con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
+    for note in o.wire:
+        con.print(f"on the wire: {note}")
     spans = [r["makespan_s"] for r in o.runs if not r["warmup"]]
     dil = f" (divided by the dilation {o.models.k:g})" if o.models and o.models.k != 1 else ""
     con.print(
@@ -591,6 +632,7 @@ def _run_overlapped(args, cw, tb, agents, algos, cal, base, pert) -> int:
         asked=args.calibration,
         unperturbed=base,
         perturbation=pert,
+        comm_concurrency=args.comm_concurrency,
     )
     if args.json:
         dump_json(o.doc())

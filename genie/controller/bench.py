@@ -142,10 +142,13 @@ def sweep(
     on_size: Callable[[SizeRow], None] | None = None,
     on_instances: Callable[[Program, list[Instance]], None] | None = None,
     calibrated=None,
+    model_placement: Sequence[str] | None = None,
 ) -> list[SizeRow]:
     """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
 
     ``topology`` prices the model column; ``calibrated`` (a calibrated topology) a second one.
+    ``model_placement``: the topology host (NIC endpoint) of each rank for the model columns
+    (default ``placement``, right where every host has one NIC).
 
     With ``on_instances`` each program's iterations run in batches (see ``run_size``) and every
     batch is handed over with its program as soon as it ends, so a store loses at most one batch.
@@ -175,9 +178,9 @@ def sweep(
             stats=st,
             algbw=bw,
             busbw=bw * bus_factor(prog.spec.collective, prog.n_ranks),
-            modeled_s=modeled_time(prog, topology, placement),
+            modeled_s=modeled_time(prog, topology, model_placement or placement),
             instances=inst,
-            calibrated_s=modeled_time(prog, calibrated, placement),
+            calibrated_s=modeled_time(prog, calibrated, model_placement or placement),
         )
         rows.append(row)
         if on_size:

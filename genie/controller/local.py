@@ -9,6 +9,7 @@ listens, and writes ``testbed.toml``, ``agents.pids`` and one log per agent in i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -22,10 +23,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import msgspec
+
 from genie.controller.session import Controller, Timeouts
 from genie.controller.transport import ZmqTransport
 from genie.errors import RuntimeFault, TestbedError
 from genie.wire.launch import is_agent_cmdline, launch_command
+from genie.wire.messages import DataOptions
 
 PIDFILE = "agents.pids"
 TESTBED_FILE = "testbed.toml"
@@ -257,7 +261,7 @@ def open_controller(
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir, devices=devices)
-    return Controller(
+    ctl = Controller(
         tr,
         list(endpoints),
         timeouts=timeouts,
@@ -265,6 +269,27 @@ def open_controller(
         testbed=testbed.identity,
         keepalive=True,
     )
+    ctl.job_options = functools.partial(options_for_testbed, testbed)
+    return ctl
+
+
+def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) -> DataOptions:
+    """``opts`` with what ``testbed`` says about a job on ``placement``: the intra-host model's
+    bandwidth and latency (where ``opts`` keeps the defaults) and each rank's NIC address (where
+    a host has several NICs and ``opts`` names none). ``opts`` itself when nothing changes."""
+    changes: dict = {}
+    intra = testbed.intra_host
+    default = DataOptions()
+    if (opts.intra_bandwidth, opts.intra_latency) == (
+        default.intra_bandwidth,
+        default.intra_latency,
+    ) and (intra.bandwidth, intra.latency) != (default.intra_bandwidth, default.intra_latency):
+        changes.update(intra_bandwidth=intra.bandwidth, intra_latency=intra.latency)
+    if not opts.rank_addrs:
+        addrs = testbed.rank_nic_addrs(placement)
+        if addrs:
+            changes["rank_addrs"] = addrs
+    return msgspec.structs.replace(opts, **changes) if changes else opts
 
 
 def _can_bind_to_device(ifname: str) -> bool:

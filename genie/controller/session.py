@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -188,6 +188,9 @@ class Controller:
         self._io = threading.RLock()  # the transport is used by the keepalive thread too
         self._keepalive: threading.Thread | None = None
         self._stop_keepalive = threading.Event()
+        # what the testbed adds to a job's data options (intra-host model, ranks' NIC
+        # addresses): set by ``open_controller``; (options, placement) -> options
+        self.job_options: Callable[[DataOptions, Sequence[str]], DataOptions] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg) -> None:
@@ -467,6 +470,8 @@ class Controller:
         if unknown:
             raise RuntimeFault(f"placement names agents not connected: {', '.join(unknown)}")
         opts = options or DataOptions()
+        if self.job_options is not None:
+            opts = self.job_options(opts, placement)
         if not opts.token:
             opts.token = new_token()
         self.epoch += 1
@@ -591,11 +596,13 @@ class Controller:
         rank_agents: Sequence[str],
         *,
         lead_s: float | None = None,
+        after: dict[int, list[list[int]]] | None = None,
     ) -> OpListOutcome:
         """Start every rank's op list over the prepared programs at one controller instant.
 
         ``rank_ops``: rank -> its ops in order, each (index of a prepared program, indices of
-        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent.
+        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent;
+        ``after``: rank -> per op the earlier ops it waits for in issue order (no gap).
         The wait is bounded by every program's iteration timeout plus the longest rank's gaps,
         plus the base; on failure the job is aborted everywhere.
         """
@@ -613,7 +620,14 @@ class Controller:
             ops = [
                 RankOps(
                     rank=r,
-                    ops=[OpItem(program=p, deps=list(d), gap_ns=g) for p, d, g in rank_ops[r]],
+                    ops=[
+                        OpItem(program=p, deps=list(d), gap_ns=g, after=list(o))
+                        for (p, d, g), o in zip(
+                            rank_ops[r],
+                            (after or {}).get(r) or [[]] * len(rank_ops[r]),
+                            strict=True,
+                        )
+                    ],
                 )
                 for r, ag in enumerate(rank_agents)
                 if ag == a and rank_ops.get(r)

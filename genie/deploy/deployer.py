@@ -103,7 +103,7 @@ def agent_config(
     cfg: dict[str, Any] = {
         "id": host.name,
         "listen": host.control,
-        "data_addr": host.data_addr,
+        "data_addr": ",".join(host.nic_addrs()),  # one per NIC, the agent's own first
         "heartbeat": heartbeat,
         "service": service,
         "root": root,

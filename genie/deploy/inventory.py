@@ -37,7 +37,7 @@ def host_vars(testbed: Testbed, cfg: DeployConfig, host: Host) -> dict[str, Any]
     out.update(
         genie_agent_id=host.name,
         genie_listen=host.control,
-        genie_data_addr=host.data_addr,
+        genie_data_addr=",".join(host.nic_addrs()),  # one per NIC
         genie_ranks=host.ranks,
         genie_remote_root=a.remote_root,
     )

@@ -11,7 +11,8 @@ Nothing here touches a socket, the controller or the store: plans are data, test
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,9 @@ class OpListPlan:
     programs: list[Any]
     rank_ops: dict[int, list[tuple[int, list[int], int]]]  # rank -> [(program, deps, gap_ns)]
     op_iid: dict[int, list[int]]  # rank -> instance id of each op
+    # rank -> per op the earlier ops it waits for in issue order (same process group), no gap
+    rank_after: dict[int, list[list[int]]] = field(default_factory=dict)
+    comm_concurrency: int = 1  # collectives of one group in flight at once per rank (0: any)
 
     def sent_bytes(self) -> int:
         """Bytes every SEND step of every program moves (what the agents must report sent)."""
@@ -61,6 +65,15 @@ class OpListPlan:
             for _, steps in p.iter_ranks():
                 total += sum(s.nbytes for s in steps if s.op == Op.SEND)
         return total
+
+    def describe_order(self) -> str:
+        """One phrase for reports: how collectives of one process group are ordered."""
+        n = self.comm_concurrency
+        if n == 0:
+            return "collectives of one process group may all be in flight together"
+        if n == 1:
+            return "collectives of one process group run in issue order, one at a time"
+        return f"collectives of one process group run in issue order, at most {n} at a time"
 
 
 def _topo(n: int, ptr: np.ndarray, idx: np.ndarray) -> list[int]:
@@ -81,11 +94,37 @@ def _topo(n: int, ptr: np.ndarray, idx: np.ndarray) -> list[int]:
     return order
 
 
+def _issue_order(
+    cr: Any, comm: list[int], group: np.ndarray, seq: np.ndarray, window: int
+) -> dict[int, int]:
+    """node -> the node of the same process group ``window`` collectives earlier on this rank.
+
+    NCCL runs the collectives of one communicator in issue order on its stream; with ``window``
+    N, collective k of a group may start once collective k - N of that group has finished
+    (N = 1: one at a time). Point-to-point instances (no group) are not chained.
+    """
+    if window <= 0:
+        return {}
+    by_group: dict[int, list[tuple[int, int]]] = {}
+    for v in comm:
+        iid = int(cr.instance[v])
+        g = int(group[iid])
+        if g >= 0:
+            by_group.setdefault(g, []).append((int(seq[iid]), v))
+    out: dict[int, int] = {}
+    for members in by_group.values():
+        members.sort()
+        for k in range(window, len(members)):
+            out[members[k][1]] = members[k - window][1]
+    return out
+
+
 def compile_oplists(
     cw: CompiledWorkload,
     algorithms: dict[str, str] | None = None,
     chunks: int = 1,
     max_instances: int = 256,
+    comm_concurrency: int = 1,
 ) -> OpListPlan:
     """Plan every communication instance and each rank's op list (see ``agents.oplist``).
 
@@ -94,6 +133,11 @@ def compile_oplists(
     data-dep DAG) finished, or ``gap`` after the start when it has none; ``gap`` is what compute
     (serial on the rank's stream) put between them in that replay. On the wire, a slow
     collective thus delays what depends on it by exactly as much as it is slower.
+
+    Issue order: with ``comm_concurrency`` N >= 1 (default 1), a collective also waits, with no
+    gap, for the collective N earlier of the same process group on its rank (its ``after``
+    list), as NCCL runs one communicator's collectives in order on its stream; 0 lets every
+    collective start as soon as its data dependencies allow.
     """
     from genie.collectives import build_program
     from genie.errors import UsageError
@@ -105,6 +149,8 @@ def compile_oplists(
             f"the workload has {len(ins)} communication instances; overlapped emulation runs "
             f"at most {max_instances} (each gets buffers of its own): use --mode isolated"
         )
+    if comm_concurrency < 0:
+        raise UsageError(f"comm concurrency must be >= 0 (0: unlimited), got {comm_concurrency}")
     raw = simulate(cw, ZeroNetwork())
     iids = list(range(len(ins)))
     programs = []
@@ -127,6 +173,7 @@ def compile_oplists(
         )
     inst_end = raw.inst_end
     rank_ops: dict[int, list[tuple[int, list[int], int]]] = {}
+    rank_after: dict[int, list[list[int]]] = {}
     op_iid: dict[int, list[int]] = {}
     for k, r in enumerate(raw.sim_ranks):
         cr = cw.ranks[r]
@@ -134,39 +181,90 @@ def compile_oplists(
         ready = raw.ready[sl]
         order = _topo(cr.n_nodes, cr.dep_ptr, cr.dep_idx)
         pos = {v: i for i, v in enumerate(order)}
-        comm = [v for v in order if cr.instance[v] >= 0]
-        comm.sort(key=lambda v: (float(ready[v]), pos[v]))
-        op_of = {v: j for j, v in enumerate(comm)}
-        anc: dict[int, int] = {}  # node -> bitset of comm ops among its ancestors
+        comm_nodes = [v for v in order if cr.instance[v] >= 0]
+        bit = {v: i for i, v in enumerate(comm_nodes)}
+        anc: dict[int, int] = {}  # node -> bitset (by ``bit``) of comm nodes among its ancestors
         for v in order:
             bits = 0
             for d in cr.dep_idx[cr.dep_ptr[v] : cr.dep_ptr[v + 1]].tolist():
                 bits |= anc.get(d, 0)
-                if d in op_of:
-                    bits |= 1 << op_of[d]
+                if d in bit:
+                    bits |= 1 << bit[d]
             anc[v] = bits
-        ops = []
-        for j, v in enumerate(comm):
+        prev = _issue_order(cr, comm_nodes, ins.group, ins.seq, comm_concurrency)
+        keys = {v: (float(ready[v]), pos[v]) for v in comm_nodes}
+        comm = _list_order(comm_nodes, anc, prev, keys)
+        op_of = {v: j for j, v in enumerate(comm)}
+        ops, after = [], []
+        for v in comm:
             bits = anc[v]
-            implied = 0  # ancestors of ancestors: their end is before their dependents' end
-            for i in range(j):
-                if bits >> i & 1:
-                    implied |= anc[comm[i]]
-            deps = [i for i in range(j) if (bits & ~implied) >> i & 1]
+            mine = [op_of[comm_nodes[b]] for b in range(len(comm_nodes)) if bits >> b & 1]
+            implied: set[int] = set()  # ancestors of ancestors: they end before their dependents
+            for i in mine:
+                b = anc[comm[i]]
+                implied.update(op_of[comm_nodes[x]] for x in range(len(comm_nodes)) if b >> x & 1)
+            deps = sorted(i for i in mine if i not in implied)
             iid = int(cr.instance[v])
             base = max((float(inst_end[int(cr.instance[comm[d]])]) for d in deps), default=0.0)
             gap = max(0, round((float(ready[v]) - base) * 1e9))
             ops.append((iid, deps, gap))
-        rank_ops[r] = [(iid, deps, gap) for iid, deps, gap in ops]  # program index == iid
+            p = prev.get(v)
+            after.append([op_of[p]] if p is not None and op_of[p] not in mine else [])
+        rank_ops[r] = ops  # program index == iid
+        rank_after[r] = after
         op_iid[r] = [iid for iid, _, _ in ops]
-    return OpListPlan(iids=iids, programs=programs, rank_ops=rank_ops, op_iid=op_iid)
+    return OpListPlan(
+        iids=iids,
+        programs=programs,
+        rank_ops=rank_ops,
+        op_iid=op_iid,
+        rank_after=rank_after,
+        comm_concurrency=comm_concurrency,
+    )
+
+
+def _list_order(
+    nodes: list[int], anc: dict[int, int], prev: dict[int, int], key: dict[int, tuple]
+) -> list[int]:
+    """The comm nodes in list order: by ``key`` (ready time, then DAG position), yet never
+    before a data ancestor or the collective it waits for in issue order."""
+    index = {v: i for i, v in enumerate(nodes)}
+    succ: list[list[int]] = [[] for _ in nodes]
+    pending = [0] * len(nodes)
+    for i, v in enumerate(nodes):
+        before = {b for b in range(len(nodes)) if anc[v] >> b & 1}
+        if v in prev:
+            before.add(index[prev[v]])
+        pending[i] = len(before)
+        for b in before:
+            succ[b].append(i)
+    heap = [(key[v], i) for i, v in enumerate(nodes) if pending[i] == 0]
+    heapq.heapify(heap)
+    out: list[int] = []
+    while heap:
+        _, i = heapq.heappop(heap)
+        out.append(nodes[i])
+        for w in succ[i]:
+            pending[w] -= 1
+            if pending[w] == 0:
+                heapq.heappush(heap, (key[nodes[w]], w))
+    if len(out) < len(nodes):
+        from genie.errors import UsageError
+
+        raise UsageError(
+            "a collective depends on data from a later collective of its own process group: "
+            "issue order cannot hold; use --comm-concurrency 0"
+        )
+    return out
 
 
 def dilate_plan(plan: OpListPlan, k: float) -> OpListPlan:
     """The same plan with every compute gap multiplied by ``k`` (time dilation; see
     ``genie.calibration.dilation``): run on the wire, then read every time divided by ``k``."""
+    import dataclasses
+
     rank_ops = {
         r: [(iid, deps, round(gap * k)) for iid, deps, gap in ops]
         for r, ops in plan.rank_ops.items()
     }
-    return OpListPlan(plan.iids, plan.programs, rank_ops, plan.op_iid)
+    return dataclasses.replace(plan, rank_ops=rank_ops)

@@ -31,8 +31,12 @@ def measure_all(
     options: Any = None,
     topology: Any = None,
     on_done: Callable[[Measured, Any, list], None] | None = None,
+    model_placement: Sequence[str] | None = None,
 ) -> dict[Key, Measured]:
-    """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured."""
+    """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured.
+
+    ``model_placement``: each global rank's topology host (its NIC's endpoint) for the model
+    (default: its agent, right where every host has one NIC)."""
     from genie.collectives.cost import estimate
     from genie.controller.bench import run_size
     from genie.controller.results import measured
@@ -52,7 +56,8 @@ def measure_all(
         )
         if topology is not None:
             try:
-                m.modeled_s = float(estimate(prog, topology, placement).time_s)
+                where = model_placement or rank_agents
+                m.modeled_s = float(estimate(prog, topology, [where[r] for r in key[2]]).time_s)
             except GenieError:
                 m.modeled_s = None
         out[key] = m
@@ -94,7 +99,7 @@ def run_pass(
     """
     from genie.errors import RuntimeFault
 
-    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s)
+    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s, after=plan.rank_after)
     start_at = out.start_at_ns
     inst: dict[int, tuple[int, int, int]] = {}
     rank_times: dict[int, list[tuple[int, int]]] = {}

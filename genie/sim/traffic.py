@@ -81,6 +81,7 @@ class TopologyPricer(UnevenPricing, CachedPricer):
                 "add ranks per host to the testbed"
             )
         self.host_of = np.asarray([topology.host_index(h) for h in placement[:n]], np.int64)
+        self.server_of = np.asarray(topology.server_of, np.int64)
         self.n_ranks = n
         self.n_links = len(topology.links)
         self._cap = np.concatenate(
@@ -101,7 +102,7 @@ class TopologyPricer(UnevenPricing, CachedPricer):
 
     def describe(self) -> str:
         """One line: topology, link rates (GiB/s and GB/s), latencies, placement."""
-        hosts = len(set(self.host_of.tolist()))
+        hosts = len({int(self.server_of[h]) for h in self.host_of.tolist()})
         links = self.topology.links
         rates = sorted({lk.bandwidth for lk in links})
         lats = sorted({lk.latency for lk in links})
@@ -130,7 +131,7 @@ class TopologyPricer(UnevenPricing, CachedPricer):
         keep = src != dst
         src, dst = src[keep], dst[keep]
         hs, hd = self.host_of[src], self.host_of[dst]
-        same = hs == hd
+        same = self.server_of[hs] == self.server_of[hd]  # NICs of one server: intra-host
         parts = [self.n_links + src[same]]
         weights = [np.ones(int(same.sum()))]
         lat = float(self.topology.intra_latency) if same.any() else 0.0

@@ -48,6 +48,15 @@ def dumps_testbed(tb: Testbed) -> str:
             out.append(f"nic = {_str(h.nic)}")
         if h.rdma_device is not None:
             out.append(f"rdma_device = {_str(h.rdma_device)}")
+        if h.rank_nics:
+            out.append(f"rank_nics = [{', '.join(str(k) for k in h.rank_nics)}]")
+        for n in h.nics:
+            out += ["", "[[hosts.nics]]", f"name = {_str(n.name)}"]
+            if tb.kind != "netns":
+                out.append(f"data_addr = {_str(n.data_addr)}")
+            for key in ("device", "rdma_device"):
+                if getattr(n, key) is not None:
+                    out.append(f"{key} = {_str(getattr(n, key))}")
     for s in tb.switches:
         out += ["", "[[switches]]", f"name = {_str(s.name)}"]
     for lk in tb.links:

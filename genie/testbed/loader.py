@@ -25,6 +25,7 @@ from genie.testbed.model import (
     Host,
     IntraHost,
     Link,
+    Nic,
     Switch,
     Testbed,
 )
@@ -45,7 +46,9 @@ _TOP_KEYS = {
     "routing",
 }
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model"}
-_HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device"}
+_HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
+_NIC_KEYS = {"name", "data_addr", "device", "rdma_device"}
+MAX_NICS = 64
 _LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
 _TOPO_KEYS = {
     "shape",
@@ -60,6 +63,7 @@ _TOPO_KEYS = {
     "queue_limit",
     "latency",
     "ranks_per_host",
+    "rails",
 }
 _PLACEHOLDER = re.compile(r"<[^<>]*>")
 _MISSING = object()
@@ -244,7 +248,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
                 raise ctx.error(
                     (key,), "cannot be given together with [topology] (the shorthand makes them)"
                 )
-        host_names, switch_names, links, default_ranks = _expand(ctx, topo, raw_hosts)
+        host_names, switch_names, links, default_ranks, default_nics = _expand(ctx, topo, raw_hosts)
     else:
         if not raw_hosts:
             raise ctx.error(("hosts",), "no hosts: give [[hosts]] entries or a [topology]")
@@ -258,10 +262,12 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
             switch_names.append(ctx.get(s, "name", ("switches", i), (str,)))
         raw_links = ctx.array_of_tables(data["links"], ("links",)) if "links" in data else []
         links = [_link(ctx, lk, ("links", i)) for i, lk in enumerate(raw_links)]
-        default_ranks = 1
+        default_ranks = default_nics = 1
 
     _check_names(ctx, host_names, switch_names, topo is not None)
-    hosts = _hosts(ctx, kind, prefix, control_port, raw_hosts, host_names, default_ranks)
+    hosts = _hosts(
+        ctx, kind, prefix, control_port, raw_hosts, host_names, default_ranks, default_nics
+    )
     switches = [
         Switch(name=s, netns=f"{prefix}{s}" if kind == "netns" else None) for s in switch_names
     ]
@@ -309,24 +315,31 @@ def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:
 
 def _expand(
     ctx: _Ctx, topo: dict[str, Any], raw_hosts: list[dict[str, Any]]
-) -> tuple[list[str], list[str], list[Link], int]:
+) -> tuple[list[str], list[str], list[Link], int, int]:
     path: Path = ("topology",)
     ctx.check_keys(topo, _TOPO_KEYS, path)
-    shape = ctx.get_choice(topo, "shape", path, ("star", "leafspine", "ring"), _MISSING)
+    shape = ctx.get_choice(topo, "shape", path, ("star", "leafspine", "ring", "rail"), _MISSING)
     rate = ctx.get_rate(topo, "rate", path)
     mtu = ctx.get_mtu(topo, path, DEFAULT_MTU)
     queue_limit = ctx.get_size(topo, "queue_limit", path, None)
     latency = ctx.get_duration(topo, "latency", path, 0.0)
     template = Link(a="", b="", rate=rate, mtu=mtu, queue_limit=queue_limit, latency=latency)
-    ranks = ctx.get_int(topo, "ranks_per_host", path, 1, lo=1)
     allowed = {
         "star": {"hosts"},
         "ring": {"hosts"},
         "leafspine": {"leaves", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate"},
+        "rail": {"hosts", "rails", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate"},
     }[shape]
-    for key in ("hosts", "leaves", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate"):
+    shaped = ("hosts", "leaves", "spines", "hosts_per_leaf", "oversubscription", "uplink_rate")
+    for key in (*shaped, "rails"):
         if key in topo and key not in allowed:
             raise ctx.error((*path, key), f"does not apply to shape = {shape!r}")
+    rails = ctx.get_int(topo, "rails", path, 1, lo=1) if shape == "rail" else 1
+    if shape == "rail" and "rails" not in topo:
+        raise ctx.error((*path, "rails"), "is required for shape = 'rail' (NICs per host)")
+    if rails > MAX_NICS:
+        raise ctx.error((*path, "rails"), f"must be <= {MAX_NICS}, got {rails}")
+    ranks = ctx.get_int(topo, "ranks_per_host", path, rails, lo=1)
     if shape == "leafspine":
         leaves = ctx.get_int(topo, "leaves", path, lo=1)
         spines = ctx.get_int(topo, "spines", path, 1, lo=1)
@@ -337,6 +350,13 @@ def _expand(
         n = ctx.get_int(topo, "hosts", path, default_n, lo=1)
         if shape == "ring" and n < 2:
             raise ctx.error((*path, "hosts"), "a ring needs at least 2 hosts")
+        if shape == "rail":
+            spines = ctx.get_int(topo, "spines", path, 1, lo=1)
+            per_leaf = ctx.get_int(topo, "hosts_per_leaf", path, n, lo=1)
+            if n % per_leaf:
+                raise ctx.error(
+                    (*path, "hosts_per_leaf"), f"{n} hosts do not split into groups of {per_leaf}"
+                )
     if n > addressing.MAX_HOSTS:
         raise ctx.error(path, f"{n} hosts; at most {addressing.MAX_HOSTS}")
     if raw_hosts and len(raw_hosts) != n:
@@ -359,8 +379,11 @@ def _expand(
             raise ctx.error((*path, "oversubscription"), str(exc)) from None
         default_up = shapes.leafspine_uplink_rate(per_leaf, spines, rate, float(over))
         uplink = ctx.get_rate(topo, "uplink_rate", path, default_up)
-        ex = shapes.leafspine(names, leaves, spines, template, uplink)
-    return ex.hosts, ex.switches, ex.links, ranks
+        if shape == "rail":
+            ex = shapes.rail(names, rails, spines, template, uplink, per_leaf)
+        else:
+            ex = shapes.leafspine(names, leaves, spines, template, uplink)
+    return ex.hosts, ex.switches, ex.links, ranks, ex.nics
 
 
 def _check_names(ctx: _Ctx, hosts: list[str], switches: list[str], generated: bool) -> None:
@@ -395,10 +418,12 @@ def _hosts(
     raw: list[dict[str, Any]],
     names: list[str],
     default_ranks: int,
+    default_nics: int = 1,
 ) -> list[Host]:
     hosts: list[Host] = []
     seen_control: dict[str, int] = {}
-    seen_data: dict[str, int] = {}
+    seen_data: dict[str, tuple[int, str]] = {}
+    extra_nics = 0  # netns: NICs after each host's first get addresses after all first ones
     for i, name in enumerate(names):
         h = raw[i] if raw else {}
         path: Path = ("hosts", i)
@@ -415,16 +440,9 @@ def _hosts(
         cip, _ = _parse_control(ctx, control, (*path, "control"))
         if data_addr is None:
             data_addr = cip
-        try:
-            ipaddress.ip_address(data_addr)
-        except ValueError:
-            raise ctx.error((*path, "data_addr"), f"not an IP address: {data_addr!r}") from None
+        _check_ip(ctx, data_addr, (*path, "data_addr"), kind)
         if kind == "netns":
-            for key, ip in (("control", cip), ("data_addr", data_addr)):
-                if not addressing.in_emulation_net(ip):
-                    raise ctx.error(
-                        (*path, key), f"netns testbeds use 198.18.0.0/15 only; got {ip}"
-                    )
+            _check_ip(ctx, cip, (*path, "control"), kind)
             if h.get("nic") is not None or h.get("rdma_device") is not None:
                 key = "nic" if "nic" in h else "rdma_device"
                 raise ctx.error((*path, key), "netns hosts get their interfaces from genie")
@@ -433,25 +451,118 @@ def _hosts(
                 (*path, "control"), f"{control} is also host {seen_control[control]}'s address"
             )
         seen_control[control] = i
-        if kind == "netns":
-            if data_addr in seen_data:
+        nics = _nics(ctx, kind, prefix, h, path, data_addr, default_nics, len(names) + extra_nics)
+        extra_nics += max(0, len(nics) - 1)
+        if nics:
+            data_addr = nics[0].data_addr
+        ranks = ctx.get_int(h, "ranks", path, default_ranks, lo=1)
+        rank_nics = _rank_nics(ctx, h, path, ranks, max(1, len(nics)))
+        addrs = [n.data_addr for n in nics] if nics else [data_addr]
+        for k, a in enumerate(addrs):
+            if a in seen_data and (kind == "netns" or seen_data[a][0] == i):
+                j = seen_data[a][0]
+                key = (*path, "nics", k, "data_addr") if nics else (*path, "data_addr")
                 raise ctx.error(
-                    (*path, "data_addr"),
-                    f"{data_addr} is also host {seen_data[data_addr]}'s address",
+                    key, f"{a} is also {'another NIC' if j == i else f'host {j}'}'s address"
                 )
-            seen_data[data_addr] = i
+            seen_data[a] = (i, name)
         hosts.append(
             Host(
                 name=name,
                 control=control,
                 data_addr=data_addr,
-                ranks=ctx.get_int(h, "ranks", path, default_ranks, lo=1),
+                ranks=ranks,
                 nic=ctx.get(h, "nic", path, (str,), None),
                 rdma_device=ctx.get(h, "rdma_device", path, (str,), None),
                 netns=f"{prefix}{name}" if kind == "netns" else None,
+                nics=nics,
+                rank_nics=rank_nics,
             )
         )
     return hosts
+
+
+def _check_ip(ctx: _Ctx, ip: str, path: Path, kind: str) -> None:
+    try:
+        ipaddress.ip_address(ip)
+    except ValueError:
+        raise ctx.error(path, f"not an IP address: {ip!r}") from None
+    if kind == "netns" and not addressing.in_emulation_net(ip):
+        raise ctx.error(path, f"netns testbeds use 198.18.0.0/15 only; got {ip}")
+
+
+def _nics(
+    ctx: _Ctx,
+    kind: str,
+    prefix: str,
+    h: dict[str, Any],
+    path: Path,
+    data_addr: str,
+    default_nics: int,
+    next_index: int,
+) -> list[Nic]:
+    """``nics`` of a host: a count or an array of tables; [] for a host with one NIC."""
+    raw = h.get("nics", default_nics)
+    npath = (*path, "nics")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if not 1 <= raw <= MAX_NICS:
+            raise ctx.error(npath, f"must be 1..{MAX_NICS}, got {raw}")
+        tables: list[dict[str, Any]] = [{} for _ in range(raw)]
+    else:
+        tables = ctx.array_of_tables(raw, npath)
+        if not 2 <= len(tables) <= MAX_NICS:
+            raise ctx.error(
+                npath, f"list 2..{MAX_NICS} NICs (a host with one NIC gives data_addr and nic)"
+            )
+    if len(tables) == 1:
+        return []
+    if default_nics > 1 and len(tables) != default_nics:
+        raise ctx.error(npath, f"the topology gives every host {default_nics} NICs")
+    for key in ("nic", "rdma_device"):
+        if key in h:
+            raise ctx.error((*path, key), "give it per NIC ([[hosts.nics]]) on a host with NICs")
+    out: list[Nic] = []
+    extra = 0
+    for k, t in enumerate(tables):
+        p = (*npath, k)
+        ctx.check_keys(t, _NIC_KEYS, p)
+        name = ctx.get(t, "name", p, (str,), f"nic{k}")
+        if not _NAME.match(name) or any(n.name == name for n in out):
+            raise ctx.error(
+                (*p, "name"), f"must be a new name of 1-32 of A-Z a-z 0-9 _ -: {name!r}"
+            )
+        if kind == "netns":
+            for key in ("data_addr", "device", "rdma_device"):
+                if key in t:
+                    raise ctx.error((*p, key), "netns NICs get their addresses from genie")
+            addr = data_addr if k == 0 else addressing.data_ip(next_index + extra, prefix)
+            extra += k > 0
+        else:
+            addr = ctx.get(t, "data_addr", p, (str,), data_addr if k == 0 else _MISSING)
+            _check_ip(ctx, addr, (*p, "data_addr"), kind)
+        out.append(
+            Nic(
+                name=name,
+                data_addr=addr,
+                device=ctx.get(t, "device", p, (str,), None),
+                rdma_device=ctx.get(t, "rdma_device", p, (str,), None),
+            )
+        )
+    return out
+
+
+def _rank_nics(ctx: _Ctx, h: dict[str, Any], path: Path, ranks: int, n_nics: int) -> list[int]:
+    """``rank_nics``: the NIC of each of the host's ranks (default: rank i on NIC i mod n)."""
+    if "rank_nics" not in h:
+        return []
+    value = ctx.get(h, "rank_nics", path, (list,))
+    key = (*path, "rank_nics")
+    if len(value) != ranks:
+        raise ctx.error(key, f"lists {len(value)} NICs for {ranks} ranks")
+    for v in value:
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < n_nics:
+            raise ctx.error(key, f"NIC indices are 0..{n_nics - 1}; got {v!r}")
+    return list(value)
 
 
 def _check_links(
@@ -462,8 +573,9 @@ def _check_links(
     links: list[Link],
     generated: bool,
 ) -> None:
-    host_names = {h.name for h in hosts}
-    nodes = host_names | set(switches)
+    endpoints = [e for h in hosts for e in h.endpoints()]
+    nodes = set(endpoints) | set(switches)
+    multi = {h.name: h for h in hosts if h.nics}
     where = ("topology",) if generated else None
     adj: dict[str, set[str]] = {n: set() for n in nodes}
     seen: set[frozenset[str]] = set()
@@ -471,6 +583,12 @@ def _check_links(
         path = where or ("links", i)
         for end in ("a", "b"):
             val = getattr(lk, end)
+            if val in multi:
+                raise ctx.error(
+                    path if generated else (*path, end),
+                    f"host {val!r} has {multi[val].n_nics} NICs: link them by name "
+                    f"({', '.join(multi[val].endpoints()[:2])}, ...)",
+                )
             if val not in nodes:
                 raise ctx.error(
                     path if generated else (*path, end), f"no host or switch named {val!r}"
@@ -489,9 +607,9 @@ def _check_links(
         adj[lk.a].add(lk.b)
         adj[lk.b].add(lk.a)
     if kind == "netns":
-        _check_netns_links(ctx, hosts, switches, links, adj, where or ("links",))
-    if len(hosts) > 1:
-        start = hosts[0].name
+        _check_netns_links(ctx, hosts, switches, adj, where or ("links",))
+    if len(endpoints) > 1:
+        start = endpoints[0]
         reach = {start}
         todo = [start]
         while todo:
@@ -499,45 +617,40 @@ def _check_links(
                 if nxt not in reach:
                     reach.add(nxt)
                     todo.append(nxt)
-        lost = [i for i, h in enumerate(hosts) if h.name not in reach]
-        if lost:
-            raise ctx.error(
-                where or ("hosts", lost[0]),
-                f"host {hosts[lost[0]].name!r} is not connected to host {start!r} by links",
-            )
+        for i, h in enumerate(hosts):
+            lost = [e for e in h.endpoints() if e not in reach]
+            if lost:
+                raise ctx.error(
+                    where or ("hosts", i),
+                    f"host {lost[0]!r} is not connected to host {start!r} by links",
+                )
 
 
 def _check_netns_links(
     ctx: _Ctx,
     hosts: list[Host],
     switches: list[str],
-    links: list[Link],
     adj: dict[str, set[str]],
     path: Path,
 ) -> None:
-    """Rules of netns emulation: bridges need a loop-free switch graph, hosts one uplink."""
+    """Rules of netns emulation: every NIC has one uplink; hosts form a ring or sit on switches.
+
+    Switches are Linux bridges for a star (one switch, one NIC per host) and routers (L3, ECMP
+    over equal-cost paths) otherwise, so loops between switches (several spines) are fine.
+    """
     sw = set(switches)
+    ring = False
     for h in hosts:
-        n_sw = len(adj[h.name] & sw)
-        if n_sw > 1:
-            raise ctx.error(path, f"netns host {h.name!r} has {n_sw} switch links; at most 1")
-        if n_sw and adj[h.name] - sw:
-            raise ctx.error(path, f"netns host {h.name!r} links to both a switch and hosts")
-    parent = {s: s for s in switches}
-
-    def root(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for lk in links:
-        if lk.a in sw and lk.b in sw:
-            ra, rb = root(lk.a), root(lk.b)
-            if ra == rb:
-                raise ctx.error(
-                    path,
-                    f"switch link {lk.a}-{lk.b} closes a loop; netns switches are Linux bridges "
-                    "without STP, so they must form a tree (leafspine: spines = 1)",
-                )
-            parent[ra] = rb
+        for e in h.endpoints():
+            n_sw = len(adj[e] & sw)
+            if n_sw > 1:
+                raise ctx.error(path, f"netns host {e!r} has {n_sw} switch links; at most 1")
+            if n_sw and adj[e] - sw:
+                raise ctx.error(path, f"netns host {e!r} links to both a switch and hosts")
+            if h.nics and not n_sw:
+                raise ctx.error(path, f"netns NIC {e!r} needs a link to a switch")
+            ring = ring or bool(adj[e] - sw)
+    if ring and switches:
+        raise ctx.error(
+            path, "a netns testbed is either hosts linked in a ring or hosts on switches, not both"
+        )

@@ -7,32 +7,48 @@ in ``genie.testbed.netns``. Rates are bytes/s, latencies seconds, sizes bytes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
 
 from genie.collectives.topology import Routing
+from genie.wire.messages import DEFAULT_INTRA_BW, DEFAULT_INTRA_LAT
 
 Kind = Literal["static", "netns"]
 Transport = Literal["tcp", "rdma"]
 
 DEFAULT_MTU = 1500
-DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
-DEFAULT_INTRA_LAT = 1e-6  # s
 DEFAULT_NETNS_PREFIX = "genie-"
 DEFAULT_CONTROL_PORT = 7000
 
 
+class Nic(msgspec.Struct, frozen=True, kw_only=True):
+    """One network interface of a host: its name in the testbed, address and devices."""
+
+    name: str  # "nic0", ...; the host's endpoint in links is "<host>.<name>" (several NICs)
+    data_addr: str
+    device: str | None = None  # interface on a lab host (e.g. ens1f0)
+    rdma_device: str | None = None
+
+
 class Host(msgspec.Struct, frozen=True, kw_only=True):
-    """One machine (or emulated machine) running one genie agent."""
+    """One machine (or emulated machine) running one genie agent.
+
+    A host has one NIC (``data_addr``, ``nic``, ``rdma_device``) unless ``nics`` lists several;
+    then links name its NICs (``<host>.<nic>``), ``data_addr`` is the first NIC's, and rank i of
+    the host uses NIC ``rank_nics[i]`` (default i mod the number of NICs).
+    """
 
     name: str
     control: str  # "IP:PORT" the agent's control socket listens on
-    data_addr: str  # IP the agent's data-plane listeners bind to
+    data_addr: str  # IP the agent's data-plane listeners bind to (its first NIC's)
     ranks: int = 1
     nic: str | None = None
     rdma_device: str | None = None
     netns: str | None = None  # namespace name for netns testbeds
+    nics: list[Nic] = msgspec.field(default_factory=list)  # two or more, else empty
+    rank_nics: list[int] = msgspec.field(default_factory=list)  # per local rank; empty: i mod n
 
     @property
     def control_ip(self) -> str:
@@ -43,6 +59,29 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     def control_port(self) -> int:
         """The port part of ``control``."""
         return int(self.control.rsplit(":", 1)[1])
+
+    @property
+    def n_nics(self) -> int:
+        """How many NICs the host has."""
+        return max(1, len(self.nics))
+
+    def endpoint(self, k: int = 0) -> str:
+        """The topology node of NIC ``k``: the host's name, or ``<host>.<nic>`` with several."""
+        return f"{self.name}.{self.nics[k].name}" if self.nics else self.name
+
+    def endpoints(self) -> list[str]:
+        """The topology nodes of every NIC, in order."""
+        return [self.endpoint(k) for k in range(self.n_nics)]
+
+    def rank_nic(self, i: int) -> int:
+        """The NIC of the host's ``i``-th rank."""
+        if self.rank_nics:
+            return self.rank_nics[i % len(self.rank_nics)]
+        return i % self.n_nics
+
+    def nic_addrs(self) -> list[str]:
+        """The data address of every NIC, in order."""
+        return [n.data_addr for n in self.nics] if self.nics else [self.data_addr]
 
 
 class Switch(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +130,22 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Which fabric the cost model of this testbed prices, in words (for "model" columns)."""
         return self.model or f"the rates declared in testbed {self.name}"
 
+    def with_flows(self, flows: int) -> Testbed:
+        """This testbed with ``flows`` flows per rank pair in its routing (``flows`` channels of
+        one QP each): what the wire opens when a job runs ``flows`` TCP streams per pair."""
+        if flows == self.routing.flows:
+            return self
+        from msgspec.structs import replace
+
+        return replace(self, routing=replace(self.routing, channels=flows, qps=1))
+
+    def model_note(self) -> str:
+        """Which fabric the model prices and, where paths can differ, how flows take them."""
+        switches = {lk.a for lk in self.links} | {lk.b for lk in self.links}
+        several = len(set(self.switch_names()) & switches) > 1 or any(h.nics for h in self.hosts)
+        text = self.model_source
+        return f"{text}; routing {self.routing.describe()}" if several else text
+
     @property
     def identity(self) -> str:
         """What a controller of this testbed names in its Hello; its netns agents serve only it."""
@@ -102,11 +157,43 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         return sum(h.ranks for h in self.hosts)
 
     def rank_hosts(self) -> list[int]:
-        """Map each global rank to its host index (hosts in order, ranks contiguous per host)."""
-        out: list[int] = []
-        for i, h in enumerate(self.hosts):
-            out.extend([i] * h.ranks)
+        """Map each global rank to its topology host: hosts in order, ranks contiguous per host.
+
+        The index is into ``to_topology().hosts``, the testbed's endpoints: the host's index when
+        every host has one NIC, else the endpoint of the rank's NIC.
+        """
+        index = {e: i for i, e in enumerate(self.endpoint_names())}
+        return [index[e] for e in self.rank_endpoints()]
+
+    def endpoint_names(self) -> list[str]:
+        """Every host's NIC endpoints in order (the topology's hosts)."""
+        return [e for h in self.hosts for e in h.endpoints()]
+
+    def rank_nics(self, placement: Sequence[str] | None = None) -> list[tuple[Host, int]]:
+        """Per global rank, (its host, its NIC index); ``placement``: the host of each rank
+        (default: ranks fill hosts in order). The k-th rank placed on a host uses its NIC
+        ``rank_nic(k)``."""
+        if placement is None:
+            placement = [h.name for h in self.hosts for _ in range(h.ranks)]
+        seen: dict[str, int] = {}
+        out = []
+        for name in placement:
+            h = self.host(name)
+            k = seen.get(name, 0)
+            seen[name] = k + 1
+            out.append((h, h.rank_nic(k)))
         return out
+
+    def rank_endpoints(self, placement: Sequence[str] | None = None) -> list[str]:
+        """Per global rank, the topology endpoint of its NIC (see ``rank_nics``)."""
+        return [h.endpoint(k) for h, k in self.rank_nics(placement)]
+
+    def rank_nic_addrs(self, placement: Sequence[str]) -> list[str]:
+        """Per global rank, its NIC's data address where its host has several NICs, else ""
+        (the agent's own address); empty when no host has several."""
+        if not any(h.nics for h in self.hosts):
+            return []
+        return [h.nics[k].data_addr if h.nics else "" for h, k in self.rank_nics(placement)]
 
     def host(self, name: str) -> Host:
         """The host called ``name`` (KeyError if none)."""

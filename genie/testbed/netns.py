@@ -64,6 +64,11 @@ def run_command(argv: Sequence[str], stdin: str | None = None) -> Result:
     return Result(returncode=cp.returncode, stdout=cp.stdout, stderr=cp.stderr)
 
 
+def kernel_has_hash_seed() -> bool:
+    """Whether this kernel lets a namespace fix its ECMP hash seed (Linux 6.11+)."""
+    return Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists()
+
+
 def tools_missing() -> list[str]:
     """Which of the tools netns testbeds need (ip, tc) are not installed."""
     return [t for t in ("ip", "tc") if shutil.which(t) is None]
@@ -132,7 +137,7 @@ def up(
     missing = tools_missing() if runner is run_command else []
     if missing:
         raise TestbedError(f"netns testbeds need {', '.join(missing)} (Debian: iproute2)")
-    plan = plan_up(tb)
+    plan = plan_up(tb, hash_seed=runner is run_command and kernel_has_hash_seed())
     existing = set(list_namespaces(runner, tb.netns_prefix)) & set(plan.namespaces)
     existing |= set(list_root_links(runner, tb.netns_prefix)) & set(plan.root_links)
     if existing:
@@ -263,6 +268,12 @@ def netns_exec(netns: str, argv: Sequence[str]) -> list[str]:
     return ["ip", "netns", "exec", netns, *argv]
 
 
+def data_port(h) -> int:
+    """The data port of a netns host's agent: fixed (the control port's neighbour), so a flow's
+    5-tuple, and with it its ECMP path, is the same on every build of the testbed."""
+    return h.control_port + 1 if h.control_port < 65535 else h.control_port - 1
+
+
 def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[str]:
     """The command that runs host ``index``'s agent inside its namespace."""
     h = tb.hosts[index]
@@ -271,7 +282,8 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
     return netns_exec(
         h.netns,
         [*launch_command(python), "--listen", h.control, "--id", h.name,
-         "--data-addr", h.data_addr, "--testbed", tb.identity],
+         "--data-addr", ",".join(h.nic_addrs()), "--data-port", str(data_port(h)),
+         "--testbed", tb.identity],
     )  # fmt: skip
 
 

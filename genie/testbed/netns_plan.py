@@ -4,9 +4,13 @@ Pure functions only: nothing here runs a command, so every plan is testable as s
 root. ``genie.testbed.netns`` applies a plan in one place. Layout of what gets built:
 
 - one namespace per host (``<prefix><host>``) and per switch (``<prefix><switch>``);
-- a switch is a Linux bridge ``br0`` in its namespace, its links are ports ``p0``, ``p1`` ...;
-- a host's data links are ``eth0``, ``eth1`` ...; its control link is ``ctl0``, a veth whose
-  other end (``genie-<tag>c<i>``) is in the root namespace where the controller runs;
+- a star (one switch, one NIC per host) has a Linux bridge ``br0`` as its switch; any other
+  switched testbed (leaf-spine with any number of spines, rail-optimised, hosts with several
+  NICs) is a routed fabric: switches are L3 routers with multipath routes and L4 hashing
+  (``genie.testbed.fabric_routes``); a switch's links are ports ``p0``, ``p1`` ...;
+- a host's NIC k is ``eth<k>`` (ring hosts: ``eth0``, ``eth1`` to their neighbours); its
+  control link is ``ctl0``, a veth whose other end (``genie-<tag>c<i>``) is in the root
+  namespace where the controller runs;
 - every data link is a veth pair shaped at both ends with ``tc tbf`` (rate, burst, queue
   limit). No delay is added: this kernel has no netem (nor fq, fq_codel, prio or sfq: only
   pfifo, bfifo, tbf and htb qdiscs exist here).
@@ -19,7 +23,7 @@ from __future__ import annotations
 import msgspec
 
 from genie.errors import TestbedError
-from genie.testbed import addressing
+from genie.testbed import addressing, fabric_routes
 from genie.testbed.model import Link, Testbed
 
 BRIDGE = "br0"
@@ -116,11 +120,17 @@ def sysctl(netns: str, key: str, value: str) -> list[str]:
     return ["ip", "netns", "exec", netns, "sysctl", "-qw", f"{key}={value}"]
 
 
-def _ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
+def link_ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
     """Both ends of every link, with interface names assigned per namespace."""
     counters: dict[str, int] = {}
     switches = set(tb.switch_names())
-    ns_of = {h.name: h.netns for h in tb.hosts} | {s.name: s.netns for s in tb.switches}
+    ns_of = {s.name: s.netns for s in tb.switches}
+    nic_of: dict[str, int] = {}
+    for h in tb.hosts:
+        for k, ep in enumerate(h.endpoints()):
+            ns_of[ep] = h.netns
+            nic_of[ep] = k
+    ring = fabric_routes.fabric_kind(tb) == "ring"
     out: dict[int, tuple[Port, Port]] = {}
 
     def port(node: str, lk: Link) -> Port:
@@ -129,7 +139,8 @@ def _ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
             raise TestbedError(f"{node!r} has no namespace: not a netns testbed")
         k = counters.get(node, 0)
         counters[node] = k + 1
-        name = f"p{k}" if node in switches else f"eth{k}"
+        # a host's NIC k is eth<k>; ring hosts number their neighbour links
+        name = f"p{k}" if node in switches else f"eth{k if ring else nic_of[node]}"
         return Port(netns=ns, ifname=name, rate=lk.rate, mtu=lk.mtu, queue_limit=lk.queue_limit)
 
     for i, lk in enumerate(tb.links):
@@ -141,7 +152,7 @@ def ring_routes(tb: Testbed) -> dict[str, list[tuple[str, str, str]]]:
     """For host-to-host (ring) links: per host, (destination, via, dev) the short way round."""
     names = [h.name for h in tb.hosts]
     n = len(names)
-    ports = _ports(tb)
+    ports = link_ports(tb)
     nbr_dev: dict[tuple[str, str], str] = {}
     for i, lk in enumerate(tb.links):
         pa, pb = ports[i]
@@ -162,14 +173,22 @@ def ring_routes(tb: Testbed) -> dict[str, list[tuple[str, str, str]]]:
     return routes
 
 
-def plan_up(tb: Testbed) -> Plan:
-    """The ordered commands that build ``tb`` as namespaces, veths, bridges and tbf shapers."""
+def plan_up(tb: Testbed, hash_seed: bool = False) -> Plan:
+    """The ordered commands that build ``tb`` as namespaces, veths, switches and tbf shapers.
+
+    ``hash_seed``: the kernel has ``net.ipv4.fib_multipath_hash_seed`` (Linux 6.11+): routed
+    switches then hash with seeds fixed by the testbed's routing seed, reproducible across boots
+    (without it a boot's random seed holds until the next reboot).
+    """
     if tb.kind != "netns":
         raise TestbedError(f"testbed {tb.name!r} is kind {tb.kind!r}; only netns testbeds build")
-    if len(tb.hosts) > addressing.MAX_HOSTS:
-        raise TestbedError(f"{len(tb.hosts)} hosts; at most {addressing.MAX_HOSTS}")
-    switches = set(tb.switch_names())
-    is_ring = any(lk.a not in switches and lk.b not in switches for lk in tb.links)
+    n_nics = sum(h.n_nics for h in tb.hosts)
+    if n_nics + len(tb.switches) > addressing.MAX_HOSTS:
+        raise TestbedError(
+            f"{n_nics} NICs and {len(tb.switches)} switches; at most {addressing.MAX_HOSTS}"
+        )
+    kind = fabric_routes.fabric_kind(tb)
+    is_ring = kind == "ring"
     cmds: list[Command] = []
     namespaces = [h.netns for h in tb.hosts if h.netns] + [s.netns for s in tb.switches if s.netns]
     root_links: list[str] = []
@@ -180,6 +199,8 @@ def plan_up(tb: Testbed) -> Plan:
     for ns in namespaces:
         add(netns_add(ns), f"namespace {ns}")
         add(ip(ns, "link", "set", "lo", "up"), f"loopback up in {ns}")
+    for h in tb.hosts:  # a job's connections idle between runs; the model has no slow start
+        add(sysctl(h.netns or "", "net.ipv4.tcp_slow_start_after_idle", "0"), f"{h.name}: warm TCP")
     for i, h in enumerate(tb.hosts):
         ns = h.netns or ""
         root_if = addressing.root_control_ifname(tb.netns_prefix, i)
@@ -196,29 +217,36 @@ def plan_up(tb: Testbed) -> Plan:
         add(ip(None, "link", "set", root_if, "up"), "control link up (root)")
         add(ip(ns, "addr", "add", f"{host_ip}/30", "dev", CONTROL_IF), f"control address {h.name}")
         add(ip(ns, "link", "set", CONTROL_IF, "up"), f"control link up in {h.name}")
-    for s in tb.switches:
-        add(
-            ip(s.netns, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0"),
-            f"switch {s.name}",
-        )
-        add(ip(s.netns, "link", "set", BRIDGE, "up"), f"bridge up in {s.name}")
-    ports = _ports(tb)
+    if kind == "bridged":
+        for s in tb.switches:
+            add(
+                ip(s.netns, "link", "add", BRIDGE, "type", "bridge", "stp_state", "0"),
+                f"switch {s.name}",
+            )
+            add(ip(s.netns, "link", "set", BRIDGE, "up"), f"bridge up in {s.name}")
+    ports = link_ports(tb)
     all_ports: list[Port] = []
-    sw_ns = {s.netns for s in tb.switches}
+    port_to: dict[tuple[str, str], str] = {}  # (node, neighbour) -> node's interface
     for i, lk in enumerate(tb.links):
         pa, pb = ports[i]
+        port_to[(lk.a, lk.b)] = pa.ifname
+        port_to[(lk.b, lk.a)] = pb.ifname
         add(veth_pair(pa.ifname, pa.netns, pb.ifname, pb.netns), f"link {lk.a}-{lk.b}")
         for p in (pa, pb):
             all_ports.append(p)
             add(ip(p.netns, "link", "set", p.ifname, "mtu", str(p.mtu)), f"mtu of {p.ifname}")
-            if p.netns in sw_ns:
+            if kind == "bridged" and p.netns in {s.netns for s in tb.switches}:
                 add(ip(p.netns, "link", "set", p.ifname, "master", BRIDGE), f"port {p.ifname}")
             add(tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit), f"shape {p.ifname}")
             add(ip(p.netns, "link", "set", p.ifname, "up"), f"{p.ifname} up")
     ports_of: dict[str, list[str]] = {}
     for p in all_ports:
         ports_of.setdefault(p.netns, []).append(p.ifname)
+    if kind == "routed":
+        _routed(tb, port_to, ports_of, hash_seed, add)
     for h in tb.hosts:
+        if kind == "routed":
+            break
         ns = h.netns or ""
         if is_ring or ns not in ports_of:  # a lone host keeps its address on lo
             add(ip(ns, "addr", "add", f"{h.data_addr}/32", "dev", "lo"), f"data address {h.name}")
@@ -250,6 +278,39 @@ def plan_up(tb: Testbed) -> Plan:
         commands=cmds,
         ports=all_ports,
     )
+
+
+def _routed(tb: Testbed, port_to, ports_of, hash_seed: bool, add) -> None:
+    """The commands of a routed fabric: router ids, forwarding and ECMP hashing on switches,
+    every switch's routes, and every host's NIC addresses, routes and rules."""
+    rid = fabric_routes.router_ips(tb)
+    switch_lines = fabric_routes.switch_route_lines(tb, port_to)
+    for j, s in enumerate(tb.switches):
+        ns = s.netns or ""
+        add(ip(ns, "addr", "add", f"{rid[s.name]}/32", "dev", "lo"), f"router id of {s.name}")
+        add(sysctl(ns, "net.ipv4.ip_forward", "1"), f"forwarding in {s.name}")
+        policy = str(fabric_routes.HASH_POLICY_CUSTOM)
+        fields = hex(fabric_routes.HASH_FIELDS_5TUPLE)
+        add(sysctl(ns, "net.ipv4.fib_multipath_hash_fields", fields), f"ECMP 5-tuple {s.name}")
+        add(sysctl(ns, "net.ipv4.fib_multipath_hash_policy", policy), f"ECMP hash of {s.name}")
+        if hash_seed:
+            seed = str(fabric_routes.hash_seed(tb, j))
+            add(sysctl(ns, "net.ipv4.fib_multipath_hash_seed", seed), f"ECMP seed of {s.name}")
+        for dev in ["all", "default", *ports_of.get(ns, [])]:
+            add(sysctl(ns, f"net.ipv4.conf.{dev}.rp_filter", "0"), f"rp_filter off {s.name}")
+        add(
+            ip(ns, "-batch", "-"),
+            f"routes of {s.name}",
+            stdin="".join(line + "\n" for line in switch_lines[s.name]),
+        )
+    for h, lines in zip(
+        tb.hosts, fabric_routes.host_route_lines(tb, port_to).values(), strict=True
+    ):
+        ns = h.netns or ""
+        for dev in ["all", "default", *ports_of.get(ns, [])]:
+            add(sysctl(ns, f"net.ipv4.conf.{dev}.rp_filter", "0"), f"rp_filter off {h.name}")
+        add(ip(ns, "-batch", "-"), f"addresses and routes of {h.name}",
+            stdin="".join(line + "\n" for line in lines))  # fmt: skip
 
 
 def plan_down(namespaces: list[str], root_links: list[str]) -> list[Command]:

@@ -1,4 +1,4 @@
-"""Topology shorthands (star, leafspine, ring) expanded into host names, switches and links.
+"""Topology shorthands (star, leafspine, ring, rail) expanded into hosts, switches and links.
 
 Each takes a template Link whose rate, MTU, queue limit and latency every made link copies.
 """
@@ -13,10 +13,13 @@ from genie.testbed.model import Link
 class Expanded:
     """The result of expanding a shorthand: host names, switch names, links."""
 
-    def __init__(self, hosts: list[str], switches: list[str], links: list[Link]) -> None:
+    def __init__(
+        self, hosts: list[str], switches: list[str], links: list[Link], nics: int = 1
+    ) -> None:
         self.hosts = hosts
         self.switches = switches
         self.links = links
+        self.nics = nics  # NICs per host (links then name "<host>.nic<k>")
 
 
 def star(host_names: list[str], template: Link, switch: str = "sw0") -> Expanded:
@@ -55,3 +58,33 @@ def leafspine(
         for spine in spine_names:
             links.append(replace(template, a=leaf, b=spine, rate=uplink_rate))
     return Expanded(list(host_names), leaf_names + spine_names, links)
+
+
+def rail(
+    host_names: list[str],
+    rails: int,
+    spines: int,
+    template: Link,
+    uplink_rate: float,
+    hosts_per_leaf: int | None = None,
+) -> Expanded:
+    """Rail-optimised leaf-spine: every host has ``rails`` NICs, NIC k on rail leaf k.
+
+    Hosts come in groups of ``hosts_per_leaf`` (default: all of them); each group has its own
+    ``rails`` leaves (``leaf<g*rails+k>``), and every leaf is linked to every spine, so NIC k of
+    one host reaches NIC k of a host in its group in one switch hop, and any other NIC over a
+    spine.
+    """
+    per = hosts_per_leaf or len(host_names)
+    groups = len(host_names) // per
+    leaf_names = [f"leaf{i}" for i in range(groups * rails)]
+    spine_names = [f"spine{i}" for i in range(spines)]
+    links: list[Link] = []
+    for g in range(groups):
+        for h in host_names[g * per : (g + 1) * per]:
+            for k in range(rails):
+                links.append(replace(template, a=f"{h}.nic{k}", b=leaf_names[g * rails + k]))
+    for leaf in leaf_names:
+        for spine in spine_names:
+            links.append(replace(template, a=leaf, b=spine, rate=uplink_rate))
+    return Expanded(list(host_names), leaf_names + spine_names, links, nics=rails)

@@ -34,14 +34,18 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
     if tcp_goodput:
         frac = {lk.mtu: tcp_payload_fraction(lk.mtu, tb.kind) for lk in tb.links}
         tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
-    hosts = [h.name for h in tb.hosts]
+    hosts = tb.endpoint_names()
+    multi = len(hosts) > len(tb.hosts)  # some host has several NICs: one endpoint per NIC
     intra = {"intra_bandwidth": tb.intra_host.bandwidth, "intra_latency": tb.intra_host.latency}
     intra["routing"] = tb.routing
+    if multi:
+        intra["servers"] = [h.name for h in tb.hosts for _ in range(h.n_nics)]
     n = len(hosts)
     if not tb.links:
         return topology.Topology(hosts, tb.switch_names(), [], **intra)
     if (
-        not tb.switches
+        not multi
+        and not tb.switches
         and n >= 2
         and _uniform(tb)
         and hosts == [f"h{i}" for i in range(n)]
@@ -53,7 +57,8 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
     parts = [(lk.a, lk.b, lk.rate, lk.latency) for lk in tb.links]
     topo = topology.Topology.from_parts(hosts, tb.switch_names(), parts, **intra)
     star = (
-        len(tb.switches) == 1
+        not multi
+        and len(tb.switches) == 1
         and _uniform(tb)
         and [(lk.a, lk.b) for lk in tb.links] == [(h, tb.switches[0].name) for h in hosts]
     )
@@ -61,6 +66,6 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
     return topo
 
 
-def _leafspine(tb: Testbed) -> bool:
+def _leafspine(tb: Testbed) -> bool:  # also rail-optimised: rail leaves are leaves
     names = tb.switch_names()
     return any(s.startswith("leaf") for s in names) and any(s.startswith("spine") for s in names)

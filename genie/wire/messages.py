@@ -44,6 +44,8 @@ from genie.errors import ProtocolError
 
 PROTOCOL_VERSION = 2  # 2: session secrets and testbed identity in Hello/HelloReply
 MAX_FRAME_BYTES = 16 << 20  # a control frame larger than this is refused before decoding
+DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
+DEFAULT_INTRA_LAT = 1e-6  # s
 
 
 class Msg(msgspec.Struct, tag_field="t", kw_only=True, forbid_unknown_fields=True):
@@ -154,6 +156,14 @@ class DataOptions(msgspec.Struct, kw_only=True):
     min_part: int = 65536  # a step is split across streams only in parts at least this big
     token: str = ""  # per-job secret a data connection must present
     connect_timeout_s: float = 10.0
+    # ranks on one agent: "model" exchanges their steps in memory and takes the modelled time
+    # (latency + bytes / bandwidth per sending rank, NVLink-class), "wire" puts them on TCP
+    intra: str = "model"
+    intra_bandwidth: float = DEFAULT_INTRA_BW  # bytes/s, each sending rank's intra-host port
+    intra_latency: float = DEFAULT_INTRA_LAT  # s
+    # per global rank, the data address of its NIC ("" or absent: its agent's data address);
+    # each rank's connections leave from and arrive at its NIC's address
+    rank_addrs: list[str] = []
 
 
 class Prepare(Msg, tag="prepare"):
@@ -179,6 +189,8 @@ class OpItem(msgspec.Struct, kw_only=True, array_like=True):
     program: int  # index into the job's programs (each op list uses a program at most once)
     deps: list[int] = []  # earlier ops of this rank's list that must have finished
     gap_ns: int = 0  # compute wait after the last dep finished (after the start if no deps)
+    # earlier ops that must have finished too, with no gap (issue order of a process group)
+    after: list[int] = []
 
 
 class RankOps(msgspec.Struct, kw_only=True, array_like=True):
