@@ -120,8 +120,15 @@ def decode_trace(data: bytes, source: str = "<bytes>") -> tuple[Metadata, list[N
     return _decode(data, source, "")
 
 
-def _first_frame(data: bytes, source: str, note: str) -> tuple[Metadata, int, list[str]]:
-    """Decode the GlobalMetadata frame; return it, the offset after it and problems."""
+def _first_frame(
+    data: bytes, source: str, note: str, memo: dict | None = None
+) -> tuple[Metadata, int, list[str]]:
+    """Decode the GlobalMetadata frame; return it, the offset after it and problems.
+
+    ``memo`` (bytes of a frame -> what they decoded to) lets the ranks of one workload, whose
+    metadata frames are usually the same bytes, decode them once; each rank still gets its own
+    ``Metadata`` and attrs list (the Attr values are shared).
+    """
     if not data:
         raise TraceFormatError(f"{source}: empty file (no GlobalMetadata frame)")
     pos = 0
@@ -142,20 +149,28 @@ def _first_frame(data: bytes, source: str, note: str) -> tuple[Metadata, int, li
             f"{source}: truncated frame at byte offset 0{note}: needs {ln} bytes, "
             f"{len(data) - pos} left"
         )
-    gm = et_schema.GlobalMetadata()
-    try:
-        gm.ParseFromString(data[pos:end])
-    except DecodeError as exc:
-        raise TraceFormatError(
-            f"{source}: corrupt GlobalMetadata frame at byte offset 0{note}: {exc}"
-        ) from None
-    meta = Metadata(gm.version, _attrs_from(gm.attr))
+    raw = data[pos:end]
+    hit = memo.get(raw) if memo is not None else None
+    if hit is None:
+        gm = et_schema.GlobalMetadata()
+        try:
+            gm.ParseFromString(raw)
+        except DecodeError as exc:
+            raise TraceFormatError(
+                f"{source}: corrupt GlobalMetadata frame at byte offset 0{note}: {exc}"
+            ) from None
+        # canonical bytes are what protobuf itself writes (and encode_metadata, tests check)
+        hit = (gm.version, tuple(_attrs_from(gm.attr)), gm.SerializeToString() != raw)
+        if memo is not None and len(memo) < 64:
+            memo[raw] = hit
+    version, attrs, odd = hit
+    meta = Metadata(version, list(attrs))
     problems = []
     if ln == 0:
         problems.append(
             f"{source}: GlobalMetadata frame is empty; Chakra's reader stops at a zero-length frame"
         )
-    elif encode_metadata(meta) != data[pos:end]:
+    elif odd:
         problems.append(
             f"{source}: GlobalMetadata has non-canonical bytes or unknown fields; "
             "a re-write will not be byte-identical"
@@ -175,8 +190,10 @@ def gc_paused():
             gc.enable()
 
 
-def _decode(data: bytes, source: str, note: str) -> tuple[Metadata, list[Node], list[str]]:
-    meta, pos, problems = _first_frame(data, source, note)
+def _decode(
+    data: bytes, source: str, note: str, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str]]:
+    meta, pos, problems = _first_frame(data, source, note, memo)
     with gc_paused():
         nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
     if zero:
@@ -206,11 +223,16 @@ def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadat
     return Metadata(gm.version, _attrs_from(gm.attr)), _nodes_from_stream(stream.nodes)
 
 
-def read_trace(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
-    """Read one ``.et`` (or gzip-compressed) file into metadata, nodes and problems."""
+def read_trace(
+    path: str | Path, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str]]:
+    """Read one ``.et`` (or gzip-compressed) file into metadata, nodes and problems.
+
+    ``memo``: a dict shared by the reads of one workload's rank files (see ``_first_frame``).
+    """
     p = Path(path)
     data, note = open_bytes(p)
-    return _decode(data, str(p), note)
+    return _decode(data, str(p), note, memo)
 
 
 # ----------------------------------------------------------------------------- encoding

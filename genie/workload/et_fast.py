@@ -60,19 +60,39 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise _Fallback
 
 
+def _varint_min(data: bytes, pos: int) -> tuple[int, int]:
+    """A varint in its shortest form (protobuf's canonical bytes); _Fallback otherwise."""
+    v, end = _varint(data, pos)
+    if end - pos > 1 and data[end - 1] == 0:
+        raise _Fallback
+    return v, end
+
+
 def _decode_attr(body: bytes) -> Attr:
-    """Decode one AttributeProto body with a scalar (or no) value."""
+    """Decode one AttributeProto body with a scalar (or no) value, in canonical form only.
+
+    Canonical is what protobuf (and ``et_codec.encode_attr``) writes: name, then doc string,
+    each only when non-empty, then at most one value field, shortest varints, values in range
+    for their kind. Anything else raises ``_Fallback`` (protobuf's parser then reads it and the
+    caller reports the frame), so a decoded attr re-encodes to ``body`` without encoding it.
+    """
     pos = 0
     end = len(body)
     name = doc = ""
     kind = None
     value = None
+    last = 0  # the last field number read: fields come once each, ascending
     while pos < end:
-        key, pos = _varint(body, pos)
+        key, pos = _varint_min(body, pos)
         number = key >> 3
         wire = key & 7
+        if number <= last:
+            raise _Fallback
+        last = number
         if number in (1, 2) and wire == 2:
-            ln, pos = _varint(body, pos)
+            ln, pos = _varint_min(body, pos)
+            if not ln or pos + ln > end:
+                raise _Fallback  # an empty string is not written; a long one is corrupt
             s = body[pos : pos + ln].decode("utf-8")
             pos += ln
             if number == 1:
@@ -81,26 +101,34 @@ def _decode_attr(body: bytes) -> Attr:
                 doc = s
             continue
         spec = _VAL_FIELDS.get(number)
-        if spec is None or spec[1] != wire:
-            raise _Fallback  # a list, an unknown field or a wrong wire type
+        if spec is None or spec[1] != wire or kind is not None:
+            raise _Fallback  # a list, an unknown field, a wrong wire type or a second value
         base = spec[0]
         kind = base + "_val"
         if wire == 0:
-            v, pos = _varint(body, pos)
+            v, pos = _varint_min(body, pos)
+            if v >= _U64:
+                raise _Fallback
             if base in ("int32", "int64"):
+                if base == "int32" and (1 << 31) <= v < _U64 - (1 << 31):
+                    raise _Fallback  # not a sign-extended int32
                 if v >= 1 << 63:
                     v -= _U64
-                if base == "int32":
-                    v = ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
             elif base in ("sint32", "sint64"):
+                if base == "sint32" and v >= 1 << 32:
+                    raise _Fallback
                 v = (v >> 1) ^ -(v & 1)
             elif base == "bool":
+                if v > 1:
+                    raise _Fallback
                 v = v != 0
-            elif base == "uint32":
-                v &= 0xFFFFFFFF
+            elif base == "uint32" and v >= 1 << 32:
+                raise _Fallback
             value = v
         elif wire == 2:
-            ln, pos = _varint(body, pos)
+            ln, pos = _varint_min(body, pos)
+            if pos + ln > end:
+                raise _Fallback
             raw = body[pos : pos + ln]
             pos += ln
             value = raw.decode("utf-8") if base == "string" else raw
@@ -217,17 +245,13 @@ class AttrCache:
             self.memo[body] = hit
             return hit
         try:
-            a = _decode_attr(body)
+            a = _decode_attr(body)  # canonical bytes only: nothing to re-encode to check
         except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
             pb = et_schema.AttributeProto()
             pb.ParseFromString(body)  # DecodeError propagates
             if pb.SerializeToString() != body:
                 raise _Fallback from None  # unknown or non-canonical: decode the whole node
             a = _attr_from_pb(pb)
-        from genie.workload.et_codec import encode_attr
-
-        if encode_attr(a) != body:
-            raise _Fallback  # non-canonical bytes: let the node path count it
         hit = (a, _SLOT_OF_ATTR.get(a.name))
         if type(a.value) is not list:
             if len(self.memo) >= self.limit:
