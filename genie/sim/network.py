@@ -185,7 +185,9 @@ class AnalyticalBackend:
         self.standalone: dict[int, float] = {}  # iid -> time it would take alone
         self.shared_count = 0  # rate computations where links were contended
         self._rate_cache: dict[tuple[int, ...], list[float]] = {}
-        # id(demand) -> (demand, W, demand bytes/s per link as a dict, links array, bytes/s)
+        self._pending: set[int] = set()  # links of starts whose re-fill is not done yet
+        self._pending_at = 0.0
+        # id(demand) -> (demand, W, demand bytes/s per link as a dict, bytes/s array)
         self._keep: dict[int, tuple] = {}
 
     @property
@@ -239,7 +241,8 @@ class AnalyticalBackend:
             self._starts[did] = self._starts.get(did, 0) + 1
         if w <= 0.0:
             heapq.heappush(self._tails, (now + dem.latency, transfer.iid))
-            self._next = self._compute_next()
+            if not self._pending:
+                self._next = self._compute_next()
             return
         per = known[2]
         iid = transfer.iid
@@ -247,7 +250,7 @@ class AnalyticalBackend:
         self._active[iid] = st
         on = self._on
         cap = self._cap_l
-        fits = True
+        fits = not self._pending  # rates in flight are stale until the pending re-fill
         for lid, d in per.items():
             others = on.get(lid)
             if others is None:
@@ -264,28 +267,56 @@ class AnalyticalBackend:
             heapq.heappush(self._heap, (now + w, 0, iid))
             if self.track_links:
                 self._check_saturation(per, now)
+            if not self._pending:
+                self._next = self._compute_next()
         else:
             st[8] = -1  # not on the heap yet: the refill puts it there
-            self._refill(per, now)
-        self._next = self._compute_next()
+            self._pending.update(per)
+            self._pending_at = now
+
+    def _resolve(self) -> None:
+        """Re-fill what the starts since the last resolve connected to (at one time)."""
+        pending = self._pending
+        if pending:
+            self._pending = set()
+            self._refill(pending, self._pending_at)
+            self._next = self._compute_next()
+
+    def lazy_next(self) -> tuple[float, bool]:
+        """(t, True) with the next completion, or (t, False): it is strictly after ``t``.
+
+        Rates are left to re-fill until asked, so starts at one time re-fill once.
+        """
+        if self._pending and not (self._tails and self._tails[0][0] <= self._pending_at):
+            return self._pending_at, False
+        self._resolve()
+        return self._next, True
 
     def _refill(self, links, now: float) -> None:
-        """Recompute the rates of every transfer connected to ``links``."""
+        """Recompute the rates of every transfer connected to ``links``, set by set."""
         on = self._on
-        seen_links = set()
-        group: dict[int, list] = {}
-        stack = [lid for lid in links if lid in on]
-        while stack:
-            lid = stack.pop()
-            if lid in seen_links:
+        seen: set[int] = set()
+        changed = set(links) if self.track_links else None  # links whose load changed
+        for root in links:
+            if root in seen or root not in on:
                 continue
-            seen_links.add(lid)
-            for iid, st in on[lid].items():
-                if iid not in group:
-                    group[iid] = st
-                    stack.extend(x for x in st[4] if x not in seen_links)
-        if not group:
-            return
+            group: dict[int, list] = {}
+            stack = [root]
+            seen.add(root)
+            while stack:
+                for iid, st in on[stack.pop()].items():
+                    if iid not in group:
+                        group[iid] = st
+                        for x in st[4]:
+                            if x not in seen:
+                                seen.add(x)
+                                stack.append(x)
+            self._set_rates(group, now, changed)
+        if changed:
+            self._check_saturation(changed, now)
+
+    def _set_rates(self, group: dict[int, list], now: float, changed: set | None) -> None:
+        """Give one connected set of transfers its max-min rates from ``now`` on."""
         states = sorted(group.values(), key=lambda st: st[6])
         key = tuple(st[6] for st in states)
         rates = self._rate_cache.get(key)
@@ -301,8 +332,8 @@ class AnalyticalBackend:
                 st[1] = r
                 st[8] = abs(st[8]) + 1
                 heapq.heappush(heap, (now + st[0] / r, st[8], st[9]))
-        if self.track_links:
-            self._check_saturation(seen_links, now)
+                if changed is not None:
+                    changed.update(st[4])
 
     def _fill(self, states: list[list]) -> list[float]:
         if len(states) == 1:
@@ -346,10 +377,12 @@ class AnalyticalBackend:
 
     def next_time(self) -> float:
         """Earliest completion (bytes done or latency tail over)."""
+        self._resolve()
         return self._next
 
     def pop(self, now: float) -> list[int]:
         """Finish what ends at ``now``: bytes-done transfers enter their latency tail."""
+        self._resolve()
         self._last = now
         heap = self._heap
         finished = []
