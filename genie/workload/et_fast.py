@@ -285,26 +285,38 @@ def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tupl
         stop = pos + alen
         if stop > end:
             raise _Fallback
-        body = data[pos:stop]
-        hit = memo.get(body)
-        if hit is None:
-            # inline fast path: "name, then one int64 varint" (num_ops, tensor_size, comm_size)
-            nl = data[pos + 1]
-            p = pos + 2 + nl
-            if data[pos] == 0x0A and 0 < nl < 0x80 and p < stop - 1 and data[p] == 0x48:
-                ns = names.get(data[pos:p])
+        hit = None
+        # "name, then one int64 varint" (num_ops, tensor_size, comm_size): often unique per
+        # node, so decoded in place once its name is known, before any memo lookup
+        nl = data[pos + 1]
+        p = pos + 2 + nl
+        if data[pos] == 0x0A and nl < 0x80 and p < stop - 1 and data[p] == 0x48:
+            ns = names.get(data[pos:p])
+            if ns is not None:
                 q = p + 1
-                v = 0
-                shift = 0
-                while q < stop:
-                    b = data[q]
+                b = data[q]
+                if b < 0x80:
+                    v = b
                     q += 1
-                    v |= (b & 0x7F) << shift
-                    shift += 7
-                    if b < 0x80:
-                        break
-                if ns is not None and q == stop and 0 < b < 0x80 and shift <= 63 and v < 1 << 63:
+                else:
+                    b1 = data[q + 1]
+                    if 0 < b1 < 0x80:
+                        v = (b & 0x7F) | (b1 << 7)
+                        q += 2
+                    else:
+                        b2 = data[q + 2]
+                        if b1 >= 0x80 and 0 < b2 < 0x80:
+                            v = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+                            q += 3
+                        else:
+                            v, q = _varint(data, q)
+                            if data[q - 1] == 0 or v >= 1 << 63:
+                                q = -1  # not the plain non-negative case: the generic path
+                if q == stop:
                     hit = (tuple.__new__(Attr, (ns[0], "int64_val", v, "")), ns[1])
+        if hit is None:
+            body = data[pos:stop]
+            hit = memo.get(body)
             if hit is None:
                 hit = cache.get(body)
         pos = stop
