@@ -308,6 +308,14 @@ def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tupl
                         if b1 >= 0x80 and 0 < b2 < 0x80:
                             v = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
                             q += 3
+                        elif b1 >= 0x80 and b2 >= 0x80 and 0 < data[q + 3] < 0x80:
+                            v = (
+                                (b & 0x7F)
+                                | ((b1 & 0x7F) << 7)
+                                | ((b2 & 0x7F) << 14)
+                                | (data[q + 3] << 21)
+                            )
+                            q += 4
                         else:
                             v, q = _varint(data, q)
                             if data[q - 1] == 0 or v >= 1 << 63:
