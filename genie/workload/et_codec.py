@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
-import math
 import struct
 import zlib
 from collections.abc import Iterable
@@ -159,7 +158,9 @@ def _first_frame(
             raise TraceFormatError(
                 f"{source}: corrupt GlobalMetadata frame at byte offset 0{note}: {exc}"
             ) from None
-        # canonical bytes are what protobuf itself writes (and encode_metadata, tests check)
+        # canonical bytes are what protobuf itself writes without unknown fields (and what
+        # encode_metadata writes: tests check), so its C serializer tells, once per content
+        gm.DiscardUnknownFields()
         hit = (gm.version, tuple(_attrs_from(gm.attr)), gm.SerializeToString() != raw)
         if memo is not None and len(memo) < 64:
             memo[raw] = hit
@@ -308,10 +309,10 @@ def _scalar_payload(kind: str, v) -> tuple[int, bytes]:
     if kind == "double":
         return 1, struct.pack("<d", float(v))
     if kind == "float":
-        f = float(v)
-        if math.isfinite(f) and abs(f) > 3.4028234663852886e38:
-            raise WorkloadError(f"attribute value {v!r} does not fit protobuf float")
-        return 5, struct.pack("<f", f)
+        try:  # a value that rounds to the largest float32 (as JSON prints it) fits
+            return 5, struct.pack("<f", float(v))
+        except OverflowError:
+            raise WorkloadError(f"attribute value {v!r} does not fit protobuf float") from None
     if kind == "fixed32":
         return 5, struct.pack("<I", _check_int(kind, v))
     if kind == "sfixed32":

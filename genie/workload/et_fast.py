@@ -249,6 +249,7 @@ class AttrCache:
         except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
             pb = et_schema.AttributeProto()
             pb.ParseFromString(body)  # DecodeError propagates
+            pb.DiscardUnknownFields()  # protobuf would write them back: not ours to keep
             if pb.SerializeToString() != body:
                 raise _Fallback from None  # unknown or non-canonical: decode the whole node
             a = _attr_from_pb(pb)
