@@ -166,6 +166,7 @@ def _first_frame(
             memo[raw] = hit
     version, attrs, odd = hit
     meta = Metadata(version, list(attrs))
+    meta.template = attrs  # ranks with the same frame share it (the loader reads it once)
     problems = []
     if ln == 0:
         problems.append(

@@ -108,11 +108,17 @@ def _read_group_file(prefix: Path) -> dict[str, tuple[int, ...]] | None:
 
 def _distinct_metadata(ranks: list[RankGraph]) -> list[RankGraph]:
     """The ranks whose metadata attrs are not the very same Attr objects as an earlier rank's
-    (ranks read with one memo share them when their metadata bytes are equal)."""
-    seen: set[tuple[int, ...]] = set()
+    (ranks read with one memo share them, and their template, when their metadata bytes are
+    equal: then telling them apart costs nothing per attr)."""
+    seen: set = set()
     out = []
     for rg in ranks:
-        key = tuple(map(id, rg.metadata.attrs))
+        meta = rg.metadata
+        template = getattr(meta, "template", None)  # set by the reader's memo
+        if template is not None and len(template) == len(meta.attrs):
+            key: tuple = ("template", id(template))
+        else:
+            key = tuple(map(id, meta.attrs))
         if key not in seen:
             seen.add(key)
             out.append(rg)
