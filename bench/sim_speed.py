@@ -41,17 +41,11 @@ from pathlib import Path
 
 GB = 2**30  # ASTRA-sim's "GB/s"
 REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
+# genie's reference ASTRA-sim system file (ring collectives, 1 split), with genie's default
+# all-to-all algorithm (direct) instead of ring
 SYSTEM = {
-    "scheduling-policy": "LIFO",
-    "endpoint-delay": 10,
-    "active-chunks-per-dimension": 1,
-    "preferred-dataset-splits": 1,
-    "all-reduce-implementation": ["ring"],
-    "all-gather-implementation": ["ring"],
-    "reduce-scatter-implementation": ["ring"],
+    **json.loads((Path(__file__).parent.parent / "tests/data/astra/sys/ring_s1.json").read_text()),
     "all-to-all-implementation": ["direct"],
-    "collective-optimization": "localBWAware",
-    "local-mem-bw": 1600,
 }
 
 

@@ -152,7 +152,44 @@ def fill(cap: np.ndarray, links: list[np.ndarray], demand: list[np.ndarray]) -> 
     return rate.tolist()
 
 
-class AnalyticalBackend:
+class _Fluid:
+    """What the fluid backends share: standalone time, and cached max-min rates of a set."""
+
+    cap: np.ndarray
+    pricer: Pricer
+    shared_count: int
+    _rate_cache: dict[tuple[int, ...], list[float]]
+    _keep: dict[int, tuple]  # id(demand) -> (demand, W, demand bytes/s per link array, ...)
+
+    def alone(self, transfer: Transfer) -> float:
+        """Time ``transfer`` would take with the network to itself (no state change)."""
+        dem = self.pricer.price(transfer)
+        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+        return w + dem.latency
+
+    def _cached_rates(self, states: list[list]) -> tuple[list[list], list[float]]:
+        """``states`` ordered by demand, and their max-min rates (cached by the demands)."""
+        states = sorted(states, key=lambda st: st[6])
+        key = tuple(st[6] for st in states)
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            rates = self._fill(states)
+            if len(self._rate_cache) < 100_000:
+                self._rate_cache[key] = rates
+        return states, rates
+
+    def _fill(self, states: list[list]) -> list[float]:
+        """Weighted max-min fair rates of ``states`` by progressive filling."""
+        if len(states) == 1:
+            return [1.0]
+        rates = fill(self.cap, [st[3] for st in states], [self._keep[st[6]][2] for st in states])
+        if rates is None:
+            return [1.0] * len(states)
+        self.shared_count += 1
+        return rates
+
+
+class AnalyticalBackend(_Fluid):
     """Fluid link-sharing model over a pricer (see the module docstring).
 
     Rates are max-min fair within each *connected set* of transfers in flight (transfers linked
@@ -187,7 +224,7 @@ class AnalyticalBackend:
         self._rate_cache: dict[tuple[int, ...], list[float]] = {}
         self._pending: set[int] = set()  # links of starts whose re-fill is not done yet
         self._pending_at = 0.0
-        # id(demand) -> (demand, W, demand bytes/s per link as a dict, bytes/s array)
+        # id(demand) -> (demand, W, demand bytes/s per link: array, and as a dict)
         self._keep: dict[int, tuple] = {}
 
     @property
@@ -212,12 +249,6 @@ class AnalyticalBackend:
             out[lid] += self._last - since
         return out
 
-    def alone(self, transfer: Transfer) -> float:
-        """Time ``transfer`` would take with the network to itself (no state change)."""
-        dem = self.pricer.price(transfer)
-        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
-        return w + dem.latency
-
     def _known(self, dem: Demand) -> tuple:
         did = id(dem)
         known = self._keep.get(did)
@@ -225,7 +256,7 @@ class AnalyticalBackend:
             w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
             per = dem.nbytes / w if w > 0 else dem.nbytes
             # keeping dem alive keeps id(dem) unique while the caches hold it
-            known = (dem, w, dict(zip(dem.links.tolist(), per.tolist(), strict=True)), per)
+            known = (dem, w, per, dict(zip(dem.links.tolist(), per.tolist(), strict=True)))
             self._keep[did] = known
         return known
 
@@ -244,7 +275,7 @@ class AnalyticalBackend:
             if not self._pending:
                 self._next = self._compute_next()
             return
-        per = known[2]
+        per = known[3]
         iid = transfer.iid
         st = [w, 1.0, w, dem.links, per, dem.latency, did, now, 0, iid]
         self._active[iid] = st
@@ -317,13 +348,7 @@ class AnalyticalBackend:
 
     def _set_rates(self, group: dict[int, list], now: float, changed: set | None) -> None:
         """Give one connected set of transfers its max-min rates from ``now`` on."""
-        states = sorted(group.values(), key=lambda st: st[6])
-        key = tuple(st[6] for st in states)
-        rates = self._rate_cache.get(key)
-        if rates is None:
-            rates = self._fill(states)
-            if len(self._rate_cache) < 100_000:
-                self._rate_cache[key] = rates
+        states, rates = self._cached_rates(list(group.values()))
         heap = self._heap
         for st, r in zip(states, rates, strict=True):
             if r != st[1] or st[8] < 0:
@@ -334,15 +359,6 @@ class AnalyticalBackend:
                 heapq.heappush(heap, (now + st[0] / r, st[8], st[9]))
                 if changed is not None:
                     changed.update(st[4])
-
-    def _fill(self, states: list[list]) -> list[float]:
-        if len(states) == 1:
-            return [1.0]
-        rates = fill(self.cap, [st[3] for st in states], [self._keep[st[6]][3] for st in states])
-        if rates is None:
-            return [1.0] * len(states)
-        self.shared_count += 1
-        return rates
 
     def _check_saturation(self, links, now: float) -> None:
         """Note which of ``links`` are saturated now (load at capacity) and since when."""
@@ -429,7 +445,7 @@ class AnalyticalBackend:
         return done
 
 
-class ReferenceAnalyticalBackend:
+class ReferenceAnalyticalBackend(_Fluid):
     """The fluid model computed the plain way: every event re-fills every transfer in flight.
 
     ``AnalyticalBackend`` gives the same rates per connected set of transfers and is what
@@ -458,12 +474,6 @@ class ReferenceAnalyticalBackend:
         # rates depend only on the multiset of demands in flight: cache them by demand ids
         self._rate_cache: dict[tuple[int, ...], list[float]] = {}
         self._keep: dict[int, tuple[Demand, float, np.ndarray]] = {}
-
-    def alone(self, transfer: Transfer) -> float:
-        """Time ``transfer`` would take with the network to itself (no state change)."""
-        dem = self.pricer.price(transfer)
-        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
-        return w + dem.latency
 
     def _advance(self, now: float) -> None:
         dt = now - self._last
@@ -505,13 +515,7 @@ class ReferenceAnalyticalBackend:
             if self.track_links:
                 self._saturated(list(act.values()))
             return
-        states = sorted(act.values(), key=lambda st: st[6])
-        key = tuple(st[6] for st in states)
-        hit = self._rate_cache.get(key)
-        if hit is None:
-            hit = self._fill(states)
-            if len(self._rate_cache) < 100_000:
-                self._rate_cache[key] = hit
+        states, hit = self._cached_rates(list(act.values()))
         for st, r in zip(states, hit, strict=True):
             st[1] = r
         if self.track_links:
@@ -533,14 +537,6 @@ class ReferenceAnalyticalBackend:
             if len(self._sat_cache) < 100_000:
                 self._sat_cache[key] = hit
         self._sat = hit
-
-    def _fill(self, states: list[list]) -> list[float]:
-        """Weighted max-min fair rates of ``states`` by progressive filling."""
-        rates = fill(self.cap, [st[3] for st in states], [st[4] for st in states])
-        if rates is None:
-            return [1.0] * len(states)
-        self.shared_count += 1
-        return rates
 
     def _compute_next(self) -> float:
         t = self._tails[0][0] if self._tails else math.inf
