@@ -160,12 +160,21 @@ class _Fluid:
     shared_count: int
     _rate_cache: dict[tuple[int, ...], list[float]]
     _keep: dict[int, tuple]  # id(demand) -> (demand, W, demand bytes/s per link array, ...)
+    _tails: list[tuple[float, int]]  # (time the latency tail is over, iid)
 
     def alone(self, transfer: Transfer) -> float:
         """Time ``transfer`` would take with the network to itself (no state change)."""
         dem = self.pricer.price(transfer)
         w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
         return w + dem.latency
+
+    def _tails_done(self, now: float) -> list[int]:
+        """Instances whose latency tail is over at ``now``."""
+        done: list[int] = []
+        tails = self._tails
+        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
+            done.append(heapq.heappop(tails)[1])
+        return done
 
     def _cached_rates(self, states: list[list]) -> tuple[list[list], list[float]]:
         """``states`` ordered by demand, and their max-min rates (cached by the demands)."""
@@ -437,10 +446,7 @@ class AnalyticalBackend(_Fluid):
                 self._refill(touched, now)
             elif self.track_links:
                 self._check_saturation(touched, now)
-        done: list[int] = []
-        tails = self._tails
-        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
-            done.append(heapq.heappop(tails)[1])
+        done = self._tails_done(now)
         self._next = self._compute_next()
         return done
 
@@ -560,10 +566,7 @@ class ReferenceAnalyticalBackend(_Fluid):
             heapq.heappush(self._tails, (now + st[5], iid))
         if finished:
             self._rates()
-        done: list[int] = []
-        tails = self._tails
-        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
-            done.append(heapq.heappop(tails)[1])
+        done = self._tails_done(now)
         self._next = self._compute_next()
         return done
 
