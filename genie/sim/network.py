@@ -387,18 +387,22 @@ class AnalyticalBackend(_Fluid):
                 self._sat_s[lid] += now - was
                 del since[lid]
 
-    def _compute_next(self) -> float:
-        t = self._tails[0][0] if self._tails else math.inf
+    def _head(self) -> tuple[float, list] | None:
+        """The earliest bytes-done time on the heap and its transfer (stale entries dropped)."""
         heap = self._heap
         active = self._active
         while heap:
             when, version, iid = heap[0]
             st = active.get(iid)
-            if st is None or st[8] != version:
-                heapq.heappop(heap)
-                continue
-            return min(t, when)
-        return t
+            if st is not None and st[8] == version:
+                return when, st
+            heapq.heappop(heap)
+        return None
+
+    def _compute_next(self) -> float:
+        t = self._tails[0][0] if self._tails else math.inf
+        head = self._head()
+        return t if head is None else min(t, head[0])
 
     def next_time(self) -> float:
         """Earliest completion (bytes done or latency tail over)."""
@@ -409,18 +413,13 @@ class AnalyticalBackend(_Fluid):
         """Finish what ends at ``now``: bytes-done transfers enter their latency tail."""
         self._resolve()
         self._last = now
-        heap = self._heap
         finished = []
         active = self._active
-        while heap:
-            _when, version, iid = heap[0]
-            st = active.get(iid)
-            if st is None or st[8] != version:
-                heapq.heappop(heap)
-                continue
+        while (head := self._head()) is not None:
+            st = head[1]
             if st[0] - st[1] * (now - st[7]) > _REL * st[2] * 16 + 1e-18:
                 break
-            heapq.heappop(heap)
+            heapq.heappop(self._heap)
             finished.append(st)
         if finished:
             touched: set[int] = set()
