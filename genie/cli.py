@@ -62,8 +62,12 @@ class GenieParser(argparse.ArgumentParser):
         self.exit(2, f"genie: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full argument parser from every command module."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Build the argument parser from every command module (or only ``command``'s module).
+
+    With ``command``, only ``genie/commands/<command>.py`` is imported (start-up is part of
+    every command's time); ``main`` falls back to the full tree when that does not define it.
+    """
     parser = GenieParser(
         prog="genie",
         description="Network emulation testbed for distributed ML: workloads, collectives, "
@@ -81,12 +85,26 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--quiet", action="store_true", help="errors only: no warnings, no progress"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
+    parser.set_defaults(_commands=sub.choices)
+    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
+    for name in names if command is None else [command]:
+        if name.startswith("_"):
             continue
-        module = importlib.import_module(f"genie.commands.{info.name}")
+        module = importlib.import_module(f"genie.commands.{name}")
         module.register(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command named by ``argv`` when a module of that name defines it, else None."""
+    for tok in argv:
+        if tok in ("-h", "--help", "--version"):
+            return None
+        if tok.startswith("-"):
+            continue  # -v, -vv, -q come before the command
+        known = {m.name for m in pkgutil.iter_modules(commands.__path__)}
+        return tok if tok in known and not tok.startswith("_") else None
+    return None
 
 
 def configure_logging(verbose: int, quiet: bool) -> None:
@@ -109,7 +127,11 @@ def configure_logging(verbose: int, quiet: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the genie CLI and return its exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = _command_of(argv)
+    parser = build_parser(command)
+    if command is not None and command not in parser.get_default("_commands"):
+        parser = build_parser()  # the module of that name defines other commands
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument (already said, one line)

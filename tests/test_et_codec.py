@@ -393,3 +393,80 @@ def test_corrupted_streams_fail_cleanly_or_read_like_protobuf(ns, flips, cut) ->
         assert isinstance(fast, TraceFormatError), repr(fast)
         assert not ok_ref, f"protobuf reads what the fast reader rejects: {fast}"
         assert "byte offset" in str(fast) or "empty file" in str(fast), str(fast)
+
+
+# ------------------------------------------------------------------ no encoding on the read path
+
+CANONICAL_ATTRS = [
+    Attr("a", "int64_val", -5),
+    Attr("a", "int64_val", 0),
+    Attr("b", "int32_val", -(1 << 31)),
+    Attr("c", "uint32_val", (1 << 32) - 1),
+    Attr("d", "sint64_val", -77),
+    Attr("e", "bool_val", True),
+    Attr("f", "double_val", -0.0),
+    Attr("g", "string_val", "é", "doc"),
+    Attr("h", "bytes_val", b"\x00\xff"),
+    Attr("", "fixed64_val", 7),
+    Attr("only_name", None, None),
+]
+
+
+@pytest.mark.parametrize("a", CANONICAL_ATTRS, ids=lambda a: a.kind or "none")
+def test_canonical_attrs_decode_strictly_without_re_encoding(a):
+    from genie.workload.et_fast import _decode_attr
+
+    body = encode_attr(a)
+    got = _decode_attr(body)
+    assert (got.name, got.kind, got.doc_string) == (a.name, a.kind, a.doc_string)
+    assert got.value == a.value or (math.isnan(got.value) and math.isnan(a.value))
+    pb = et_schema.AttributeProto()
+    pb.ParseFromString(body)
+    assert pb.SerializeToString() == body  # what the strict decoder accepts is canonical
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x0a\x01a" + b"\x48\x85\x00",  # int64 varint padded with a zero byte
+        b"\x48\x05" + b"\x0a\x01a",  # value before the name
+        b"\x0a\x01e" + b"\xd8\x01\x02",  # bool 2
+        b"\x0a\x01a" + b"\x48\x05" + b"\xf8\x07\x01",  # an unknown field 127
+        b"\x0a\x01b" + b"\x38" + uvarint(1 << 40),  # int32 out of range
+        b"\x0a\x00" + b"\x48\x05",  # an empty name written out
+        b"\x0a\x01a" + b"\x48\x05\x48\x06",  # two values
+    ],
+)
+def test_non_canonical_attr_bytes_leave_the_strict_decoder(body):
+    from genie.workload.et_fast import _decode_attr, _Fallback
+
+    with pytest.raises(_Fallback):
+        _decode_attr(body)
+    # read in a node, protobuf's parser takes the frame and the problem is reported
+    node = encode_node(Node(1, "n", 4)) + b"\x52" + uvarint(len(body)) + body
+    _, (n,), problems = decode_trace(META + frame(node))
+    assert n.id == 1 and any("non-canonical" in p for p in problems)
+
+
+def test_identical_metadata_frames_decode_once_but_stay_separate(tmp_path, monkeypatch):
+    from genie.workload import et_codec
+
+    meta = Metadata(attrs=[Attr("pg_ranks:tp", "int64_list", [0, 1]), Attr("x", "int64_val", 3)])
+    for r in range(3):
+        write_trace(tmp_path / f"m.{r}.et", meta, [Node(1, "n", 4)])
+    parsed = []
+    real = et_codec._attrs_from
+    monkeypatch.setattr(et_codec, "_attrs_from", lambda pb: parsed.append(1) or real(pb))
+    memo: dict = {}
+    metas = [read_trace(tmp_path / f"m.{r}.et", memo)[0] for r in range(3)]
+    assert len(parsed) == 1  # decoded once for the three files
+    assert all(m.attrs == meta.attrs for m in metas)
+    metas[0].attrs.append(Attr("y", "int64_val", 1))  # each rank's list is its own
+    assert metas[1].attrs == meta.attrs
+    # a non-canonical frame is reported for every file that has it, memo or not
+    body = encode_trace(meta, [])[1:] + b"\x78\x01"  # an unknown field 15
+    (tmp_path / "odd.0.et").write_bytes(frame(body))
+    (tmp_path / "odd.1.et").write_bytes(frame(body))
+    for r in range(2):
+        problems = read_trace(tmp_path / f"odd.{r}.et", memo)[2]
+        assert any(f"odd.{r}.et" in p and "non-canonical" in p for p in problems)

@@ -62,6 +62,7 @@ def test_max_min_fair_rates_by_progressive_filling():
     be = AnalyticalBackend(FixedPricer([1e9, 4e9], loads))
     for i in range(3):
         be.start(tr(i), 0.0)
+    be.next_time()  # starts at one time re-fill once, when the next completion is asked
     rates = {iid: st[1] for iid, st in be._active.items()}
     assert rates == {0: pytest.approx(0.5), 1: pytest.approx(0.5), 2: pytest.approx(0.875)}
     done = drain(be)

@@ -319,7 +319,15 @@ def _estimate_symmetric(
             s = shift(st.peer)
             by_shift[s] = by_shift.get(s, 0) + st.nbytes
     link_bytes: dict[int, int] = {}
-    for s, b in by_shift.items():
+    if kind == "star" and by_shift:
+        # every rank sends each shift's bytes once and, the shift being a bijection, receives
+        # them once: each host's up and down link carry the sum (integers: exact in any order)
+        total = sum(by_shift.values())
+        for r in range(n):
+            up, down = topology.route(r, (r + 1) % n)[0], topology.route((r + 1) % n, r)[-1]
+            link_bytes[up] = link_bytes.get(up, 0) + total
+            link_bytes[down] = link_bytes.get(down, 0) + total
+    for s, b in by_shift.items() if kind != "star" else ():
         for r in range(n):
             for lid in topology.route(r, target(r, s)):
                 link_bytes[lid] = link_bytes.get(lid, 0) + b

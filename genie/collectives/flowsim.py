@@ -11,6 +11,13 @@ chunks exploit. REDUCE and COPY take ``nbytes / compute_bandwidth`` (free when t
 With a ``step_overhead`` every SEND, REDUCE and COPY first spends that long on its rank's CPU,
 one step after another (a rank's software handles one step at a time): the flow starts, or the
 compute begins, after it.
+
+Flows with the same resources and weights always run at the same rate, so they are kept as one
+*class* (processor sharing): the class tracks the bytes each of its flows has been served, and
+its flows finish in order of their targets. Re-rating touches classes, not flows: a thousand
+flows from one rank through one port (an all-to-all priced from rank 0) cost one re-rating per
+event instead of a thousand. ``FlowSim(..., classes=False)`` keeps every flow in a class of its
+own (each re-rated by itself), the reference the tests compare the classes against.
 """
 
 from __future__ import annotations
@@ -32,27 +39,36 @@ _EPS_BYTES = 1e-9  # a flow with less than this fraction of its bytes left is do
 
 
 class _Flow:
-    __slots__ = (
-        "inst",
-        "lat",
-        "nbytes",
-        "rank",
-        "rate",
-        "remaining",
-        "res",
-        "step",
-        "t_last",
-        "version",
-    )
+    __slots__ = ("inst", "lat", "nbytes", "rank", "res", "step", "target")
 
     def __init__(self, inst, rank, step, res, nbytes, lat) -> None:
         self.inst, self.rank, self.step, self.res = inst, rank, step, res
         self.lat = lat
         self.nbytes = nbytes
-        self.remaining = float(nbytes)
+        self.target = 0.0  # the class's served bytes at which this flow is through
+
+
+class _Class:
+    """Flows on the same resources with the same weights: one rate, served alike."""
+
+    __slots__ = ("due", "flows", "key", "rate", "res", "seq", "served", "t_last", "version")
+
+    def __init__(self, key, res, now: float) -> None:
+        self.key = key
+        self.res = res
         self.rate = 0.0
-        self.t_last = 0.0
+        self.served = 0.0  # bytes each flow of the class has been served since it began
+        self.t_last = now
+        self.flows: list[tuple[float, int, _Flow]] = []  # heap of (target, seq, flow)
         self.version = 0
+        self.seq = 0
+        self.due = math.nan  # the target its pending completion event is for
+
+    def advance(self, now: float) -> None:
+        """Serve the class's flows up to ``now`` at the current rate."""
+        if self.rate:
+            self.served += self.rate * (now - self.t_last)
+        self.t_last = now
 
 
 class Instance:
@@ -112,6 +128,7 @@ class FlowSim:
         on_send: Callable[[Instance, int, Step, Resources], None] | None = None,
         max_work: int = 10_000_000,
         step_overhead: float = 0.0,
+        classes: bool = True,
     ) -> None:
         self.capacity_of = capacity_of
         self.step_overhead = float(step_overhead)
@@ -121,8 +138,10 @@ class FlowSim:
         self._heap: list[tuple[float, int, int, object]] = []
         self._seq = 0
         self._load: dict[Hashable, float] = {}
-        self._on: dict[Hashable, set[_Flow]] = {}
+        self._on: dict[Hashable, set[_Class]] = {}  # resource -> classes with flows on it
         self._cap: dict[Hashable, float] = {}
+        self._classes: dict[Hashable, _Class] = {}
+        self.classes = classes
         self.instances: list[Instance] = []
         self.events = 0
         self.work = 0  # flow re-ratings so far
@@ -146,10 +165,10 @@ class FlowSim:
             self.now = t
             self.events += 1
             if kind == _FLOW_DONE:
-                flow, version = data
-                if version != flow.version:
+                cls, version = data
+                if version != cls.version:
                     continue
-                self._end_flow(flow)
+                self._end_flow(cls)
             elif kind == _ARRIVE:
                 inst, rank, i = data
                 self._arrive(inst, rank, i)
@@ -214,7 +233,6 @@ class FlowSim:
             self._push(self.now + lat, _ARRIVE, (inst, r, i))
             return
         flow = _Flow(inst, r, i, res, st.nbytes, lat)
-        flow.t_last = self.now
         self._add_flow(flow)
 
     def _finish(self, inst: Instance, r: int, i: int) -> None:
@@ -238,14 +256,23 @@ class FlowSim:
     # -- flows ---------------------------------------------------------------------------
 
     def _add_flow(self, flow: _Flow) -> None:
-        """Put a flow on its resources and re-rate everything sharing them."""
+        """Put a flow on its resources and re-rate every class sharing them."""
         if self.work > self.max_work:
             raise CollectiveError(
                 f"the simulation re-rated flows {self.work:,} times (limit "
                 f"{self.max_work:,}) at t={self.now:.6g} s: too many concurrent flows "
                 "per link; use fewer ranks, a smaller window or a symmetric topology"
             )
-        touched: set[_Flow] = {flow}
+        now = self.now
+        key = flow.res if self.classes else flow
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = self._classes[key] = _Class(key, flow.res, now)
+        cls.advance(now)
+        flow.target = cls.served + flow.nbytes
+        cls.seq += 1
+        heapq.heappush(cls.flows, (flow.target, cls.seq, flow))
+        touched: set[_Class] = {cls}
         for key, w in flow.res:
             if key not in self._cap:
                 self._cap[key] = self.capacity_of(key)
@@ -253,39 +280,52 @@ class FlowSim:
                 self._load[key] = 0.0
             self._load[key] += w
             on = self._on[key]
-            on.add(flow)
+            on.add(cls)
             touched |= on
         self._rerate(touched)
 
-    def _end_flow(self, flow: _Flow) -> None:
-        touched: set[_Flow] = set()
+    def _end_flow(self, cls: _Class) -> None:
+        """The class's first flow is through: finish its SEND, re-rate what it shared."""
+        _, _, flow = heapq.heappop(cls.flows)
+        touched: set[_Class] = set()
         for key, w in flow.res:
             self._load[key] -= w
             on = self._on[key]
-            on.discard(flow)
+            if not cls.flows:
+                on.discard(cls)
             touched |= on
+        cls.due = math.nan  # its next flow needs an event of its own
+        if cls.flows:
+            touched.add(cls)
+        else:
+            cls.advance(self.now)
+            cls.rate = 0.0
+            cls.version += 1
+            del self._classes[cls.key]
         self._finish(flow.inst, flow.rank, flow.step)
         self._push(self.now + flow.lat, _ARRIVE, (flow.inst, flow.rank, flow.step))
         self._rerate(touched)
 
-    def _rerate(self, flows: set[_Flow]) -> None:
+    def _rerate(self, classes: set[_Class]) -> None:
         now = self.now
-        self.work += len(flows)
-        for f in flows:
+        self.work += len(classes)
+        for c in classes:
             rate = math.inf
-            for key, _w in f.res:
+            for key, _w in c.res:
                 share = self._cap[key] / self._load[key]
                 if share < rate:
                     rate = share
-            if f.rate:
-                f.remaining -= f.rate * (now - f.t_last)
-                if f.remaining < _EPS_BYTES * f.nbytes:  # float dust: it ends now, with its peers
-                    f.remaining = 0.0
-            f.t_last = now
-            if rate != f.rate:
-                f.rate = rate
-                f.version += 1
-                self._push(now + f.remaining / rate, _FLOW_DONE, (f, f.version))
+            c.advance(now)
+            target, _, first = c.flows[0]
+            if rate == c.rate and target == c.due:
+                continue  # its pending completion still holds
+            left = target - c.served
+            if left < _EPS_BYTES * first.nbytes:  # float dust: it ends now, with its peers
+                left = 0.0
+            c.rate = rate
+            c.due = target
+            c.version += 1
+            self._push(now + left / rate, _FLOW_DONE, (c, c.version))
 
 
 def _stuck(inst: Instance) -> str:

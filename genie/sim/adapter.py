@@ -95,7 +95,6 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
     gid = {g: i for i, g in enumerate(group_names)}
     world = tuple(range(wl.n_ranks))
     ranks = []
-    compute_kinds = (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER)
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
@@ -119,15 +118,20 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
         lane_ids: dict[str, int] = {}
         splits: dict[int, list[int]] = {}
         roofline = compute.mode == "roofline"
+        groups_of = (gid, group_names, group_ranks, world)
+        # what a node compiles to depends only on its type, derived attrs and duration: nodes
+        # alike (most of a trace) are worked out once
+        memo: dict[tuple, tuple] = {}
         for i, nd in enumerate(nodes):
-            t_raw = getattr(nd, "type", None)
-            k = _BY_TYPE.get(t_raw) if isinstance(t_raw, int) else None
-            kname = _KIND_NAME.get(k)
-            if k is None or k in _NETWORK:  # kind decides (host work is a COMM node's kind)
-                kv = nd.kind
-                kname = getattr(kv, "value", kv)
-                k = _kind_of(nd)
-            key = lane_key(kname, getattr(nd, "is_cpu_op", False), getattr(nd, "stream", None))
+            derived = getattr(nd, "_d", None)
+            if derived is not None:
+                mk = (nd.type, derived, nd.duration_micros)
+                f = memo.get(mk)
+                if f is None:
+                    f = memo[mk] = _fields(nd, r, compute, roofline, groups_of)
+            else:
+                f = _fields(nd, r, compute, roofline, groups_of)
+            k, key, dur[i], ctype[i], csize[i], grp[i], peer[i], tag[i] = f
             if key is not None:
                 lane[i] = lane_ids.setdefault(key, len(lane_ids))
             kind[i] = k
@@ -139,53 +143,15 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
                     deps[i] = dd  # out-of-range and self deps are dropped by make_rank
                 else:
                     deps[i] = [index[d] for d in dd if d in index and index[d] != i]
-            if k in compute_kinds:
-                micros = getattr(nd, "duration_micros", None)
-                d = micros * 1e-6 if micros is not None else float(nd.duration_s or 0.0)
-                if k != Kind.OTHER and key != CPU_LANE and (roofline or d == 0.0):
-                    t = compute.roofline(
-                        getattr(nd, "num_ops", None) if k == Kind.COMPUTE else None,
-                        getattr(nd, "tensor_size", None),
-                    )
-                    if t is not None:
-                        d = t
-                dur[i] = d
-                continue
-            if nd.comm_size is None:
-                raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_size")
-            csize[i] = int(nd.comm_size)
-            if k == Kind.COLLECTIVE:
-                if nd.comm_type is None:
-                    raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_type")
-                ctype[i] = int(nd.comm_type)
-                pg = nd.pg_name or ""
-                if pg not in gid:
-                    if pg:
+            if k == Kind.COLLECTIVE and ctype[i] == A2A:  # per node: not in the memo's key
+                row = nd.attr(SPLIT_ATTR)
+                if row is not None:
+                    if not isinstance(row, list | tuple):
                         raise ValidationError(
-                            f"rank {r} node {nd.id} {nd.name!r}: process group {pg!r} has no "
-                            f"known members (known: {sorted(gid)})"
+                            f"rank {r} node {nd.id} {nd.name!r}: {SPLIT_ATTR} must be a "
+                            "list of byte counts"
                         )
-                    gid[pg] = len(group_names)
-                    group_names.append(pg)
-                    group_ranks.append(world)
-                grp[i] = gid[pg]
-                if ctype[i] == A2A:
-                    row = nd.attr(SPLIT_ATTR)
-                    if row is not None:
-                        if not isinstance(row, list | tuple):
-                            raise ValidationError(
-                                f"rank {r} node {nd.id} {nd.name!r}: {SPLIT_ATTR} must be a "
-                                "list of byte counts"
-                            )
-                        splits[i] = [int(x) for x in row]
-            else:
-                if nd.peer is None:
-                    raise ValidationError(
-                        f"rank {r} node {nd.id} {nd.name!r}: send/recv has no peer"
-                    )
-                ctype[i] = P2P
-                peer[i] = int(nd.peer)
-                tag[i] = int(nd.tag or 0)
+                    splits[i] = [int(x) for x in row]
         cr = make_rank(
             kind,
             dur,
@@ -207,6 +173,53 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
     desc = getattr(wl, "group_desc", None) or {}
     labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
     return finish(ranks, labels, group_ranks, name)
+
+
+def _fields(nd: Any, r: int, compute: ComputeModel, roofline: bool, groups_of: tuple) -> tuple:
+    """(kind, lane key, duration s, comm type, comm size, group id, peer, tag) of one node.
+
+    A process group first seen here (no members known: the world) is added to ``groups_of``.
+    """
+    gid, group_names, group_ranks, world = groups_of
+    t_raw = getattr(nd, "type", None)
+    k = _BY_TYPE.get(t_raw) if isinstance(t_raw, int) else None
+    kname = _KIND_NAME.get(k)
+    if k is None or k in _NETWORK:  # kind decides (host work is a COMM node's kind)
+        kv = nd.kind
+        kname = getattr(kv, "value", kv)
+        k = _kind_of(nd)
+    key = lane_key(kname, getattr(nd, "is_cpu_op", False), getattr(nd, "stream", None))
+    if k in (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER):
+        micros = getattr(nd, "duration_micros", None)
+        d = micros * 1e-6 if micros is not None else float(nd.duration_s or 0.0)
+        if k != Kind.OTHER and key != CPU_LANE and (roofline or d == 0.0):
+            t = compute.roofline(
+                getattr(nd, "num_ops", None) if k == Kind.COMPUTE else None,
+                getattr(nd, "tensor_size", None),
+            )
+            if t is not None:
+                d = t
+        return k, key, d, -2, 0, -1, -1, 0
+    if nd.comm_size is None:
+        raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_size")
+    size = int(nd.comm_size)
+    if k == Kind.COLLECTIVE:
+        if nd.comm_type is None:
+            raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: no comm_type")
+        pg = nd.pg_name or ""
+        if pg not in gid:
+            if pg:
+                raise ValidationError(
+                    f"rank {r} node {nd.id} {nd.name!r}: process group {pg!r} has no "
+                    f"known members (known: {sorted(gid)})"
+                )
+            gid[pg] = len(group_names)
+            group_names.append(pg)
+            group_ranks.append(world)
+        return k, key, 0.0, int(nd.comm_type), size, gid[pg], -1, 0
+    if nd.peer is None:
+        raise ValidationError(f"rank {r} node {nd.id} {nd.name!r}: send/recv has no peer")
+    return k, key, 0.0, P2P, size, -1, int(nd.peer), int(nd.tag or 0)
 
 
 def load_workload(prefix: str | Path) -> Any:

@@ -126,14 +126,17 @@ def instance_keys(cw: CompiledWorkload) -> dict[int, tuple[str, str]]:
     """(dimension, collective name) of every communication instance."""
     ins = cw.instances
     out = {}
-    for iid in range(len(ins)):
-        ctype = int(ins.comm_type[iid])
-        name = chakra_name(ctype)
-        g = int(ins.group[iid])
-        if g < 0 or ctype == P2P:
-            out[iid] = ("PP", "send_recv")
-            continue
-        out[iid] = (dimension_of(cw.group_names[g], cw.group_ranks[g], name, cw.n_ranks), name)
+    seen: dict[tuple[int, int], tuple[str, str]] = {}  # (type, group) -> key: groups repeat
+    for iid, (ctype, g) in enumerate(zip(ins.comm_type.tolist(), ins.group.tolist(), strict=True)):
+        key = seen.get((ctype, g))
+        if key is None:
+            if g < 0 or ctype == P2P:
+                key = ("PP", "send_recv")
+            else:
+                name = chakra_name(ctype)
+                key = (dimension_of(cw.group_names[g], cw.group_ranks[g], name, cw.n_ranks), name)
+            seen[(ctype, g)] = key
+        out[iid] = key
     return out
 
 

@@ -185,26 +185,30 @@ def finish(
     p2p_sends: dict[tuple[int, int, int], list[int]] = {}
     p2p_recvs: dict[tuple[int, int, int], list[int]] = {}
     member_sets = [frozenset(g) for g in group_ranks]
+    n_groups = len(group_ranks)
     group_pos = [{x: k for k, x in enumerate(g)} for g in group_ranks]
     rows: dict[int, dict[int, np.ndarray]] = {}  # all-to-all-v: iid -> group rank -> row
     for r, cr in enumerate(ranks):
-        seq = [0] * len(group_ranks)
+        seq: dict[int, int] = {}  # per group: a list per rank would be quadratic in ranks
         comm_nodes = np.flatnonzero((cr.kind >= Kind.COLLECTIVE) & (cr.kind <= Kind.RECV))
-        for i in comm_nodes.tolist():
-            k = int(cr.kind[i])
+        kinds = cr.kind[comm_nodes].tolist()
+        grps = cr.group[comm_nodes].tolist()
+        ctypes = cr.comm_type[comm_nodes].tolist()
+        sizes = cr.comm_size[comm_nodes].tolist()
+        for i, k, g, ctype, size in zip(
+            comm_nodes.tolist(), kinds, grps, ctypes, sizes, strict=True
+        ):
             if k == Kind.COLLECTIVE:
-                g = int(cr.group[i])
-                if not 0 <= g < len(group_ranks):
+                if not 0 <= g < n_groups:
                     raise ValidationError(f"rank {r} node {cr.name(i)}: unknown group id {g}")
                 if r not in member_sets[g]:
                     raise ValidationError(
                         f"rank {r} node {cr.name(i)} calls a collective on group "
                         f"{group_names[g]!r} {list(group_ranks[g])} that it is not a member of"
                     )
-                key = (g, seq[g])
-                seq[g] += 1
+                key = (g, seq.get(g, 0))
+                seq[g] = key[1] + 1
                 iid = coll_iid.get(key)
-                ctype, size = int(cr.comm_type[i]), int(cr.comm_size[i])
                 row = cr.splits.get(i) if cr.splits else None
                 if row is not None:
                     row = _split_row(cr, i, ctype, row, group_ranks[g])

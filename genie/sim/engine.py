@@ -200,6 +200,11 @@ def simulate(
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
     net_next = backend.next_time()
+    # a backend with ``lazy_next`` may leave its next time unresolved after a start: it then
+    # gives a time the true one is strictly after, so local events up to it go first (as they
+    # would anyway: the network wins only ties), and several starts at one time resolve once
+    lazy_next = getattr(backend, "lazy_next", None)
+    exact = True
     events = 0
     inf = math.inf
     # a per-member backend hears each member's arrival and ends each member on its own
@@ -228,7 +233,7 @@ def simulate(
 
     def begin(g: int, t: float) -> None:
         """Run ``g`` from ``t``: a delay on the heap, or an arrival at its instance."""
-        nonlocal net_next
+        nonlocal net_next, exact
         k = kind[g]
         if k in (_COLL, _SEND, _RECV):
             iid = inst[g]
@@ -251,7 +256,10 @@ def simulate(
                 for m in members[iid]:
                     start[m] = t
                 backend.start(transfer(iid), t)
-                net_next = backend.next_time()
+                if lazy_next is None:
+                    net_next = backend.next_time()
+                else:
+                    net_next, exact = lazy_next()
         else:
             start[g] = t
             push(heap, (t + dur[g], g))
@@ -284,8 +292,11 @@ def simulate(
     # hot loop: compute/memory completions come from the heap, comm ones from the backend
     net_events = 0
     while True:
-        if heap and heap[0][0] < net_next:
+        if heap and (heap[0][0] < net_next or (not exact and heap[0][0] <= net_next)):
             now, g = pop(heap)
+        elif not exact:
+            net_next, exact = backend.next_time(), True
+            continue
         elif net_next < inf:  # the network's completion comes first (ties too)
             now = net_next
             if per_member:
@@ -302,7 +313,8 @@ def simulate(
                     iend[iid] = now
                     for m in members[iid]:
                         complete(m, now)
-            net_next = backend.next_time()
+            if exact:
+                net_next = backend.next_time()
             net_events += 1
             continue
         else:

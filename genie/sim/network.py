@@ -110,8 +110,352 @@ class NetworkBackend(Protocol):
 _REL = 1e-12
 
 
-class AnalyticalBackend:
-    """Fluid link-sharing model over a pricer (see the module docstring)."""
+def fill(cap: np.ndarray, links: list[np.ndarray], demand: list[np.ndarray]) -> list[float] | None:
+    """Weighted max-min fair rates (fractions of full speed) of transfers by progressive filling.
+
+    Transfer k puts ``demand[k] * rate`` bytes/s on its ``links[k]``; links have ``cap``. None
+    when every transfer fits at full speed (no link over its capacity).
+    """
+    all_links = np.concatenate(links)
+    dem = np.concatenate(demand)
+    owner = np.repeat(np.arange(len(links)), [len(x) for x in links])
+    uniq, inv = np.unique(all_links, return_inverse=True)
+    c = cap[uniq]
+    load = np.bincount(inv, weights=dem, minlength=len(uniq))
+    if np.all(load <= c * (1 + _REL)):
+        return None
+    k = len(links)
+    rate = np.zeros(k)
+    frozen = np.zeros(k, bool)
+    rem = c.copy()
+    level = 0.0
+    n_links = len(uniq)
+    while not frozen.all():
+        live = ~frozen[owner]
+        load = np.bincount(inv[live], weights=dem[live], minlength=n_links)
+        used = load > 0
+        theta_l = np.full(n_links, np.inf)
+        np.divide(rem, load, out=theta_l, where=used)
+        tmin = float(theta_l.min())
+        if level + tmin >= 1.0 - _REL:  # nothing left saturates before full speed
+            rate[~frozen] = 1.0
+            break
+        level += tmin
+        rem -= tmin * load
+        # every link that saturates now (within rounding) freezes the transfers on it
+        sat = used & (theta_l <= tmin * (1 + 1e-9) + 1e-300)
+        newly = np.zeros(k, bool)
+        newly[owner[live & sat[inv]]] = True
+        newly &= ~frozen
+        rate[newly] = level
+        frozen |= newly
+    return rate.tolist()
+
+
+class _Fluid:
+    """What the fluid backends share: standalone time, and cached max-min rates of a set."""
+
+    cap: np.ndarray
+    pricer: Pricer
+    shared_count: int
+    _rate_cache: dict[tuple[int, ...], list[float]]
+    _keep: dict[int, tuple]  # id(demand) -> (demand, W, demand bytes/s per link array, ...)
+    _tails: list[tuple[float, int]]  # (time the latency tail is over, iid)
+
+    def alone(self, transfer: Transfer) -> float:
+        """Time ``transfer`` would take with the network to itself (no state change)."""
+        dem = self.pricer.price(transfer)
+        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+        return w + dem.latency
+
+    def _tails_done(self, now: float) -> list[int]:
+        """Instances whose latency tail is over at ``now``."""
+        done: list[int] = []
+        tails = self._tails
+        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
+            done.append(heapq.heappop(tails)[1])
+        return done
+
+    def _cached_rates(self, states: list[list]) -> tuple[list[list], list[float]]:
+        """``states`` ordered by demand, and their max-min rates (cached by the demands)."""
+        states = sorted(states, key=lambda st: st[6])
+        key = tuple(st[6] for st in states)
+        rates = self._rate_cache.get(key)
+        if rates is None:
+            rates = self._fill(states)
+            if len(self._rate_cache) < 100_000:
+                self._rate_cache[key] = rates
+        return states, rates
+
+    def _fill(self, states: list[list]) -> list[float]:
+        """Weighted max-min fair rates of ``states`` by progressive filling."""
+        if len(states) == 1:
+            return [1.0]
+        rates = fill(self.cap, [st[3] for st in states], [self._keep[st[6]][2] for st in states])
+        if rates is None:
+            return [1.0] * len(states)
+        self.shared_count += 1
+        return rates
+
+
+class AnalyticalBackend(_Fluid):
+    """Fluid link-sharing model over a pricer (see the module docstring).
+
+    Rates are max-min fair within each *connected set* of transfers in flight (transfers linked
+    by sharing links, transitively): a start or an end re-fills only the set it touches, and not
+    even that when nothing there is slowed (a transfer that fits beside transfers all at full
+    speed changes no rate; one whose links carry no slowed transfer leaves none changed when it
+    ends). Each transfer's progress is brought up to date only when its rate changes, and
+    completions come from a heap. ``ReferenceAnalyticalBackend`` re-fills everything on every
+    event; the rates agree (the tests hold them to the same times).
+    """
+
+    def __init__(self, pricer: Pricer, name: str = "analytical", track_links: bool = False) -> None:
+        self.name = name
+        self.pricer = pricer
+        self.cap = np.asarray(pricer.capacity(), np.float64)
+        self._cap_l = self.cap.tolist()
+        self.notes: list[str] = []
+        self.track_links = track_links
+        self._sat_s = np.zeros(len(self.cap)) if track_links else None
+        self._sat_since: dict[int, float] = {}  # saturated link -> since when
+        self._starts: dict[int, int] = {}  # id(demand) -> transfers started with it
+        # iid -> [remaining standalone s at t_last, rate, W, links, demand per link (dict),
+        #         latency, id(demand), t_last, version, iid]
+        self._active: dict[int, list] = {}
+        self._on: dict[int, dict[int, list]] = {}  # link -> {iid: state} of transfers on it
+        self._heap: list[tuple[float, int, int]] = []  # (bytes-done time, version, iid)
+        self._tails: list[tuple[float, int]] = []
+        self._last = 0.0
+        self._next = math.inf
+        self.standalone: dict[int, float] = {}  # iid -> time it would take alone
+        self.shared_count = 0  # rate computations where links were contended
+        self._rate_cache: dict[tuple[int, ...], list[float]] = {}
+        self._pending: set[int] = set()  # links of starts whose re-fill is not done yet
+        self._pending_at = 0.0
+        # id(demand) -> (demand, W, demand bytes/s per link: array, and as a dict)
+        self._keep: dict[int, tuple] = {}
+
+    @property
+    def link_bytes(self) -> np.ndarray | None:
+        """Bytes each link carried (with ``track_links``)."""
+        if not self.track_links:
+            return None
+        out = np.zeros(len(self.cap))
+        for did, count in self._starts.items():
+            dem = self._keep[did][0]
+            if len(dem.links):
+                np.add.at(out, dem.links, dem.nbytes * count)
+        return out
+
+    @property
+    def link_saturated_s(self) -> np.ndarray | None:
+        """Seconds each link was saturated: its load at its capacity (with ``track_links``)."""
+        if not self.track_links:
+            return None
+        out = self._sat_s.copy()
+        for lid, since in self._sat_since.items():
+            out[lid] += self._last - since
+        return out
+
+    def _known(self, dem: Demand) -> tuple:
+        did = id(dem)
+        known = self._keep.get(did)
+        if known is None or known[0] is not dem:
+            w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+            per = dem.nbytes / w if w > 0 else dem.nbytes
+            # keeping dem alive keeps id(dem) unique while the caches hold it
+            known = (dem, w, per, dict(zip(dem.links.tolist(), per.tolist(), strict=True)))
+            self._keep[did] = known
+        return known
+
+    def start(self, transfer: Transfer, now: float) -> None:
+        """Begin a transfer: price it, then share links with those in flight."""
+        dem = self.pricer.price(transfer)
+        known = self._known(dem)
+        did = id(dem)
+        w = known[1]
+        self.standalone[transfer.iid] = w + dem.latency
+        self._last = now
+        if self.track_links:
+            self._starts[did] = self._starts.get(did, 0) + 1
+        if w <= 0.0:
+            heapq.heappush(self._tails, (now + dem.latency, transfer.iid))
+            if not self._pending:
+                self._next = self._compute_next()
+            return
+        per = known[3]
+        iid = transfer.iid
+        st = [w, 1.0, w, dem.links, per, dem.latency, did, now, 0, iid]
+        self._active[iid] = st
+        on = self._on
+        cap = self._cap_l
+        fits = not self._pending  # rates in flight are stale until the pending re-fill
+        for lid, d in per.items():
+            others = on.get(lid)
+            if others is None:
+                on[lid] = {iid: st}
+                continue
+            if fits:
+                load = d
+                for o in others.values():
+                    load += o[4][lid] * o[1]
+                if load > cap[lid] * (1 + _REL):
+                    fits = False
+            others[iid] = st
+        if fits:  # full speed beside the others, whose rates stay as they were
+            heapq.heappush(self._heap, (now + w, 0, iid))
+            if self.track_links:
+                self._check_saturation(per, now)
+            if not self._pending:
+                self._next = self._compute_next()
+        else:
+            st[8] = -1  # not on the heap yet: the refill puts it there
+            self._pending.update(per)
+            self._pending_at = now
+
+    def _resolve(self) -> None:
+        """Re-fill what the starts since the last resolve connected to (at one time)."""
+        pending = self._pending
+        if pending:
+            self._pending = set()
+            self._refill(pending, self._pending_at)
+            self._next = self._compute_next()
+
+    def lazy_next(self) -> tuple[float, bool]:
+        """(t, True) with the next completion, or (t, False): it is strictly after ``t``.
+
+        Rates are left to re-fill until asked, so starts at one time re-fill once.
+        """
+        if self._pending and not (self._tails and self._tails[0][0] <= self._pending_at):
+            return self._pending_at, False
+        self._resolve()
+        return self._next, True
+
+    def _refill(self, links, now: float) -> None:
+        """Recompute the rates of every transfer connected to ``links``, set by set."""
+        on = self._on
+        seen: set[int] = set()
+        changed = set(links) if self.track_links else None  # links whose load changed
+        for root in links:
+            if root in seen or root not in on:
+                continue
+            group: dict[int, list] = {}
+            stack = [root]
+            seen.add(root)
+            while stack:
+                for iid, st in on[stack.pop()].items():
+                    if iid not in group:
+                        group[iid] = st
+                        for x in st[4]:
+                            if x not in seen:
+                                seen.add(x)
+                                stack.append(x)
+            self._set_rates(group, now, changed)
+        if changed:
+            self._check_saturation(changed, now)
+
+    def _set_rates(self, group: dict[int, list], now: float, changed: set | None) -> None:
+        """Give one connected set of transfers its max-min rates from ``now`` on."""
+        states, rates = self._cached_rates(list(group.values()))
+        heap = self._heap
+        for st, r in zip(states, rates, strict=True):
+            if r != st[1] or st[8] < 0:
+                st[0] -= st[1] * (now - st[7])
+                st[7] = now
+                st[1] = r
+                st[8] = abs(st[8]) + 1
+                heapq.heappush(heap, (now + st[0] / r, st[8], st[9]))
+                if changed is not None:
+                    changed.update(st[4])
+
+    def _check_saturation(self, links, now: float) -> None:
+        """Note which of ``links`` are saturated now (load at capacity) and since when."""
+        since = self._sat_since
+        cap = self._cap_l
+        for lid in links:
+            others = self._on.get(lid)
+            load = 0.0
+            if others:
+                for o in others.values():
+                    load += o[4][lid] * o[1]
+            sat = load >= cap[lid] * (1 - 1e-9)
+            was = since.get(lid)
+            if sat and was is None:
+                since[lid] = now
+            elif not sat and was is not None:
+                self._sat_s[lid] += now - was
+                del since[lid]
+
+    def _head(self) -> tuple[float, list] | None:
+        """The earliest bytes-done time on the heap and its transfer (stale entries dropped)."""
+        heap = self._heap
+        active = self._active
+        while heap:
+            when, version, iid = heap[0]
+            st = active.get(iid)
+            if st is not None and st[8] == version:
+                return when, st
+            heapq.heappop(heap)
+        return None
+
+    def _compute_next(self) -> float:
+        t = self._tails[0][0] if self._tails else math.inf
+        head = self._head()
+        return t if head is None else min(t, head[0])
+
+    def next_time(self) -> float:
+        """Earliest completion (bytes done or latency tail over)."""
+        self._resolve()
+        return self._next
+
+    def pop(self, now: float) -> list[int]:
+        """Finish what ends at ``now``: bytes-done transfers enter their latency tail."""
+        self._resolve()
+        self._last = now
+        finished = []
+        active = self._active
+        while (head := self._head()) is not None:
+            st = head[1]
+            if st[0] - st[1] * (now - st[7]) > _REL * st[2] * 16 + 1e-18:
+                break
+            heapq.heappop(self._heap)
+            finished.append(st)
+        if finished:
+            touched: set[int] = set()
+            slowed = False
+            on = self._on
+            for st in finished:
+                iid = st[9]
+                del active[iid]
+                heapq.heappush(self._tails, (now + st[5], iid))
+                slowed = slowed or st[1] != 1.0
+                for lid in st[4]:
+                    others = on[lid]
+                    del others[iid]
+                    if others:
+                        touched.add(lid)
+                        if not slowed:
+                            slowed = any(o[1] != 1.0 for o in others.values())
+                    else:
+                        del on[lid]
+                        if self.track_links and lid in self._sat_since:
+                            self._check_saturation((lid,), now)
+            if slowed:
+                self._refill(touched, now)
+            elif self.track_links:
+                self._check_saturation(touched, now)
+        done = self._tails_done(now)
+        self._next = self._compute_next()
+        return done
+
+
+class ReferenceAnalyticalBackend(_Fluid):
+    """The fluid model computed the plain way: every event re-fills every transfer in flight.
+
+    ``AnalyticalBackend`` gives the same rates per connected set of transfers and is what
+    ``genie simulate`` runs; this one is the reference its tests compare against.
+    """
 
     def __init__(self, pricer: Pricer, name: str = "analytical", track_links: bool = False) -> None:
         self.name = name
@@ -135,12 +479,6 @@ class AnalyticalBackend:
         # rates depend only on the multiset of demands in flight: cache them by demand ids
         self._rate_cache: dict[tuple[int, ...], list[float]] = {}
         self._keep: dict[int, tuple[Demand, float, np.ndarray]] = {}
-
-    def alone(self, transfer: Transfer) -> float:
-        """Time ``transfer`` would take with the network to itself (no state change)."""
-        dem = self.pricer.price(transfer)
-        w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
-        return w + dem.latency
 
     def _advance(self, now: float) -> None:
         dt = now - self._last
@@ -182,13 +520,7 @@ class AnalyticalBackend:
             if self.track_links:
                 self._saturated(list(act.values()))
             return
-        states = sorted(act.values(), key=lambda st: st[6])
-        key = tuple(st[6] for st in states)
-        hit = self._rate_cache.get(key)
-        if hit is None:
-            hit = self._fill(states)
-            if len(self._rate_cache) < 100_000:
-                self._rate_cache[key] = hit
+        states, hit = self._cached_rates(list(act.values()))
         for st, r in zip(states, hit, strict=True):
             st[1] = r
         if self.track_links:
@@ -210,44 +542,6 @@ class AnalyticalBackend:
             if len(self._sat_cache) < 100_000:
                 self._sat_cache[key] = hit
         self._sat = hit
-
-    def _fill(self, states: list[list]) -> list[float]:
-        """Weighted max-min fair rates of ``states`` by progressive filling."""
-        links = np.concatenate([st[3] for st in states])
-        demand = np.concatenate([st[4] for st in states])
-        owner = np.repeat(np.arange(len(states)), [len(st[3]) for st in states])
-        uniq, inv = np.unique(links, return_inverse=True)
-        cap = self.cap[uniq]
-        load = np.bincount(inv, weights=demand, minlength=len(uniq))
-        if np.all(load <= cap * (1 + _REL)):
-            return [1.0] * len(states)
-        self.shared_count += 1
-        k = len(states)
-        rate = np.zeros(k)
-        frozen = np.zeros(k, bool)
-        rem = cap.copy()
-        level = 0.0
-        n_links = len(uniq)
-        while not frozen.all():
-            live = ~frozen[owner]
-            load = np.bincount(inv[live], weights=demand[live], minlength=n_links)
-            used = load > 0
-            theta_l = np.full(n_links, np.inf)
-            np.divide(rem, load, out=theta_l, where=used)
-            tmin = float(theta_l.min())
-            if level + tmin >= 1.0 - _REL:  # nothing left saturates before full speed
-                rate[~frozen] = 1.0
-                break
-            level += tmin
-            rem -= tmin * load
-            # every link that saturates now (within rounding) freezes the transfers on it
-            sat = used & (theta_l <= tmin * (1 + 1e-9) + 1e-300)
-            newly = np.zeros(k, bool)
-            newly[owner[live & sat[inv]]] = True
-            newly &= ~frozen
-            rate[newly] = level
-            frozen |= newly
-        return rate.tolist()
 
     def _compute_next(self) -> float:
         t = self._tails[0][0] if self._tails else math.inf
@@ -271,10 +565,7 @@ class AnalyticalBackend:
             heapq.heappush(self._tails, (now + st[5], iid))
         if finished:
             self._rates()
-        done: list[int] = []
-        tails = self._tails
-        while tails and tails[0][0] <= now + 1e-18 + abs(now) * _REL:
-            done.append(heapq.heappop(tails)[1])
+        done = self._tails_done(now)
         self._next = self._compute_next()
         return done
 

@@ -9,6 +9,14 @@ model's time: ``latency = time_s - max(bytes_l / capacity_l)``. So an isolated c
 priced exactly as ``genie collective show`` prices it, and collectives in flight together share
 the links they really load. Collectives the cost model has no plan for (gather, scatter,
 barrier) fall back to the simulator's built-in traffic model on the same topology.
+
+Each distinct shape is priced once. On a switch or fully-connected topology whose links are all
+alike, renaming hosts maps the network onto itself, so a group's cost depends only on the
+collective, the size and the pattern of its hosts (which ranks share a host): every group of
+that shape is priced once, on hosts 0, 1, ... in order of first appearance, and its link bytes
+are mapped back onto the group's own hosts' links (the same numbers, on other links). Elsewhere
+(rings, leaf-spine, testbeds; ECMP hashes ranks) each group is priced as itself.
+``canonical=False`` prices every group as itself everywhere (the reference the tests compare).
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         n_ranks: int | None = None,
         algorithms: Mapping[str, str] | None = None,
         chunks: int = 1,
+        canonical: bool = True,
     ) -> None:
         from genie.collectives import build_program
         from genie.collectives.cost import estimate
@@ -64,6 +73,11 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self.chunks = chunks
         self.fallbacks: dict[str, int] = {}
         self.priced: dict[tuple[str, str, int, int], float] = {}
+        self.canonical = canonical and _relabels_hosts(topology)
+        # (comm type, size, host pattern) -> (time s, algorithm, canonical link bytes, intra
+        # bytes), or None where the cost model declined
+        self._shapes: dict[tuple, tuple | None] = {}
+        self._lid = {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
 
     def capacity(self) -> np.ndarray:
         """Same link layout as TopologyPricer: topology links, then one intra port per rank."""
@@ -90,33 +104,69 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         if n < 2 or (transfer.size == 0 and name != "send_recv"):
             return self.fallback.price(transfer)
         hosts = [int(self.host_of[r]) for r in ranks]
-        try:
-            planned = planned_name(transfer.comm_type)
-            prog = self._build(
-                planned,
-                self.algorithms.get(planned),
-                n,
-                int(transfer.size),
-                chunks=self.chunks,
-                ranks=ranks,
-                ranks_per_host=ranks_per_host(hosts),
-                splits=splits,
-            )
-            cost = self._estimate(prog, self.topology, hosts)
-        except CollectiveError:
+        if self.canonical and not splits:  # an all-to-all-v's matrix is its group's own
+            first: dict[int, int] = {}
+            pattern = tuple(first.setdefault(h, len(first)) for h in hosts)
+            key = (transfer.comm_type, int(transfer.size), pattern)
+            if key not in self._shapes:
+                self._shapes[key] = self._cost(transfer.comm_type, transfer.size, (), pattern)
+            shape = self._shapes[key]
+            if shape is not None:
+                names = self.topology.hosts
+                actual = {names[c]: names[h] for h, c in first.items()}
+                moved = {
+                    self._lid[(actual.get(lk.src, lk.src), actual.get(lk.dst, lk.dst))]: b
+                    for lk, b in ((self.topology.links[lid], b) for lid, b in shape[2].items())
+                }
+                shape = (shape[0], shape[1], moved, shape[3])
+        else:
+            shape = self._cost(transfer.comm_type, transfer.size, ranks, tuple(hosts), splits)
+        if shape is None:
             self.fallbacks[name] = self.fallbacks.get(name, 0) + 1
             return self.fallback.price(transfer)
+        time_s, algorithm, link_bytes, intra_bytes = shape
         cap = self.capacity()
-        links = sorted(cost.link_bytes)
-        nbytes = [float(cost.link_bytes[lid]) for lid in links]
-        if cost.intra_bytes:
+        links = sorted(link_bytes)
+        nbytes = [float(link_bytes[lid]) for lid in links]
+        if intra_bytes:
             base = self.fallback.n_links
-            share = float(cost.intra_bytes) / n
+            share = float(intra_bytes) / n
             links += [base + r for r in ranks]
             nbytes += [share] * n
         la = np.asarray(links, np.int64)
         nb = np.asarray(nbytes, np.float64)
         w = float(np.max(nb / cap[la])) if len(la) else 0.0
-        dem = Demand(latency=max(0.0, cost.time_s - w), links=la, nbytes=nb)
-        self.priced[(name, prog.spec.algorithm, n, int(transfer.size))] = cost.time_s
+        dem = Demand(latency=max(0.0, time_s - w), links=la, nbytes=nb)
+        self.priced[(name, algorithm, n, int(transfer.size))] = time_s
         return dem
+
+    def _cost(
+        self, ctype: int, size: int, ranks: tuple, hosts: tuple, splits: tuple[int, ...] = ()
+    ) -> tuple | None:
+        """(time s, algorithm, link bytes, intra bytes) of one program, None if declined;
+        ``splits``: an all-to-all-v's per-peer sizes (row-major matrix)."""
+        try:
+            planned = planned_name(ctype)
+            prog = self._build(
+                planned,
+                self.algorithms.get(planned),
+                len(hosts),
+                int(size),
+                chunks=self.chunks,
+                ranks=ranks,
+                ranks_per_host=ranks_per_host(hosts),
+                splits=splits,
+            )
+            cost = self._estimate(prog, self.topology, list(hosts))
+        except CollectiveError:
+            return None
+        return cost.time_s, prog.spec.algorithm, dict(cost.link_bytes), cost.intra_bytes
+
+
+def _relabels_hosts(topology: Any) -> bool:
+    """True when any renaming of hosts maps ``topology`` onto itself: a switch or a
+    fully-connected network whose links all have one bandwidth and one latency."""
+    if getattr(topology, "symmetry", None) not in ("star", "full"):
+        return False
+    links = topology.links
+    return len({(lk.bandwidth, lk.latency) for lk in links}) <= 1

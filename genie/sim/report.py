@@ -146,14 +146,19 @@ def build_report(
             ranks.append(b)
     ins = cw.instances
     rows = []
+    names: dict[int, str] = {}
+    factors: dict[tuple[str, int], float] = {}
     for iid in range(len(ins)):
         start, end = float(raw.inst_start[iid]), float(raw.inst_end[iid])
         if math.isnan(start):
             continue
         ctype = int(ins.comm_type[iid])
-        name = chakra_name(ctype)
+        name = names.get(ctype) or names.setdefault(ctype, chakra_name(ctype))
         g = int(ins.group[iid])
         n = len(cw.group_ranks[g]) if g >= 0 else 2
+        bf = factors.get((name, n))
+        if bf is None:
+            bf = factors[(name, n)] = bus_factor(name, n) if ctype != P2P else 1.0
         size = int(ins.size[iid])
         total = size * n if name == "all_gather" else size
         t = end - start
@@ -170,7 +175,7 @@ def build_report(
                 end=end,
                 time=t,
                 algbw_gbps=algbw,
-                busbw_gbps=algbw * bus_factor(name, n) if ctype != P2P else algbw,
+                busbw_gbps=algbw * bf,
                 standalone=None if standalone is None else standalone.get(iid),
                 last_rank=int(raw.inst_last_rank[iid]) if not symmetric else -1,
                 uneven=skew(ins.splits[iid]) if iid in ins.splits else None,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
-import math
 import struct
 import zlib
 from collections.abc import Iterable
@@ -120,8 +119,15 @@ def decode_trace(data: bytes, source: str = "<bytes>") -> tuple[Metadata, list[N
     return _decode(data, source, "")
 
 
-def _first_frame(data: bytes, source: str, note: str) -> tuple[Metadata, int, list[str]]:
-    """Decode the GlobalMetadata frame; return it, the offset after it and problems."""
+def _first_frame(
+    data: bytes, source: str, note: str, memo: dict | None = None
+) -> tuple[Metadata, int, list[str]]:
+    """Decode the GlobalMetadata frame; return it, the offset after it and problems.
+
+    ``memo`` (bytes of a frame -> what they decoded to) lets the ranks of one workload, whose
+    metadata frames are usually the same bytes, decode them once; each rank still gets its own
+    ``Metadata`` and attrs list (the Attr values are shared).
+    """
     if not data:
         raise TraceFormatError(f"{source}: empty file (no GlobalMetadata frame)")
     pos = 0
@@ -142,20 +148,31 @@ def _first_frame(data: bytes, source: str, note: str) -> tuple[Metadata, int, li
             f"{source}: truncated frame at byte offset 0{note}: needs {ln} bytes, "
             f"{len(data) - pos} left"
         )
-    gm = et_schema.GlobalMetadata()
-    try:
-        gm.ParseFromString(data[pos:end])
-    except DecodeError as exc:
-        raise TraceFormatError(
-            f"{source}: corrupt GlobalMetadata frame at byte offset 0{note}: {exc}"
-        ) from None
-    meta = Metadata(gm.version, _attrs_from(gm.attr))
+    raw = data[pos:end]
+    hit = memo.get(raw) if memo is not None else None
+    if hit is None:
+        gm = et_schema.GlobalMetadata()
+        try:
+            gm.ParseFromString(raw)
+        except DecodeError as exc:
+            raise TraceFormatError(
+                f"{source}: corrupt GlobalMetadata frame at byte offset 0{note}: {exc}"
+            ) from None
+        # canonical bytes are what protobuf itself writes without unknown fields (and what
+        # encode_metadata writes: tests check), so its C serializer tells, once per content
+        gm.DiscardUnknownFields()
+        hit = (gm.version, tuple(_attrs_from(gm.attr)), gm.SerializeToString() != raw)
+        if memo is not None and len(memo) < 64:
+            memo[raw] = hit
+    version, attrs, odd = hit
+    meta = Metadata(version, list(attrs))
+    meta.template = attrs  # ranks with the same frame share it (the loader reads it once)
     problems = []
     if ln == 0:
         problems.append(
             f"{source}: GlobalMetadata frame is empty; Chakra's reader stops at a zero-length frame"
         )
-    elif encode_metadata(meta) != data[pos:end]:
+    elif odd:
         problems.append(
             f"{source}: GlobalMetadata has non-canonical bytes or unknown fields; "
             "a re-write will not be byte-identical"
@@ -165,18 +182,27 @@ def _first_frame(data: bytes, source: str, note: str) -> tuple[Metadata, int, li
 
 @contextlib.contextmanager
 def gc_paused():
-    """Pause the cyclic garbage collector while building many objects (4x faster loads)."""
+    """Pause the cyclic garbage collector while building many objects (4x faster loads).
+
+    What was built survives the pause in CPython's permanent generation (``gc.freeze``): the
+    collector would otherwise walk every object made meanwhile on its first pass afterwards
+    (a second per million nodes) only to find them alive. Those objects are still freed by
+    reference counting, which is all nodes, attrs and arrays need (they make no cycles).
+    """
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.freeze()
             gc.enable()
 
 
-def _decode(data: bytes, source: str, note: str) -> tuple[Metadata, list[Node], list[str]]:
-    meta, pos, problems = _first_frame(data, source, note)
+def _decode(
+    data: bytes, source: str, note: str, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str]]:
+    meta, pos, problems = _first_frame(data, source, note, memo)
     with gc_paused():
         nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
     if zero:
@@ -206,11 +232,16 @@ def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadat
     return Metadata(gm.version, _attrs_from(gm.attr)), _nodes_from_stream(stream.nodes)
 
 
-def read_trace(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
-    """Read one ``.et`` (or gzip-compressed) file into metadata, nodes and problems."""
+def read_trace(
+    path: str | Path, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str]]:
+    """Read one ``.et`` (or gzip-compressed) file into metadata, nodes and problems.
+
+    ``memo``: a dict shared by the reads of one workload's rank files (see ``_first_frame``).
+    """
     p = Path(path)
     data, note = open_bytes(p)
-    return _decode(data, str(p), note)
+    return _decode(data, str(p), note, memo)
 
 
 # ----------------------------------------------------------------------------- encoding
@@ -279,10 +310,10 @@ def _scalar_payload(kind: str, v) -> tuple[int, bytes]:
     if kind == "double":
         return 1, struct.pack("<d", float(v))
     if kind == "float":
-        f = float(v)
-        if math.isfinite(f) and abs(f) > 3.4028234663852886e38:
-            raise WorkloadError(f"attribute value {v!r} does not fit protobuf float")
-        return 5, struct.pack("<f", f)
+        try:  # a value that rounds to the largest float32 (as JSON prints it) fits
+            return 5, struct.pack("<f", float(v))
+        except OverflowError:
+            raise WorkloadError(f"attribute value {v!r} does not fit protobuf float") from None
     if kind == "fixed32":
         return 5, struct.pack("<I", _check_int(kind, v))
     if kind == "sfixed32":

@@ -60,19 +60,39 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
             raise _Fallback
 
 
+def _varint_min(data: bytes, pos: int) -> tuple[int, int]:
+    """A varint in its shortest form (protobuf's canonical bytes); _Fallback otherwise."""
+    v, end = _varint(data, pos)
+    if end - pos > 1 and data[end - 1] == 0:
+        raise _Fallback
+    return v, end
+
+
 def _decode_attr(body: bytes) -> Attr:
-    """Decode one AttributeProto body with a scalar (or no) value."""
+    """Decode one AttributeProto body with a scalar (or no) value, in canonical form only.
+
+    Canonical is what protobuf (and ``et_codec.encode_attr``) writes: name, then doc string,
+    each only when non-empty, then at most one value field, shortest varints, values in range
+    for their kind. Anything else raises ``_Fallback`` (protobuf's parser then reads it and the
+    caller reports the frame), so a decoded attr re-encodes to ``body`` without encoding it.
+    """
     pos = 0
     end = len(body)
     name = doc = ""
     kind = None
     value = None
+    last = 0  # the last field number read: fields come once each, ascending
     while pos < end:
-        key, pos = _varint(body, pos)
+        key, pos = _varint_min(body, pos)
         number = key >> 3
         wire = key & 7
+        if number <= last:
+            raise _Fallback
+        last = number
         if number in (1, 2) and wire == 2:
-            ln, pos = _varint(body, pos)
+            ln, pos = _varint_min(body, pos)
+            if not ln or pos + ln > end:
+                raise _Fallback  # an empty string is not written; a long one is corrupt
             s = body[pos : pos + ln].decode("utf-8")
             pos += ln
             if number == 1:
@@ -81,26 +101,34 @@ def _decode_attr(body: bytes) -> Attr:
                 doc = s
             continue
         spec = _VAL_FIELDS.get(number)
-        if spec is None or spec[1] != wire:
-            raise _Fallback  # a list, an unknown field or a wrong wire type
+        if spec is None or spec[1] != wire or kind is not None:
+            raise _Fallback  # a list, an unknown field, a wrong wire type or a second value
         base = spec[0]
         kind = base + "_val"
         if wire == 0:
-            v, pos = _varint(body, pos)
+            v, pos = _varint_min(body, pos)
+            if v >= _U64:
+                raise _Fallback
             if base in ("int32", "int64"):
+                if base == "int32" and (1 << 31) <= v < _U64 - (1 << 31):
+                    raise _Fallback  # not a sign-extended int32
                 if v >= 1 << 63:
                     v -= _U64
-                if base == "int32":
-                    v = ((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000
             elif base in ("sint32", "sint64"):
+                if base == "sint32" and v >= 1 << 32:
+                    raise _Fallback
                 v = (v >> 1) ^ -(v & 1)
             elif base == "bool":
+                if v > 1:
+                    raise _Fallback
                 v = v != 0
-            elif base == "uint32":
-                v &= 0xFFFFFFFF
+            elif base == "uint32" and v >= 1 << 32:
+                raise _Fallback
             value = v
         elif wire == 2:
-            ln, pos = _varint(body, pos)
+            ln, pos = _varint_min(body, pos)
+            if pos + ln > end:
+                raise _Fallback
             raw = body[pos : pos + ln]
             pos += ln
             value = raw.decode("utf-8") if base == "string" else raw
@@ -217,17 +245,14 @@ class AttrCache:
             self.memo[body] = hit
             return hit
         try:
-            a = _decode_attr(body)
+            a = _decode_attr(body)  # canonical bytes only: nothing to re-encode to check
         except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
             pb = et_schema.AttributeProto()
             pb.ParseFromString(body)  # DecodeError propagates
+            pb.DiscardUnknownFields()  # protobuf would write them back: not ours to keep
             if pb.SerializeToString() != body:
                 raise _Fallback from None  # unknown or non-canonical: decode the whole node
             a = _attr_from_pb(pb)
-        from genie.workload.et_codec import encode_attr
-
-        if encode_attr(a) != body:
-            raise _Fallback  # non-canonical bytes: let the node path count it
         hit = (a, _SLOT_OF_ATTR.get(a.name))
         if type(a.value) is not list:
             if len(self.memo) >= self.limit:
@@ -261,26 +286,46 @@ def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tupl
         stop = pos + alen
         if stop > end:
             raise _Fallback
-        body = data[pos:stop]
-        hit = memo.get(body)
-        if hit is None:
-            # inline fast path: "name, then one int64 varint" (num_ops, tensor_size, comm_size)
-            nl = data[pos + 1]
-            p = pos + 2 + nl
-            if data[pos] == 0x0A and 0 < nl < 0x80 and p < stop - 1 and data[p] == 0x48:
-                ns = names.get(data[pos:p])
+        hit = None
+        # "name, then one int64 varint" (num_ops, tensor_size, comm_size): often unique per
+        # node, so decoded in place once its name is known, before any memo lookup
+        nl = data[pos + 1]
+        p = pos + 2 + nl
+        if data[pos] == 0x0A and nl < 0x80 and p < stop - 1 and data[p] == 0x48:
+            ns = names.get(data[pos:p])
+            if ns is not None:
                 q = p + 1
-                v = 0
-                shift = 0
-                while q < stop:
-                    b = data[q]
+                b = data[q]
+                if b < 0x80:
+                    v = b
                     q += 1
-                    v |= (b & 0x7F) << shift
-                    shift += 7
-                    if b < 0x80:
-                        break
-                if ns is not None and q == stop and 0 < b < 0x80 and shift <= 63 and v < 1 << 63:
+                else:
+                    b1 = data[q + 1]
+                    if 0 < b1 < 0x80:
+                        v = (b & 0x7F) | (b1 << 7)
+                        q += 2
+                    else:
+                        b2 = data[q + 2]
+                        if b1 >= 0x80 and 0 < b2 < 0x80:
+                            v = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+                            q += 3
+                        elif b1 >= 0x80 and b2 >= 0x80 and 0 < data[q + 3] < 0x80:
+                            v = (
+                                (b & 0x7F)
+                                | ((b1 & 0x7F) << 7)
+                                | ((b2 & 0x7F) << 14)
+                                | (data[q + 3] << 21)
+                            )
+                            q += 4
+                        else:
+                            v, q = _varint(data, q)
+                            if data[q - 1] == 0 or v >= 1 << 63:
+                                q = -1  # not the plain non-negative case: the generic path
+                if q == stop:
                     hit = (tuple.__new__(Attr, (ns[0], "int64_val", v, "")), ns[1])
+        if hit is None:
+            body = data[pos:stop]
+            hit = memo.get(body)
             if hit is None:
                 hit = cache.get(body)
         pos = stop

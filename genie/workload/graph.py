@@ -29,13 +29,33 @@ def _positions(rank: RankGraph) -> dict[int, int]:
 
 def _all_backward(rank: RankGraph, pos: dict[int, int]) -> bool:
     """True when every data_dep names an earlier node (or itself): file order is topological."""
+    return _dep_scan(rank, pos)[0]
+
+
+def _dep_scan(rank: RankGraph, pos: dict[int, int]) -> tuple[bool, int]:
+    """(every data_dep names an earlier node or itself, deps of a node on itself).
+
+    The count is exact only when the first is true. Cached on the rank with the positions
+    (validation asks three times: dangling deps, cycles, then order).
+    """
+    cache = rank.__dict__.get("_backward_cache")
+    if cache is not None and cache[0] is pos:
+        return cache[1]
     get = pos.get
+    ok = True
+    selfs = 0
     for i, n in enumerate(rank.nodes):
         for d in n.data_deps:
             j = get(d)
             if j is None or j > i:
-                return False
-    return True
+                ok = False
+                break
+            if j == i:
+                selfs += 1
+        if not ok:
+            break
+    rank.__dict__["_backward_cache"] = (pos, (ok, selfs))
+    return ok, selfs
 
 
 def find_cycle(rank: RankGraph) -> list[Node] | None:

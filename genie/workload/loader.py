@@ -42,14 +42,19 @@ GROUP_FILE_SUFFIX = ".comm_group.json"
 _RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.(?P<ext>et|json)(?P<gz>\.gz)?$")
 
 
-def read_rank_file(path: str | Path) -> tuple[Metadata, list[Node], list[str]]:
-    """Read one rank file, ``.et`` or Chakra JSON (``.json``), either gzip-compressed."""
+def read_rank_file(
+    path: str | Path, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str]]:
+    """Read one rank file, ``.et`` or Chakra JSON (``.json``), either gzip-compressed.
+
+    ``memo`` is shared by the reads of one workload (metadata frames repeat across ranks).
+    """
     p = Path(path)
     if p.name.endswith((".json", ".json.gz")):
         data, _note = open_bytes(p)
         with gc_paused():
             return decode_chakra_json(data, str(p))
-    return read_trace(p)
+    return read_trace(p, memo)
 
 
 def group_attrs(groups: dict[str, tuple[int, ...]]) -> list[Attr]:
@@ -101,9 +106,28 @@ def _read_group_file(prefix: Path) -> dict[str, tuple[int, ...]] | None:
     return read_comm_group_file(f) if f.is_file() else None
 
 
+def _distinct_metadata(ranks: list[RankGraph]) -> list[RankGraph]:
+    """The ranks whose metadata attrs are not the very same Attr objects as an earlier rank's
+    (ranks read with one memo share them, and their template, when their metadata bytes are
+    equal: then telling them apart costs nothing per attr)."""
+    seen: set = set()
+    out = []
+    for rg in ranks:
+        meta = rg.metadata
+        template = getattr(meta, "template", None)  # set by the reader's memo
+        if template is not None and len(template) == len(meta.attrs):
+            key: tuple = ("template", id(template))
+        else:
+            key = tuple(map(id, meta.attrs))
+        if key not in seen:
+            seen.add(key)
+            out.append(rg)
+    return out
+
+
 def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     groups: dict[str, tuple[int, ...]] = {}
-    for rg in ranks:
+    for rg in _distinct_metadata(ranks):
         for a in rg.metadata.attrs:
             if a.name.startswith(GROUP_ATTR_PREFIX) and isinstance(a.value, list):
                 name = a.name[len(GROUP_ATTR_PREFIX) :]
@@ -120,7 +144,7 @@ def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
 def _desc_from_metadata(ranks: list[RankGraph]) -> dict[str, str]:
     """Readable group names from ``pg_desc:<pg_name>`` GlobalMetadata attrs."""
     out: dict[str, str] = {}
-    for rg in ranks:
+    for rg in _distinct_metadata(ranks):
         for a in rg.metadata.attrs:
             if a.name.startswith(DESC_ATTR_PREFIX) and isinstance(a.value, str):
                 out[a.name[len(DESC_ATTR_PREFIX) :]] = a.value[:200]
@@ -183,9 +207,10 @@ def _load_workload(
         )
     ranks: list[RankGraph] = []
     problems: list[str] = []
+    memo: dict = {}
     with progress.bar(f"reading {prefix.name}", n, "rank files") as bar:
         for r in range(n):
-            meta, nodes, notes = read_rank_file(found[r])
+            meta, nodes, notes = read_rank_file(found[r], memo)
             ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
             problems += notes
             bar.advance()

@@ -17,10 +17,12 @@ that differ across the ranks of a group, groups without known members.
 
 from __future__ import annotations
 
+import operator
 from collections import Counter, defaultdict
 
 from genie.errors import ValidationError
 from genie.workload.graph import (
+    _dep_scan,
     _positions,
     check_collective_sequences,
     find_cycle,
@@ -106,7 +108,6 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
     Dependencies dropped (see the module docstring) are added to ``dropped`` when given.
     """
     problems: list[str] = []
-    self_data = 0
     ids = rank.by_id
     if len(ids) != len(rank.nodes):
         seen: set[int] = set()
@@ -115,14 +116,19 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
                 raise ValidationError(f"{_where(rank)}: duplicate node id {n.id} ({n.name!r})")
             seen.add(n.id)
     coll, send, recv = NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
+    # in file order with every dep earlier (the usual case) no dep dangles: one scan says so
+    backward, self_data = _dep_scan(rank, _positions(rank))
+    if not backward:
+        self_data = 0  # counted below, dep by dep
     for n in rank.nodes:
-        for d in n.data_deps:
-            if d not in ids:
-                raise ValidationError(
-                    f"{_where(rank, n)}: data_dep {d} names no node of this rank (dangling)"
-                )
-            if d == n.id:
-                self_data += 1
+        if not backward:
+            for d in n.data_deps:
+                if d not in ids:
+                    raise ValidationError(
+                        f"{_where(rank, n)}: data_dep {d} names no node of this rank (dangling)"
+                    )
+                if d == n.id:
+                    self_data += 1
         if n.duration_micros > ABSURD_MICROS:
             raise ValidationError(
                 f"{_where(rank, n)}: absurd duration {n.duration_micros} us (> 10^12 us)"
@@ -191,20 +197,27 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
     return problems
 
 
+_TYPE = operator.attrgetter("type")
+
+
 def check_point_to_point(wl: Workload) -> None:
     """Every send must meet a recv on the peer (same src, dst, tag, in order, same size)."""
     sends: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
     for rg in wl.ranks:
-        if not any(n.type in (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE) for n in rg.nodes):
+        if not {NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE} & set(map(_TYPE, rg.nodes)):
             continue
+        p2p = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
         for n in topological_order(rg):
-            if n.peer is None:
-                continue  # not a send/recv, or a host-side launcher (validated per rank)
+            if n.type not in p2p:
+                continue
+            peer = n.peer
+            if peer is None:
+                continue  # a host-side launcher (validated per rank)
             if n.type == NodeType.COMM_SEND_NODE:
-                sends[(rg.rank, n.peer, n.tag or 0)].append(n)
-            elif n.type == NodeType.COMM_RECV_NODE:
-                recvs[(n.peer, rg.rank, n.tag or 0)].append(n)
+                sends[(rg.rank, peer, n.tag or 0)].append(n)
+            else:
+                recvs[(peer, rg.rank, n.tag or 0)].append(n)
     for key in sorted(set(sends) | set(recvs)):
         src, dst, tag = key
         s, r = sends.get(key, []), recvs.get(key, [])
