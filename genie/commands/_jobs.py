@@ -185,6 +185,11 @@ def print_jobs(con: Console, doc: dict) -> None:
             f"{format_seconds(j['exposed_comm_together_s'])}",
         )
     con.print(t)
+    print_contended(con, doc)
+
+
+def print_contended(con: Console, doc: dict) -> None:
+    """The hosts several jobs share and the links they contended on (``jobs_doc``)."""
     if doc["shared_hosts"]:
         con.print(f"hosts shared by several jobs: {doc['shared_hosts']}")
     if not doc["contended_links"]:

@@ -58,7 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="overlapped: the whole trace on the wire with compute gaps (default); "
         "isolated: each distinct collective alone",
     )
-    p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
+    p.add_argument(
+        "workload",
+        nargs="+",
+        help="workload prefix (files PREFIX.<rank>.et) or its directory; several: several jobs "
+        "on one fabric, run together with one Go (--job-hosts, --job-start)",
+    )
     p.add_argument("--testbed", required=True, help="testbed TOML with running agents")
     p.add_argument(
         "--iterations",
@@ -87,6 +92,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
     X.add_perturb_arguments(p)
+    X.add_job_arguments(p)
+    p.add_argument(
+        "--ranks-per-host",
+        type=A.integer(1, 4096),
+        default=1,
+        help="several jobs: ranks per testbed host of a job placed without --job-hosts",
+    )
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -140,8 +152,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations < 1 or args.warmup < 0:
         raise UsageError("--iterations must be >= 1 and --warmup >= 0")
+    if X.wants_jobs(args):
+        from genie.commands._emulate_jobs import run_jobs
+
+        return run_jobs(args)
     with progress.stage("loading workload"):
-        wl = load_workload(args.workload)
+        wl = load_workload(args.workload[0])
         base = order_collectives(compile_workload(wl), args.comm_concurrency)
         pert = X.perturbation(args)
         cw = perturb.apply(base, pert)  # the compute gaps on the wire are the perturbed ones
@@ -217,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         return TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer)
 
     backends = [measured_backend(), *model_backends]
-    reports = _replay_all(
+    reports, _ = _replay_all(
         cw, backends, not args.no_symmetry, args.trace, (base, pert, measured_backend)
     )
     notes = [n for n in [models.dilation_note(cw, ends, algos, args.chunks, True)] if n]
@@ -334,8 +350,9 @@ def _replay_all(
     symmetry: bool,
     trace: str | None,
     stragglers: tuple | None = None,
-) -> list:
-    """Replay the workload over each backend; the first one's timeline to ``trace``.
+) -> tuple[list, list]:
+    """Replay the workload over each backend; the first one's timeline to ``trace``; return
+    the reports and the raw results (one each per backend).
 
     ``stragglers``: (the unperturbed workload, the perturbation, a factory of the first
     backend): the first replay then says what the stragglers cost and who waited on whom.
@@ -355,7 +372,7 @@ def _replay_all(
             raws.append(raw)
     if trace:
         chrome_trace(cw, raws[0], trace)
-    return reports
+    return reports, raws
 
 
 def _instances_of(plan, passes, warmup: int, iid: int) -> list:
@@ -401,6 +418,8 @@ class Overlapped:
     reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
     models: Any = None  # genie.emulate.compare.Models the run was compared with
     notes: list[str] = field(default_factory=list)
+    raws: list = field(default_factory=list)  # the replays' raw results, one per report
+    backends: list = field(default_factory=list)  # the replays' backends, one per report
 
     def errors(self) -> list:
         """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
@@ -464,11 +483,13 @@ def run_overlapped(
     unperturbed: CompiledWorkload | None = None,
     perturbation: Any = None,
     comm_concurrency: int = 1,
+    meta: dict | None = None,
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
     With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
-    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model.
+    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
+    ``meta`` is stored with the run beside what the run says of itself.
     """
     from genie.calibration.dilation import check_dilation
     from genie.emulate.backends import InstanceBackend
@@ -493,6 +514,7 @@ def run_overlapped(
         "dilation": k,
         "comm_concurrency": comm_concurrency,
         "streams": tb.routing.flows,
+        **(meta or {}),
     }
     with _live_run(
         cw,
@@ -530,7 +552,7 @@ def run_overlapped(
 
     backends = [measured_backend(), *model_backends]
     strag = (unperturbed, perturbation, measured_backend) if unperturbed is not None else None
-    reports = _replay_all(cw, backends, symmetry, trace, strag)
+    reports, raws = _replay_all(cw, backends, symmetry, trace, strag)
     measured = passes[warmup:]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
@@ -573,7 +595,9 @@ def run_overlapped(
     network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
     notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
     wire = [plan.describe_order(), *wire_notes(tb, agents)]
-    return Overlapped(run_id, cw.name, tb.name, network, wire, rows, runs, reports, models, notes)
+    return Overlapped(
+        run_id, cw.name, tb.name, network, wire, rows, runs, reports, models, notes, raws, backends
+    )
 
 
 def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
