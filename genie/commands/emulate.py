@@ -102,7 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--faults",
         metavar="SCHEDULE",
-        help="netns testbeds: link faults during the run, timed from the first Go, e.g. "
+        help="netns testbeds: link faults during the run, timed from the first measured "
+        "run's Go (after --warmup), e.g. "
         "'at 200ms: h1 link rate 100mbit; at 600ms: sw0-p0 down for 50ms' (or a file of such "
         "lines); links are restored to the testbed file's state afterwards "
         "(genie.testbed.faults)",
@@ -518,7 +519,8 @@ def run_overlapped(
     With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
     divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
     ``meta`` is stored with the run beside what the run says of itself; ``faults`` (a
-    ``genie.testbed.faults.FaultPlan``) is applied during the runs, timed from the first Go,
+    ``genie.testbed.faults.FaultPlan``) is applied during the runs, timed from the first
+    measured run's Go,
     recorded with the run and undone afterwards (``genie.testbed.fault_run``).
     """
     from genie.calibration.dilation import check_dilation
@@ -627,7 +629,8 @@ def run_overlapped(
     runs = [
         {
             "makespan_s": p.makespan_s / k,
-            "start_s": (p.start_at_ns - passes[0].start_at_ns) / 1e9 / k,  # from the first Go
+            # from the first measured run's Go (warm-up runs: before it)
+            "start_s": (p.start_at_ns - passes[min(warmup, len(passes) - 1)].start_at_ns) / 1e9 / k,
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
             "warmup": j < warmup,
@@ -660,7 +663,7 @@ def _fault_doc(records: dict, passes: list, warmup: int) -> dict:
     """The run's fault records with each run's overlap and the effect on iteration time."""
     from genie.testbed.fault_run import fault_effect, fault_windows
 
-    t0 = passes[0].start_at_ns if passes else 0
+    t0 = passes[min(warmup, len(passes) - 1)].start_at_ns if passes else 0
     runs = [
         {"start_s": (p.start_at_ns - t0) / 1e9, "makespan_s": p.makespan_s, "warmup": j < warmup}
         for j, p in enumerate(passes)
@@ -723,9 +726,9 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
 
 
 def print_faults(con: Console, f: dict) -> None:
-    """The link faults as applied (seconds from the first Go) and their effect on the runs."""
+    """The link faults as applied (from the first measured run's Go) and their effect."""
     t = Table(
-        title="link faults applied on the wire (times from the first Go's common start)",
+        title="link faults applied on the wire (times from the first measured run's Go)",
         title_justify="left",
     )
     for c in ("fault", "planned", "applied", "result"):

@@ -143,7 +143,8 @@ def emulate_overlapped(
     on_start: Callable[[int], None] | None = None,
 ) -> list[Pass]:
     """Prepare every instance's program once, run the op lists warmup+iters times, release;
-    ``on_start`` is told each run's common start (controller clock ns) before its Go."""
+    ``on_start`` is told the first measured run's common start (controller clock ns, after
+    the warm-up runs) before its Go."""
     from genie.errors import UsageError
 
     if options is not None and getattr(options, "transport", "tcp") != "tcp":
@@ -152,7 +153,7 @@ def emulate_overlapped(
     passes = []
     try:
         for k in range(warmup + iters):
-            p = run_pass(ctl, plan, rank_agents, on_start=on_start)
+            p = run_pass(ctl, plan, rank_agents, on_start=on_start if k == warmup else None)
             passes.append(p)
             if on_pass:
                 on_pass(k, p)

@@ -1,7 +1,8 @@
 """Applying a fault plan (``genie.testbed.faults``) while a run goes on, and undoing it.
 
-``FaultScheduler`` is a context manager around the run. ``start(start_at_ns)`` (the first Go's
-common start, on the controller clock; later calls are ignored) starts one daemon thread that
+``FaultScheduler`` is a context manager around the run. ``start(start_at_ns)`` (the common
+start of the first measured run's Go, on the controller clock; later calls are ignored) starts
+one daemon thread that
 sleeps until each step is due and runs its ``tc``/``ip`` commands (each bounded by
 ``STEP_TIMEOUT_S``), recording when each was applied, as actually applied. It never touches
 the controller, so the control loop is never blocked. On leaving, whatever happened (error,
@@ -183,7 +184,7 @@ def trace_events(records: dict, runs: list[dict], pid: int) -> list[dict]:
     """Chrome-trace events of the wire's timeline: every run, each fault window and instant."""
     ev: list[dict] = [
         {"ph": "M", "pid": pid, "name": "process_name",
-         "args": {"name": "wire: every run from the first Go, and the link faults applied"}},
+         "args": {"name": "wire: runs and link faults (from the first measured Go)"}},
         {"ph": "M", "pid": pid, "tid": 0, "name": "thread_name", "args": {"name": "runs"}},
         {"ph": "M", "pid": pid, "tid": 1, "name": "thread_name", "args": {"name": "faults"}},
     ]  # fmt: skip

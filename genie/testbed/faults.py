@@ -13,7 +13,8 @@ nodes). Actions: ``rate RATE`` (the link's token bucket, both ends), ``down`` (t
 ``NODE-NODE`` and ``HOST link``: the first end), ``up``; ``for DURATION`` restores that target to
 the testbed file's state after the duration. ``loss`` and ``delay`` need netem, which this
 kernel lacks: they are refused, never faked. Times are from the run's common start (the first
-Go), in order, at most ``MAX_TIME_S``; at most ``MAX_EVENTS`` events.
+measured run's Go, after the warm-up runs), in order, at most ``MAX_TIME_S``; at most
+``MAX_EVENTS`` events.
 
 Lab (static) testbeds: refused unless the host opts in (``faults = true``) and the interface is
 one the testbed file names (``nic``, or a NIC's ``device``); applying them on lab hosts is not
