@@ -10,7 +10,7 @@ import time
 import pytest
 
 from genie.cli import main
-from genie.testbed import loads_testbed
+from genie.testbed import load_testbed, loads_testbed
 from genie.testbed.fault_run import FaultScheduler, fault_effect, fault_windows, trace_events
 from genie.testbed.faults import (
     MAX_EVENTS,
@@ -22,6 +22,7 @@ from genie.testbed.faults import (
 )
 from genie.testbed.netns import Result
 
+LEAFSPINE = "testbed/netns-leafspine.toml"  # 2 leaves x 2 hosts, one spine, routed
 STAR = """
 [testbed]
 name = "fstar"
@@ -31,19 +32,6 @@ netns_prefix = "genie-fq-"
 shape = "star"
 hosts = 3
 rate = "200mbit"
-"""
-
-LEAFSPINE = """
-[testbed]
-name = "fls"
-kind = "netns"
-netns_prefix = "genie-fq-"
-[topology]
-shape = "leafspine"
-leaves = 2
-spines = 2
-hosts_per_leaf = 1
-rate = "400mbit"
 """
 
 
@@ -98,9 +86,9 @@ def test_targets_resolve_to_links_and_ends() -> None:
     for bad, message in [("h7", "no such link"), ("sw0-p9", "no such link"), ("sw0", "3 links")]:
         with pytest.raises(FaultError, match=message):
             resolve_target(tb, bad)
-    ls = loads_testbed(LEAFSPINE)
-    t = resolve_target(ls, "leaf0-spine1")
-    assert {p.netns for p in t.ports} == {"genie-fq-leaf0", "genie-fq-spine1"}
+    ls = load_testbed(LEAFSPINE)
+    t = resolve_target(ls, "leaf0-spine0")
+    assert {p.netns for p in t.ports} == {"genie-leaf0", "genie-spine0"}
 
 
 def test_plan_commands_windows_and_restore() -> None:
@@ -125,10 +113,10 @@ def test_plan_commands_windows_and_restore() -> None:
 
 
 def test_routed_fabric_restores_the_routes_a_downed_port_lost() -> None:
-    tb = loads_testbed(LEAFSPINE)
+    tb = load_testbed(LEAFSPINE)
     plan = plan_faults(tb, parse_schedule("at 1s: leaf0-spine0 down for 10ms"))
-    assert set(plan.restore_routes) == {"genie-fq-leaf0", "genie-fq-spine0"}
-    text = plan.restore_routes["genie-fq-leaf0"]
+    assert set(plan.restore_routes) == {"genie-leaf0", "genie-spine0"}
+    text = plan.restore_routes["genie-leaf0"]
     assert "route replace" in text and "route add" not in text
 
 

@@ -25,7 +25,14 @@ from genie import progress
 from genie.collectives.registry import parse_algorithms
 from genie.commands import _experiments as X
 from genie.commands._calibration import resolve as resolve_calibration
-from genie.commands._jobs import _hosts_text, jobs_doc, print_contended
+from genie.commands._jobs import (
+    _hosts_text,
+    job_cells,
+    jobs_doc,
+    print_contended,
+    seconds_pair,
+    slowdown_cells,
+)
 from genie.commands._sim_output import dump_json
 from genie.errors import UsageError
 from genie.sim import perturb
@@ -33,7 +40,6 @@ from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.jobs import JobMap, JobSpec, job_times, merge_jobs
 from genie.sim.streams import order_collectives
 from genie.store import DEFAULT_STORE
-from genie.units import format_seconds
 
 MEASURED = "each instance's median time over the runs on the agents, replayed"
 
@@ -105,18 +111,10 @@ def print_wire_jobs(con: Console, doc: dict) -> None:
         t.add_column(c, justify="left" if c in ("job", "hosts") else "right")
     for j in doc["jobs"]:
         t.add_row(
-            j["name"],
-            f"{j['ranks'][0]}-{j['ranks'][1]}",
-            j["hosts"],
-            format_seconds(j["start_s"]),
-            format_seconds(j["measured_alone_s"]),
-            format_seconds(j["measured_together_s"]),
-            f"{j['measured_slowdown']:.2f}x",
-            f"{format_seconds(j['wire_span_alone_s'])} / "
-            f"{format_seconds(j['wire_span_together_s'])}",
-            format_seconds(j["model_alone_s"]),
-            format_seconds(j["model_together_s"]),
-            f"{j['model_slowdown']:.2f}x",
+            *job_cells(j),
+            *slowdown_cells(j, "measured_"),
+            seconds_pair(j["wire_span_alone_s"], j["wire_span_together_s"]),
+            *slowdown_cells(j, "model_"),
         )
     con.print(t)
     con.print(

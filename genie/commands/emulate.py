@@ -92,13 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
     X.add_perturb_arguments(p)
-    X.add_job_arguments(p)
-    p.add_argument(
-        "--ranks-per-host",
-        type=A.integer(1, 4096),
-        default=1,
-        help="several jobs: ranks per testbed host of a job placed without --job-hosts",
-    )
+    X.add_job_arguments(p, ranks_per_host=True)
     p.add_argument(
         "--faults",
         metavar="SCHEDULE",
