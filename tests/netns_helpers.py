@@ -26,13 +26,13 @@ def unavailable(prefix: str) -> str | None:
 
 
 @contextlib.contextmanager
-def star(d: Path, name: str, prefix: str, hosts: int, rate: str):
-    """A star of ``hosts`` at ``rate`` with agents running (yields its file); removed after."""
+def netns_testbed(d: Path, name: str, prefix: str, body: str):
+    """A netns testbed of TOML ``body`` (its [topology] ...) with agents running (yields its
+    file); removed after."""
     os.environ.setdefault("GENIE_STATE_DIR", str(d / "genie-state"))
     path = d / f"{name}.toml"
     path.write_text(
-        f'[testbed]\nname = "{name}"\nkind = "netns"\nnetns_prefix = "{prefix}"\n'
-        f'[topology]\nshape = "star"\nhosts = {hosts}\nrate = "{rate}"\n'
+        f'[testbed]\nname = "{name}"\nkind = "netns"\nnetns_prefix = "{prefix}"\n{body}'
     )
     tb = load_testbed(path)
     try:
@@ -44,3 +44,10 @@ def star(d: Path, name: str, prefix: str, hosts: int, rate: str):
             netns.down(tb)
         finally:
             netns.clean(prefix=prefix)
+
+
+def star(d: Path, name: str, prefix: str, hosts: int, rate: str):
+    """A star of ``hosts`` at ``rate`` with agents running (yields its file); removed after."""
+    return netns_testbed(
+        d, name, prefix, f'[topology]\nshape = "star"\nhosts = {hosts}\nrate = "{rate}"\n'
+    )

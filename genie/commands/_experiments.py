@@ -52,8 +52,9 @@ def perturbation(args: argparse.Namespace) -> perturb.Perturbation:
     )
 
 
-def add_job_arguments(p: argparse.ArgumentParser) -> None:
-    """``--job-hosts``, ``--job-start``, ``--job-name`` (one per workload, in order)."""
+def add_job_arguments(p: argparse.ArgumentParser, ranks_per_host: bool = False) -> None:
+    """``--job-hosts``, ``--job-start``, ``--job-name`` (one per workload, in order); with
+    ``ranks_per_host``, also ``--ranks-per-host`` (for a command that has none of its own)."""
     g = p.add_argument_group(
         "several jobs on one fabric: give several workloads, then per job (in order)"
     )
@@ -72,6 +73,13 @@ def add_job_arguments(p: argparse.ArgumentParser) -> None:
         help="start offset of the next job, e.g. 2ms (default 0)",
     )
     g.add_argument("--job-name", action="append", metavar="NAME", help="name of the next job")
+    if ranks_per_host:
+        g.add_argument(
+            "--ranks-per-host",
+            type=A.integer(1, 4096),
+            default=1,
+            help="ranks per host of a job placed without --job-hosts (default 1)",
+        )
 
 
 def wants_jobs(args: argparse.Namespace) -> bool:

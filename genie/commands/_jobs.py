@@ -174,17 +174,35 @@ def print_jobs(con: Console, doc: dict) -> None:
     t.add_column("exposed comm alone / together", justify="right")
     for j in doc["jobs"]:
         t.add_row(
-            j["name"],
-            f"{j['ranks'][0]}-{j['ranks'][1]}",
-            j["hosts"],
-            format_seconds(j["start_s"]),
-            format_seconds(j["alone_s"]),
-            format_seconds(j["together_s"]),
-            f"{j['slowdown']:.2f}x",
-            f"{format_seconds(j['exposed_comm_alone_s'])} / "
-            f"{format_seconds(j['exposed_comm_together_s'])}",
+            *job_cells(j),
+            *slowdown_cells(j),
+            seconds_pair(j["exposed_comm_alone_s"], j["exposed_comm_together_s"]),
         )
     con.print(t)
+    print_contended(con, doc)
+
+
+def job_cells(j: dict) -> list[str]:
+    """A job row's first cells: name, ranks, hosts, start."""
+    return [j["name"], f"{j['ranks'][0]}-{j['ranks'][1]}", j["hosts"], format_seconds(j["start_s"])]
+
+
+def slowdown_cells(j: dict, prefix: str = "") -> list[str]:
+    """A job row's ``PREFIXalone_s``, ``PREFIXtogether_s`` and ``PREFIXslowdown`` cells."""
+    return [
+        format_seconds(j[f"{prefix}alone_s"]),
+        format_seconds(j[f"{prefix}together_s"]),
+        f"{j[f'{prefix}slowdown']:.2f}x",
+    ]
+
+
+def seconds_pair(a: float, b: float) -> str:
+    """``a / b`` in seconds' units."""
+    return f"{format_seconds(a)} / {format_seconds(b)}"
+
+
+def print_contended(con: Console, doc: dict) -> None:
+    """The hosts several jobs share and the links they contended on (``jobs_doc``)."""
     if doc["shared_hosts"]:
         con.print(f"hosts shared by several jobs: {doc['shared_hosts']}")
     if not doc["contended_links"]:

@@ -58,7 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="overlapped: the whole trace on the wire with compute gaps (default); "
         "isolated: each distinct collective alone",
     )
-    p.add_argument("workload", help="workload prefix (files PREFIX.<rank>.et) or its directory")
+    p.add_argument(
+        "workload",
+        nargs="+",
+        help="workload prefix (files PREFIX.<rank>.et) or its directory; several: several jobs "
+        "on one fabric, run together with one Go (--job-hosts, --job-start)",
+    )
     p.add_argument("--testbed", required=True, help="testbed TOML with running agents")
     p.add_argument(
         "--iterations",
@@ -87,6 +92,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
     X.add_perturb_arguments(p)
+    X.add_job_arguments(p, ranks_per_host=True)
+    p.add_argument(
+        "--faults",
+        metavar="SCHEDULE",
+        help="netns testbeds: link faults during the run, timed from the first measured "
+        "run's Go (after --warmup), e.g. "
+        "'at 200ms: h1 link rate 100mbit; at 600ms: sw0-p0 down for 50ms' (or a file of such "
+        "lines); links are restored to the testbed file's state afterwards "
+        "(genie.testbed.faults)",
+    )
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -140,12 +155,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iterations < 1 or args.warmup < 0:
         raise UsageError("--iterations must be >= 1 and --warmup >= 0")
+    if X.wants_jobs(args):
+        if args.faults:
+            raise UsageError("--faults runs with one workload (not with several jobs) so far")
+        from genie.commands._emulate_jobs import run_jobs
+
+        return run_jobs(args)
     with progress.stage("loading workload"):
-        wl = load_workload(args.workload)
+        wl = load_workload(args.workload[0])
         base = order_collectives(compile_workload(wl), args.comm_concurrency)
         pert = X.perturbation(args)
         cw = perturb.apply(base, pert)  # the compute gaps on the wire are the perturbed ones
     tb = load_testbed(args.testbed)
+    faults = _fault_plan(args, tb)
     agents = place_ranks([(h.name, h.ranks) for h in tb.hosts], cw.n_ranks, args.placement)
     keys = distinct_transfers(cw)
     if args.mode == "isolated" and cw.instances.splits:
@@ -164,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
     store = args.store or DEFAULT_STORE
     cal = resolve_calibration(args.calibration, store, tb.name)
     if args.mode == "overlapped":
-        return _run_overlapped(args, cw, tb, agents, algos, cal, base, pert)
+        return _run_overlapped(args, cw, tb, agents, algos, cal, base, pert, faults)
     k = args.dilation
     models = compare_models(topo, cal, k, tb.model_note(), args.calibration)
     ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
@@ -217,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
         return TestbedBackend(table, name=f"testbed:{run_id}", pricer=model_backends[0].pricer)
 
     backends = [measured_backend(), *model_backends]
-    reports = _replay_all(
+    reports, _ = _replay_all(
         cw, backends, not args.no_symmetry, args.trace, (base, pert, measured_backend)
     )
     notes = [n for n in [models.dilation_note(cw, ends, algos, args.chunks, True)] if n]
@@ -289,6 +311,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fault_plan(args: argparse.Namespace, tb) -> Any:
+    """The ``--faults`` schedule resolved on ``tb`` (None without one); refused where it
+    cannot run (isolated mode, dilation, lab hosts that did not opt in)."""
+    if not args.faults:
+        return None
+    from genie.testbed import faults
+
+    if args.mode != "overlapped":
+        raise UsageError("--faults runs in --mode overlapped (one timeline from the first Go)")
+    if args.dilation != 1:
+        raise UsageError("--faults is timed on the wire: give no --dilation with it")
+    return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(args.faults)))
+
+
 def wire_notes(tb, agents: list[str]) -> list[str]:
     """How the agents put this job on the wire, beyond the trace: intra-host steps and flows."""
     notes = [f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"]
@@ -334,8 +370,9 @@ def _replay_all(
     symmetry: bool,
     trace: str | None,
     stragglers: tuple | None = None,
-) -> list:
-    """Replay the workload over each backend; the first one's timeline to ``trace``.
+) -> tuple[list, list]:
+    """Replay the workload over each backend; the first one's timeline to ``trace``; return
+    the reports and the raw results (one each per backend).
 
     ``stragglers``: (the unperturbed workload, the perturbation, a factory of the first
     backend): the first replay then says what the stragglers cost and who waited on whom.
@@ -355,7 +392,7 @@ def _replay_all(
             raws.append(raw)
     if trace:
         chrome_trace(cw, raws[0], trace)
-    return reports
+    return reports, raws
 
 
 def _instances_of(plan, passes, warmup: int, iid: int) -> list:
@@ -401,6 +438,9 @@ class Overlapped:
     reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
     models: Any = None  # genie.emulate.compare.Models the run was compared with
     notes: list[str] = field(default_factory=list)
+    raws: list = field(default_factory=list)  # the replays' raw results, one per report
+    backends: list = field(default_factory=list)  # the replays' backends, one per report
+    faults: dict | None = None  # link faults: schedule, applied, restored, effect
 
     def errors(self) -> list:
         """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
@@ -440,6 +480,7 @@ class Overlapped:
             "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
             "notes": self.notes,
             "reports": [with_closed(r.to_dict(), {}) for r in self.reports],
+            **({"faults": self.faults} if self.faults is not None else {}),
         }
 
 
@@ -464,11 +505,17 @@ def run_overlapped(
     unperturbed: CompiledWorkload | None = None,
     perturbation: Any = None,
     comm_concurrency: int = 1,
+    meta: dict | None = None,
+    faults: Any = None,
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
     With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
-    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model.
+    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
+    ``meta`` is stored with the run beside what the run says of itself; ``faults`` (a
+    ``genie.testbed.faults.FaultPlan``) is applied during the runs, timed from the first
+    measured run's Go,
+    recorded with the run and undone afterwards (``genie.testbed.fault_run``).
     """
     from genie.calibration.dilation import check_dilation
     from genie.emulate.backends import InstanceBackend
@@ -493,6 +540,7 @@ def run_overlapped(
         "dilation": k,
         "comm_concurrency": comm_concurrency,
         "streams": tb.routing.flows,
+        **(meta or {}),
     }
     with _live_run(
         cw,
@@ -510,15 +558,26 @@ def run_overlapped(
             bar.advance()
             bar.describe(f"run {j + 1}: {p.makespan_s / k:.4g} s")
 
-        passes = emulate_overlapped(
-            run.ctl,
-            plan,
-            agents,
-            iters=iterations,
-            warmup=warmup,
-            on_pass=on_pass,
-            options=DataOptions(streams=tb.routing.flows),
-        )
+        with contextlib.ExitStack() as undo:
+            sched = None
+            if faults is not None:
+                from genie.testbed.fault_run import FaultScheduler
+
+                sched = undo.enter_context(FaultScheduler(faults, run.ctl.clock.now))
+            passes = emulate_overlapped(
+                run.ctl,
+                plan,
+                agents,
+                iters=iterations,
+                warmup=warmup,
+                on_pass=on_pass,
+                options=DataOptions(streams=tb.routing.flows),
+                on_start=sched.start if sched else None,
+            )
+        fault_doc = None
+        if sched is not None:
+            fault_doc = _fault_doc(sched.records(), passes, warmup)
+            run.update_meta(faults=fault_doc)
         for iid, program in zip(plan.iids, plan.programs, strict=True):
             run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
     run_id = run.run_id
@@ -530,7 +589,7 @@ def run_overlapped(
 
     backends = [measured_backend(), *model_backends]
     strag = (unperturbed, perturbation, measured_backend) if unperturbed is not None else None
-    reports = _replay_all(cw, backends, symmetry, trace, strag)
+    reports, raws = _replay_all(cw, backends, symmetry, trace, strag)
     measured = passes[warmup:]
     rows = []
     for iid, program in zip(plan.iids, plan.programs, strict=True):
@@ -564,6 +623,8 @@ def run_overlapped(
     runs = [
         {
             "makespan_s": p.makespan_s / k,
+            # from the first measured run's Go (warm-up runs: before it)
+            "start_s": (p.start_at_ns - passes[min(warmup, len(passes) - 1)].start_at_ns) / 1e9 / k,
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
             "warmup": j < warmup,
@@ -573,7 +634,52 @@ def run_overlapped(
     network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
     notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
     wire = [plan.describe_order(), *wire_notes(tb, agents)]
-    return Overlapped(run_id, cw.name, tb.name, network, wire, rows, runs, reports, models, notes)
+    if fault_doc is not None and trace:
+        _trace_faults(trace, fault_doc, runs, cw.n_ranks)
+    return Overlapped(
+        run_id,
+        cw.name,
+        tb.name,
+        network,
+        wire,
+        rows,
+        runs,
+        reports,
+        models,
+        notes,
+        raws,
+        backends,
+        fault_doc,
+    )
+
+
+def _fault_doc(records: dict, passes: list, warmup: int) -> dict:
+    """The run's fault records with each run's overlap and the effect on iteration time."""
+    from genie.testbed.fault_run import fault_effect, fault_windows
+
+    t0 = passes[min(warmup, len(passes) - 1)].start_at_ns if passes else 0
+    runs = [
+        {"start_s": (p.start_at_ns - t0) / 1e9, "makespan_s": p.makespan_s, "warmup": j < warmup}
+        for j, p in enumerate(passes)
+    ]
+    end = max((r["start_s"] + r["makespan_s"] for r in runs), default=0.0)
+    windows = fault_windows(records, end)
+    effect = fault_effect([r for r in runs if not r["warmup"]], windows)
+    return {**records, "run_end_s": end, "effect": effect}
+
+
+def _trace_faults(path: str, fault_doc: dict, runs: list[dict], n_ranks: int) -> None:
+    """Add the wire's runs and the applied faults to the Chrome trace at ``path``."""
+    import json
+    from pathlib import Path
+
+    from genie.testbed.fault_run import trace_events
+
+    p = Path(path)
+    doc = json.loads(p.read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    events.extend(trace_events(fault_doc, runs, n_ranks + 1))
+    p.write_text(json.dumps(doc))
 
 
 def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: int = 40) -> None:
@@ -607,11 +713,53 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
         f"start to the last op's end, over {len(spans)} runs{dil}"
     )
+    if o.faults is not None:
+        print_faults(con, o.faults)
     print_reports(con, cw, o.network, o.reports, {}, 20)
     _print_errors(con, o.errors(), o.iteration(), o.models, o.notes, limit)
 
 
-def _run_overlapped(args, cw, tb, agents, algos, cal, base, pert) -> int:
+def print_faults(con: Console, f: dict) -> None:
+    """The link faults as applied (from the first measured run's Go) and their effect."""
+    t = Table(
+        title="link faults applied on the wire (times from the first measured run's Go)",
+        title_justify="left",
+    )
+    for c in ("fault", "planned", "applied", "result"):
+        t.add_column(c, justify="left" if c in ("fault", "result") else "right")
+    for a in f["applied"]:
+        t.add_row(
+            a["label"],
+            format_seconds(a["planned_s"]),
+            format_seconds(a["applied_s"]),
+            "ok" if a["ok"] else a["error"],
+        )
+    for a in f["not_applied"]:
+        t.add_row(a["label"], format_seconds(a["planned_s"]), "-", "not applied: run ended")
+    con.print(t)
+    r = f["restored"]
+    con.print(
+        "links restored to the testbed file's state after the run"
+        if r.get("ok")
+        else f"restoring the links FAILED: {'; '.join(r.get('errors', []))}"
+    )
+    e = f["effect"]
+    base = e["clean_median_s"]
+    con.print(
+        f"runs overlapping no fault: {e['clean_runs']}, median "
+        f"{format_seconds(base) if base is not None else '-'} (measured on the wire)"
+    )
+    for x in e["events"]:
+        med, ratio = x["median_s"], x["vs_clean"]
+        con.print(
+            f"runs overlapping '{x['label']}' ({format_seconds(x['from_s'])} to "
+            f"{format_seconds(x['to_s'])}): {x['runs']}, median "
+            f"{format_seconds(med) if med is not None else '-'}"
+            + (f", {ratio:.2f}x the runs without faults" if ratio is not None else "")
+        )
+
+
+def _run_overlapped(args, cw, tb, agents, algos, cal, base, pert, faults=None) -> int:
     """``genie emulate --mode overlapped``: the whole trace's communication on the agents."""
     o = run_overlapped(
         cw,
@@ -633,6 +781,7 @@ def _run_overlapped(args, cw, tb, agents, algos, cal, base, pert) -> int:
         unperturbed=base,
         perturbation=pert,
         comm_concurrency=args.comm_concurrency,
+        faults=faults,
     )
     if args.json:
         dump_json(o.doc())

@@ -597,12 +597,14 @@ class Controller:
         *,
         lead_s: float | None = None,
         after: dict[int, list[list[int]]] | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> OpListOutcome:
         """Start every rank's op list over the prepared programs at one controller instant.
 
         ``rank_ops``: rank -> its ops in order, each (index of a prepared program, indices of
         earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent;
-        ``after``: rank -> per op the earlier ops it waits for in issue order (no gap).
+        ``after``: rank -> per op the earlier ops it waits for in issue order (no gap);
+        ``on_start`` is told the common start (controller clock ns) before any Go is sent.
         The wait is bounded by every program's iteration timeout plus the longest rank's gaps,
         plus the base; on failure the job is aborted everywhere.
         """
@@ -615,6 +617,8 @@ class Controller:
         timeout += self.to.base_s
         lead = lead_s if lead_s is not None else 0.01 + 0.002 * len(involved)
         start_at = self.clock.now() + int(lead * 1e9)
+        if on_start is not None:
+            on_start(start_at)
         for a in involved:
             est = self.offsets.get(a)
             ops = [

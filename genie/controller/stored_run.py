@@ -99,6 +99,12 @@ class StoredRun:
     def __exit__(self, exc_type, exc: BaseException | None, tb) -> None:
         self._end(exc)
 
+    def update_meta(self, **extra: Any) -> None:
+        """Add ``extra`` to the run's stored meta (nothing without a store)."""
+        self.meta.update(extra)
+        if self.store and self.run_id:
+            self.store.update_run(self.run_id, meta=self.meta)
+
     def add_instances(self, spec: Any, instances: Any, streams: int = 1) -> None:
         """Store one Go's instances of ``spec`` under this run (nothing without a store)."""
         if self.store and self.run_id:

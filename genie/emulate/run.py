@@ -90,16 +90,24 @@ class Pass:
 
 
 def run_pass(
-    ctl: Any, plan: OpListPlan, rank_agents: Sequence[str], *, lead_s: float | None = None
+    ctl: Any,
+    plan: OpListPlan,
+    rank_agents: Sequence[str],
+    *,
+    lead_s: float | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> Pass:
     """Send each agent its ranks' op lists in one Go, all starting together; gather the times.
 
     ``Controller.run_oplists`` bounds the wait (heartbeats, lost agents, error naming) and
-    aborts the job on failure; the times come back on the controller clock.
+    aborts the job on failure; the times come back on the controller clock; ``on_start`` is
+    told the common start (controller clock ns) before the Go goes out.
     """
     from genie.errors import RuntimeFault
 
-    out = ctl.run_oplists(plan.rank_ops, rank_agents, lead_s=lead_s, after=plan.rank_after)
+    out = ctl.run_oplists(
+        plan.rank_ops, rank_agents, lead_s=lead_s, after=plan.rank_after, on_start=on_start
+    )
     start_at = out.start_at_ns
     inst: dict[int, tuple[int, int, int]] = {}
     rank_times: dict[int, list[tuple[int, int]]] = {}
@@ -132,8 +140,11 @@ def emulate_overlapped(
     warmup: int,
     options: Any = None,
     on_pass: Callable[[int, Pass], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> list[Pass]:
-    """Prepare every instance's program once, run the op lists warmup+iters times, release."""
+    """Prepare every instance's program once, run the op lists warmup+iters times, release;
+    ``on_start`` is told the first measured run's common start (controller clock ns, after
+    the warm-up runs) before its Go."""
     from genie.errors import UsageError
 
     if options is not None and getattr(options, "transport", "tcp") != "tcp":
@@ -142,7 +153,7 @@ def emulate_overlapped(
     passes = []
     try:
         for k in range(warmup + iters):
-            p = run_pass(ctl, plan, rank_agents)
+            p = run_pass(ctl, plan, rank_agents, on_start=on_start if k == warmup else None)
             passes.append(p)
             if on_pass:
                 on_pass(k, p)

@@ -50,6 +50,8 @@ def dumps_testbed(tb: Testbed) -> str:
             out.append(f"rdma_device = {_str(h.rdma_device)}")
         if h.rank_nics:
             out.append(f"rank_nics = [{', '.join(str(k) for k in h.rank_nics)}]")
+        if h.faults:
+            out.append("faults = true")
         for n in h.nics:
             out += ["", "[[hosts.nics]]", f"name = {_str(n.name)}"]
             if tb.kind != "netns":

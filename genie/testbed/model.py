@@ -49,6 +49,7 @@ class Host(msgspec.Struct, frozen=True, kw_only=True):
     netns: str | None = None  # namespace name for netns testbeds
     nics: list[Nic] = msgspec.field(default_factory=list)  # two or more, else empty
     rank_nics: list[int] = msgspec.field(default_factory=list)  # per local rank; empty: i mod n
+    faults: bool = False  # lab hosts: may genie apply link faults on its named interfaces
 
     @property
     def control_ip(self) -> str:

@@ -46,7 +46,9 @@ class Result(msgspec.Struct, frozen=True):
 Runner = Callable[[Sequence[str], str | None], Result]
 
 
-def run_command(argv: Sequence[str], stdin: str | None = None) -> Result:
+def run_command(
+    argv: Sequence[str], stdin: str | None = None, timeout: float = COMMAND_TIMEOUT
+) -> Result:
     """Run ``argv`` (no shell) with a timeout and capture its output."""
     try:
         cp = subprocess.run(
@@ -54,13 +56,13 @@ def run_command(argv: Sequence[str], stdin: str | None = None) -> Result:
             input=stdin,
             capture_output=True,
             text=True,
-            timeout=COMMAND_TIMEOUT,
+            timeout=timeout,
             check=False,
         )
     except FileNotFoundError:
         return Result(returncode=127, stdout="", stderr=f"{argv[0]}: command not found")
     except subprocess.TimeoutExpired:
-        return Result(returncode=124, stdout="", stderr=f"timed out after {COMMAND_TIMEOUT:.0f} s")
+        return Result(returncode=124, stdout="", stderr=f"timed out after {timeout:g} s")
     return Result(returncode=cp.returncode, stdout=cp.stdout, stderr=cp.stderr)
 
 

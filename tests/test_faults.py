@@ -1,0 +1,228 @@
+"""Link-fault schedules: parsing, resolving on testbeds, the commands, the scheduler's timing,
+restore and records (with a fake runner and clock), and the effect on runs. The live run on a
+netns testbed is tests/test_faults_netns.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from genie.cli import main
+from genie.testbed import load_testbed, loads_testbed
+from genie.testbed.fault_run import FaultScheduler, fault_effect, fault_windows, trace_events
+from genie.testbed.faults import (
+    MAX_EVENTS,
+    FaultError,
+    parse_schedule,
+    plan_faults,
+    read_schedule,
+    resolve_target,
+)
+from genie.testbed.netns import Result
+
+LEAFSPINE = "testbed/netns-leafspine.toml"  # 2 leaves x 2 hosts, one spine, routed
+STAR = """
+[testbed]
+name = "fstar"
+kind = "netns"
+netns_prefix = "genie-fq-"
+[topology]
+shape = "star"
+hosts = 3
+rate = "200mbit"
+"""
+
+
+def test_parse_the_issue_example() -> None:
+    evs = parse_schedule("at 200ms: h2 link rate 100mbit; at 600ms: sw0-p3 down for 50ms")
+    assert [(e.at_s, e.target, e.action) for e in evs] == [
+        (0.2, "h2", "rate"),
+        (0.6, "sw0-p3", "down"),
+    ]
+    assert evs[0].rate == pytest.approx(100e6 / 8) and evs[0].for_s is None
+    assert evs[1].for_s == pytest.approx(0.05)
+
+
+def test_parse_file_lines_and_comments(tmp_path) -> None:
+    f = tmp_path / "faults.txt"
+    f.write_text("# a cut\nat 1s: h1 link rate 50mbit for 300ms  # half\n\nat 2s: sw0-p0 up\n")
+    evs = parse_schedule(read_schedule(str(f)))
+    assert [(e.at_s, e.action, e.for_s) for e in evs] == [(1.0, "rate", 0.3), (2.0, "up", None)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("at 200ms: h2 link loss 1%", "netem"),
+        ("at 200ms: h2 link delay 5ms", "netem"),
+        ("at 200xs: h2 link down", "not a duration"),
+        ("at 200ms: h2 link rate 100", "needs a unit"),
+        ("at 200ms: h2 link rate 100mbit; at 100ms: h1 link down", "time order"),
+        ("at 700s: h2 link down", "beyond 600 s"),
+        ("at 599s: h2 link down for 2s", "end by 600 s"),
+        ("at 1s: h2 link explode", "unknown action"),
+        ("h2 link down", "use 'at TIME: TARGET ACTION'"),
+        ("at 1s: h2 link up for 1s", "no 'for'"),
+        ("", "empty"),
+        (";".join(f"at {i}ms: h1 link down" for i in range(MAX_EVENTS + 1)), "at most"),
+    ],
+)
+def test_bad_schedules_are_one_line_errors(text, message) -> None:
+    with pytest.raises(FaultError, match=message) as e:
+        parse_schedule(text)
+    assert "\n" not in str(e.value)
+
+
+def test_targets_resolve_to_links_and_ends() -> None:
+    tb = loads_testbed(STAR)
+    t = resolve_target(tb, "h2")
+    assert (t.link, t.ports[t.end].ifname, t.ports[t.end].netns) == (2, "eth0", "genie-fq-h2")
+    t = resolve_target(tb, "sw0-p1")
+    assert (t.link, t.ports[t.end].netns, t.ports[t.end].ifname) == (1, "genie-fq-sw0", "p1")
+    t = resolve_target(tb, "h0-sw0")
+    assert (t.link, t.ports[t.end].ifname) == (0, "eth0")
+    for bad, message in [("h7", "no such link"), ("sw0-p9", "no such link"), ("sw0", "3 links")]:
+        with pytest.raises(FaultError, match=message):
+            resolve_target(tb, bad)
+    ls = load_testbed(LEAFSPINE)
+    t = resolve_target(ls, "leaf0-spine0")
+    assert {p.netns for p in t.ports} == {"genie-leaf0", "genie-spine0"}
+
+
+def test_plan_commands_windows_and_restore() -> None:
+    tb = loads_testbed(STAR)
+    plan = plan_faults(
+        tb, parse_schedule("at 100ms: h1 link rate 50mbit for 200ms; at 150ms: sw0-p2 down")
+    )
+    # rate: both ends' tbf at 50 Mbit/s; restored at 300 ms to the declared 200 Mbit/s
+    assert [round(s.at_s, 3) for s in plan.steps] == [0.1, 0.15, 0.3]
+    cut, down, back = plan.steps
+    assert [c[:3] + c[6:7] for c in cut.commands] == [
+        ("tc", "-n", "genie-fq-h1", "eth0"),
+        ("tc", "-n", "genie-fq-sw0", "p1"),
+    ]
+    assert all("50000000bit" in c for c in cut.commands)
+    assert back.restore and all("200000000bit" in c for c in back.commands)
+    assert down.commands == (("ip", "-n", "genie-fq-sw0", "link", "set", "p2", "down"),)
+    # the end of the run restores every touched link: rate and up at both ends
+    assert sum("200000000bit" in c for c in plan.restore) == 4
+    assert ("ip", "-n", "genie-fq-sw0", "link", "set", "p2", "up") in plan.restore
+    assert plan.restore_routes == {}  # a bridge keeps no routes to restore
+
+
+def test_routed_fabric_restores_the_routes_a_downed_port_lost() -> None:
+    tb = load_testbed(LEAFSPINE)
+    plan = plan_faults(tb, parse_schedule("at 1s: leaf0-spine0 down for 10ms"))
+    assert set(plan.restore_routes) == {"genie-leaf0", "genie-spine0"}
+    text = plan.restore_routes["genie-leaf0"]
+    assert "route replace" in text and "route add" not in text
+
+
+def test_lab_testbeds_need_an_opt_in_and_a_named_interface() -> None:
+    lab = """
+[testbed]
+name = "lab"
+kind = "static"
+[topology]
+shape = "star"
+rate = "100gbit"
+[[hosts]]
+name = "a"
+control = "10.0.0.1:7000"
+nic = "ens1f0"
+{extra}
+[[hosts]]
+name = "b"
+control = "10.0.0.2:7000"
+"""
+    tb = loads_testbed(lab.format(extra=""))
+    with pytest.raises(FaultError, match="faults = true"):
+        plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down"))
+    tb = loads_testbed(lab.format(extra="faults = true"))
+    with pytest.raises(FaultError, match="not one the testbed file names"):
+        plan_faults(tb, parse_schedule("at 1s: a-eth9 down"))
+    with pytest.raises(FaultError, match="only on netns testbeds"):
+        plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down"))
+
+
+class _Clock:
+    def now(self) -> int:
+        return time.monotonic_ns()
+
+
+def test_scheduler_applies_on_time_records_and_always_restores() -> None:
+    tb = loads_testbed(STAR)
+    plan = plan_faults(tb, parse_schedule("at 20ms: h1 link rate 50mbit; at 40ms: h2 link down"))
+    ran: list[tuple[float, tuple]] = []
+    lock = threading.Lock()
+    clock = _Clock()
+
+    def runner(argv, stdin):
+        with lock:
+            ran.append((clock.now(), tuple(argv)))
+        fail = "h2" in " ".join(argv) and "down" in argv
+        return Result(returncode=2 if fail else 0, stdout="", stderr="boom" if fail else "")
+
+    with pytest.raises(KeyboardInterrupt), FaultScheduler(plan, clock.now, runner) as s:
+        t0 = clock.now()
+        s.start(t0)
+        s.start(t0 + 10**9)  # only the first start counts
+        time.sleep(0.15)
+        raise KeyboardInterrupt  # interrupted: the links are restored all the same
+    rec = s.records()
+    applied = {a["label"]: a for a in rec["applied"]}
+    cut = applied["h1 link (h1-eth0) rate 50 Mbit/s"]
+    assert cut["ok"] and 0.02 <= cut["applied_s"] < 0.1
+    down = applied["h2 link (h2-eth0) down"]
+    assert not down["ok"] and "boom" in down["error"]
+    assert rec["restored"]["ok"] and rec["not_applied"] == []
+    restore = [a for _, a in ran[-len(plan.restore) :]]
+    assert restore == list(plan.restore)
+
+
+def test_a_run_that_ends_early_leaves_later_steps_unapplied_and_restores() -> None:
+    tb = loads_testbed(STAR)
+    plan = plan_faults(tb, parse_schedule("at 10s: h1 link down"))
+    ran = []
+    clock = _Clock()
+    with FaultScheduler(plan, clock.now, lambda a, s: ran.append(a) or Result(0, "", "")) as s:
+        s.start(clock.now())
+    rec = s.records()
+    assert rec["applied"] == [] and rec["not_applied"][0]["planned_s"] == 10.0
+    assert ran == list(plan.restore)
+
+
+def test_effect_compares_runs_overlapping_a_window_with_the_clean_ones() -> None:
+    records = {
+        "applied": [
+            {"event": 0, "label": "cut", "applied_s": 0.3, "planned_s": 0.3, "ok": True,
+             "restore": False},
+            {"event": 0, "label": "cut restored", "applied_s": 0.5, "planned_s": 0.5, "ok": True,
+             "restore": True},
+        ]
+    }  # fmt: skip
+    runs = [{"start_s": 0.1 * k, "makespan_s": 0.09} for k in range(10)]
+    for r in runs[3:5]:
+        r["makespan_s"] = 0.27
+    windows = fault_windows(records, 1.0)
+    assert windows == [(0, "cut", 0.3, 0.5)]
+    eff = fault_effect(runs, windows)
+    assert eff["clean_runs"] == 8 and eff["events"][0]["runs"] == 2
+    assert eff["events"][0]["vs_clean"] == pytest.approx(3.0)
+    ev = trace_events(records, runs, 9)
+    assert any(e["ph"] == "i" and e["name"] == "cut" for e in ev)
+    assert any(e["ph"] == "X" and e["tid"] == 1 and e["dur"] == pytest.approx(2e5) for e in ev)
+
+
+def test_emulate_refuses_faults_it_cannot_run(dp, capsys) -> None:
+    for extra, message in [
+        (["--faults", "at 1s: h1 link loss 2%"], "netem"),
+        (["--faults", "at 1s: h9 link down"], "no such link"),
+        (["--faults", "at 1s: h1 link down", "--mode", "isolated"], "overlapped"),
+    ]:
+        args = ["emulate", dp, "--testbed", "testbed/netns-star.toml", *extra]
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("genie: error:") and message in err[0]
