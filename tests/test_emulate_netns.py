@@ -8,62 +8,32 @@ data-parallel step whose one all-reduce overlaps nothing agrees with ``genie ben
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from genie.cli import main
-from genie.testbed import load_testbed, netns
 from genie.workload import save_workload
 from genie.workload.generators import data_parallel
 from genie.workload.generators.builder import RankBuilder, finish
 from genie.workload.model import CollectiveType
+from tests.netns_helpers import netns_testbed, unavailable
 
 PREFIX = "genie-pe-"
 RATE_BITS = 200_000_000
 MS = 1e-3
 
 
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing():
-        return f"needs {', '.join(netns.tools_missing())} (iproute2)"
-    probe = f"{PREFIX}probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if shutil.which("tc") else "tc missing"
-
-
-_WHY = _unavailable()
+_WHY = unavailable(PREFIX)
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
 @pytest.fixture(scope="module")
 def star(tmp_path_factory):
     """A 2-host star at 200 Mbit/s with agents running; removed afterwards."""
-    d = tmp_path_factory.mktemp("pe")
-    os.environ.setdefault("GENIE_STATE_DIR", str(d / "genie-state"))
-    path = d / "pe-star2.toml"
-    path.write_text(
-        f'[testbed]\nname = "pe-star2"\nkind = "netns"\nnetns_prefix = "{PREFIX}"\n'
-        f'[topology]\nshape = "star"\nhosts = 2\nrate = "{RATE_BITS}bit"\n'
-    )
-    tb = load_testbed(path)
-    try:
-        netns.up(tb)
-        netns.start_agents(tb)
+    body = f'[topology]\nshape = "star"\nhosts = 2\nrate = "{RATE_BITS}bit"\n'
+    with netns_testbed(tmp_path_factory.mktemp("pe"), "pe-star2", PREFIX, body) as path:
         yield path
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=PREFIX)
 
 
 def _emulate(path: Path, prefix: Path, tmp: Path, capsys, *extra: str) -> dict:
@@ -135,10 +105,14 @@ def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> No
     (inst,) = doc["instances"]
     assert inst["size"] == size
     cfg = BenchConfig(
-        testbed_path=str(star), sizes=[size], iters=5, warmup=1, store=None, progress=False
+        testbed_path=str(star), sizes=[size], iters=10, warmup=1, store=None, progress=False
     )
     _, rows, _ = run_bench(cfg)
-    bench = rows[0].stats.p50
-    ratio = inst["measured_p50_s"] / bench
-    print(f"emulate (overlapped) / bench p50, {size} B all-reduce on 200 Mbit/s: {ratio:.3f}")
+    # the shaped link sets the floor both reach; a busy 2-core machine only adds to a run
+    # (bench batches seen from 132 to 250 ms per iteration around emulate's 128-150 ms), so
+    # compare the best of each
+    bench = min(x.time_s for x in rows[0].instances if not x.warmup)
+    emulated = min(iv[2] - iv[0] for iv in inst["intervals_s"])
+    ratio = emulated / bench
+    print(f"emulate (overlapped) / bench, best of each, {size} B all-reduce: {ratio:.3f}")
     assert 0.8 <= ratio <= 1.2
