@@ -78,6 +78,17 @@ class FaultPlan:
         """One line per event, as parsed."""
         return [e.text for e in self.events]
 
+    def down_s(self) -> float:
+        """Seconds links are down by the schedule's windows (a down to its ``for`` end or its
+        ``up``; a down never brought up counts nothing: the run cannot outlive it)."""
+        total = 0.0
+        for k, ev in enumerate(self.events):
+            if ev.action != "down":
+                continue
+            ends = [s.at_s for s in self.steps if s.event == k and s.restore]
+            total += (ends[0] - ev.at_s) if ends else 0.0
+        return total
+
 
 def read_schedule(value: str) -> str:
     """The schedule text: ``value`` itself, or the file it names (at most 64 KiB)."""
