@@ -143,8 +143,18 @@ control = "10.0.0.2:7000"
     tb = loads_testbed(lab.format(extra="faults = true"))
     with pytest.raises(FaultError, match="not one the testbed file names"):
         plan_faults(tb, parse_schedule("at 1s: a-eth9 down"))
-    with pytest.raises(FaultError, match="only on netns testbeds"):
+    with pytest.raises(FaultError, match="for DURATION"):  # a lab link is never left down
         plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down"))
+    with pytest.raises(FaultError, match="'up' is not needed"):
+        plan_faults(tb, parse_schedule("at 1s: a-ens1f0 up"))
+    plan = plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down for 20ms"))
+    assert [(f.host, f.iface, f.action, f.for_s) for f in plan.faults] == [
+        ("a", "ens1f0", "down", 0.02)
+    ]
+    # an interface name from the file that could carry shell is refused, never quoted into sh
+    bad = loads_testbed(lab.format(extra="faults = true").replace("ens1f0", "x$(reboot)"))
+    with pytest.raises(FaultError, match="not a plain interface name"):
+        plan_faults(bad, parse_schedule("at 1s: a-x$(reboot) down for 1s"))
 
 
 class _Clock:
@@ -352,3 +362,56 @@ def test_bench_refuses_faults_it_cannot_run(capsys) -> None:
         assert main(["bench", "--testbed", "testbed/netns-star.toml", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("genie: error:") and message in err[0]
+
+
+def test_lab_commands_quote_restore_and_refuse_what_they_cannot_put_back() -> None:
+    import shlex
+
+    from genie.testbed.lab_faults import (
+        LabFault,
+        apply_restore,
+        check_iface,
+        end_script,
+        event_script,
+        restore_qdisc,
+    )
+
+    for bad in ["eth0;reboot", "$(id)", "-x", "a b", "x" * 16, "eth0'"]:
+        with pytest.raises(FaultError, match="plain interface name"):
+            check_iface(bad)
+    down = LabFault(0, "a", "eth0", "down", 1.0, 0.05)
+    apply, undo = apply_restore(down, None)
+    assert (apply, undo) == ("$S ip link set dev eth0 down", "$S ip link set dev eth0 up")
+    script = event_script(down, 0.25, "/r/faults/abcdef12-0.log", "abcdef12", (apply, undo))
+    # one detached command: apply and restore in ONE setsid'd shell, with the sleeps between
+    assert script.count("setsid sh -c ") == 1 and script.endswith("& echo $!")
+    body = shlex.split(script.split("setsid sh -c ", 1)[1])[0]
+    assert body.index("sleep 0.250000") < body.index(apply) < body.index("sleep 0.050000")
+    assert body.index("sleep 0.050000") < body.index(undo)
+    # rate: the qdisc read before comes back (the kernel default by deletion, a tbf as it was)
+    cut = LabFault(1, "a", "eth0", "rate", 0.0, 1.0, rate=50e6 / 8)
+    back = restore_qdisc("eth0", '[{"kind":"fq_codel","root":true,"options":{}}]')
+    assert back == ["tc", "qdisc", "del", "dev", "eth0", "root"]
+    apply, undo = apply_restore(cut, back)
+    assert "tbf rate 50000000bit" in apply and undo == "$S tc qdisc del dev eth0 root"
+    tbf = '[{"kind":"tbf","root":true,"options":{"rate":12500000,"burst":32762,"lat":5379}}]'
+    assert " ".join(restore_qdisc("eth0", tbf)).endswith(
+        "tbf rate 100000000bit burst 32762 latency 5379us"
+    )
+    with pytest.raises(FaultError, match="cannot put back"):
+        restore_qdisc("eth0", '[{"kind":"htb","root":true,"options":{}}]')
+    with pytest.raises(FaultError, match="bad fault token"):
+        end_script("x;y", [], "/r", [], [])
+    end = end_script("abcdef12", [4242], "/r/faults", [undo], ["eth0"])
+    assert "grep -q genie-fault-abcdef12 /proc/$p/cmdline" in end and "for p in 4242;" in end
+
+
+def test_a_lab_schedule_goes_to_the_ssh_scheduler() -> None:
+    from genie.commands._faults import scheduler
+    from genie.deploy.faults import LabFaultScheduler
+
+    path = "tests/data/lab-faults.toml"
+    tb = load_testbed(path)
+    plan = plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down for 20ms"))
+    s = scheduler(plan, time.monotonic_ns, path)
+    assert isinstance(s, LabFaultScheduler) and s.access["a"].ssh_host == "10.0.0.1"

@@ -40,6 +40,21 @@ def plan(value: str | None, tb: Any, dilation: float = 1.0) -> Any:
     return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(value)))
 
 
+def scheduler(fault_plan: Any, now: Any, testbed_path: str) -> Any:
+    """The scheduler that applies ``fault_plan``: tc/ip in namespaces (netns testbeds), or
+    detached commands over the testbed's SSH access (lab hosts; ``[deploy]`` in its file)."""
+    from genie.testbed.lab_faults import LabPlan
+
+    if isinstance(fault_plan, LabPlan):
+        from genie.deploy.config import load_deploy
+        from genie.deploy.faults import LabFaultScheduler
+
+        return LabFaultScheduler(fault_plan, now, load_deploy(testbed_path)[1].hosts)
+    from genie.testbed.fault_run import FaultScheduler
+
+    return FaultScheduler(fault_plan, now)
+
+
 def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
     """``timeouts`` (a ``Timeouts``) that let a run live through ``fault_plan``: the slow rate
     no faster than the slowest rate it sets, the base longer by the time its links are down."""

@@ -149,9 +149,10 @@ def run_bench(cfg: BenchConfig):
             with contextlib.ExitStack() as undo:
                 sched = None
                 if fault_plan is not None:
-                    from genie.testbed.fault_run import FaultScheduler
-
-                    sched = undo.enter_context(FaultScheduler(fault_plan, run.ctl.clock.now))
+                    clock = run.ctl.clock.now
+                    sched = undo.enter_context(
+                        _faults.scheduler(fault_plan, clock, cfg.testbed_path)
+                    )
                 sweep(
                     run.ctl,
                     programs,

@@ -550,9 +550,9 @@ def run_overlapped(
         with contextlib.ExitStack() as undo:
             sched = None
             if faults is not None:
-                from genie.testbed.fault_run import FaultScheduler
+                from genie.commands._faults import scheduler
 
-                sched = undo.enter_context(FaultScheduler(faults, run.ctl.clock.now))
+                sched = undo.enter_context(scheduler(faults, run.ctl.clock.now, testbed_path))
             passes = emulate_overlapped(
                 run.ctl,
                 plan,

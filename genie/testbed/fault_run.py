@@ -211,6 +211,8 @@ def trace_events(records: dict, runs: list[dict], pid: int) -> list[dict]:
              "dur": max(0.0, hi - lo) * 1e6, "args": {"event": event}}
         )  # fmt: skip
     for a in records.get("applied", []):
+        if a["applied_s"] is None:  # a lab host's fault not confirmed
+            continue
         ev.append(
             {"ph": "i", "s": "g", "pid": pid, "tid": 1, "name": a["label"],
              "ts": a["applied_s"] * 1e6, "args": {"planned_s": a["planned_s"], "ok": a["ok"]}}
