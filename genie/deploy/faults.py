@@ -9,8 +9,9 @@ measures the round trip and reads the root qdisc of each interface a rate fault 
 from a daemon thread and right away, every event to its host as one detached command that
 sleeps until due, applies, and restores on the host itself: the delay is the time left on the
 controller clock less the measured round trip of a command (opening the channel and
-starting the shell come before it runs), so the host's sleep starts as the command lands. ``close()`` runs the end-of-run script on each host (cancel what is still pending,
-restore, report): applied times come back from the host's log (host-clock differences from
+starting the shell come before it runs), so the host's sleep starts as the command lands.
+``close()`` runs the end-of-run script on each host (cancel what is still pending, restore,
+report): applied times come back from the host's log (host-clock differences from
 the landing, placed on the controller clock at the estimated landing); a host that cannot be
 reached then leaves them ``unconfirmed`` (its faults still restore themselves).
 """
