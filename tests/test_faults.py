@@ -143,8 +143,18 @@ control = "10.0.0.2:7000"
     tb = loads_testbed(lab.format(extra="faults = true"))
     with pytest.raises(FaultError, match="not one the testbed file names"):
         plan_faults(tb, parse_schedule("at 1s: a-eth9 down"))
-    with pytest.raises(FaultError, match="only on netns testbeds"):
+    with pytest.raises(FaultError, match="for DURATION"):  # a lab link is never left down
         plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down"))
+    with pytest.raises(FaultError, match="'up' is not needed"):
+        plan_faults(tb, parse_schedule("at 1s: a-ens1f0 up"))
+    plan = plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down for 20ms"))
+    assert [(f.host, f.iface, f.action, f.for_s) for f in plan.faults] == [
+        ("a", "ens1f0", "down", 0.02)
+    ]
+    # an interface name from the file that could carry shell is refused, never quoted into sh
+    bad = loads_testbed(lab.format(extra="faults = true").replace("ens1f0", "x$(reboot)"))
+    with pytest.raises(FaultError, match="not a plain interface name"):
+        plan_faults(bad, parse_schedule("at 1s: a-x$(reboot) down for 1s"))
 
 
 class _Clock:
@@ -226,3 +236,182 @@ def test_emulate_refuses_faults_it_cannot_run(dp, capsys) -> None:
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("genie: error:") and message in err[0]
+
+
+def test_effect_also_counts_runs_overlapping_any_fault() -> None:
+    windows = [(0, "a", 0.3, 0.5), (1, "b", 0.8, 0.85)]
+    runs = [{"start_s": 0.1 * k, "makespan_s": 0.09} for k in range(10)]
+    for k in (3, 4, 8):
+        runs[k]["makespan_s"] = 0.18
+    eff = fault_effect(runs, windows)
+    assert (eff["clean_runs"], eff["fault_runs"]) == (7, 3)
+    assert eff["fault_vs_clean"] == pytest.approx(2.0)
+
+
+class _FakeCtl:
+    """Controller stand-in for run_size: records each Go and when it told on_start."""
+
+    def __init__(self) -> None:
+        self.gos: list[tuple[int, int, bool]] = []
+        self.t = 0
+
+    def prepare(self, *a) -> None: ...
+
+    def release(self) -> None: ...
+
+    def abort(self, why) -> None: ...
+
+    def run(self, program, iters, warmup, record_steps=False, on_start=None):
+        from types import SimpleNamespace
+
+        from genie.controller.results import Instance
+
+        self.t += 10**9
+        if on_start is not None:
+            on_start(self.t)
+        self.gos.append((iters, warmup, on_start is not None))
+        inst = [
+            Instance(iteration=i, warmup=i < warmup, start_ns=self.t + i, end_ns=self.t + i + 1,
+                     time_s=1e-9, rank_start_ns=[], rank_end_ns=[], ranks=[])
+            for i in range(warmup + iters)
+        ]  # fmt: skip
+        return SimpleNamespace(instances=inst)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_bench_with_a_clock_runs_warmups_apart_and_starts_it_at_the_first_measured_go(
+    batched,
+) -> None:
+    from genie.controller.bench import run_size
+
+    ctl, starts, batches = _FakeCtl(), [], []
+    got = run_size(
+        ctl, None, ["a", "b"], iters=3, warmup=2, on_start=starts.append,
+        on_instances=batches.append if batched else None,
+    )  # fmt: skip
+    assert ctl.gos[0] == (2, 0, False)  # the warm-ups: a Go of their own, no clock
+    assert all(told for _, w, told in ctl.gos[1:]) and all(w == 0 for _, w, _ in ctl.gos[1:])
+    assert starts[0] == 2 * 10**9  # the first measured Go's start
+    assert [x.warmup for x in got] == [True, True, False, False, False]
+    assert [x.iteration for x in got] == [0, 1, 2, 3, 4]
+    assert len(batches) == (len(ctl.gos) if batched else 0)
+    # without a clock: one Go carries warm-ups and measured iterations, as before
+    ctl = _FakeCtl()
+    run_size(ctl, None, ["a"], iters=3, warmup=2)
+    assert ctl.gos == [(3, 2, False)]
+
+
+def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
+    from types import SimpleNamespace
+
+    from genie.commands.bench import fault_doc, print_fault_effect
+    from genie.controller.results import Instance
+
+    def inst(start_s, t, warmup=False):
+        ns = int(10**9 + start_s * 1e9)
+        return Instance(iteration=0, warmup=warmup, start_ns=ns, end_ns=ns + int(t * 1e9),
+                        time_s=t, rank_start_ns=[], rank_end_ns=[], ranks=[])  # fmt: skip
+
+    small = [inst(-0.2, 9.0, warmup=True)] + [inst(0.1 * k, 0.09) for k in range(5)]
+    small[2].time_s = 0.15  # from 0.1 s into the cut (0.2 s to 0.3 s)
+    small[3].time_s = 0.3  # from 0.2 s: inside it
+    big = [inst(0.6 + 0.1 * k, 0.09) for k in range(5)]  # all after the cut
+    records = {
+        "schedule": ["at 200ms: h0 link rate 40mbit for 100ms"],
+        "applied": [
+            {"event": 0, "label": "cut", "applied_s": 0.2, "planned_s": 0.2, "ok": True,
+             "restore": False, "error": ""},
+            {"event": 0, "label": "cut ended", "applied_s": 0.3, "planned_s": 0.3, "ok": True,
+             "restore": True, "error": ""},
+        ],
+        "not_applied": [],
+        "restored": {"ok": True, "errors": []},
+    }  # fmt: skip
+    rows = [SimpleNamespace(size=1024, instances=small), SimpleNamespace(size=4096, instances=big)]
+    doc = fault_doc(records, 10**9, rows)
+    s1, s2 = doc["by_size"]
+    assert (s1["size"], s1["fault_runs"], s1["clean_runs"]) == (1024, 2, 3)
+    assert s1["fault_median_s"] == pytest.approx((0.15 + 0.3) / 2)
+    assert (s2["fault_runs"], s2["clean_runs"]) == (0, 5) and s2["fault_vs_clean"] is None
+    print_fault_effect(doc)
+    out = capsys.readouterr().out
+    assert "first measured Go of the first size" in out
+    assert "1.0 KiB: 3 iterations overlapping no fault" in out and "(2.50x)" in out
+    assert "links restored" in out
+
+
+def test_a_schedule_widens_the_bench_timeouts() -> None:
+    from genie.commands._faults import widen_timeouts
+    from genie.controller.session import Timeouts
+
+    tb = loads_testbed(STAR)
+    plan = plan_faults(
+        tb,
+        parse_schedule("at 0s: h1 link rate 8mbit for 1s; at 2s: sw0-p2 down; at 3s: sw0-p2 up"),
+    )
+    assert plan.down_s() == pytest.approx(1.0)
+    t = widen_timeouts(Timeouts(), plan)
+    assert t.slow_rate == pytest.approx(1e6) and t.base_s == pytest.approx(Timeouts().base_s + 1)
+
+
+def test_bench_refuses_faults_it_cannot_run(capsys) -> None:
+    for extra, message in [
+        (["--faults", "at 1s: h1 link delay 5ms"], "netem"),
+        (["--faults", "at 1s: h1 link down", "--dilation", "10"], "dilation"),
+    ]:
+        assert main(["bench", "--testbed", "testbed/netns-star.toml", *extra]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("genie: error:") and message in err[0]
+
+
+def test_lab_commands_quote_restore_and_refuse_what_they_cannot_put_back() -> None:
+    import shlex
+
+    from genie.testbed.lab_faults import (
+        LabFault,
+        apply_restore,
+        check_iface,
+        end_script,
+        event_script,
+        restore_qdisc,
+    )
+
+    for bad in ["eth0;reboot", "$(id)", "-x", "a b", "x" * 16, "eth0'"]:
+        with pytest.raises(FaultError, match="plain interface name"):
+            check_iface(bad)
+    down = LabFault(0, "a", "eth0", "down", 1.0, 0.05)
+    apply, undo = apply_restore(down, None)
+    assert (apply, undo) == ("$S ip link set dev eth0 down", "$S ip link set dev eth0 up")
+    script = event_script(down, 0.25, "/r/faults/abcdef12-0.log", "abcdef12", (apply, undo))
+    # one detached command: apply and restore in ONE setsid'd shell, with the sleeps between
+    assert script.count("setsid sh -c ") == 1 and script.endswith("& echo $!")
+    body = shlex.split(script.split("setsid sh -c ", 1)[1])[0]
+    assert body.index("sleep 0.250000") < body.index(apply) < body.index("sleep 0.050000")
+    assert body.index("sleep 0.050000") < body.index(undo)
+    # rate: the qdisc read before comes back (the kernel default by deletion, a tbf as it was)
+    cut = LabFault(1, "a", "eth0", "rate", 0.0, 1.0, rate=50e6 / 8)
+    back = restore_qdisc("eth0", '[{"kind":"fq_codel","root":true,"options":{}}]')
+    assert back == ["tc", "qdisc", "del", "dev", "eth0", "root"]
+    apply, undo = apply_restore(cut, back)
+    assert "tbf rate 50000000bit" in apply and undo == "$S tc qdisc del dev eth0 root"
+    tbf = '[{"kind":"tbf","root":true,"options":{"rate":12500000,"burst":32762,"lat":5379}}]'
+    assert " ".join(restore_qdisc("eth0", tbf)).endswith(
+        "tbf rate 100000000bit burst 32762 latency 5379us"
+    )
+    with pytest.raises(FaultError, match="cannot put back"):
+        restore_qdisc("eth0", '[{"kind":"htb","root":true,"options":{}}]')
+    with pytest.raises(FaultError, match="bad fault token"):
+        end_script("x;y", [], "/r", [], [])
+    end = end_script("abcdef12", [4242], "/r/faults", [undo], ["eth0"])
+    assert "grep -q genie-fault-abcdef12 /proc/$p/cmdline" in end and "for p in 4242;" in end
+
+
+def test_a_lab_schedule_goes_to_the_ssh_scheduler() -> None:
+    from genie.commands._faults import scheduler
+    from genie.deploy.faults import LabFaultScheduler
+
+    path = "tests/data/lab-faults.toml"
+    tb = load_testbed(path)
+    plan = plan_faults(tb, parse_schedule("at 1s: a-ens1f0 down for 20ms"))
+    s = scheduler(plan, time.monotonic_ns, path)
+    assert isinstance(s, LabFaultScheduler) and s.access["a"].ssh_host == "10.0.0.1"

@@ -88,3 +88,36 @@ def test_a_rate_cut_slows_the_runs_during_it_and_every_fault_is_recorded_and_und
     with RunStore(store) as rs:
         meta = rs.run(doc["run_id"]).meta
     assert [a["label"] for a in meta["faults"]["applied"]] == [a["label"] for a in f["applied"]]
+
+
+def test_a_rate_cut_mid_bench_slows_the_iterations_during_it_and_is_undone(
+    tmp_path, capsys
+) -> None:
+    """genie bench --faults: the clock starts at the first measured Go (warm-ups apart); the
+    iterations overlapping a cut to a fifth of the rate take longer than those overlapping none
+    (per size), the faults are in --json and the stored run, and h0's link is restored."""
+    store = tmp_path / "r.sqlite"
+    schedule = "at 150ms: h0 link rate 40mbit for 300ms"
+    with star(tmp_path, "pq-bench", PREFIX, 2, "200mbit") as path:
+        args = ["bench", "--testbed", str(path), "--sizes", "512KiB", "--store", str(store)]
+        args += ["--iters", "40", "--warmup", "2", "--json", "--faults", schedule]
+        assert main(args) == 0
+        doc = json.loads(capsys.readouterr().out)
+        rates = [_tbf_rate(f"{PREFIX}h0", "eth0"), _tbf_rate(f"{PREFIX}sw0", "p0")]
+    f = doc["faults"]
+    assert rates == [RATE_BPS, RATE_BPS] and f["restored"]["ok"]
+    assert f["time_origin"].startswith("the first measured Go")
+    applied = [(round(a["planned_s"], 6), a["restore"], a["ok"]) for a in f["applied"]]
+    assert applied == [(0.15, False, True), (0.45, True, True)]
+    (size,) = f["by_size"]
+    print(
+        f"512 KiB: {size['clean_runs']} clean iterations, p50 {size['clean_median_s']:.4f} s; "
+        f"{size['fault_runs']} under the cut, p50 {size['fault_median_s']:.4f} s "
+        f"({size['fault_vs_clean']:.2f}x)"
+    )
+    assert size["size"] == 512 * 1024 and size["clean_runs"] + size["fault_runs"] == 40
+    assert size["fault_runs"] >= 1 and size["fault_vs_clean"] > 1.5
+    assert size["clean_runs"] >= 10
+    with RunStore(store) as rs:
+        meta = rs.run(doc["run_id"]).meta
+    assert meta["faults"]["by_size"] == f["by_size"]

@@ -7,11 +7,17 @@ GB/s = 10^9 bytes/s. Every instance goes to the run store (as measured, undilate
 
 ``--dilation K`` reports every time divided by K (bandwidths times K): the lab's links standing
 for links K times faster; the report says what does not scale (``genie.calibration.dilation``).
+
+``--faults SCHEDULE`` changes links while the sweep runs (``genie.testbed.faults``), timed from
+``FAULT_ORIGIN``: the warm-ups of each size run in a Go of their own, so the clock starts with
+the first measured iteration. The report gives, per size, the p50 of the iterations that
+overlapped a fault beside those that overlapped none; the stored run's meta keeps it all.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -27,8 +33,11 @@ from genie.calibration.errors import error_pct
 from genie.commands import _args as A
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
+from genie.commands._faults import add_argument as add_faults_argument
 from genie.errors import GenieError, UsageError
 from genie.store import DEFAULT_STORE
+
+FAULT_ORIGIN = "the first measured Go of the first size (after its warm-ups)"
 
 
 @dataclass
@@ -57,6 +66,8 @@ class BenchConfig:
     dilation: float = 1.0  # report times / dilation (see the module docstring)
     calibration_used: object = None  # set by run_bench: the Calibration that priced, or None
     notes: list[str] = field(default_factory=list)  # set by run_bench: what the report must say
+    faults: str | None = None  # --faults: a schedule or a file of one (genie.testbed.faults)
+    fault_doc: dict | None = None  # set by run_bench: the faults as applied and their effect
 
 
 def run_bench(cfg: BenchConfig):
@@ -64,6 +75,7 @@ def run_bench(cfg: BenchConfig):
     from genie.calibration.dilation import check_dilation
     from genie.calibration.model import calibrate_topology
     from genie.collectives.registry import canonical_algorithm, canonical_collective
+    from genie.commands import _faults
     from genie.commands._calibration import resolve
     from genie.controller.bench import plan_sizes, sweep
     from genie.controller.placement import place_ranks
@@ -74,6 +86,8 @@ def run_bench(cfg: BenchConfig):
 
     tb = load_testbed(cfg.testbed_path)
     k = check_dilation(cfg.dilation)
+    fault_plan = _faults.plan(cfg.faults, tb, k)
+    timeouts = _faults.widen_timeouts(cfg.timeouts, fault_plan) if fault_plan else cfg.timeouts
     cal = resolve(cfg.calibration, cfg.store, tb.name)
     cfg.calibration_used = cal
     coll = canonical_collective(cfg.collective)
@@ -116,7 +130,7 @@ def run_bench(cfg: BenchConfig):
     rows = []
     command = cfg.command or "genie bench"
     with StoredRun(
-        tb, cfg.testbed_path, command, store=cfg.store, meta=meta, timeouts=cfg.timeouts
+        tb, cfg.testbed_path, command, store=cfg.store, meta=meta, timeouts=timeouts
     ) as run:
         run_id, offsets = run.run_id, run.offsets
         what = f"{coll}/{algo} on {len(placement)} ranks"
@@ -132,22 +146,89 @@ def run_bench(cfg: BenchConfig):
                     bar.advance()
                     bar.describe(f"{coll}/{algo} {format_bytes(row.size)} done")
 
-            sweep(
-                run.ctl,
-                programs,
-                placement,
-                iters=cfg.iters,
-                warmup=cfg.warmup,
-                options=opts,
-                topology=topology,
-                on_size=on_size,
-                on_instances=on_batch if run.store else None,
-                calibrated=calibrated,
-                model_placement=tb.rank_endpoints(placement),
-            )
+            with contextlib.ExitStack() as undo:
+                sched = None
+                if fault_plan is not None:
+                    clock = run.ctl.clock.now
+                    sched = undo.enter_context(
+                        _faults.scheduler(fault_plan, clock, cfg.testbed_path)
+                    )
+                sweep(
+                    run.ctl,
+                    programs,
+                    placement,
+                    iters=cfg.iters,
+                    warmup=cfg.warmup,
+                    options=opts,
+                    topology=topology,
+                    on_size=on_size,
+                    on_instances=on_batch if run.store else None,
+                    calibrated=calibrated,
+                    model_placement=tb.rank_endpoints(placement),
+                    on_start=sched.start if sched else None,
+                )
+            if sched is not None:
+                cfg.fault_doc = fault_doc(sched.records(), sched.start_at_ns, rows)
+                run.update_meta(faults=cfg.fault_doc)
     if k != 1 and topology is not None:
         cfg.notes.append(_dilation_note(programs, placement, calibrated or topology, k, cal, tb))
     return run_id, [dilate(r, k) for r in rows] if k != 1 else rows, offsets
+
+
+def fault_doc(records: dict, origin_ns: int | None, rows) -> dict:
+    """The faults as applied with, per size, the measured iterations that overlapped a fault
+    vs those that overlapped none (p50 each; seconds from ``FAULT_ORIGIN``)."""
+    from genie.testbed.fault_run import fault_effect, fault_windows
+
+    if origin_ns is None:  # the sweep ended before its first measured Go
+        return {**records, "time_origin": FAULT_ORIGIN, "run_end_s": 0.0, "by_size": []}
+    per_size = [
+        (
+            r.size,
+            [
+                {"start_s": (x.start_ns - origin_ns) / 1e9, "makespan_s": x.time_s}
+                for x in r.instances
+                if not x.warmup
+            ],
+        )
+        for r in rows
+    ]
+    end = max((x["start_s"] + x["makespan_s"] for _, xs in per_size for x in xs), default=0.0)
+    windows = fault_windows(records, end)
+    by_size = [{"size": size, **fault_effect(xs, windows)} for size, xs in per_size]
+    return {**records, "time_origin": FAULT_ORIGIN, "run_end_s": end, "by_size": by_size}
+
+
+def print_fault_effect(doc: dict, file=None) -> None:
+    """The faults as applied, then per size the p50 with and without a fault overlapping."""
+    from rich.console import Console
+
+    from genie.commands._faults import print_applied
+    from genie.units import format_bytes, format_seconds
+
+    def p50(t: float | None) -> str:
+        return "-" if t is None else format_seconds(t)
+
+    out = file or sys.stdout
+    con = Console(file=out, highlight=False, width=None if out.isatty() else 160)
+    print_applied(con, doc, FAULT_ORIGIN)
+    con.print("fault effect per size (p50 of the measured iterations, measured on the wire):")
+    for s in doc["by_size"]:
+        ratio = s["fault_vs_clean"]
+        con.print(
+            f"  {format_bytes(s['size'])}: {s['clean_runs']} iterations overlapping no fault, "
+            f"p50 {p50(s['clean_median_s'])}; {s['fault_runs']} overlapping a fault, p50 "
+            f"{p50(s['fault_median_s'])}" + (f" ({ratio:.2f}x)" if ratio is not None else ""),
+            markup=False,
+        )
+        for e in s["events"]:
+            if e["runs"]:
+                con.print(
+                    f"    '{e['label']}' ({format_seconds(e['from_s'])} to "
+                    f"{format_seconds(e['to_s'])}): {e['runs']} iteration(s), p50 "
+                    f"{p50(e['median_s'])}",
+                    markup=False,
+                )
 
 
 def _dilation_note(programs, placement, lab, k: float, cal, tb) -> str:
@@ -324,6 +405,7 @@ def _run(args: argparse.Namespace) -> int:
         timeouts=Timeouts(slow_rate=args.slow_rate, margin=args.timeout_margin),
         calibration=args.calibration,
         dilation=args.dilation,
+        faults=args.faults,
     )
     if not Path(cfg.testbed_path).is_file():
         raise UsageError(f"testbed file not found: {cfg.testbed_path}")
@@ -347,6 +429,7 @@ def _run(args: argparse.Namespace) -> int:
                 "notes": cfg.notes,
                 "clock_offsets": {a: msgspec.to_builtins(e) for a, e in offsets.items()},
                 "rows": rows_json(rows),
+                **({"faults": cfg.fault_doc} if cfg.fault_doc is not None else {}),
             },
             sys.stdout,
             indent=2,
@@ -361,6 +444,8 @@ def _run(args: argparse.Namespace) -> int:
             title += f", dilated x{cfg.dilation:g} (times / {cfg.dilation:g})"
         print_table(rows, title, cfg.iters, cfg.warmup, model=model)
         print_model_error(rows, cfg, model)
+        if cfg.fault_doc is not None:
+            print_fault_effect(cfg.fault_doc)
         if run_id:
             print(f"stored as run {run_id} in {cfg.store}")
     return 0
@@ -421,6 +506,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_dilation_argument(p, "every time reported / K and bandwidths x K")
     add_calibration_argument(p, "latest")
+    add_faults_argument(p, FAULT_ORIGIN)
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")

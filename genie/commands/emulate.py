@@ -25,6 +25,9 @@ from genie.commands import _experiments as X
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
 from genie.commands._calibration import resolve as resolve_calibration
+from genie.commands._faults import add_argument as add_faults_argument
+from genie.commands._faults import plan as plan_faults
+from genie.commands._faults import print_applied
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import UsageError
@@ -93,15 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_calibration_argument(p, "latest")
     X.add_perturb_arguments(p)
     X.add_job_arguments(p, ranks_per_host=True)
-    p.add_argument(
-        "--faults",
-        metavar="SCHEDULE",
-        help="netns testbeds: link faults during the run, timed from the first measured "
-        "run's Go (after --warmup), e.g. "
-        "'at 200ms: h1 link rate 100mbit; at 600ms: sw0-p0 down for 50ms' (or a file of such "
-        "lines); links are restored to the testbed file's state afterwards "
-        "(genie.testbed.faults)",
-    )
+    add_faults_argument(p, "the first measured run's Go (after --warmup)")
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -314,15 +309,9 @@ def run(args: argparse.Namespace) -> int:
 def _fault_plan(args: argparse.Namespace, tb) -> Any:
     """The ``--faults`` schedule resolved on ``tb`` (None without one); refused where it
     cannot run (isolated mode, dilation, lab hosts that did not opt in)."""
-    if not args.faults:
-        return None
-    from genie.testbed import faults
-
-    if args.mode != "overlapped":
+    if args.faults and args.mode != "overlapped":
         raise UsageError("--faults runs in --mode overlapped (one timeline from the first Go)")
-    if args.dilation != 1:
-        raise UsageError("--faults is timed on the wire: give no --dilation with it")
-    return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(args.faults)))
+    return plan_faults(args.faults, tb, args.dilation)
 
 
 def wire_notes(tb, agents: list[str]) -> list[str]:
@@ -561,9 +550,9 @@ def run_overlapped(
         with contextlib.ExitStack() as undo:
             sched = None
             if faults is not None:
-                from genie.testbed.fault_run import FaultScheduler
+                from genie.commands._faults import scheduler
 
-                sched = undo.enter_context(FaultScheduler(faults, run.ctl.clock.now))
+                sched = undo.enter_context(scheduler(faults, run.ctl.clock.now, testbed_path))
             passes = emulate_overlapped(
                 run.ctl,
                 plan,
@@ -721,28 +710,7 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
 
 def print_faults(con: Console, f: dict) -> None:
     """The link faults as applied (from the first measured run's Go) and their effect."""
-    t = Table(
-        title="link faults applied on the wire (times from the first measured run's Go)",
-        title_justify="left",
-    )
-    for c in ("fault", "planned", "applied", "result"):
-        t.add_column(c, justify="left" if c in ("fault", "result") else "right")
-    for a in f["applied"]:
-        t.add_row(
-            a["label"],
-            format_seconds(a["planned_s"]),
-            format_seconds(a["applied_s"]),
-            "ok" if a["ok"] else a["error"],
-        )
-    for a in f["not_applied"]:
-        t.add_row(a["label"], format_seconds(a["planned_s"]), "-", "not applied: run ended")
-    con.print(t)
-    r = f["restored"]
-    con.print(
-        "links restored to the testbed file's state after the run"
-        if r.get("ok")
-        else f"restoring the links FAILED: {'; '.join(r.get('errors', []))}"
-    )
+    print_applied(con, f, "the first measured run's Go")
     e = f["effect"]
     base = e["clean_median_s"]
     con.print(

@@ -92,6 +92,7 @@ def run_size(
     record_steps: bool = False,
     on_instances: Callable[[list[Instance]], None] | None = None,
     batch_s: float = BATCH_S,
+    on_start: Callable[[int], None] | None = None,
 ) -> list[Instance]:
     """Prepare, run and release one program; return all its instances (warm-up flagged).
 
@@ -99,28 +100,39 @@ def run_size(
     about ``batch_s`` (judged from the Gos so far), and every Go's instances are handed over as
     soon as it ends: a store written from it loses at most one batch to a crash. Iterations
     within a Go run back to back; Gos start in sync like the first.
+
+    With ``on_start`` the warm-up iterations run in a Go of their own first, and every Go of
+    measured iterations tells ``on_start`` its common start (controller clock ns) before it is
+    sent: the first such call is the start of the first measured iteration.
     """
     ctl.prepare([program], list(placement), options)
     got: list[Instance] = []
+
+    def go(n: int, w: int, start: Callable[[int], None] | None) -> list[Instance]:
+        batch = ctl.run(0, iters=n, warmup=w, record_steps=record_steps, on_start=start).instances
+        for x in batch:
+            x.iteration += len(got)
+        got.extend(batch)
+        if on_instances is not None:
+            on_instances(batch)
+        return batch
+
     try:
+        if on_start is not None and warmup:
+            for x in go(warmup, 0, None):  # warm-ups alone: measured Gos start the clock
+                x.warmup = True
+            warmup = 0
         if on_instances is None:
-            got = ctl.run(0, iters=iters, warmup=warmup, record_steps=record_steps).instances
+            go(iters, warmup, on_start)
         else:
             done, spent = 0, 0.0
             while done < iters:
                 n = 1 if done == 0 else max(1, min(iters - done, int(batch_s * done / spent)))
-                out = ctl.run(
-                    0, iters=n, warmup=warmup if done == 0 else 0, record_steps=record_steps
-                )
-                batch = out.instances
-                offset = len(got)
-                for x in batch:
-                    x.iteration += offset
-                measured_now = [x for x in batch if not x.warmup]
+                measured_now = [
+                    x for x in go(n, warmup if done == 0 else 0, on_start) if not x.warmup
+                ]
                 spent += max(1e-9, sum(x.time_s for x in measured_now))
                 done += len(measured_now)
-                got.extend(batch)
-                on_instances(batch)
                 if not measured_now:
                     break  # an agent returned no iterations: nothing more will come
     except BaseException:
@@ -143,6 +155,7 @@ def sweep(
     on_instances: Callable[[Program, list[Instance]], None] | None = None,
     calibrated=None,
     model_placement: Sequence[str] | None = None,
+    on_start: Callable[[int], None] | None = None,
 ) -> list[SizeRow]:
     """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
 
@@ -152,6 +165,7 @@ def sweep(
 
     With ``on_instances`` each program's iterations run in batches (see ``run_size``) and every
     batch is handed over with its program as soon as it ends, so a store loses at most one batch.
+    ``on_start``: told every measured Go's common start (see ``run_size``).
     """
     rows = []
     for prog in programs:
@@ -166,6 +180,7 @@ def sweep(
             warmup=warmup,
             options=options,
             on_instances=per_batch,
+            on_start=on_start,
         )
         st = stats(measured(inst))
         size = nccl_size(prog)

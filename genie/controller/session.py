@@ -533,11 +533,13 @@ class Controller:
         record_steps: bool = False,
         spin_ns: int | None = None,
         rt_start: bool = True,
+        on_start: Callable[[int], None] | None = None,
     ) -> RunOutcome:
         """Start program ``program`` on every agent at one controller instant; gather times.
 
         ``rt_start``: agents wait for the start under SCHED_FIFO and drop back to normal
         scheduling as the first step begins (where the agent may; silently ignored otherwise).
+        ``on_start`` is told the common start (controller clock ns) before any Go is sent.
         """
         if not self.job:
             raise RuntimeFault("run before prepare")
@@ -548,6 +550,8 @@ class Controller:
         self._resync_if_due()
         spin = self.default_spin_ns() if spin_ns is None else spin_ns
         start_at = self.clock.now() + int(lead * 1e9)
+        if on_start is not None:
+            on_start(start_at)
         for a in involved:
             est = self.offsets.get(a)
             self._send(

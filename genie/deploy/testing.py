@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
@@ -63,8 +64,11 @@ class LocalSshd:
         self.other_key = directory / "other_key"  # a key sshd does not accept
 
     @classmethod
-    def start(cls, directory: str | Path) -> LocalSshd:
-        """Generate keys and config in ``directory`` and start sshd; raise LocalSshdUnavailable."""
+    def start(cls, directory: str | Path, extra_config: Sequence[str] = ()) -> LocalSshd:
+        """Generate keys and config in ``directory`` and start sshd; raise LocalSshdUnavailable.
+
+        ``extra_config``: more sshd_config lines (e.g. a ``ForceCommand`` that runs every
+        command inside a test network namespace)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         if not os.access(SSHD, os.X_OK):
@@ -104,6 +108,7 @@ class LocalSshd:
                     "MaxSessions 64",
                     f"Subsystem sftp {_sftp_server()}",
                     "LogLevel ERROR",
+                    *extra_config,
                     "",
                 ]
             )

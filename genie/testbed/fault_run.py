@@ -153,8 +153,9 @@ def fault_windows(records: dict, end_s: float) -> list[tuple[int, str, float, fl
 
 
 def fault_effect(runs: list[dict], windows: list[tuple[int, str, float, float]]) -> dict:
-    """Median iteration of the runs that overlapped each fault window vs those that overlapped
-    none (``runs``: non-warm-up, each with ``start_s``, ``makespan_s``; seconds)."""
+    """Median iteration of the runs that overlapped each fault window (and any of them) vs
+    those that overlapped none (``runs``: non-warm-up, each with ``start_s``, ``makespan_s``;
+    seconds)."""
     import numpy as np
 
     def overlaps(r: dict, w: tuple) -> bool:
@@ -162,6 +163,8 @@ def fault_effect(runs: list[dict], windows: list[tuple[int, str, float, float]])
 
     clean = [r["makespan_s"] for r in runs if not any(overlaps(r, w) for w in windows)]
     base = float(np.median(clean)) if clean else None
+    hit_any = [r["makespan_s"] for r in runs if any(overlaps(r, w) for w in windows)]
+    any_med = float(np.median(hit_any)) if hit_any else None
     per = []
     for w in windows:
         hit = [r["makespan_s"] for r in runs if overlaps(r, w)]
@@ -177,7 +180,14 @@ def fault_effect(runs: list[dict], windows: list[tuple[int, str, float, float]])
                 "vs_clean": med / base if med is not None and base else None,
             }
         )
-    return {"clean_runs": len(clean), "clean_median_s": base, "events": per}
+    return {
+        "clean_runs": len(clean),
+        "clean_median_s": base,
+        "fault_runs": len(hit_any),  # overlapping any fault window
+        "fault_median_s": any_med,
+        "fault_vs_clean": any_med / base if any_med is not None and base else None,
+        "events": per,
+    }
 
 
 def trace_events(records: dict, runs: list[dict], pid: int) -> list[dict]:
@@ -201,6 +211,8 @@ def trace_events(records: dict, runs: list[dict], pid: int) -> list[dict]:
              "dur": max(0.0, hi - lo) * 1e6, "args": {"event": event}}
         )  # fmt: skip
     for a in records.get("applied", []):
+        if a["applied_s"] is None:  # a lab host's fault not confirmed
+            continue
         ev.append(
             {"ph": "i", "s": "g", "pid": pid, "tid": 1, "name": a["label"],
              "ts": a["applied_s"] * 1e6, "args": {"planned_s": a["planned_s"], "ok": a["ok"]}}

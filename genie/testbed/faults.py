@@ -17,8 +17,8 @@ measured run's Go, after the warm-up runs), in order, at most ``MAX_TIME_S``; at
 ``MAX_EVENTS`` events.
 
 Lab (static) testbeds: refused unless the host opts in (``faults = true``) and the interface is
-one the testbed file names (``nic``, or a NIC's ``device``); applying them on lab hosts is not
-built (``Refusal``): only netns testbeds run schedules.
+one the testbed file names (``nic``, or a NIC's ``device``); targets are ``HOST-IFACE`` and
+every fault needs ``for``: ``genie.testbed.lab_faults`` sends each with its own restore over SSH.
 """
 
 from __future__ import annotations
@@ -26,11 +26,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from genie.errors import UnitError, UsageError
 from genie.testbed.model import Testbed
 from genie.testbed.netns_plan import Port, ip, link_ports, tbf
 from genie.units import format_seconds, parse_bandwidth, parse_duration
+
+if TYPE_CHECKING:
+    from genie.testbed.lab_faults import LabPlan
 
 MAX_EVENTS = 64
 MAX_TIME_S = 600.0
@@ -77,6 +81,17 @@ class FaultPlan:
     def describe(self) -> list[str]:
         """One line per event, as parsed."""
         return [e.text for e in self.events]
+
+    def down_s(self) -> float:
+        """Seconds links are down by the schedule's windows (a down to its ``for`` end or its
+        ``up``; a down never brought up counts nothing: the run cannot outlive it)."""
+        total = 0.0
+        for k, ev in enumerate(self.events):
+            if ev.action != "down":
+                continue
+            ends = [s.at_s for s in self.steps if s.event == k and s.restore]
+            total += (ends[0] - ev.at_s) if ends else 0.0
+        return total
 
 
 def read_schedule(value: str) -> str:
@@ -237,9 +252,13 @@ def _link_cmd(p: Port, state: str) -> tuple[str, ...]:
     return tuple(ip(p.netns, "link", "set", p.ifname, state))
 
 
-def plan_faults(tb: Testbed, events: list[Event]) -> FaultPlan:
-    """Resolve ``events`` on ``tb`` into timed steps and the restore-everything commands."""
-    check_allowed(tb, events)
+def plan_faults(tb: Testbed, events: list[Event]) -> FaultPlan | LabPlan:
+    """Resolve ``events`` on ``tb`` into timed steps and the restore-everything commands (lab
+    testbeds: a ``genie.testbed.lab_faults.LabPlan``, applied over SSH)."""
+    if tb.kind != "netns":
+        from genie.testbed.lab_faults import plan_lab
+
+        return plan_lab(tb, events)
     steps: list[Step] = []
     touched: dict[int, Target] = {}
     downed: dict[tuple[int, int], int] = {}  # (link, end) -> the event that took it down
@@ -308,7 +327,8 @@ def check_allowed(tb: Testbed, events: list[Event]) -> None:
     if tb.kind == "netns":
         return
     for ev in events:
-        host = next((h for h in tb.hosts if ev.target.startswith(h.name)), None)
+        hosts = [h for h in tb.hosts if ev.target.startswith(h.name + "-")]
+        host = max(hosts, key=lambda h: len(h.name), default=None)
         if host is None:
             raise FaultError(
                 f"fault {ev.text!r}: on lab testbed {tb.name} a fault names a host's interface "
@@ -326,7 +346,3 @@ def check_allowed(tb: Testbed, events: list[Event]) -> None:
                 f"fault {ev.text!r}: interface {iface or '?'} of {host.name} is not one the "
                 f"testbed file names ({', '.join(sorted(named)) or 'none'})"
             )
-    raise FaultError(
-        f"testbed {tb.name} is a lab testbed: its hosts opt in and name the interfaces, but "
-        "genie applies fault schedules only on netns testbeds so far"
-    )

@@ -1,0 +1,136 @@
+"""Link faults on a lab host over real SSH (a throwaway sshd on localhost, root).
+
+The "lab host" is a genie-prefixed network namespace: the test sshd runs every command inside
+it (``ForceCommand ip netns exec ...``), where a veth pair stands for the host's NIC ``d0``
+(this kernel has no dummy driver; no interface of this machine is touched). Each fault goes to
+the host ahead of time as one detached command carrying its own restore, so with the SSH
+session killed and sshd gone the link still goes down and comes back up on its own; with sshd
+up the applied times come back from the host's log and the end restores and cancels what is
+pending. Prefix ``genie-fl-``; removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from genie.deploy.config import load_deploy
+from genie.deploy.faults import LabFaultScheduler
+from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
+from genie.testbed import load_testbed
+from genie.testbed.faults import parse_schedule, plan_faults
+from tests._agents import netns_unavailable
+
+NS = "genie-fl-a"
+_WHY = netns_unavailable("genie-fl-probe")
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """(testbed file, sshd) of lab host ``a`` whose NIC d0 lives in namespace NS."""
+    _ip("netns", "del", NS)
+    assert _ip("netns", "add", NS).returncode == 0
+    try:
+        assert (
+            _ip("-n", NS, "link", "add", "d0", "type", "veth", "peer", "name", "d1").returncode == 0
+        )
+        for dev in ("lo", "d0", "d1"):
+            _ip("-n", NS, "link", "set", dev, "up")
+        try:
+            sshd = LocalSshd.start(
+                tmp_path / "ssh",
+                [f'ForceCommand ip netns exec {NS} sh -c "$SSH_ORIGINAL_COMMAND"'],
+            )
+        except LocalSshdUnavailable as exc:
+            pytest.skip(f"cannot run a test sshd: {exc}")
+        path = tmp_path / "lab.toml"
+        path.write_text(
+            '[testbed]\nname = "lab-ssh"\nkind = "static"\n[topology]\nshape = "star"\n'
+            'rate = "10gbit"\n[[hosts]]\nname = "a"\ncontrol = "127.0.0.1:7000"\n'
+            'nic = "d0"\nfaults = true\n[[hosts]]\nname = "b"\ncontrol = "127.0.0.1:7001"\n'
+            + sshd.deploy_toml(remote_root=str(tmp_path / "remote"))
+        )
+        try:
+            yield path, sshd
+        finally:
+            sshd.stop()
+    finally:
+        _ip("netns", "del", NS)
+
+
+def _state() -> tuple[bool, str]:
+    link = json.loads(_ip("-j", "-n", NS, "link", "show", "d0").stdout)[0]
+    q = subprocess.run(
+        ["tc", "-j", "-n", NS, "qdisc", "show", "dev", "d0", "root"],
+        capture_output=True, text=True, timeout=10,
+    )  # fmt: skip
+    return "UP" in link["flags"], json.loads(q.stdout)[0]["kind"]
+
+
+def _scheduler(path, schedule: str) -> LabFaultScheduler:
+    tb = load_testbed(path)
+    return LabFaultScheduler(
+        plan_faults(tb, parse_schedule(schedule)), time.monotonic_ns, load_deploy(path)[1].hosts
+    )
+
+
+def _watch(seconds: float, t0: int) -> list[tuple[float, bool, str]]:
+    out = []
+    while (time.monotonic_ns() - t0) / 1e9 < seconds:
+        up, kind = _state()
+        out.append(((time.monotonic_ns() - t0) / 1e9, up, kind))
+        time.sleep(0.01)
+    return out
+
+
+def test_a_lab_link_goes_down_and_comes_back_with_the_ssh_session_killed(lab) -> None:
+    path, sshd = lab
+    sched = _scheduler(path, "at 400ms: a-d0 down for 300ms")
+    with sched:
+        t0 = time.monotonic_ns() + 50_000_000
+        sched.start(t0)
+        sched._thread.join(5)
+        assert sched.sent[0].get("pid") and _state()[0]  # sent ahead of time, not yet due
+        sched._close_remotes()  # the SSH session ends and sshd goes: no one can restore it
+        sshd.stop()
+        seen = _watch(1.2, t0)
+    down = [t for t, up, _ in seen if not up]
+    assert down, "the link never went down"
+    print(f"down from {down[0]:.3f} s to {down[-1]:.3f} s (planned 0.400 s to 0.700 s)")
+    assert 0.35 <= down[0] <= 0.5 and 0.6 <= down[-1] <= 0.85
+    assert seen[-1][1], "the link did not come back up on its own"
+    rec = sched.records()  # the host could not be reached after the run: unconfirmed
+    assert not rec["restored"]["ok"] and "unconfirmed" in rec["restored"]["errors"][0]
+    assert all(a["applied_s"] is None and "unconfirmed" in a["error"] for a in rec["applied"])
+
+
+def test_lab_faults_report_host_times_restore_and_cancel_what_is_pending(lab) -> None:
+    path, _ = lab
+    sched = _scheduler(path, "at 200ms: a-d0 rate 50mbit for 300ms; at 10s: a-d0 down for 1s")
+    with sched:
+        t0 = time.monotonic_ns() + 50_000_000
+        sched.start(t0)
+        seen = _watch(0.8, t0)
+    kinds = {k for t, _, k in seen if 0.3 < t < 0.45}
+    assert kinds == {"tbf"} and seen[-1][2] == "noqueue"  # cut, then the default back
+    rec = sched.records()
+    assert rec["restored"]["ok"], rec["restored"]
+    got = {(a["planned_s"], a["restore"]): a for a in rec["applied"]}
+    assert set(got) == {(0.2, False), (0.5, True)}
+    for a in got.values():  # from the host's log, placed at the estimated landing
+        assert a["ok"] and a["planned_s"] - 0.02 <= a["applied_s"] < a["planned_s"] + 0.1
+    # the 10 s down was cancelled by the run's end: never applied, the link stays up
+    assert [x["planned_s"] for x in rec["not_applied"]] == [10.0, 11.0]
+    time.sleep(0.2)
+    assert _state() == (True, "noqueue")
+    assert "genie-fault-" not in subprocess.run(
+        ["ps", "-eo", "args"], capture_output=True, text=True
+    ).stdout.replace("ps -eo args", "")
