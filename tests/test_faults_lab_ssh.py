@@ -105,7 +105,9 @@ def test_a_lab_link_goes_down_and_comes_back_with_the_ssh_session_killed(lab) ->
     down = [t for t, up, _ in seen if not up]
     assert down, "the link never went down"
     print(f"down from {down[0]:.3f} s to {down[-1]:.3f} s (planned 0.400 s to 0.700 s)")
-    assert 0.35 <= down[0] <= 0.5 and 0.6 <= down[-1] <= 0.85
+    # the host's own sleeps time it once the command has landed; a loaded 2-core machine can
+    # land it late, so: down about when due, for about the window
+    assert 0.3 <= down[0] <= 0.65 and 0.2 <= down[-1] - down[0] <= 0.4
     assert seen[-1][1], "the link did not come back up on its own"
     rec = sched.records()  # the host could not be reached after the run: unconfirmed
     assert not rec["restored"]["ok"] and "unconfirmed" in rec["restored"]["errors"][0]
@@ -119,7 +121,7 @@ def test_lab_faults_report_host_times_restore_and_cancel_what_is_pending(lab) ->
         t0 = time.monotonic_ns() + 50_000_000
         sched.start(t0)
         seen = _watch(0.8, t0)
-    kinds = {k for t, _, k in seen if 0.3 < t < 0.45}
+    kinds = {k for t, _, k in seen if 0.38 < t < 0.48}  # due 0.2-0.5 s; may land late
     assert kinds == {"tbf"} and seen[-1][2] == "noqueue"  # cut, then the default back
     rec = sched.records()
     assert rec["restored"]["ok"], rec["restored"]
