@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--genie-python", default=sys.executable, help="interpreter genie is in")
     args = p.parse_args(argv)
-    genie = [args.genie_python, "-m", "genie"]
+    # absolute (commands run in a scratch folder), not resolved: a venv's python is a symlink
+    genie = [os.path.abspath(args.genie_python), "-m", "genie"]
     with tempfile.TemporaryDirectory(prefix="genie-readme-") as d:
         failures = walk(genie, Path(d))
     for f in failures:
