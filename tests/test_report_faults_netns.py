@@ -67,7 +67,10 @@ def test_report_of_a_bench_with_faults_shows_them_on_the_wire(tmp_path, capsys) 
         "512.0 KiB",
     }
     assert all(len(s["x"]) == ITERS for s in fig["series"] if s["role"] == "measured")
-    assert all(max(s["x"]) < 0 for s in fig["series"] if s["role"] == "warmup")
+    first = {s["size"]: min(s["x"]) for s in fig["series"] if s["role"] == "measured"}
+    warm = {s["size"]: max(s["x"]) for s in fig["series"] if s["role"] == "warmup"}
+    assert warm.keys() == first.keys() and warm[SIZES[0]] < 0 <= first[SIZES[0]] < 0.05
+    assert all(warm[k] < first[k] for k in warm)  # each size's warm-ups before its measured
     (w,) = fig["windows"]
     cut = meta["applied"][0]
     assert w["from_s"] == cut["applied_s"] and 0.15 <= w["from_s"] < 0.2

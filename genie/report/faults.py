@@ -17,7 +17,7 @@ from genie.testbed.fault_run import fault_windows
 from genie.units import format_bytes, format_seconds
 
 INCLUDED = (
-    "The collective curves and tables above count every measured iteration, those that "
+    "The collective curves and tables below count every measured iteration, those that "
     "overlapped a fault included (their p50 resists a few; their p99 and max do not)."
 )
 NO_NETEM = (
@@ -160,14 +160,16 @@ def short_seconds(t: float) -> str:
     return f"{t / scale:.3g} {unit}"
 
 
-def _applied_rows(f: dict[str, Any]) -> list[list[str]]:
-    """The faults as applied: what, planned, applied, result (times from the origin)."""
+def _applied_rows(f: dict[str, Any], number: dict[int, int]) -> list[list[str]]:
+    """The faults as applied: which (its number in the figure), what, planned, applied, result
+    (times from the origin)."""
     rows = []
     for a in f.get("applied", []):
         at = a.get("applied_s")
         late = "" if at is None else f" ({(at - a['planned_s']) * 1e3:+.1f} ms)"
         rows.append(
             [
+                number.get(a["event"], "-"),
                 a["label"],
                 format_seconds(a["planned_s"]),
                 "unconfirmed" if at is None else format_seconds(at) + late,
@@ -175,11 +177,14 @@ def _applied_rows(f: dict[str, Any]) -> list[list[str]]:
             ]
         )
     for a in f.get("not_applied", []):
-        rows.append([a["label"], format_seconds(a["planned_s"]), "-", "not applied: run ended"])
+        rows.append(
+            [number.get(a["event"], "-"), a["label"], format_seconds(a["planned_s"]), "-",
+             "not applied: run ended"]
+        )  # fmt: skip
     return rows
 
 
-def _effect_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def _effect_rows(f: dict[str, Any], number: dict[int, int]) -> tuple[list[str], list[list]]:
     """The effect as the run recorded it: per fault (and any fault) the p50 of the iterations
     that overlapped it beside the p50 of those that overlapped none."""
 
@@ -196,18 +201,41 @@ def _effect_rows(f: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     for size, e in per:
         for x in e.get("events", []):
             rows.append(
-                [size, x["label"], x["runs"], t(x["median_s"]), e["clean_runs"],
-                 t(e["clean_median_s"]), ratio(x["vs_clean"])]
+                [size, f"{number.get(x['event'], '-')}: {x['label']}", x["runs"],
+                 t(x["median_s"]), e["clean_runs"], t(e["clean_median_s"]),
+                 ratio(x["vs_clean"])]
             )  # fmt: skip
-        if len(e.get("events", [])) > 1:
+        if sum(1 for x in e.get("events", []) if x["runs"]) > 1:
             rows.append(
                 [size, "any fault", e["fault_runs"], t(e["fault_median_s"]), e["clean_runs"],
                  t(e["clean_median_s"]), ratio(e["fault_vs_clean"])]
             )  # fmt: skip
-    head = ["size", "fault", "overlapping", "p50 overlapping", "clean", "p50 clean", "ratio"]
+    head = ["size", "fault", "iterations overlapping", "p50", "iterations clean", "p50", "ratio"]
     if per and per[0][0] == "":
         head, rows = head[1:], [r[1:] for r in rows]
     return head, rows
+
+
+def _missed(windows: list[dict[str, Any]], series: list[dict[str, Any]]) -> list[str]:
+    """Why a fault shows no effect: it overlapped no measured iteration (only warm-ups, or
+    the gaps between iterations)."""
+    out = []
+    for w in windows:
+        hit: dict[str, list[str]] = {"measured": [], "warmup": []}
+        for s in series:
+            if any(
+                x < w["to_s"] and w["from_s"] < x + y for x, y in zip(s["x"], s["y"], strict=True)
+            ):
+                hit[s["role"]].append(s["label"].replace(" warm-up (not counted)", ""))
+        if hit["measured"]:
+            continue
+        where = (
+            f"it fell on warm-up iterations ({', '.join(hit['warmup'])}), which are not counted"
+            if hit["warmup"]
+            else "it fell between iterations"
+        )
+        out.append(f"Fault {w['number']} ({w['label']}) overlapped no measured iteration: {where}.")
+    return out
 
 
 def fault_figure(store: RunStore, run: RunInfo, index: int = 0) -> dict[str, Any] | None:
@@ -238,6 +266,8 @@ def fault_figure(store: RunStore, run: RunInfo, index: int = 0) -> dict[str, Any
     ends = [x + y for s in series for x, y in zip(s["x"], s["y"], strict=True)]
     end_s = float(f.get("run_end_s") or 0.0) or max(ends, default=0.0)
     restored = f.get("restored") or {}
+    windows = _windows(f, max(end_s, *ends) if ends else end_s)
+    number = {w["event"]: w["number"] for w in windows}
     origin_text = f.get("time_origin") or "the first measured run's Go (after the warm-ups)"
     return {
         "id": f"faults{index}",
@@ -247,12 +277,13 @@ def fault_figure(store: RunStore, run: RunInfo, index: int = 0) -> dict[str, Any
         "x": {"label": "time from the first measured Go", "unit": "s", "scale": "linear"},
         "y": {"label": y_label, "unit": "s", "scale": "log"},
         "series": series,
-        "windows": _windows(f, max(end_s, *ends) if ends else end_s),
+        "name": run_label(run),
+        "windows": windows,
         "origin": origin_text,
         "origin_note": note,
-        "applied": _applied_rows(f),
-        "effect": _effect_rows(f),
+        "applied": _applied_rows(f, number),
+        "effect": _effect_rows(f, number),
         "restored": bool(restored.get("ok")),
         "restore_errors": list(restored.get("errors") or []),
-        "notes": [INCLUDED if bench else "", NO_NETEM],
+        "notes": [*_missed(windows, series), INCLUDED if bench else "", NO_NETEM],
     }

@@ -296,8 +296,11 @@ def _fault_timeline(ax, fig: dict[str, Any]) -> None:
     if ys and max(ys) / min(ys) > 20:  # a fault can stretch an iteration 100x: keep both legible
         import math
 
-        ax.set_yscale("log")  # from the decade below the fastest: a labelled tick under them
-        ax.set_ylim(10 ** math.floor(math.log10(min(ys))), max(ys) * 1.6)
+        ax.set_yscale("log")  # a labelled decade at or below the typical iteration
+        lo, typical = min(ys) / 1.5, sorted(ys)[len(ys) // 2]
+        if 10 ** math.floor(math.log10(typical)) < lo:
+            lo = 10 ** math.floor(math.log10(min(ys)))
+        ax.set_ylim(lo, max(ys) * 1.6)
     else:
         ax.set_ylim(0, max(ys or [1.0]) * 1.15)
     top = blended_transform_factory(ax.transData, ax.transAxes)
