@@ -340,8 +340,8 @@ def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
     assert "links restored" in out
 
 
-def test_a_schedule_widens_the_bench_timeouts() -> None:
-    from genie.commands._faults import widen_timeouts
+def test_a_schedule_widens_the_run_timeouts() -> None:
+    from genie.commands._faults import TCP_RECOVERY_S, widen_timeouts
     from genie.controller.session import Timeouts
 
     tb = loads_testbed(STAR)
@@ -351,7 +351,9 @@ def test_a_schedule_widens_the_bench_timeouts() -> None:
     )
     assert plan.down_s() == pytest.approx(1.0)
     t = widen_timeouts(Timeouts(), plan)
-    assert t.slow_rate == pytest.approx(1e6) and t.base_s == pytest.approx(Timeouts().base_s + 1)
+    # down 1 s, and one down event: TCP's backed-off resend after it
+    assert t.slow_rate == pytest.approx(1e6)
+    assert t.base_s == pytest.approx(Timeouts().base_s + 1 + TCP_RECOVERY_S)
 
 
 def test_bench_refuses_faults_it_cannot_run(capsys) -> None:

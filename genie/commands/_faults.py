@@ -55,9 +55,15 @@ def scheduler(fault_plan: Any, now: Any, testbed_path: str) -> Any:
     return FaultScheduler(fault_plan, now)
 
 
+# after a link comes back, TCP resends only when its backed-off retransmit timer fires: a 50 ms
+# outage was seen to stall a run about 2 s on this machine; allow this much per down event
+TCP_RECOVERY_S = 8.0
+
+
 def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
     """``timeouts`` (a ``Timeouts``) that let a run live through ``fault_plan``: the slow rate
-    no faster than the slowest rate it sets, the base longer by the time its links are down."""
+    no faster than the slowest rate it sets, the base longer by the time its links are down
+    plus TCP's recovery after each down window."""
     from genie.controller.session import Timeouts
 
     t = timeouts or Timeouts()
@@ -65,7 +71,9 @@ def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
         return t
     rates = [e.rate for e in fault_plan.events if e.action == "rate" and e.rate]
     slow = min([t.slow_rate, *rates])
-    return dataclasses.replace(t, slow_rate=slow, base_s=t.base_s + fault_plan.down_s())
+    downs = sum(1 for e in fault_plan.events if e.action == "down")
+    extra = fault_plan.down_s() + TCP_RECOVERY_S * downs
+    return dataclasses.replace(t, slow_rate=slow, base_s=t.base_s + extra)
 
 
 def print_applied(con: Console, f: dict, origin: str) -> None:

@@ -27,7 +27,7 @@ from genie.commands._calibration import add_dilation_argument
 from genie.commands._calibration import resolve as resolve_calibration
 from genie.commands._faults import add_argument as add_faults_argument
 from genie.commands._faults import plan as plan_faults
-from genie.commands._faults import print_applied
+from genie.commands._faults import print_applied, widen_timeouts
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import describe, dump_json, print_reports, with_closed
 from genie.errors import UsageError
@@ -114,18 +114,37 @@ def _workload_hash(cw: CompiledWorkload) -> str:
 
 
 @contextlib.contextmanager
-def _live_run(cw: CompiledWorkload, tb, testbed_path, agents, *, store, meta, command, unit, total):
+def _live_run(
+    cw: CompiledWorkload,
+    tb,
+    testbed_path,
+    agents,
+    *,
+    store,
+    meta,
+    command,
+    unit,
+    total,
+    timeouts=None,
+):
     """One stored emulate run on the agents: yields (run, progress bar).
 
     ``StoredRun`` starts the run in the store, connects the controller, syncs clocks and records
     host facts and offsets; on leaving, the run is finished as ok, interrupted or failed.
+    ``timeouts``: the controller's (``Timeouts``; None: the defaults).
     """
     from genie.controller.stored_run import StoredRun
 
     meta = {"workload": cw.name, "placement": list(agents), **meta}
     with (
         StoredRun(
-            tb, testbed_path, command, store=store, meta=meta, workload_hash=_workload_hash(cw)
+            tb,
+            testbed_path,
+            command,
+            store=store,
+            meta=meta,
+            workload_hash=_workload_hash(cw),
+            timeouts=timeouts,
         ) as run,
         progress.bar(f"{cw.name} on {tb.name}", total, unit) as bar,
     ):
@@ -541,6 +560,7 @@ def run_overlapped(
         command=command,
         unit="runs of the trace",
         total=iterations + warmup,
+        timeouts=widen_timeouts(None, faults) if faults is not None else None,
     ) as (run, bar):
 
         def on_pass(j, p) -> None:

@@ -108,10 +108,13 @@ def run_size(
     ctl.prepare([program], list(placement), options)
     got: list[Instance] = []
 
-    def go(n: int, w: int, start: Callable[[int], None] | None) -> list[Instance]:
+    def go(
+        n: int, w: int, start: Callable[[int], None] | None, warm: bool = False
+    ) -> list[Instance]:
         batch = ctl.run(0, iters=n, warmup=w, record_steps=record_steps, on_start=start).instances
         for x in batch:
             x.iteration += len(got)
+            x.warmup = x.warmup or warm  # flagged before they are handed over (and stored)
         got.extend(batch)
         if on_instances is not None:
             on_instances(batch)
@@ -119,8 +122,7 @@ def run_size(
 
     try:
         if on_start is not None and warmup:
-            for x in go(warmup, 0, None):  # warm-ups alone: measured Gos start the clock
-                x.warmup = True
+            go(warmup, 0, None, warm=True)  # warm-ups alone: measured Gos start the clock
             warmup = 0
         if on_instances is None:
             go(iters, warmup, on_start)

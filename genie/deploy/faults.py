@@ -270,6 +270,7 @@ class LabFaultScheduler:
                     not_applied.append({"event": f.event, "label": f.label, "planned_s": planned})
         return {
             "schedule": self.plan.describe(),
+            "origin_ns": self.start_at_ns,  # the time origin, controller clock ns (None: unstarted)
             "applied": list(self.applied),
             "not_applied": not_applied,
             "restored": self.restored,

@@ -11,6 +11,7 @@ from typing import Any
 from genie import progress
 from genie.errors import UsageError
 from genie.report import data
+from genie.report.faults import fault_figure
 from genie.report.html import render_html
 from genie.store import RunStore
 
@@ -83,6 +84,7 @@ def build_report(
     groups: list[dict[str, Any]] = []
     facts: list[dict[str, Any]] = []
     resolved: list[str] = []
+    fault_figs: list[dict[str, Any]] = []
     if run_ids:
         if store_path is None or not Path(store_path).is_file():
             raise UsageError(f"run store not found: {store_path}")
@@ -94,8 +96,11 @@ def build_report(
                 resolved.append(run.run_id)
                 facts.append(data.run_facts(run))
                 groups.extend(data.bench_groups(store, run.run_id))
+                fig = fault_figure(store, run, len(fault_figs))
+                if fig is not None:
+                    fault_figs.append(fig)
     data.distinct_run_labels(groups)
-    figures = data.bench_figures(groups) + data.error_figures(groups)
+    figures = data.bench_figures(groups) + fault_figs + data.error_figures(groups)
     notes = []
     sim_errors = []
     docs = [(str(s), _read_json(s)) for s in sims]

@@ -200,6 +200,35 @@ def _sim_error_table(source: str, rows: list[dict[str, Any]]) -> str:
     return f"<h3>model error of {escape(source)}</h3>" + _table(head, body)
 
 
+def _fault_section(f: dict[str, Any], png: Path) -> str:
+    """A run's iterations on the wire with its link faults: the figure, the faults as applied,
+    their effect on the iteration time, and what is not emulated."""
+    head, effect = f["effect"]
+    restored = (
+        "Every touched link was restored to the testbed file's state after the run."
+        if f["restored"]
+        else "Restoring the links FAILED: " + "; ".join(f["restore_errors"])
+    )
+    out = [
+        f"<h2>Wire and faults: {escape(f['name'])}</h2>",
+        f"<figure>{_img(png, f['title'])}<figcaption>{escape(f['title'])} ({_formats(png)}). "
+        "Each dot is where an iteration (a run of the trace) started, its line runs to where "
+        "it ended, at the height of its duration; hollow = warm-up, not counted. Shaded: each "
+        "fault's window as applied (dashed: as planned, where that differs by 1 ms or more); "
+        f"times from {escape(f['origin'])}.</figcaption></figure>",
+        "<h3>Faults as applied</h3>",
+        _table(["", "fault", "planned", "applied (late by)", "result"], f["applied"], left=2),
+        f'<p class="note">{escape(restored)}</p>',
+        "<h3>Effect on the iteration time (measured on the wire, as the run recorded it)</h3>",
+        _table(head, effect, left=2 if head[0] == "size" else 1),
+        '<p class="note">overlapping: the measured iterations whose span overlapped the '
+        "fault's window; clean: those that overlapped no fault; p50 of each; ratio = p50 "
+        "overlapping / p50 clean.</p>",
+    ]
+    out.extend(f'<p class="note">{escape(n)}</p>' for n in [f["origin_note"], *f["notes"]] if n)
+    return "\n".join(out)
+
+
 _PARTS = ("compute", "exposed_comm", "wait", "idle")
 
 
@@ -237,6 +266,9 @@ def render_html(
         "bandwidths in GB/s = 10^9 bytes/s (nccl-tests: algbw = S/t, busbw = algbw x factor). "
         "The analytical curves are genie's cost model priced on the run's own testbed.</p>",
     ]
+    for f in figures:  # first: the faults are what such a run was about
+        if f["kind"] == "fault_timeline":
+            parts.append(_fault_section(f, files[f["id"]]))
     for kind, heading, table in (
         ("size_sweep", "Collectives: measured beside the analytical model", _group_table),
         ("model_error", "How far the model is from the wire", _error_table),
@@ -249,7 +281,7 @@ def render_html(
                 parts.append(f"<figcaption>{escape(f['title'])} ({_formats(files[f['id']])})")
                 parts.append("</figcaption></figure>")
             parts.extend(table(g) for g in groups)
-    other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error")]
+    other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error", "fault_timeline")]
     if other:
         parts.append("<h2>Simulated and emulated iterations</h2>")
         stacks = [

@@ -273,6 +273,67 @@ def _small_multiples(fig: dict[str, Any], plt) -> Any:
     return f
 
 
+FAULT_COLOURS = ("#e15759", "#f28e2b", "#b07aa1", "#59a14f", "#edc948", "#76b7b2")
+
+
+def _fault_timeline(ax, fig: dict[str, Any]) -> None:
+    """Each iteration at its start (dot) for its duration (line to its end) at the height of
+    its duration; fault windows shaded and numbered, planned edges dashed where they differ."""
+    from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
+
+    curves: dict[str, str] = {}
+    for s in fig["series"]:
+        c = curves.setdefault(s["curve"], f"C{len(curves)}")
+        warm = s["role"] == "warmup"
+        ends = [x + y for x, y in zip(s["x"], s["y"], strict=True)]
+        ax.hlines(s["y"], s["x"], ends, color=c, lw=1.0, alpha=0.5 if warm else 0.9)
+        ax.scatter(
+            s["x"], s["y"], s=16, marker="o", label=s["label"], zorder=3,
+            facecolors="none" if warm else c, edgecolors=c,
+        )  # fmt: skip
+    ys = [v for s in fig["series"] for v in s["y"] if v > 0]
+    if ys and max(ys) / min(ys) > 20:  # a fault can stretch an iteration 100x: keep both legible
+        import math
+
+        ax.set_yscale("log")  # a labelled decade at or below the typical iteration
+        lo, typical = min(ys) / 1.5, sorted(ys)[len(ys) // 2]
+        if 10 ** math.floor(math.log10(typical)) < lo:
+            lo = 10 ** math.floor(math.log10(min(ys)))
+        ax.set_ylim(lo, max(ys) * 1.6)
+    else:
+        ax.set_ylim(0, max(ys or [1.0]) * 1.15)
+    top = blended_transform_factory(ax.transData, ax.transAxes)
+    handles = []
+    for w in fig["windows"]:
+        c = FAULT_COLOURS[(w["number"] - 1) % len(FAULT_COLOURS)]
+        if w["confirmed"]:
+            ax.axvspan(w["from_s"], w["to_s"], color=c, alpha=0.22, lw=0)
+        else:
+            ax.axvspan(w["from_s"], w["to_s"], fill=False, hatch="//", edgecolor=c, lw=0)
+        if w["shifted"]:  # planned edges where the application came later
+            for v in (w["planned_from_s"], w["planned_to_s"]):
+                ax.axvline(v, color=c, ls="--", lw=0.9)
+        ax.text(
+            (w["from_s"] + w["to_s"]) / 2, 1.005, str(w["number"]), transform=top, va="bottom",
+            ha="center", fontsize=9, fontweight="bold", color=c,
+        )  # fmt: skip
+        handles.append(Patch(color=c, alpha=0.4, label=f"fault {w['number']}: {w['title']}"))
+    ax.axvline(0.0, color="k", lw=0.7, ls=":", label="time origin: the first measured Go")
+    ends = [x + y for s in fig["series"] for x, y in zip(s["x"], s["y"], strict=True)]
+    lo = min([0.0, *(x for s in fig["series"] for x in s["x"])])
+    hi = max([*ends, *(w["to_s"] for w in fig["windows"])], default=1.0)
+    ax.set_xlim(lo - 0.01 * (hi - lo), hi + 0.01 * (hi - lo))
+    _seconds_axis(ax.xaxis, fig["x"]["label"], max(abs(lo), abs(hi)))
+    _seconds_axis(ax.yaxis, fig["y"]["label"], max(ys or [1.0]))
+    ax.grid(True, which="major", alpha=0.3)
+    points, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        handles=[*points, *handles], labels=[*labels, *(h.get_label() for h in handles)],
+        fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.14), frameon=False,
+    )  # fmt: skip
+
+
 DRAW = {
     "size_sweep": _sweep,
     "backend_bars": _bars,
@@ -281,6 +342,7 @@ DRAW = {
     "rank_timeline": _timeline,
     "model_error": _model_error,
     "grouped_bars": _grouped,
+    "fault_timeline": _fault_timeline,
 }
 FORMATS = ("png", "svg", "pdf")
 
@@ -297,7 +359,7 @@ def draw(fig: dict[str, Any], path: Path, all_formats: bool = False) -> Any:
             height = max(2.4, min(12.0, 1.4 + 0.45 * len(fig["series"])))
         f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
         DRAW[fig["kind"]](ax, fig)
-        ax.set_title(fig["title"], fontsize=11)
+        ax.set_title(fig["title"], fontsize=11, pad=16 if fig["kind"] == "fault_timeline" else 6)
     paths = [path] + ([path.with_suffix(f".{x}") for x in FORMATS[1:]] if all_formats else [])
     try:
         f.tight_layout()

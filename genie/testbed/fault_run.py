@@ -126,6 +126,7 @@ class FaultScheduler:
         done = {(a["event"], a["restore"]) for a in applied}
         return {
             "schedule": self.plan.describe(),
+            "origin_ns": self.start_at_ns,  # the time origin, controller clock ns (None: unstarted)
             "applied": applied,
             "not_applied": [
                 {"event": s.event, "label": s.label, "planned_s": s.at_s}
