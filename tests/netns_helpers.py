@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 from genie.testbed import load_testbed, netns
+from tests._agents import netns_unavailable
 
 
 def unavailable(prefix: str) -> str | None:
     """Why netns tests with namespaces named ``prefix...`` cannot run here (None: they can)."""
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing():
-        return f"needs {', '.join(netns.tools_missing())} (iproute2)"
-    probe = f"{prefix}probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    return None if shutil.which("tc") else "tc missing"
+    return netns_unavailable(f"{prefix}probe")
 
 
 @contextlib.contextmanager

@@ -6,8 +6,6 @@ Everything here uses the namespace prefix ``genie-pt-`` so it never touches a te
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -20,26 +18,13 @@ from genie import cli
 from genie.errors import TestbedError
 from genie.testbed import Testbed, addressing, load_testbed, netns, state
 from genie.testbed.measure import aggregate_rate, measure_flows
+from tests.netns_helpers import unavailable
 
 PREFIX = "genie-pt-"
 RATE_BITS = 200_000_000
 
 
-def _netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root to create network namespaces"
-    if netns.tools_missing():
-        return f"needs {', '.join(netns.tools_missing())} (iproute2)"
-    probe = f"{PREFIX}probe"
-    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
-    if made.returncode != 0:
-        return f"cannot create a network namespace: {made.stderr.strip()}"
-    subprocess.run(["ip", "netns", "del", probe], capture_output=True)
-    tbf = shutil.which("tc")
-    return None if tbf else "tc missing"
-
-
-_WHY = _netns_unavailable()
+_WHY = unavailable(PREFIX)
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 
