@@ -189,12 +189,19 @@ def distinct_run_labels(groups: Sequence[dict[str, Any]]) -> None:
             g["run_label"] = f"{lab} (run {ids.index(g['run_id']) + 1} of {len(ids)})"
 
 
-def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Two figures per collective (busbw and time vs size), every run's groups overlaid."""
+def _by_collective(
+    groups: Sequence[dict[str, Any]],
+) -> tuple[dict[str, list[dict[str, Any]]], bool]:
+    """The groups by collective (in first-seen order), and whether they come from several runs."""
     by_coll: dict[str, list[dict[str, Any]]] = {}
     for g in groups:
         by_coll.setdefault(g["collective"], []).append(g)
-    many = len({g["run_id"] for g in groups}) > 1
+    return by_coll, len({g["run_id"] for g in groups}) > 1
+
+
+def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two figures per collective (busbw and time vs size), every run's groups overlaid."""
+    by_coll, many = _by_collective(groups)
     figs = []
     size_axis = {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"}
     for coll, gs in by_coll.items():
@@ -260,10 +267,7 @@ def _testbeds(gs: Sequence[dict[str, Any]]) -> str:
 
 def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per collective: the model's error vs size, nominal and calibrated (percent)."""
-    by_coll: dict[str, list[dict[str, Any]]] = {}
-    for g in groups:
-        by_coll.setdefault(g["collective"], []).append(g)
-    many = len({g["run_id"] for g in groups}) > 1
+    by_coll, many = _by_collective(groups)
     figs = []
     for coll, gs in by_coll.items():
         series = []
