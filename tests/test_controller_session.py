@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agents.programs import BUILTIN
@@ -222,3 +224,42 @@ def test_offsets_are_re_estimated_when_old(rig) -> None:
     base.advance(int((ctl.resync_s + 1) * 1e9))
     ctl.run(iters=1)
     assert probes() == n0 + 3 * 2  # 3 agents x 2 rounds
+
+
+def test_an_outage_is_allowed_per_iteration_of_a_go_and_once_per_op_list_run(rig) -> None:
+    ctl, _, _, dps, _ = rig
+    ctl.connect()
+    programs = [ring_program(), ring_program(size=6000)]
+    agents = ["a0", "a1", "a2"]
+    bounds: list[float] = []
+
+    def recording(real):
+        def go(msg, start, post):
+            bounds.append(msg.timeout_s)
+            real(msg, start, post)
+
+        return go
+
+    for dp in dps.values():
+        dp.go = recording(dp.go)
+
+    def op_list_bound(outage_s: float) -> float:
+        ctl.to = dataclasses.replace(ctl.to, outage_s=outage_s)
+        ctl.prepare(programs, agents)
+        for dp in dps.values():
+            dp.hang = True
+        with pytest.raises(RuntimeFault, match="timed out"):
+            ctl.run_oplists({r: [(0, [], 0), (1, [], 0)] for r in range(3)}, agents)
+        for dp in dps.values():
+            dp.hang = False
+        return bounds[-1]
+
+    ctl.prepare(programs, agents)
+    ctl.run(iters=2)
+    plain = bounds[-1]
+    ctl.to = dataclasses.replace(ctl.to, outage_s=7.0)
+    ctl.run(iters=2)
+    assert bounds[-1] == pytest.approx(plain + 7.0)  # each iteration may be the one cut off
+    ctl.release()
+    # an op list of two programs lives through the outage once, not once per program
+    assert op_list_bound(7.0) == pytest.approx(op_list_bound(0.0) + 7.0)

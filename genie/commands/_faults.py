@@ -62,8 +62,9 @@ TCP_RECOVERY_S = 8.0
 
 def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
     """``timeouts`` (a ``Timeouts``) that let a run live through ``fault_plan``: the slow rate
-    no faster than the slowest rate it sets, the base longer by the time its links are down
-    plus TCP's recovery after each down window."""
+    no faster than the slowest rate it sets, the outage to live through as long as its links
+    are down plus TCP's recovery after each down window (once per iteration of a Go, once per
+    op-list run: not once per program of the run)."""
     from genie.controller.session import Timeouts
 
     t = timeouts or Timeouts()
@@ -73,7 +74,7 @@ def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
     slow = min([t.slow_rate, *rates])
     downs = sum(1 for e in fault_plan.events if e.action == "down")
     extra = fault_plan.down_s() + TCP_RECOVERY_S * downs
-    return dataclasses.replace(t, slow_rate=slow, base_s=t.base_s + extra)
+    return dataclasses.replace(t, slow_rate=slow, outage_s=t.outage_s + extra)
 
 
 def print_applied(con: Console, f: dict, origin: str) -> None:

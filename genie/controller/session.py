@@ -102,6 +102,9 @@ class Timeouts:
     heartbeat_s: float | None = None  # None: the Controller's heartbeat_s argument
     missed_beats: int | None = None  # None: MISSED_BEATS_LIMIT
     abort_s: float = 2.0  # bound of waiting for abort/bye acknowledgements
+    # link outages a run must live through (scheduled faults): added to each iteration's bound
+    # of a Go, and once to an op-list run's bound
+    outage_s: float = 0.0
 
 
 @dataclass
@@ -544,7 +547,7 @@ class Controller:
         if not self.job:
             raise RuntimeFault("run before prepare")
         prog = self.programs[program]
-        per_iter = timeout_s or self.iteration_timeout(prog)
+        per_iter = timeout_s or self.iteration_timeout(prog) + self.to.outage_s
         involved = sorted(set(self.placement))
         lead = lead_s if lead_s is not None else 0.005 + 0.0015 * len(involved)
         self._resync_if_due()
@@ -618,7 +621,7 @@ class Controller:
         self._resync_if_due()
         gaps = max((sum(g for _, _, g in ops) for ops in rank_ops.values()), default=0)
         timeout = sum(self.iteration_timeout(p) for p in self.programs) + gaps / 1e9
-        timeout += self.to.base_s
+        timeout += self.to.base_s + self.to.outage_s
         lead = lead_s if lead_s is not None else 0.01 + 0.002 * len(involved)
         start_at = self.clock.now() + int(lead * 1e9)
         if on_start is not None:
