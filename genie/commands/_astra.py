@@ -135,7 +135,8 @@ def astra_backend(
     args: argparse.Namespace, wl: Any, cw: Any, net: AstraNetwork, system: AstraSystem
 ):
     """The ``--model astra-*`` backend for compiled workload ``cw``."""
-    from genie.sim.astra_model import AstraBackend, check_collective
+    from genie.sim.astra_model import AstraBackend
+    from genie.sim.astra_plan import check_collective
     from genie.sim.symmetry import representatives
 
     check_workload(wl, net)

@@ -29,6 +29,9 @@ own code), so that genie and ASTRA-sim agree on the same workload and configurat
   ``floor(m / bandwidth)``). Bandwidth is ASTRA-sim's "GB/s" = 2^30 B/s. A send/recv is one
   message with no endpoint delay.
 
+The planning (chunks, phases, rings) is ``genie.sim.astra_plan``; this module runs it: the
+event clock, the two networks, each phase's steps, the per-rank queues and the backend.
+
 Time is integer nanoseconds inside (ASTRA-sim's tick) and seconds at the interface. In the
 congestion-unaware model an instance's time depends only on its type, size and group, so it is
 simulated once and replayed from a cache.
@@ -40,221 +43,31 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from genie.errors import CollectiveError, ConfigError
-from genie.sim.astra_config import AstraNetwork, AstraSystem, Implementation
+from genie.sim.astra_config import AstraNetwork, AstraSystem
+from genie.sim.astra_plan import (
+    A2A,
+    AG,
+    AR,
+    CCW,
+    CW,
+    LOCAL_ENDPOINT_DELAY,
+    NETWORK_COLLECTIVES,
+    REPLAYED,
+    RS,
+    CollectivePlan,
+    PhaseSpec,
+    Rings,
+    check_collective,
+)
 from genie.sim.network import Transfer
-from genie.vocabulary import P2P, CollectiveType, chakra_name
-
-AR, RS, AG, A2A = "all_reduce", "reduce_scatter", "all_gather", "all_to_all"
-_NETWORK_COLLECTIVES = {
-    int(CollectiveType.ALL_REDUCE): AR,
-    int(CollectiveType.REDUCE_SCATTER): RS,
-    int(CollectiveType.ALL_GATHER): AG,
-    int(CollectiveType.ALL_TO_ALL): A2A,
-}
-_REPLAYED = int(CollectiveType.BROADCAST)  # ASTRA-sim replays the node's duration
-CW, CCW = 1, -1
-LOCAL_ENDPOINT_DELAY = 10  # ns: ASTRA-sim's memory hop on a comm group's own ring ("Fast")
-
-
-# ---------------------------------------------------------------------------------------------
-# planning: which phases each chunk runs, on which ring
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseSpec:
-    """One phase of a chunk as one rank runs it."""
-
-    algorithm: str  # ring | direct | halvingDoubling
-    collective: str  # AR, RS, AG, A2A
-    members: tuple[int, ...]  # the ring, in ring order
-    index: int  # this rank's position in ``members``
-    data: int  # bytes entering the phase
-    vnet: int  # the dimension's queue
-    direction: int  # CW or CCW
-    local: bool  # a comm group's ring (10 ns memory hop, longer packet windows)
-    window: int  # direct: messages in flight (-1: n - 1)
-
-
-def phase_output(collective: str, data: int, n: int) -> int:
-    """Bytes a phase hands to the next one (ASTRA-sim's final_data_size)."""
-    if collective == AG:
-        return data * n
-    if collective == RS:
-        return data // n
-    return data
-
-
-def chunking(collective: str, size: int, splits: int, total_npus: int) -> tuple[int, int]:
-    """(chunks, bytes per chunk) for a collective of ``size`` bytes (see the module docstring)."""
-    chunk = size // splits
-    if collective != AG and total_npus > chunk:
-        chunk = total_npus
-        size = splits * chunk
-    if chunk <= 0:
-        raise CollectiveError(
-            f"ASTRA-sim cannot split a {size}-byte all-gather into {splits} chunks (0 bytes each)"
-        )
-    return math.ceil(size / chunk), chunk
-
-
-@dataclass(frozen=True)
-class _PhaseTemplate:
-    collective: str
-    dim: int  # -1: the group's own ring or the flat ring
-    data: int
-    direction: int
-    impl: Implementation
-
-
-class CollectivePlan:
-    """The chunks and phases of one collective on one group (the same for every instance)."""
-
-    def __init__(
-        self,
-        collective: str,
-        size: int,
-        group: tuple[int, ...],
-        world: bool,
-        net: AstraNetwork,
-        system: AstraSystem,
-    ) -> None:
-        self.collective = collective
-        self.group = group
-        self.world = world
-        self.net = net
-        self.streams, chunk = chunking(collective, size, system.splits, net.total_npus)
-        impls = system.implementation(collective, net.dims)
-        self.local = not world
-        self.flat = world and impls[0].flat
-        if not world:
-            # a group smaller than the network: one ring of its members (ASTRA-sim falls back to
-            # ring when the system file names one algorithm per dimension of a multi-D network)
-            impl = impls[0] if len(impls) == 1 else Implementation("ring")
-            self.templates = self._phases(collective, chunk, [(-1, len(group), impl)], system)
-        elif self.flat:
-            self.templates = self._phases(
-                collective, chunk, [(-1, net.total_npus, impls[0])], system
-            )
-        else:
-            dims = [(d, net.npus[d], impls[d]) for d in range(net.dims)]
-            self.templates = self._phases(collective, chunk, dims, system)
-        for t in self.templates:
-            n = len(group) if not world else (net.total_npus if t.dim < 0 else net.npus[t.dim])
-            if t.impl.algorithm == "halvingDoubling":
-                if collective == A2A:
-                    raise ConfigError(
-                        f"{system.path}: key 'all-to-all-implementation': ASTRA-sim's "
-                        "halvingDoubling has no all-to-all"
-                    )
-                if n & (n - 1):
-                    raise CollectiveError(
-                        f"halvingDoubling needs a power-of-two ring; this "
-                        f"{collective.upper()} runs on {n} NPUs"
-                    )
-
-    @staticmethod
-    def _phases(
-        collective: str, data: int, dims: list[tuple[int, int, Implementation]], system: AstraSystem
-    ) -> list[_PhaseTemplate]:
-        dims = [d for d in dims if d[1] > 1]
-        out: list[_PhaseTemplate] = []
-        if collective != AR or system.optimization == "baseline":
-            order = list(reversed(dims)) if collective == AG else dims
-            for dim, n, impl in order:
-                out.append(_PhaseTemplate(collective, dim, data, CW, impl))
-                data = phase_output(collective, data, n)
-            return out
-        # localBWAware all-reduce: RS up, AR on the last dimension, AG back down
-        for dim, n, impl in dims[:-1]:
-            out.append(_PhaseTemplate(RS, dim, data, CW, impl))
-            data = phase_output(RS, data, n)
-        if dims:
-            dim, n, impl = dims[-1]
-            out.append(_PhaseTemplate(AR, dim, data, CW, impl))
-        for dim, n, impl in reversed(dims[:-1]):
-            out.append(_PhaseTemplate(AG, dim, data, CCW, impl))
-            data = phase_output(AG, data, n)
-        return out
-
-    def phases_for(self, rank: int, rings: _Rings) -> list[PhaseSpec]:
-        """The phases rank ``rank`` runs for each chunk."""
-        out = []
-        for t in self.templates:
-            if self.local:
-                members, idx = rings.group(self.group, rank)
-            elif t.dim < 0:
-                members, idx = rings.flat(), rank
-            else:
-                members, idx = rings.dimension(t.dim, rank)
-            vnet = max(t.dim, 0)
-            out.append(
-                PhaseSpec(
-                    t.impl.algorithm,
-                    t.collective,
-                    members,
-                    idx,
-                    t.data,
-                    vnet,
-                    t.direction,
-                    self.local,
-                    t.impl.window,
-                )
-            )
-        return out
-
-
-class _Rings:
-    """Ring member tuples, shared by the ranks of a ring."""
-
-    def __init__(self, net: AstraNetwork) -> None:
-        self.net = net
-        self._dim: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._group: dict[tuple[int, ...], dict[int, int]] = {}
-        self._flat: tuple[int, ...] | None = None
-
-    def dimension(self, dim: int, rank: int) -> tuple[tuple[int, ...], int]:
-        """The ring of ``rank`` in dimension ``dim`` and its position there."""
-        off = math.prod(self.net.npus[:dim])
-        n = self.net.npus[dim]
-        coord = (rank // off) % n
-        base = rank - coord * off
-        ring = self._dim.get((dim, base))
-        if ring is None:
-            ring = self._dim[(dim, base)] = tuple(base + k * off for k in range(n))
-        return ring, coord
-
-    def flat(self) -> tuple[int, ...]:
-        """Every NPU in one ring (the one* algorithms)."""
-        if self._flat is None:
-            self._flat = tuple(range(self.net.total_npus))
-        return self._flat
-
-    def group(self, members: tuple[int, ...], rank: int) -> tuple[tuple[int, ...], int]:
-        """A comm group's ring (its listed order) and ``rank``'s position in it."""
-        pos = self._group.get(members)
-        if pos is None:
-            pos = self._group[members] = {r: i for i, r in enumerate(members)}
-        return members, pos[rank]
-
+from genie.vocabulary import P2P
 
 # ---------------------------------------------------------------------------------------------
 # the event queue and the two networks
 # ---------------------------------------------------------------------------------------------
-
-
-def check_collective(kind: int) -> None:
-    """CollectiveError for a collective ASTRA-sim 2.0 cannot run."""
-    if kind in (P2P, _REPLAYED) or kind in _NETWORK_COLLECTIVES:
-        return
-    raise CollectiveError(
-        f"ASTRA-sim 2.0 cannot run {chakra_name(kind).upper()} (it runs all-reduce, "
-        "reduce-scatter, all-gather, all-to-all and send/recv, and replays broadcast)"
-    )
 
 
 class _Clock:
@@ -735,7 +548,7 @@ class AstraBackend:
         self.group_names = group_names or []
         self.durations = durations or {}
         self.standalone: dict[int, float] = {}
-        self.rings = _Rings(net)
+        self.rings = Rings(net)
         self._plans: dict[tuple, CollectivePlan] = {}
         self._lanes: list[deque[_Instance]] = [deque() for _ in range(net.total_npus)]
         threshold = system.active_chunks  # one queue per dimension
@@ -838,7 +651,7 @@ class AstraBackend:
                     f"network's {self.net.total_npus} NPUs"
                 )
         world = kind != P2P and self._is_world(transfer)
-        cacheable = kind in _NETWORK_COLLECTIVES and not self.aware and not self.per_member
+        cacheable = kind in NETWORK_COLLECTIVES and not self.aware and not self.per_member
         key = (kind, int(transfer.size), ranks, world) if cacheable else None
         inst = _Instance(transfer.iid, kind, int(transfer.size), ranks, key, world)
         self._insts[transfer.iid] = inst
@@ -855,7 +668,7 @@ class AstraBackend:
             self.messages += 1
             self.transport.send(src, dst, max(1, inst.size), self._p2p_arrived, inst)
             return
-        if inst.kind == _REPLAYED:
+        if inst.kind == REPLAYED:
             dur = max(1, self.durations.get((inst.iid, rank), 1))
             self.clock.at(now + dur, self._share_at, (inst, rank))
             return
@@ -877,7 +690,7 @@ class AstraBackend:
         key = (inst.kind, inst.size, inst.ranks, world)
         plan = self._plans.get(key)
         if plan is None:
-            coll = _NETWORK_COLLECTIVES[inst.kind]
+            coll = NETWORK_COLLECTIVES[inst.kind]
             plan = self._plans[key] = CollectivePlan(
                 coll, inst.size, inst.ranks, world, self.net, self.system
             )
