@@ -117,3 +117,30 @@ def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> No
     ratio = emulated / bench
     print(f"emulate (overlapped) / bench, best of each, {size} B all-reduce: {ratio:.3f}")
     assert 0.8 <= ratio <= 1.2
+
+
+def test_a_bucket_computed_under_the_previous_one_starts_when_it_ends(
+    star, tmp_path, capsys
+) -> None:
+    # A (1 MiB, ~42 ms on the wire) after 1 ms of compute; B after 20 ms more compute that
+    # runs while A is on the wire. In issue order B waits for A, then starts at once: its
+    # compute is done. (Planned on the issue-ordered workload, B waited its 20 ms gap again
+    # after A ended.)
+    size = 1 << 20
+    builders = [RankBuilder(r) for r in range(2)]
+    for b in builders:
+        c = b.compute("fwd", 1 * MS)
+        b.collective("ar_a", CollectiveType.ALL_REDUCE, size, [c])
+        c2 = b.compute("bwd", 20 * MS, [c])
+        b.collective("ar_b", CollectiveType.ALL_REDUCE, size, [c2])
+    prefix = tmp_path / "under"
+    save_workload(finish("under", builders), prefix)
+    doc = _emulate(star, prefix, tmp_path, capsys)
+    a, b = sorted(doc["instances"], key=lambda x: x["iid"])
+    waits = []
+    for ra, rb in zip(a["rank_intervals_s"], b["rank_intervals_s"], strict=True):
+        end_a = {r: end for r, _, end in ra}
+        for r, start, _ in rb:
+            waits.append(start - end_a[r])
+    print(f"B started {', '.join(f'{w * 1e3:.2f}' for w in waits)} ms after A ended (per rank)")
+    assert all(-1e-3 <= w < 10 * MS for w in waits)  # after A, and not a 20 ms gap later

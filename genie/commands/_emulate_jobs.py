@@ -38,7 +38,6 @@ from genie.errors import UsageError
 from genie.sim import perturb
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.jobs import JobMap, JobSpec, job_times, merge_jobs
-from genie.sim.streams import order_collectives
 from genie.store import DEFAULT_STORE
 
 MEASURED = "each instance's median time over the runs on the agents, replayed"
@@ -140,8 +139,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     with progress.stage("loading workloads") as st:
         for pre in args.workload:
             st.describe(f"loading {pre}")
-            cw = compile_workload(load_workload(pre))
-            cws.append(order_collectives(cw, args.comm_concurrency))
+            cws.append(compile_workload(load_workload(pre)))  # run_overlapped orders them
     layout, starts = X.job_layout(args, [cw.n_ranks for cw in cws])
     tb = load_testbed(args.testbed)
     top = max((max(h) for h in layout), default=0)

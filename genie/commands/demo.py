@@ -57,7 +57,6 @@ def _run(args: argparse.Namespace) -> int:
     from genie.controller.local import LocalCluster
     from genie.controller.probe import probe_cluster
     from genie.sim.adapter import compile_workload
-    from genie.sim.streams import order_collectives
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
@@ -75,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
             wl = data_parallel(args.agents, layers=LAYERS, hidden=HIDDEN, seq=SEQ, batch=BATCH)
             prefix = Path(d) / "dp"
             save_workload(wl, prefix)
-            cw = order_collectives(compile_workload(wl), 1)  # NCCL's stream order
+            cw = compile_workload(wl)  # run_overlapped keeps NCCL's stream order
             agents = [h.name for h in cluster.testbed.hosts]
             o = run_overlapped(
                 cw,

@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         return run_jobs(args)
     with progress.stage("loading workload"):
         wl = load_workload(args.workload[0])
-        base = order_collectives(compile_workload(wl), args.comm_concurrency)
+        base = compile_workload(wl)
         pert = X.perturbation(args)
         cw = perturb.apply(base, pert)  # the compute gaps on the wire are the perturbed ones
     tb = load_testbed(args.testbed)
@@ -201,6 +201,8 @@ def run(args: argparse.Namespace) -> int:
     cal = resolve_calibration(args.calibration, store, tb.name)
     if args.mode == "overlapped":
         return _run_overlapped(args, cw, tb, agents, algos, cal, base, pert, faults)
+    cw = order_collectives(cw, args.comm_concurrency)  # the replays run the issue order
+    base = order_collectives(base, args.comm_concurrency)
     k = args.dilation
     models = compare_models(topo, cal, k, tb.model_note(), args.calibration)
     ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
@@ -518,6 +520,9 @@ def run_overlapped(
 ) -> Overlapped:
     """The whole trace's communication on the agents, then replayed measured and modelled.
 
+    ``cw`` (and ``unperturbed``) are compiled workloads without the issue order: the op lists
+    and the replays each apply ``comm_concurrency`` their own way.
+
     With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
     divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
     ``meta`` is stored with the run beside what the run says of itself; ``faults`` (a
@@ -536,9 +541,15 @@ def run_overlapped(
     ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
     algos = algorithms or {}
     with progress.stage("compiling op lists"):
+        # the op lists carry the issue order themselves, as waits with no compute gap; planned
+        # on an ordered workload, a collective would wait its compute gap again after the one
+        # before it ended, though that compute ran while the one before was on the wire
         plan = compile_oplists(
             cw, algos, chunks, max_instances=max_instances, comm_concurrency=comm_concurrency
         )
+        cw = order_collectives(cw, comm_concurrency)  # what the replays and the store see
+        if unperturbed is not None:
+            unperturbed = order_collectives(unperturbed, comm_concurrency)
         if k != 1:
             plan = dilate_plan(plan, k)
     meta = {
