@@ -168,3 +168,60 @@ def test_host_keys_are_checked_against_known_hosts(sshd, capsys) -> None:
     assert "not found in known_hosts" in data["strict_unknown"]["value"]
     assert data["changed"]["status"] == "fail"
     assert "host key does not match" in data["changed"]["value"]
+
+
+RAILS = """
+[testbed]
+name = "rails"
+kind = "static"
+[[hosts]]
+name = "n0"
+control = "10.0.0.10:7000"
+ranks = 2
+[[hosts.nics]]
+data_addr = "192.168.1.10"
+device = "ens1f0"
+[[hosts.nics]]
+data_addr = "192.168.2.10"
+device = "ens2f0"
+[[hosts]]
+name = "n1"
+control = "10.0.0.11:7000"
+data_addr = "192.168.1.11"
+[[switches]]
+name = "sw"
+[[links]]
+a = "n0.nic0"
+b = "sw"
+rate = "100gbit"
+mtu = 4200
+[[links]]
+a = "n0.nic1"
+b = "sw"
+rate = "200gbit"
+mtu = 9000
+[[links]]
+a = "n1"
+b = "sw"
+rate = "100gbit"
+"""
+
+
+def test_every_nic_of_a_multi_nic_host_is_checked_against_its_own_link() -> None:
+    tb, cfg = loads_deploy(RAILS)
+    h = tb.host("n0")
+    lo, ens1 = _facts()["nics"]
+    ens1 = {**ens1, "addresses": ["192.168.1.10"]}
+    ens2 = {"name": "ens2f0", "up": True, "speed_mbit": 100000, "mtu": 4200,
+            "addresses": ["192.168.2.10"]}  # fmt: skip
+    c = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(nics=[lo, ens1, ens2]), None))
+    # nic0 matches its 100G, MTU 4200 link; nic1 is a 100G port at MTU 4200 on a 200G, 9000 link
+    assert c["nic nic0"].status == "ok" and c["mtu nic0"].status == "ok"
+    assert "link speed nic0" not in c
+    assert c["nic nic1"].status == "ok" and "ens2f0 up" in c["nic nic1"].value
+    assert c["mtu nic1"].status == "fail" and "ens2f0 4200 < testbed 9000" in c["mtu nic1"].value
+    assert "100 Gbit/s < testbed 200 Gbit/s" in c["link speed nic1"].value
+    c = _by_name(evaluate(tb, h, cfg.hosts["n0"], _facts(nics=[lo, ens1]), None))
+    assert (
+        c["nic nic1"].status == "fail" and "NIC ens2f0 (host has lo, ens1f0)" in c["nic nic1"].value
+    )

@@ -21,7 +21,6 @@ from genie import __version__
 from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.deployer import MIN_PYTHON
 from genie.deploy.hello import say_hello
-from genie.deploy.inventory import host_mtu
 from genie.deploy.keyfiles import key_plan_or_error, key_problem
 from genie.deploy.ssh import Remote, probe
 from genie.errors import DeployError, SshError
@@ -60,10 +59,78 @@ def _ssh_hint(a: HostAccess) -> str:
     )
 
 
-def _nic_of(host: Host, nics: list[dict[str, Any]]) -> dict[str, Any] | None:
-    if host.nic:
-        return next((n for n in nics if n["name"] == host.nic), None)
-    return next((n for n in nics if host.data_addr in n.get("addresses", [])), None)
+def _nic_of(
+    device: str | None, data_addr: str, nics: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    if device:
+        return next((n for n in nics if n["name"] == device), None)
+    return next((n for n in nics if data_addr in n.get("addresses", [])), None)
+
+
+def _wanted_nics(host: Host) -> list[tuple[str, str | None, str, str]]:
+    """(check suffix, interface, data address, topology endpoint) of each data NIC."""
+    if not host.nics:
+        return [("", host.nic, host.data_addr, host.name)]
+    return [
+        (f" {n.name}", n.device, n.data_addr, host.endpoint(k)) for k, n in enumerate(host.nics)
+    ]
+
+
+def nic_checks(testbed: Testbed, host: Host, nics: list[dict[str, Any]]) -> list[Check]:
+    """State, link speed and MTU of every data NIC of ``host`` against the testbed's links."""
+    out: list[Check] = []
+    have_addrs = any(n.get("addresses") for n in nics)
+    for suffix, device, addr, endpoint in _wanted_nics(host):
+        nic = _nic_of(device, addr, nics)
+        if nic is None and (device or have_addrs):
+            what = f"NIC {device}" if device else f"no NIC holds data_addr {addr}"
+            names = ", ".join(n["name"] for n in nics)
+            out.append(
+                Check(
+                    "nic" + suffix,
+                    "fail",
+                    what + f" (host has {names})",
+                    "set nic / data_addr in the testbed to this host's data NIC",
+                )
+            )
+            continue
+        if nic is None:
+            out.append(
+                Check("nic" + suffix, "skip", "no addresses known (genie not installed: no psutil)")
+            )
+            continue
+        speed = nic["speed_mbit"]
+        state = "up" if nic["up"] else "down"
+        desc = f"{nic['name']} {state}, " + (f"{speed} Mbit/s" if speed else "speed unknown")
+        if not nic["up"]:
+            out.append(Check("nic" + suffix, "fail", desc, f"ip link set dev {nic['name']} up"))
+        else:
+            out.append(Check("nic" + suffix, "ok", desc))
+        links = [lk for lk in testbed.links if endpoint in (lk.a, lk.b)]
+        rates = [lk.rate for lk in links]
+        if rates and speed and speed * 1e6 / 8 < max(rates) * 0.999:
+            want = max(rates) * 8 / 1e9
+            out.append(
+                Check(
+                    "link speed" + suffix,
+                    "warn",
+                    f"{speed / 1000:g} Gbit/s < testbed {want:g} Gbit/s",
+                    "fix the testbed rate or the cabling/port",
+                )
+            )
+        mtu = max((lk.mtu for lk in links), default=None)
+        if mtu and nic["mtu"] < mtu:
+            out.append(
+                Check(
+                    "mtu" + suffix,
+                    "fail",
+                    f"{nic['name']} {nic['mtu']} < testbed {mtu}",
+                    f"ip link set dev {nic['name']} mtu {mtu} (or ansible role tuning)",
+                )
+            )
+        else:
+            out.append(Check("mtu" + suffix, "ok", f"{nic['name']} {nic['mtu']}"))
+    return out
 
 
 def evaluate(
@@ -112,56 +179,7 @@ def evaluate(
         )
     else:
         out.append(Check("genie", "ok", gv))
-    nics = facts.get("nics") or []
-    nic = _nic_of(host, nics)
-    have_addrs = any(n.get("addresses") for n in nics)
-    if nic is None and (host.nic or have_addrs):
-        what = f"NIC {host.nic}" if host.nic else f"no NIC holds data_addr {host.data_addr}"
-        names = ", ".join(n["name"] for n in nics)
-        out.append(
-            Check(
-                "nic",
-                "fail",
-                what + f" (host has {names})",
-                "set nic / data_addr in the testbed to this host's data NIC",
-            )
-        )
-    elif nic is None:
-        out.append(Check("nic", "skip", "no addresses known (genie not installed: no psutil)"))
-    else:
-        speed = nic["speed_mbit"]
-        desc = (
-            f"{nic['name']} {'up' if nic['up'] else 'down'}, {speed} Mbit/s"
-            if speed
-            else (f"{nic['name']} {'up' if nic['up'] else 'down'}, speed unknown")
-        )
-        if not nic["up"]:
-            out.append(Check("nic", "fail", desc, f"ip link set dev {nic['name']} up"))
-        else:
-            out.append(Check("nic", "ok", desc))
-        rates = [lk.rate for lk in testbed.links if host.name in (lk.a, lk.b)]
-        if rates and speed and speed * 1e6 / 8 < max(rates) * 0.999:
-            want = max(rates) * 8 / 1e9
-            out.append(
-                Check(
-                    "link speed",
-                    "warn",
-                    f"{speed / 1000:g} Gbit/s < testbed {want:g} Gbit/s",
-                    "fix the testbed rate or the cabling/port",
-                )
-            )
-        mtu = host_mtu(testbed, host.name)
-        if mtu and nic["mtu"] < mtu:
-            out.append(
-                Check(
-                    "mtu",
-                    "fail",
-                    f"{nic['name']} {nic['mtu']} < testbed {mtu}",
-                    f"ip link set dev {nic['name']} mtu {mtu} (or ansible role tuning)",
-                )
-            )
-        else:
-            out.append(Check("mtu", "ok", f"{nic['name']} {nic['mtu']}"))
+    out += nic_checks(testbed, host, facts.get("nics") or [])
     out.append(_rdma_check(testbed, host, facts.get("rdma") or []))
     if clock is None:
         out.append(Check("clock", "skip", "not measured"))

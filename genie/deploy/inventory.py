@@ -19,8 +19,10 @@ from genie.testbed import Host, Testbed
 
 
 def host_mtu(testbed: Testbed, name: str) -> int | None:
-    """The largest MTU of the links that touch host ``name`` (None if it has no links)."""
-    mtus = [lk.mtu for lk in testbed.links if name in (lk.a, lk.b)]
+    """The largest MTU of the links that touch host ``name``, any of its NICs (None if it has
+    no links)."""
+    ends = set(testbed.host(name).endpoints())
+    mtus = [lk.mtu for lk in testbed.links if lk.a in ends or lk.b in ends]
     return max(mtus) if mtus else None
 
 
