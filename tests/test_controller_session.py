@@ -263,3 +263,33 @@ def test_an_outage_is_allowed_per_iteration_of_a_go_and_once_per_op_list_run(rig
     ctl.release()
     # an op list of two programs lives through the outage once, not once per program
     assert op_list_bound(7.0) == pytest.approx(op_list_bound(0.0) + 7.0)
+
+
+def test_back_to_back_iterations_count_a_ranks_run_ahead_once() -> None:
+    from genie.controller.results import completion_times
+
+    ms = 1_000_000
+
+    def result(rank: int, start: list[int], end: list[int], off: int) -> p.Result:
+        rr = p.RankResult(
+            rank=rank, start=[t * ms + off for t in start], end=[t * ms + off for t in end]
+        )
+        return p.Result(program=0, warmup=1, ranks=[rr])
+
+    # every iteration moves for 40 ms; rank 0's sends are taken by its kernel at once, so it
+    # begins each next iteration when its own receive is in, 25 ms before rank 1 is done
+    r0 = result(0, [0, 40, 80, 120], [40, 80, 120, 160], off=7 * ms)
+    r1 = result(1, [0, 65, 105, 145], [65, 105, 145, 185], off=-3 * ms)
+    got = completion_times({"a": r0, "b": r1}, {"a": 7 * ms, "b": -3 * ms})
+    # the first from the common start; then each from the previous end (start to end would
+    # read 65 ms: the 40 ms it moved plus the 25 ms rank 0 ran ahead)
+    assert [x.time_s * 1e3 for x in got] == pytest.approx([65, 40, 40, 40])
+    assert [x.warmup for x in got] == [True, False, False, False]
+    assert [(x.start_ns // ms, x.end_ns // ms) for x in got] == [
+        (0, 65), (40, 105), (80, 145), (120, 185)
+    ]  # fmt: skip
+    # iterations that do not overlap keep start to end
+    r0 = result(0, [0, 70], [50, 110], off=0)
+    r1 = result(1, [0, 72], [60, 100], off=0)
+    got = completion_times({"a": r0, "b": r1}, {})
+    assert [x.time_s * 1e3 for x in got] == pytest.approx([60, 40])

@@ -1,7 +1,12 @@
 """Turn agents' per-rank times into per-collective completion times, on the controller's clock.
 
 For iteration i: start = earliest rank start, end = last rank end, both converted from each
-agent's monotonic clock with its estimated offset (controller = agent - offset). Warm-up
+agent's monotonic clock with its estimated offset (controller = agent - offset). Its time is
+from its start, or from the previous iteration's end when that is later, to its end: a Go runs
+its iterations back to back, and a rank whose sends the kernel has taken begins the next
+iteration while its peers still finish this one, so start to end would count that skew twice
+(an all-to-all on a shaped link measured 100 ms per iteration while iterations ended every
+64 ms). Summed, the times are the Go's elapsed time, as nccl-tests reports it. Warm-up
 iterations are kept but flagged, and left out of the statistics.
 
 An agent's numbers are not trusted: ``check_result`` refuses a Result whose ranks, counts or
@@ -110,19 +115,22 @@ def completion_times(results: Mapping[str, Result], offsets: Mapping[str, int]) 
         return []
     n_it = min(len(s) for _, s, _, _ in per_rank)
     out = []
+    prev_end: int | None = None
     for i in range(n_it):
         starts = [s[i] for _, s, _, _ in per_rank]
         ends = [e[i] for _, _, e, _ in per_rank]
         firsts = [f[i] for _, _, _, f in per_rank if len(f) > i]
         spread = max(firsts) - min(firsts) if len(firsts) == len(per_rank) else -1
         st, en = min(starts), max(ends)
+        began = st if prev_end is None else max(st, prev_end)
+        prev_end = en
         out.append(
             Instance(
                 iteration=i,
                 warmup=i < warmup,
                 start_ns=st,
                 end_ns=en,
-                time_s=(en - st) / 1e9,
+                time_s=max(0, en - began) / 1e9,
                 rank_start_ns=starts,
                 rank_end_ns=ends,
                 ranks=[r for r, _, _, _ in per_rank],
