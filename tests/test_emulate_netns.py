@@ -147,3 +147,27 @@ def test_a_bucket_computed_under_the_previous_one_starts_when_it_ends(
             waits.append(start - end_a[r])
     print(f"B started {', '.join(f'{w * 1e3:.2f}' for w in waits)} ms after A ended (per rank)")
     assert all(-1e-3 <= w < 10 * MS for w in waits)  # after A, and not a 20 ms gap later
+
+
+def test_the_wire_makespan_is_set_beside_the_replays_last_communication(
+    star, tmp_path, capsys
+) -> None:
+    # an all-reduce (~42 ms on the wire), then 100 ms of compute no op list carries: the wire's
+    # makespan stops at the all-reduce's end, the replayed iteration 100 ms later
+    builders = [RankBuilder(r) for r in range(2)]
+    for b in builders:
+        c = b.compute("fwd", 1 * MS)
+        a = b.collective("ar", CollectiveType.ALL_REDUCE, 1 << 20, [c])
+        b.compute("opt", 100 * MS, [a])
+    prefix = tmp_path / "tail"
+    save_workload(finish("tail", builders), prefix)
+    doc = _emulate(star, prefix, tmp_path, capsys)
+    wire = min(r["makespan_s"] for r in doc["runs"] if not r["warmup"])
+    comm_end, iteration = doc["replay_comm_end_s"], doc["reports"][0]["iteration_s"]
+    assert iteration - comm_end == pytest.approx(100 * MS, rel=0.02)
+    assert 0.8 <= wire / comm_end <= 1.25  # like for like: both end at the last communication
+    args = ["emulate", str(prefix), "--testbed", str(star), "--store", str(tmp_path / "r.sqlite")]
+    assert main([*args, "--iterations", "1", "--warmup", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "replayed with these times: last communication ends at" in out
+    assert "is replayed, not run on the wire" in out

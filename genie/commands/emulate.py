@@ -451,6 +451,9 @@ class Overlapped:
     raws: list = field(default_factory=list)  # the replays' raw results, one per report
     backends: list = field(default_factory=list)  # the replays' backends, one per report
     faults: dict | None = None  # link faults: schedule, applied, restored, effect
+    # the replay with measured times: when its last communication ended (the wire's makespan
+    # stops there; the iteration also counts the compute after it)
+    replay_comm_end_s: float | None = None
 
     def errors(self) -> list:
         """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
@@ -487,6 +490,7 @@ class Overlapped:
             "dilation": self.models.k if self.models else 1.0,
             "instances": self.rows,
             "runs": self.runs,
+            "replay_comm_end_s": self.replay_comm_end_s,
             "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
             "notes": self.notes,
             "reports": [with_closed(r.to_dict(), {}) for r in self.reports],
@@ -532,6 +536,7 @@ def run_overlapped(
     """
     from genie.calibration.dilation import check_dilation
     from genie.emulate.backends import InstanceBackend
+    from genie.emulate.compare import last_comm_end_s
     from genie.emulate.compare import models as compare_models
     from genie.emulate.plan import compile_oplists, dilate_plan
     from genie.emulate.run import emulate_overlapped, instance_medians
@@ -670,6 +675,7 @@ def run_overlapped(
         raws,
         backends,
         fault_doc,
+        last_comm_end_s(raws[0]) if raws else None,
     )
 
 
@@ -733,6 +739,13 @@ def print_overlapped(con: Console, cw: CompiledWorkload, o: Overlapped, limit: i
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
         f"start to the last op's end, over {len(spans)} runs{dil}"
     )
+    if o.replay_comm_end_s is not None and o.reports:
+        con.print(
+            f"replayed with these times: last communication ends at "
+            f"{format_seconds(o.replay_comm_end_s)}, the iteration at "
+            f"{format_seconds(o.reports[0].iteration_s)} (compute after the last communication "
+            "is replayed, not run on the wire)"
+        )
     if o.faults is not None:
         print_faults(con, o.faults)
     print_reports(con, cw, o.network, o.reports, {}, 20)

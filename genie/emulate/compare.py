@@ -123,3 +123,9 @@ def iteration_row(reports: Sequence[Any], label: str = "iteration") -> ErrorRow:
         reports[1].iteration_s if len(reports) > 1 else None,
         reports[2].iteration_s if len(reports) > 2 else None,
     )
+
+
+def last_comm_end_s(raw: Any) -> float | None:
+    """When a replay's last communication instance ended, s (None when there is none): what
+    the wire's makespan, from the common start to the last op's end, is comparable with."""
+    return float(raw.inst_end.max()) if len(raw.inst_end) else None
