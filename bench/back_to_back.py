@@ -35,7 +35,10 @@ sys.path.insert(0, str(REPO))
 
 from genie.cli import main as genie  # noqa: E402
 from genie.store import RunStore  # noqa: E402
-from genie.testbed import load_testbed, netns  # noqa: E402
+from genie.testbed import load_testbed  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from netns_fidelity import agents_up  # noqa: E402
 
 PREFIX = "genie-bb-"
 
@@ -88,9 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tb = load_testbed(path)
     print(f"2-host netns star at {a.rate}, {a.size}, {a.iters} iterations per Go after 1 warm-up")
     print("p50 per Go, ms:   genie | start-to-end | period | model (nominal) | max start skew")
-    try:
-        netns.up(tb)
-        netns.start_agents(tb)
+    with agents_up(tb, prefix=PREFIX):
         for coll in ("all_to_all", "all_reduce"):
             for g in range(a.goes):
                 r, model = one_go(path, d / "runs.sqlite", coll, a.size, a.iters)
@@ -100,11 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{p50['period']:6.1f} | {model * 1e3:15.1f} | {max(r['skew']) * 1e3:.1f} ms",
                     flush=True,
                 )
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=PREFIX)
     return 0
 
 

@@ -87,12 +87,25 @@ def _row(name, coll, algo, prog, placement, inst, topo, cpu) -> dict:
 
 
 @contextlib.contextmanager
-def live(tb: Testbed, source: str, prefix: str = PREFIX) -> Iterator[tuple[object, CpuMeter]]:
-    """Build ``tb`` with its agents and a clock-synced controller; yield (controller, CPU
-    meter of the agents); close and remove everything (the whole ``prefix``) whatever happens."""
+def agents_up(tb: Testbed, source: str = "", prefix: str = PREFIX) -> Iterator[None]:
+    """Build netns testbed ``tb`` with its agents; remove everything (the whole ``prefix``)
+    afterwards, whatever happens."""
     try:
         netns.up(tb, source=source)
         netns.start_agents(tb)
+        yield
+    finally:
+        try:
+            netns.down(tb)
+        finally:
+            netns.clean(prefix=prefix)
+
+
+@contextlib.contextmanager
+def live(tb: Testbed, source: str, prefix: str = PREFIX) -> Iterator[tuple[object, CpuMeter]]:
+    """Build ``tb`` with its agents and a clock-synced controller; yield (controller, CPU
+    meter of the agents); close and remove everything (the whole ``prefix``) whatever happens."""
+    with agents_up(tb, source, prefix):
         (rec,) = [st for _, st in state.load_all() if st and st.name == tb.name]
         meter = CpuMeter([a.pid for a in rec.agents])
         ctl = open_controller(tb)
@@ -103,11 +116,6 @@ def live(tb: Testbed, source: str, prefix: str = PREFIX) -> Iterator[tuple[objec
         finally:
             ctl.close()
             ctl.t.close()
-    finally:
-        try:
-            netns.down(tb)
-        finally:
-            netns.clean(prefix=prefix)
 
 
 def run_testbed(

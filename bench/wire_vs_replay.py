@@ -36,11 +36,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from genie.cli import main as genie  # noqa: E402
-from genie.testbed import load_testbed, netns  # noqa: E402
+from genie.testbed import load_testbed  # noqa: E402
 from genie.workload import save_workload  # noqa: E402
 from genie.workload.generators import data_parallel  # noqa: E402
 from genie.workload.generators.llm import llm  # noqa: E402
 from genie.workload.generators.moe import moe  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+from netns_fidelity import agents_up  # noqa: E402
 
 PREFIX = "genie-wr-"
 FLOPS = 1e11  # peak FLOP/s: compute gaps of milliseconds, alike with the links' times
@@ -115,9 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f'[topology]\nshape = "star"\nhosts = {hosts}\nrate = "{rate}"\n'
         )
         tb = load_testbed(path)
-        try:
-            netns.up(tb)
-            netns.start_agents(tb)
+        with agents_up(tb, prefix=PREFIX):
             for s in shapes:
                 make, _, _, extra = SHAPES[s]
                 prefix = d / s.replace(" ", "-")
@@ -130,11 +131,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{r['wire'] / r['comm']:.3f}",
                         flush=True,
                     )
-        finally:
-            try:
-                netns.down(tb)
-            finally:
-                netns.clean(prefix=PREFIX)
     return 0
 
 
