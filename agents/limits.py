@@ -32,6 +32,14 @@ def check_options(opts: DataOptions, limits: Limits) -> None:
         raise ProtocolError(f"transport {opts.transport!r}; use tcp or rdma")
     if not 1 <= opts.streams <= limits.max_streams:
         raise ProtocolError(f"{opts.streams} streams; limit {limits.max_streams}")
+    if not 1 <= opts.channels <= opts.streams or opts.streams % opts.channels:
+        raise ProtocolError(f"{opts.channels} channels do not divide {opts.streams} streams")
+    if len(opts.program_channels) > limits.max_programs:
+        raise ProtocolError(
+            f"{len(opts.program_channels)} program channels; limit {limits.max_programs}"
+        )
+    if any(not 0 <= c < opts.channels for c in opts.program_channels):
+        raise ProtocolError(f"a program channel outside 0..{opts.channels - 1}")
     for name in ("sndbuf", "rcvbuf"):
         value = getattr(opts, name)
         if not 0 <= value <= SOCKET_BUFFER_MAX:

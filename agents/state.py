@@ -367,6 +367,9 @@ class AgentCore:
         check_options(msg.options, self.limits)
         if len(msg.programs) > self.limits.max_programs:
             raise ProtocolError(f"{len(msg.programs)} programs; limit {self.limits.max_programs}")
+        chans = len(msg.options.program_channels)
+        if chans not in (0, len(msg.programs)):
+            raise ProtocolError(f"{chans} program channels for {len(msg.programs)} programs")
         programs = [rebuild(b) for b in msg.programs]
         check_build_cost(self.agent_id, programs, msg.placement, self.limits)
         missing = {a for a in msg.placement if a not in msg.endpoints}

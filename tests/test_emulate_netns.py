@@ -171,3 +171,26 @@ def test_the_wire_makespan_is_set_beside_the_replays_last_communication(
     out = capsys.readouterr().out
     assert "replayed with these times: last communication ends at" in out
     assert "is replayed, not run on the wire" in out
+
+
+def test_a_small_collective_of_another_group_does_not_queue_behind_a_big_one(
+    star, tmp_path, capsys
+) -> None:
+    # dp's 16 MiB all-reduce (two 8 MiB steps, ~335 ms each at 200 Mbit/s) from 1 ms; tp's
+    # 128 KiB all-reduce from 21 ms. Sharing one connection per rank pair, tp's bytes queued
+    # behind dp's 8 MiB frame (~300 ms); on its group's own connections it shares the link
+    builders = [RankBuilder(r) for r in range(2)]
+    for b in builders:
+        c = b.compute("fwd", 1 * MS)
+        b.collective("big", CollectiveType.ALL_REDUCE, 16 << 20, [c], pg="dp")
+        c2 = b.compute("x", 20 * MS, [c])
+        b.collective("small", CollectiveType.ALL_REDUCE, 128 << 10, [c2], pg="tp")
+    prefix = tmp_path / "groups"
+    save_workload(finish("groups", builders, groups={"dp": (0, 1), "tp": (0, 1)}), prefix)
+    doc = _emulate(star, prefix, tmp_path, capsys)
+    big, small = sorted(doc["instances"], key=lambda x: x["size"], reverse=True)
+    best = min(iv[2] - iv[1] for iv in small["intervals_s"])
+    p50, big_p50 = small["measured_p50_s"] * 1e3, big["measured_p50_s"] * 1e3
+    print(f"tp 128 KiB under dp 16 MiB: best {best * 1e3:.1f} ms, p50 {p50:.1f}; dp {big_p50:.1f}")
+    assert best < 0.15  # it shares the link (and the tbf queue), never waits out the 8 MiB
+    assert any("for each of 2 sets of process groups" in w for w in doc["wire"])

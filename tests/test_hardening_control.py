@@ -379,6 +379,9 @@ def test_out_of_range_data_options_are_refused_at_once(tmp_path, agents) -> None
             (p.DataOptions(sndbuf=1 << 40), "sndbuf"),
             (p.DataOptions(connect_timeout_s=700.0), "connect timeout"),
             (p.DataOptions(token="not hex"), "token"),
+            (p.DataOptions(streams=4, channels=3), "channels do not divide"),
+            (p.DataOptions(streams=2, channels=2, program_channels=[2]), "program channel"),
+            (p.DataOptions(streams=2, channels=2, program_channels=[0, 1]), "2 program channels"),
         ):
             t0 = time.monotonic()
             with pytest.raises(RuntimeFault, match=word):

@@ -292,3 +292,27 @@ def test_by_default_one_groups_collectives_take_turns_on_the_wire(cluster, tmp_p
     for ra, rb in zip(a["rank_intervals_s"], b["rank_intervals_s"], strict=True):
         for (r, _sa, ea), (_, sb, _eb) in zip(ra, rb, strict=True):
             assert sb >= ea - 1e-6, f"rank {r}: B started before A ended on it"
+
+
+def test_each_process_group_sends_on_a_connection_set_of_its_own() -> None:
+    from genie.emulate.plan import MAX_CHANNELS, program_channels
+
+    cw = _buckets(["tp", "dp", "tp", "dp"])
+    plan = compile_oplists(cw)
+    groups = [int(cw.instances.group[i]) for i in plan.iids]
+    # one set per group: programs share a set exactly when they share a group
+    assert len(set(groups)) == 2 and sorted(set(plan.channels)) == [0, 1]
+    for a in range(4):
+        for b in range(4):
+            same = groups[a] == groups[b]
+            assert (plan.channels[a] == plan.channels[b]) == same
+    opts = plan.data_options(2)
+    assert (opts.streams, opts.channels, opts.program_channels) == (4, 2, plan.channels)
+    assert "for each of 2 sets of process groups (4 in all)" in plan.describe_channels(2)
+    one = compile_oplists(_buckets(["dp"] * 3))
+    assert one.channels == [0, 0, 0] and one.data_options(2).streams == 2
+    assert "2 TCP connection(s) per rank pair (the flows" in one.describe_channels(2)
+    # send/recv (group -1) get a set of their own; groups beyond the limit share round-robin
+    assert program_channels([3, -1, 3, 5]) == [0, 1, 0, 2]
+    wide = program_channels(list(range(MAX_CHANNELS + 2)))
+    assert wide == [k % MAX_CHANNELS for k in range(MAX_CHANNELS + 2)]

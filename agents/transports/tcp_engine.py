@@ -2,14 +2,14 @@
 
 Both ways a rank runs (``RankExecutor.run``, one program for warmup+iters iterations, and
 ``run_ops``, a whole op list in one go) drive their steps through the same ``RankEngine``: a
-started SEND queues its parts on its streams and writes what the sockets take; readable streams
-are read into the RECV step a header names (by (src, tag, seq), into that step's own scratch
-area), with the header fields and, with ``verify`` on, the CRC-32 of the bytes checked; a step
-completes when all its parts are sent or received, which readies its dependents. Each run state
-(``ProgRun``: one program in one iteration, or one op of an op list) keeps its own counters, so
-the steps of several programs progress together over the same streams. Which run a frame
-belongs to is decided by the run's ``match`` (it may park a frame of a later iteration: that
-stream is not read until its iteration starts).
+started SEND queues its parts on its program's channel of streams and writes what the sockets take;
+readable streams are read into the RECV step a header names (by (src, tag, seq), into that step's
+own scratch area), with the header fields and, with ``verify`` on, the CRC-32 of the bytes checked;
+a step completes when all its parts are sent or received, which readies its dependents. Each run
+state (``ProgRun``: one program in one iteration, or one op of an op list) keeps its own counters,
+so the steps of several programs progress together over the same streams. Which run a frame belongs
+to is decided by the run's ``match`` (it may park a frame of a later iteration: that stream is not
+read until its iteration starts).
 
 Steps between ranks of this agent take the intra-host model instead of a stream when the job
 says so (``agents.transports.intra``): their frames come through the rank's mailbox, and the
@@ -135,12 +135,16 @@ class RankEngine:
         self.timers: list[tuple[int, int, Callable, tuple]] = []
         self._tick = itertools.count()
         self.port_free = 0  # when this rank's intra-host port is next free (monotonic ns)
+        # each program's streams to a peer: its channel's set (``DataOptions.channels``)
+        self.flows = opts.streams // opts.channels
+        chans = opts.program_channels
+        self.first_stream = {p: (chans[p] if p < len(chans) else 0) * self.flows for p in plans}
         self.parts = {
             p: [
                 (
                     [(0, st.nbytes)]
                     if plan.peer_global[i] in self.local
-                    else split_parts(st.nbytes, opts.streams, opts.min_part)
+                    else split_parts(st.nbytes, self.flows, opts.min_part)
                 )
                 if st.op in (Op.SEND, Op.RECV)
                 else []
@@ -222,7 +226,8 @@ class RankEngine:
             self.send_local(ps, i)
         elif st.op == Op.SEND:
             peer = plan.peer_global[i]
-            lst = self.streams[peer]
+            first = self.first_stream[ps.program]
+            lst = self.streams[peer][first : first + self.flows]
             parts = ps.parts[i]
             mv = memoryview(ps.buf)
             verify = self.opts.verify

@@ -4,6 +4,11 @@ Connections. For a job, the lower global rank of each pair that talks connects `
 connections to the higher rank's agent and introduces each with a handshake (``HANDSHAKE``:
 magic, 16-byte job token, src rank, dst rank, stream index, stream count).
 
+Channels. The streams of a rank pair fall into ``DataOptions.channels`` equal sets; a program
+sends on its channel's set (``program_channels``), as NCCL gives each communicator connections of
+its own, so one process group's bytes never wait behind another's in one TCP byte stream.
+Receivers read every stream: frames name their program.
+
 Frames. A message (one SEND step) is cut into parts (``split_parts``: one per stream when it is
 large enough), each sent as a 48-byte header (``HDR``: program, iteration, src, dst, tag, seq,
 part, nparts, offset, length, crc32) followed by its bytes, straight from the rank's buffer with

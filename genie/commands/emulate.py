@@ -335,9 +335,11 @@ def _fault_plan(args: argparse.Namespace, tb) -> Any:
     return plan_faults(args.faults, tb, args.dilation)
 
 
-def wire_notes(tb, agents: list[str]) -> list[str]:
-    """How the agents put this job on the wire, beyond the trace: intra-host steps and flows."""
-    notes = [f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"]
+def wire_notes(tb, agents: list[str], connections: str | None = None) -> list[str]:
+    """How the agents put this job on the wire, beyond the trace: intra-host steps and flows
+    (``connections``: the phrase for the connections, when not one set of the flows)."""
+    flows = f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"
+    notes = [connections or flows]
     if len(set(agents)) < len(agents):
         bw, lat = tb.intra_host.bandwidth, tb.intra_host.latency
         notes.append(
@@ -596,7 +598,7 @@ def run_overlapped(
                 iters=iterations,
                 warmup=warmup,
                 on_pass=on_pass,
-                options=DataOptions(streams=tb.routing.flows),
+                options=plan.data_options(tb.routing.flows),
                 on_start=sched.start if sched else None,
             )
         fault_doc = None
@@ -658,7 +660,8 @@ def run_overlapped(
     ]
     network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
     notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
-    wire = [plan.describe_order(), *wire_notes(tb, agents)]
+    conns = plan.describe_channels(tb.routing.flows)
+    wire = [plan.describe_order(), *wire_notes(tb, agents, conns)]
     if fault_doc is not None and trace:
         _trace_faults(trace, fault_doc, runs, cw.n_ranks)
     return Overlapped(

@@ -150,6 +150,11 @@ class DataOptions(msgspec.Struct, kw_only=True):
     rdma: RdmaOptions = msgspec.field(default_factory=RdmaOptions)
 
     streams: int = 1  # TCP connections per rank pair; a large step is split across them
+    # the streams of a rank pair fall into ``channels`` equal sets (NCCL: each communicator
+    # its own connections); program p sends on set ``program_channels[p]`` (absent: 0), so a
+    # program of one process group never queues behind another group's bytes in one stream
+    channels: int = 1
+    program_channels: list[int] = []
     sndbuf: int = 0  # SO_SNDBUF in bytes; 0 keeps the kernel's autotuning
     rcvbuf: int = 0  # SO_RCVBUF in bytes; 0 keeps the kernel's autotuning
     verify: bool = True  # checksum every message and check its header on receipt
