@@ -295,7 +295,7 @@ def test_by_default_one_groups_collectives_take_turns_on_the_wire(cluster, tmp_p
 
 
 def test_each_process_group_sends_on_a_connection_set_of_its_own() -> None:
-    from genie.emulate.plan import MAX_CHANNELS, program_channels
+    from genie.emulate.plan import MAX_CHANNELS, describe_connections, program_channels
 
     cw = _buckets(["tp", "dp", "tp", "dp"])
     plan = compile_oplists(cw)
@@ -308,10 +308,12 @@ def test_each_process_group_sends_on_a_connection_set_of_its_own() -> None:
             assert (plan.channels[a] == plan.channels[b]) == same
     opts = plan.data_options(2)
     assert (opts.streams, opts.channels, opts.program_channels) == (4, 2, plan.channels)
-    assert "for each of 2 sets of process groups (4 in all)" in plan.describe_channels(2)
+    assert plan.n_channels == 2
+    assert "for each of 2 sets of process groups (4 in all)" in describe_connections(2, 2)
     one = compile_oplists(_buckets(["dp"] * 3))
     assert one.channels == [0, 0, 0] and one.data_options(2).streams == 2
-    assert "2 TCP connection(s) per rank pair (the flows" in one.describe_channels(2)
+    assert one.n_channels == 1
+    assert "2 TCP connection(s) per rank pair (the flows" in describe_connections(2)
     # send/recv (group -1) get a set of their own; groups beyond the limit share round-robin
     assert program_channels([3, -1, 3, 5]) == [0, 1, 0, 2]
     wide = program_channels(list(range(MAX_CHANNELS + 2)))

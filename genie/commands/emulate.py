@@ -335,11 +335,12 @@ def _fault_plan(args: argparse.Namespace, tb) -> Any:
     return plan_faults(args.faults, tb, args.dilation)
 
 
-def wire_notes(tb, agents: list[str], connections: str | None = None) -> list[str]:
+def wire_notes(tb, agents: list[str], sets: int = 1) -> list[str]:
     """How the agents put this job on the wire, beyond the trace: intra-host steps and flows
-    (``connections``: the phrase for the connections, when not one set of the flows)."""
-    flows = f"{tb.routing.flows} TCP connection(s) per rank pair (the flows the model prices)"
-    notes = [connections or flows]
+    (``sets``: connection sets per rank pair, one per process group; ``OpListPlan.channels``)."""
+    from genie.emulate.plan import describe_connections
+
+    notes = [describe_connections(tb.routing.flows, sets)]
     if len(set(agents)) < len(agents):
         bw, lat = tb.intra_host.bandwidth, tb.intra_host.latency
         notes.append(
@@ -660,8 +661,7 @@ def run_overlapped(
     ]
     network = f"{describe(model_backends[0].pricer)}; model of {models.nominal_label}"
     notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
-    conns = plan.describe_channels(tb.routing.flows)
-    wire = [plan.describe_order(), *wire_notes(tb, agents, conns)]
+    wire = [plan.describe_order(), *wire_notes(tb, agents, plan.n_channels)]
     if fault_doc is not None and trace:
         _trace_faults(trace, fault_doc, runs, cw.n_ranks)
     return Overlapped(

@@ -60,21 +60,15 @@ class OpListPlan:
     # per program, the set of connections its bytes take (``program_channels``)
     channels: list[int] = field(default_factory=list)
 
+    @property
+    def n_channels(self) -> int:
+        """How many connection sets each rank pair opens."""
+        return max(self.channels, default=0) + 1
+
     def data_options(self, flows: int) -> DataOptions:
         """Data-plane options: ``flows`` connections per rank pair for each channel."""
-        n = max(self.channels, default=0) + 1
+        n = self.n_channels
         return DataOptions(streams=flows * n, channels=n, program_channels=list(self.channels))
-
-    def describe_channels(self, flows: int) -> str:
-        """One phrase for reports: the connections each rank pair opens, and why."""
-        n = max(self.channels, default=0) + 1
-        if n == 1:
-            return f"{flows} TCP connection(s) per rank pair (the flows the model prices)"
-        return (
-            f"{flows} TCP connection(s) per rank pair for each of {n} sets of process groups "
-            f"({flows * n} in all): as NCCL gives each communicator its own, a collective never "
-            "queues behind another group's bytes in one connection"
-        )
 
     def sent_bytes(self) -> int:
         """Bytes every SEND step of every program moves (what the agents must report sent)."""
@@ -241,6 +235,17 @@ def compile_oplists(
         rank_after=rank_after,
         comm_concurrency=comm_concurrency,
         channels=program_channels([int(ins.group[i]) for i in iids]),
+    )
+
+
+def describe_connections(flows: int, sets: int = 1) -> str:
+    """One phrase for reports: the connections each rank pair opens, and why."""
+    if sets == 1:
+        return f"{flows} TCP connection(s) per rank pair (the flows the model prices)"
+    return (
+        f"{flows} TCP connection(s) per rank pair for each of {sets} sets of process groups "
+        f"({flows * sets} in all): as NCCL gives each communicator its own, a collective never "
+        "queues behind another group's bytes in one connection"
     )
 
 
