@@ -30,12 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 import zmq
 
-from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 from genie.collectives import build_program
 from genie.controller.local import LocalCluster, open_controller
 from genie.controller.session import Controller, Timeouts
 from genie.errors import RuntimeFault
 from genie.wire import messages as p
+from genie_agent.dataplane.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 
 
 def rss_mib(pid: int) -> float:

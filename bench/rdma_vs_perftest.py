@@ -26,13 +26,13 @@ import subprocess
 import sys
 import time
 
-from agents.programs import BUILTIN
-from agents.transports.rdma_conn import SYS_IB, choose_port, find_devices, no_device_message
 from genie.collectives.program import Program, ProgramSpec
 from genie.controller.local import LocalCluster, free_port_range, open_controller
 from genie.errors import TransportError
 from genie.units import format_bytes, parse_size
 from genie.wire.messages import DataOptions, RdmaOptions
+from genie_agent.dataplane.rdma_conn import SYS_IB, choose_port, find_devices, no_device_message
+from genie_agent.programs import BUILTIN
 
 
 def why_not(device: str) -> tuple[str, object]:
@@ -43,7 +43,7 @@ def why_not(device: str) -> tuple[str, object]:
     if not devs:
         return f"check 2 failed (device in {SYS_IB}): {no_device_message()}", None
     try:
-        from agents.transports.rdma import load_pyverbs
+        from genie_agent.dataplane.rdma import load_pyverbs
 
         load_pyverbs()
     except TransportError as exc:

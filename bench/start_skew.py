@@ -31,8 +31,8 @@ def pct(xs, q):
 
 _SLEEPER = r"""
 import sys, time
-from agents.clock import sleep_until, tighten_timer_slack
-from agents.transports.tcp import _set_realtime
+from genie_agent.clock import sleep_until, tighten_timer_slack
+from genie_agent.dataplane.tcp import _set_realtime
 tighten_timer_slack()
 reps, gap, spin, rt = (int(x) for x in sys.argv[1:5])
 print("ready", flush=True)

@@ -27,11 +27,11 @@ import subprocess
 import sys
 import time
 
-from agents.programs import BUILTIN
 from genie.collectives.program import Program, ProgramSpec
 from genie.controller.local import LocalCluster, free_port_range, open_controller
 from genie.units import parse_size
 from genie.wire.messages import DataOptions
+from genie_agent.programs import BUILTIN
 
 
 def ensure_iperf3() -> str:

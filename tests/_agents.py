@@ -1,6 +1,6 @@
 """Helpers of the live tests: agent processes on loopback, raw control clients, controllers.
 
-``start_agent`` runs ``python -m agents`` (optionally under a file-descriptor limit) and waits
+``start_agent`` runs ``python -m genie_agent`` (optionally under a file-descriptor limit) and waits
 until it listens; ``RawClient`` is a bare ZeroMQ ROUTER that speaks the control protocol the way
 any program on the network could, with whatever controller id it likes; ``closed`` ends a
 controller and its transport; ``HOLDER`` is a controller process that holds a testbed's agents
@@ -155,7 +155,7 @@ def start_agent(
 
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "agents", "--listen", f"127.0.0.1:{port}", "--id", name,
+            [sys.executable, "-m", "genie_agent", "--listen", f"127.0.0.1:{port}", "--id", name,
              "--data-addr", "127.0.0.1", "--heartbeat", str(heartbeat), *extra],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=limit, env={**os.environ, **(env or {})},

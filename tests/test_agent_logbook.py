@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agents.logbook import MAX_KINDS, MAX_LINE, LogBook, clean
+from genie_agent.logbook import MAX_KINDS, MAX_LINE, LogBook, clean
 
 
 class Clock:

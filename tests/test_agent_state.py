@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from agents.state import AgentCore, Event, State
 from genie.collectives.program import ProgramSpec
 from genie.wire import messages as p
 from genie.wire.clock import FakeClock
 from genie.wire.liveness import MISSED_BEATS_LIMIT
+from genie_agent.state import AgentCore, Event, State
 
 INTERVAL_NS = 500_000_000
 
@@ -373,7 +373,7 @@ def test_an_idle_unclaimed_agent_has_nothing_due(agent) -> None:
 
 
 def test_the_log_is_bounded_whatever_peers_send(agent) -> None:
-    from agents.state import LOG_KEEP
+    from genie_agent.state import LOG_KEEP
 
     core, _, _ = agent
     for _ in range(LOG_KEEP * 5):

@@ -40,7 +40,7 @@ def _is_module(package: str, name: str) -> bool:
 def _imports() -> dict[str, set[tuple[str, str]]]:
     """package -> {(importing module, imported module)} for imports of genie/agents code."""
     out: dict[str, set[tuple[str, str]]] = defaultdict(set)
-    files = [*ROOT.glob("genie/**/*.py"), *ROOT.glob("agents/**/*.py")]
+    files = [*ROOT.glob("genie/**/*.py"), *ROOT.glob("genie_agent/**/*.py")]
     assert len(files) > 50
     for f in files:
         mod = _module(f)
@@ -53,7 +53,7 @@ def _imports() -> dict[str, set[tuple[str, str]]]:
                     f"{node.module}.{a.name}" for a in node.names if _is_module(node.module, a.name)
                 ]
             for n in names:
-                if n.split(".")[0] in ("genie", "agents"):
+                if n.split(".")[0] in ("genie", "genie_agent"):
                     out[_package(mod)].add((mod, n))
     return out
 
@@ -72,7 +72,7 @@ def test_the_simulator_is_a_pure_model():
     deps = _deps(_imports(), "genie.sim")
     banned = {
         "genie.controller",
-        "agents",
+        "genie_agent",
         "genie.store",
         "genie.emulate",
         "genie.commands",
@@ -103,7 +103,7 @@ def test_no_import_cycle_crosses_packages():
 
 def test_agents_and_controller_meet_only_on_the_wire():
     imports = _imports()
-    agent_deps = set(_deps(imports, "agents"))
+    agent_deps = set(_deps(imports, "genie_agent"))
     allowed = {
         "genie",  # __version__
         "genie.errors",
@@ -114,7 +114,7 @@ def test_agents_and_controller_meet_only_on_the_wire():
     }
     assert agent_deps <= allowed, agent_deps - allowed
     for side in ("genie.controller", "genie.emulate", "genie.deploy"):
-        assert "agents" not in _deps(imports, side), _deps(imports, side)["agents"]
+        assert "genie_agent" not in _deps(imports, side), _deps(imports, side)["genie_agent"]
     wire_deps = set(_deps(imports, "genie.wire"))
     assert wire_deps <= {"genie.errors"}, wire_deps
 
@@ -140,8 +140,8 @@ class _Block:
         return None
 sys.meta_path.insert(0, _Block())
 import runpy
-sys.argv = ["agents", *sys.argv[1:]]
-runpy.run_module("agents", run_name="__main__", alter_sys=True)
+sys.argv = ["genie_agent", *sys.argv[1:]]
+runpy.run_module("genie_agent", run_name="__main__", alter_sys=True)
 """
 
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from genie.calibration.errors import ErrorRow, error_pct, error_strip, mape, summary
+from genie.calibration.accuracy import ErrorRow, error_pct, error_strip, mape, summary
 from genie.calibration.fit import Point, assign_holdout, fit
 from genie.calibration.model import (
     INTER,

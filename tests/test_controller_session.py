@@ -6,14 +6,14 @@ import dataclasses
 
 import pytest
 
-from agents.programs import BUILTIN
-from agents.state import AgentCore, Event
 from genie.collectives.program import Program, ProgramSpec
-from genie.controller import Controller, InProcTransport, place_ranks
+from genie.controller import Controller, InProcChannel, place_ranks
 from genie.controller.results import stats
 from genie.errors import RuntimeFault, UsageError
 from genie.wire import messages as p
 from genie.wire.clock import FakeClock
+from genie_agent.programs import BUILTIN
+from genie_agent.state import AgentCore, Event
 
 SKEWS = {"a0": 0, "a1": 5_000_000, "a2": -3_000_000}  # agent clock - controller clock
 DURATION_NS = 4_000_000
@@ -97,7 +97,7 @@ def rig():
             out += [(name, p.encode(m)) for m in core.tick()]
         return out
 
-    tr = InProcTransport({n: handler(n) for n in cores}, pump, lambda s: base.advance(int(s * 1e9)))
+    tr = InProcChannel({n: handler(n) for n in cores}, pump, lambda s: base.advance(int(s * 1e9)))
     ctl = Controller(tr, list(cores), base, controller_id="ctl-test")
     return ctl, tr, cores, dps, base
 

@@ -10,13 +10,13 @@ import zlib
 import msgspec
 import pytest
 
-from agents.plan import plan_agent
-from agents.programs import builtin_program
-from agents.state import Event
-from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC, HDR, TcpDataPlane, split_parts
 from genie.collectives.program import ProgramSpec
 from genie.wire.messages import DataOptions, Go, Limits, Prepare
 from genie.wire.tokens import new_token, token_bytes
+from genie_agent.dataplane.tcp import HANDSHAKE, HANDSHAKE_MAGIC, HDR, TcpDataPlane, split_parts
+from genie_agent.plan import plan_agent
+from genie_agent.programs import builtin_program
+from genie_agent.state import Event
 
 
 @pytest.fixture

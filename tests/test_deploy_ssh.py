@@ -139,7 +139,7 @@ def test_first_deploy_installs_runs_agent_from_remote_venv(site, first) -> None:
     assert stamp["wheel"] == wheel_digest(art.wheel)
     cmd = Path(f"/proc/{outcome.agent_pid}/cmdline").read_bytes().split(b"\0")
     assert cmd[0].decode() == str(root / "venv" / "bin" / "python")
-    assert b"agents" in cmd and b"h0" in cmd and b"-P" in cmd  # python -P -m agents
+    assert b"genie_agent" in cmd and b"h0" in cmd and b"-P" in cmd  # python -P -m genie_agent
     pidrec = json.loads((root / "agent.pid").read_text())
     assert pidrec["agent"] == outcome.agent_pid
     seen = [s for h, s in stages if h == "h0"]

@@ -11,16 +11,16 @@ import msgspec
 import numpy as np
 import pytest
 
-from agents.oplist import check_ops
-from agents.plan import plan_agent
-from agents.programs import rebuild
-from agents.state import Event
-from agents.transports.tcp import TcpDataPlane, pattern_fill
 from genie.collectives import build_program
 from genie.collectives.data_exec import run_data
 from genie.errors import ProtocolError
 from genie.wire.messages import DataOptions, Go, Limits, OpItem, Prepare, RankOps
 from genie.wire.tokens import new_token
+from genie_agent.dataplane.tcp import TcpDataPlane, pattern_fill
+from genie_agent.oplist import check_ops
+from genie_agent.plan import plan_agent
+from genie_agent.programs import rebuild
+from genie_agent.state import Event
 
 SIZE = 8 << 20
 

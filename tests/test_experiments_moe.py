@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 
-from agents.programs import rebuild
 from genie.cli import main
 from genie.collectives import build_program
 from genie.collectives import topology as T
@@ -27,6 +26,7 @@ from genie.sim.uneven import skew
 from genie.workload import load_workload, save_workload
 from genie.workload.generators import moe
 from genie.workload.generators.moe import expert_blocks
+from genie_agent.programs import rebuild
 
 M4 = np.array([[0, 100, 50, 0], [10, 0, 0, 300], [40, 40, 40, 40], [0, 0, 0, 0]])
 

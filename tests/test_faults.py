@@ -10,9 +10,9 @@ import time
 import pytest
 
 from genie.cli import main
-from genie.testbed import load_testbed, loads_testbed
-from genie.testbed.fault_run import FaultScheduler, fault_effect, fault_windows, trace_events
-from genie.testbed.faults import (
+from genie.faults.effect import fault_effect, fault_windows, trace_events
+from genie.faults.netns import FaultScheduler
+from genie.faults.schedule import (
     MAX_EVENTS,
     FaultError,
     parse_schedule,
@@ -20,6 +20,7 @@ from genie.testbed.faults import (
     read_schedule,
     resolve_target,
 )
+from genie.testbed import load_testbed, loads_testbed
 from genie.testbed.netns import Result
 
 LEAFSPINE = "testbed/netns-leafspine.toml"  # 2 leaves x 2 hosts, one spine, routed
@@ -341,8 +342,8 @@ def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
 
 
 def test_a_schedule_widens_the_run_timeouts() -> None:
-    from genie.commands._faults import TCP_RECOVERY_S, widen_timeouts
     from genie.controller.session import Timeouts
+    from genie.faults.run import TCP_RECOVERY_S, widen_timeouts
 
     tb = loads_testbed(STAR)
     plan = plan_faults(
@@ -369,7 +370,7 @@ def test_bench_refuses_faults_it_cannot_run(capsys) -> None:
 def test_lab_commands_quote_restore_and_refuse_what_they_cannot_put_back() -> None:
     import shlex
 
-    from genie.testbed.lab_faults import (
+    from genie.faults.lab_plan import (
         LabFault,
         apply_restore,
         check_iface,
@@ -409,8 +410,8 @@ def test_lab_commands_quote_restore_and_refuse_what_they_cannot_put_back() -> No
 
 
 def test_a_lab_schedule_goes_to_the_ssh_scheduler() -> None:
-    from genie.commands._faults import scheduler
-    from genie.deploy.faults import LabFaultScheduler
+    from genie.faults.lab import LabFaultScheduler
+    from genie.faults.run import scheduler
 
     path = "tests/data/lab-faults.toml"
     tb = load_testbed(path)

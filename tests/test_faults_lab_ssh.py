@@ -18,10 +18,10 @@ import time
 import pytest
 
 from genie.deploy.config import load_deploy
-from genie.deploy.faults import LabFaultScheduler
 from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
+from genie.faults.lab import LabFaultScheduler
+from genie.faults.schedule import parse_schedule, plan_faults
 from genie.testbed import load_testbed
-from genie.testbed.faults import parse_schedule, plan_faults
 from tests._agents import netns_unavailable
 
 NS = "genie-fl-a"

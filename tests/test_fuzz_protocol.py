@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from agents.state import AgentCore, State
 from genie.collectives.program import ProgramSpec
 from genie.errors import ProtocolError
 from genie.wire import messages as p
 from genie.wire.clock import FakeClock
+from genie_agent.state import AgentCore, State
 
 FRAME_CASES = 3000
 SHAPE_CASES = 2000

@@ -16,12 +16,12 @@ import time
 import pytest
 from _agents import Agent, closed, start_agent, write_testbed
 
-from agents.transports.tcp_admission import HANDSHAKE_TIMEOUT_S
-from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 from genie.collectives import build_program
 from genie.controller.local import open_controller
 from genie.controller.session import Timeouts
 from genie.testbed import load_testbed
+from genie_agent.dataplane.tcp_admission import HANDSHAKE_TIMEOUT_S
+from genie_agent.dataplane.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Intra-host steps as a model on the agent: ranks of one agent never talk over TCP.
 
 An agent with several ranks exchanges their steps in memory and takes the modelled time
-(``agents.transports.intra``): these tests assert it on the agent itself (no connection is made
+(``genie_agent.dataplane.intra``): these tests assert it on the agent itself (no connection is made
 or accepted for a co-located pair), that every byte still lands where the program says, and that
 a step never completes before its modelled time.
 """
@@ -15,15 +15,15 @@ import zlib
 import numpy as np
 import pytest
 
-from agents.plan import plan_agent
-from agents.programs import rebuild
-from agents.state import Event
-from agents.transports.intra import Mailbox, transfer_ns
-from agents.transports.tcp import TcpDataPlane, pattern_fill
 from genie.collectives import build_program
 from genie.collectives.data_exec import run_data
 from genie.wire.messages import DataOptions, Go, Limits, OpItem, Prepare, RankOps
 from genie.wire.tokens import new_token
+from genie_agent.dataplane.intra import Mailbox, transfer_ns
+from genie_agent.dataplane.tcp import TcpDataPlane, pattern_fill
+from genie_agent.plan import plan_agent
+from genie_agent.programs import rebuild
+from genie_agent.state import Event
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from _agents import closed, netns_unavailable
 
 from genie import cli
 from genie.collectives import build_program
+from genie.controller.channel import ZmqChannel
 from genie.controller.local import open_controller
 from genie.controller.session import Controller, Timeouts
-from genie.controller.transport import ZmqTransport
 from genie.errors import AgentRefused, TestbedError
 from genie.testbed import addressing, load_testbed, netns, state
 
@@ -168,7 +168,7 @@ def test_two_testbeds_up_at_once_each_drive_their_own_agents(tmp_path) -> None:
                 assert len(ctl.run(0, iters=2).instances) == 2
                 ctl.release()
         # a controller that names testbed b, connected to a's agents, is refused by them
-        tr = ZmqTransport({h.name: h.control for h in a.hosts})
+        tr = ZmqChannel({h.name: h.control for h in a.hosts})
         stranger = Controller(tr, [h.name for h in a.hosts], testbed=b.identity,
                               timeouts=Timeouts(register_s=5.0))  # fmt: skip
         try:

@@ -13,11 +13,11 @@ import sys
 
 import pytest
 
-from agents.transports.rdma_conn import SOFTROCE_HINT, SYS_IB, find_devices
 from genie.collectives import build_program
 from genie.controller.local import LocalCluster, open_controller
 from genie.errors import RuntimeFault, TransportError
 from genie.wire.messages import DataOptions, RdmaOptions
+from genie_agent.dataplane.rdma_conn import SOFTROCE_HINT, SYS_IB, find_devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DISTRO_PYVERBS = "/usr/lib/python3/dist-packages/pyverbs"
@@ -25,7 +25,7 @@ DISTRO_PYVERBS = "/usr/lib/python3/dist-packages/pyverbs"
 
 def _has_pyverbs() -> str:
     """Why pyverbs cannot be tested here ("" if it can)."""
-    from agents.transports.rdma import load_pyverbs
+    from genie_agent.dataplane.rdma import load_pyverbs
 
     try:
         load_pyverbs()
@@ -36,7 +36,7 @@ def _has_pyverbs() -> str:
 
 @pytest.mark.skipif(bool(_has_pyverbs()), reason=_has_pyverbs() or "-")
 def test_pyverbs_imports_with_its_enums_and_finds_no_device_here() -> None:
-    from agents.transports.rdma import load_pyverbs
+    from genie_agent.dataplane.rdma import load_pyverbs
 
     pv = load_pyverbs()
     e = pv.enums
@@ -78,7 +78,7 @@ def test_system_python_imports_distro_pyverbs_through_the_shim() -> None:
 def test_missing_pyverbs_is_one_line_with_the_install_hint(tmp_path) -> None:
     code = (
         "import sys; sys.modules['pyverbs'] = None\n"  # as if nothing is installed
-        "from agents.transports.rdma import load_pyverbs\n"
+        "from genie_agent.dataplane.rdma import load_pyverbs\n"
         "from genie.errors import TransportError\n"
         f"try:\n    load_pyverbs(paths=({str(tmp_path)!r},))\n"
         "except TransportError as e:\n    print(e)\n"

@@ -7,9 +7,10 @@ import threading
 
 import pytest
 
-from agents.plan import plan_agent
-from agents.programs import builtin_program
-from agents.transports.rdma_conn import (
+from genie.collectives.program import ProgramSpec
+from genie.errors import TransportError
+from genie.wire.messages import Limits, QpFacts, RdmaOptions
+from genie_agent.dataplane.rdma_conn import (
     IMM_READY,
     Choice,
     NoRdmaDevice,
@@ -32,9 +33,8 @@ from agents.transports.rdma_conn import (
     send_targets,
     wc_status_name,
 )
-from genie.collectives.program import ProgramSpec
-from genie.errors import TransportError
-from genie.wire.messages import Limits, QpFacts, RdmaOptions
+from genie_agent.plan import plan_agent
+from genie_agent.programs import builtin_program
 
 V4 = "0000:0000:0000:0000:0000:ffff:c612:0001"  # ::ffff:198.18.0.1
 LL = "fe80:0000:0000:0000:0a00:27ff:fe00:0001"

@@ -12,14 +12,14 @@ import zlib
 import numpy as np
 import pytest
 
-from agents.transports.rdma_conn import SYS_IB, find_devices, no_device_message
-from agents.transports.tcp import pattern_fill
 from genie.collectives import build_program
 from genie.collectives.data_exec import run_data
 from genie.collectives.program import Op
 from genie.controller.local import LocalCluster, open_controller
 from genie.errors import TransportError
 from genie.wire.messages import DataOptions, RdmaOptions
+from genie_agent.dataplane.rdma_conn import SYS_IB, find_devices, no_device_message
+from genie_agent.dataplane.tcp import pattern_fill
 
 
 def device_check() -> tuple[str, str]:
@@ -28,7 +28,7 @@ def device_check() -> tuple[str, str]:
     if not devs:
         return "", f"check 1 failed (RDMA device in {SYS_IB}): {no_device_message()}"
     try:
-        from agents.transports.rdma import load_pyverbs
+        from genie_agent.dataplane.rdma import load_pyverbs
 
         load_pyverbs()
     except TransportError as exc:

@@ -22,15 +22,15 @@ import msgspec
 import numpy as np
 import pytest
 
-from agents.plan import plan_agent
-from agents.programs import builtin_program
-from agents.transports.rdma_conn import QpFacts, recv_slots, send_targets
-from agents.transports.rdma_exec import Completion, RdmaRankExecutor, Region
-from agents.transports.tcp import TcpDataPlane
 from genie.collectives.program import ProgramSpec
 from genie.errors import TransportError
 from genie.wire.messages import DataOptions, Go, Limits, Prepare, RdmaOptions
 from genie.wire.tokens import new_token
+from genie_agent.dataplane.rdma_conn import QpFacts, recv_slots, send_targets
+from genie_agent.dataplane.rdma_exec import Completion, RdmaRankExecutor, Region
+from genie_agent.dataplane.tcp import TcpDataPlane
+from genie_agent.plan import plan_agent
+from genie_agent.programs import builtin_program
 
 
 class Fabric:

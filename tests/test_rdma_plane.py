@@ -12,13 +12,13 @@ from collections import deque
 import msgspec
 from test_rdma_exec import Fabric, FakeVerbs, run_tcp
 
-from agents.plan import plan_agent
-from agents.programs import builtin_program
-from agents.transports.rdma_conn import Device, Gid, Port, gid_hex
-from agents.transports.rdma_plane import AgentDataPlane
 from genie.collectives.program import ProgramSpec
 from genie.wire.messages import DataOptions, Go, Limits, Prepare, RdmaOptions
 from genie.wire.tokens import new_token
+from genie_agent.dataplane.rdma_conn import Device, Gid, Port, gid_hex
+from genie_agent.dataplane.rdma_plane import AgentDataPlane
+from genie_agent.plan import plan_agent
+from genie_agent.programs import builtin_program
 
 LOOP_GID = "0000:0000:0000:0000:0000:ffff:7f00:0001"  # RoCE v2 GID of 127.0.0.1
 

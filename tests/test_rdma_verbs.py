@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from agents.transports.rdma_conn import Choice, gid_text, init_attrs, rtr_attrs, rts_attrs
 from genie.errors import TransportError
 from genie.wire.messages import QpFacts, RdmaOptions
+from genie_agent.dataplane.rdma_conn import Choice, gid_text, init_attrs, rtr_attrs, rts_attrs
 
 
 def _pv():
-    from agents.transports.rdma import load_pyverbs
+    from genie_agent.dataplane.rdma import load_pyverbs
 
     try:
         return load_pyverbs()
@@ -29,7 +29,7 @@ def _facts(src, dst, qpn, psn, mtu=4096):
 
 
 def test_transitions_carry_the_pure_attributes() -> None:
-    from agents.transports.rdma import init_qpattr, rtr_qpattr, rts_qpattr
+    from genie_agent.dataplane.rdma import init_qpattr, rtr_qpattr, rts_qpattr
 
     pv = _pv()
     e = pv.enums
@@ -52,7 +52,7 @@ def test_transitions_carry_the_pure_attributes() -> None:
 
 
 def test_work_requests_with_and_without_data() -> None:
-    from agents.transports.rdma import recv_wr, send_wr
+    from genie_agent.dataplane.rdma import recv_wr, send_wr
 
     pv = _pv()
     e = pv.enums

@@ -46,8 +46,8 @@ def _expected_buffer_crcs(program, repetitions: int) -> dict[int, int]:
 
     import numpy as np
 
-    from agents.transports.tcp import pattern_fill
     from genie.collectives.data_exec import run_data
+    from genie_agent.dataplane.tcp import pattern_fill
 
     size = program.buffer_bytes(0)
     bufs = []

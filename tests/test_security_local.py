@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from agents.transports.tcp import HANDSHAKE, HANDSHAKE_MAGIC
 from genie.collectives import build_program
 from genie.controller.local import LocalCluster, open_controller
 from genie.controller.session import Timeouts
 from genie.errors import GenieError, RuntimeFault, UsageError
 from genie.keys import init_keys, load_pair, trusted_controllers
+from genie_agent.dataplane.tcp import HANDSHAKE, HANDSHAKE_MAGIC
 
 HB = 0.2
 
@@ -149,7 +149,7 @@ def test_data_port_refuses_outsiders_and_logs_it(cluster, keys) -> None:
 
 
 def test_agent_warns_when_listening_beyond_loopback_without_keys(monkeypatch) -> None:
-    from agents.daemon import is_loopback, run_agent
+    from genie_agent.daemon import is_loopback, run_agent
 
     monkeypatch.delenv("GENIE_KEYS", raising=False)
     assert is_loopback("127.0.0.1:5") and is_loopback("[::1]:5") and not is_loopback("10.0.0.1:5")

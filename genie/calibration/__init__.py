@@ -5,7 +5,7 @@
 * ``fit``: the fit itself, pure (numpy least squares on the model's own critical-path terms),
   with held-back points and the MAPE before and after;
 * ``runs``: stored ``genie bench`` runs as fit points (median time per size);
-* ``errors``: measured vs nominal vs calibrated rows and their error in percent;
+* ``accuracy``: measured vs nominal vs calibrated rows and their error in percent;
 * ``dilation``: what time dilation keeps and what it does not;
 * ``compute``: compute durations from the roofline (or timed on a local accelerator);
 * ``published``: genie's model against published nccl-tests results on real GPU clusters.

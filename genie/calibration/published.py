@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genie.calibration.errors import error_pct, mape
+from genie.calibration.accuracy import error_pct, mape
 from genie.errors import CalibrationError
 from genie.units import format_bytes, parse_bandwidth, parse_duration
 from genie.vocabulary import bus_factor

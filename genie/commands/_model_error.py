@@ -1,4 +1,4 @@
-"""The model-error table every bench and emulate report prints (see ``genie.calibration.errors``).
+"""The model-error table every bench and emulate report prints (see ``genie.calibration.accuracy``).
 
 Per row: measured, the nominal model and its error, the calibrated model and its error, and a
 text strip of both errors on -100 % .. +100 %; then the MAPE of each model and which fabric each
@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from genie.calibration.errors import ErrorRow, error_strip, summary
+from genie.calibration.accuracy import ErrorRow, error_strip, summary
 from genie.units import format_bytes, format_seconds
 
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from agents.transports.rdma_conn import find_devices
 from genie.errors import TestbedError
 from genie.testbed import softroce as sr
+from genie_agent.dataplane.rdma_conn import find_devices
 
 
 def _support_or_fail() -> sr.KernelSupport:

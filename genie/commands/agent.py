@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agents.cli import add_agent_arguments, run_from_args
+from genie_agent.cli import add_agent_arguments, run_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,7 +8,7 @@ GB/s = 10^9 bytes/s. Every instance goes to the run store (as measured, undilate
 ``--dilation K`` reports every time divided by K (bandwidths times K): the lab's links standing
 for links K times faster; the report says what does not scale (``genie.calibration.dilation``).
 
-``--faults SCHEDULE`` changes links while the sweep runs (``genie.testbed.faults``), timed from
+``--faults SCHEDULE`` changes links while the sweep runs (``genie.faults.schedule``), timed from
 ``FAULT_ORIGIN``: the warm-ups of each size run in a Go of their own, so the clock starts with
 the first measured iteration. The report gives, per size, the p50 of the iterations that
 overlapped a fault beside those that overlapped none; the stored run's meta keeps it all.
@@ -29,7 +29,7 @@ from pathlib import Path
 import msgspec
 
 from genie import progress
-from genie.calibration.errors import error_pct
+from genie.calibration.accuracy import error_pct
 from genie.commands import _args as A
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
@@ -66,7 +66,7 @@ class BenchConfig:
     dilation: float = 1.0  # report times / dilation (see the module docstring)
     calibration_used: object = None  # set by run_bench: the Calibration that priced, or None
     notes: list[str] = field(default_factory=list)  # set by run_bench: what the report must say
-    faults: str | None = None  # --faults: a schedule or a file of one (genie.testbed.faults)
+    faults: str | None = None  # --faults: a schedule or a file of one (genie.faults.schedule)
     fault_doc: dict | None = None  # set by run_bench: the faults as applied and their effect
 
 
@@ -178,7 +178,7 @@ def run_bench(cfg: BenchConfig):
 def fault_doc(records: dict, origin_ns: int | None, rows) -> dict:
     """The faults as applied with, per size, the measured iterations that overlapped a fault
     vs those that overlapped none (p50 each; seconds from ``FAULT_ORIGIN``)."""
-    from genie.testbed.fault_run import fault_effect, fault_windows
+    from genie.faults.effect import fault_effect, fault_windows
 
     if origin_ns is None:  # the sweep ended before its first measured Go
         return {**records, "time_origin": FAULT_ORIGIN, "run_end_s": 0.0, "by_size": []}
@@ -351,7 +351,7 @@ def rows_json(rows) -> list[dict]:
 
 def error_rows(rows, collective: str) -> list:
     """The sweep's rows as model-error rows (measured p50 vs nominal vs calibrated)."""
-    from genie.calibration.errors import ErrorRow
+    from genie.calibration.accuracy import ErrorRow
 
     return [
         ErrorRow(f"{collective} n={r.n_ranks}", r.size, r.stats.p50, r.modeled_s, r.calibrated_s)

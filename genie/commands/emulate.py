@@ -158,7 +158,7 @@ def _command() -> str:
 def run(args: argparse.Namespace) -> int:
     """Handle ``genie emulate``."""
 
-    from genie.calibration.errors import ErrorRow
+    from genie.calibration.accuracy import ErrorRow
     from genie.controller.placement import place_ranks
     from genie.emulate.backends import TestbedBackend
     from genie.emulate.compare import iteration_row
@@ -460,7 +460,7 @@ class Overlapped:
 
     def errors(self) -> list:
         """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
-        from genie.calibration.errors import ErrorRow
+        from genie.calibration.accuracy import ErrorRow
 
         return [
             ErrorRow(
@@ -533,9 +533,9 @@ def run_overlapped(
     With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
     divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
     ``meta`` is stored with the run beside what the run says of itself; ``faults`` (a
-    ``genie.testbed.faults.FaultPlan``) is applied during the runs, timed from the first
+    ``genie.faults.schedule.FaultPlan``) is applied during the runs, timed from the first
     measured run's Go,
-    recorded with the run and undone afterwards (``genie.testbed.fault_run``).
+    recorded with the run and undone afterwards (``genie.faults.netns``).
     """
     from genie.calibration.dilation import check_dilation
     from genie.emulate.backends import InstanceBackend
@@ -684,7 +684,7 @@ def run_overlapped(
 
 def _fault_doc(records: dict, passes: list, warmup: int) -> dict:
     """The run's fault records with each run's overlap and the effect on iteration time."""
-    from genie.testbed.fault_run import fault_effect, fault_windows
+    from genie.faults.effect import fault_effect, fault_windows
 
     t0 = passes[min(warmup, len(passes) - 1)].start_at_ns if passes else 0
     runs = [
@@ -702,7 +702,7 @@ def _trace_faults(path: str, fault_doc: dict, runs: list[dict], n_ranks: int) ->
     import json
     from pathlib import Path
 
-    from genie.testbed.fault_run import trace_events
+    from genie.faults.effect import trace_events
 
     p = Path(path)
     doc = json.loads(p.read_text())

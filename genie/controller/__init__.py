@@ -1,19 +1,19 @@
 """The controller side of the testbed runtime: sessions with agents, placement, results, bench."""
 
+from genie.controller.channel import Channel, InProcChannel, ZmqChannel
 from genie.controller.placement import place_ranks
 from genie.controller.results import Instance, Stats, completion_times, stats
 from genie.controller.session import Controller, RunOutcome, Timeouts
-from genie.controller.transport import InProcTransport, Transport, ZmqTransport
 
 __all__ = [
+    "Channel",
     "Controller",
-    "InProcTransport",
+    "InProcChannel",
     "Instance",
     "RunOutcome",
     "Stats",
     "Timeouts",
-    "Transport",
-    "ZmqTransport",
+    "ZmqChannel",
     "completion_times",
     "place_ranks",
     "stats",

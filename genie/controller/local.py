@@ -1,8 +1,9 @@
 """A cluster of agent processes on this machine's loopback, and opening a controller on a testbed.
 
-``LocalCluster.start(n)`` launches ``python -m agents`` (= ``genie agent``) n times on 127.0.0.1
-(consecutive free control ports, data ports chosen by each agent), waits until each says it
-listens, and writes ``testbed.toml``, ``agents.pids`` and one log per agent in its directory.
+``LocalCluster.start(n)`` launches ``python -m genie_agent`` (= ``genie agent``) n times on
+127.0.0.1 (consecutive free control ports, data ports chosen by each agent), waits until each
+says it listens, and writes ``testbed.toml``, ``agents.pids`` and one log per agent in its
+directory.
 ``stop()`` ends exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
 """
 
@@ -25,8 +26,8 @@ from pathlib import Path
 
 import msgspec
 
+from genie.controller.channel import ZmqChannel
 from genie.controller.session import Controller, Timeouts
-from genie.controller.transport import ZmqTransport
 from genie.errors import RuntimeFault, TestbedError
 from genie.wire.launch import is_agent_cmdline, launch_command
 from genie.wire.messages import DataOptions
@@ -260,7 +261,7 @@ def open_controller(
     endpoints = {h.name: h.control for h in testbed.hosts}
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
-    tr = ZmqTransport(endpoints, identity=cid, keys_dir=keys_dir, devices=devices)
+    tr = ZmqChannel(endpoints, identity=cid, keys_dir=keys_dir, devices=devices)
     ctl = Controller(
         tr,
         list(endpoints),

@@ -1,6 +1,6 @@
 """The controller: claim agents, sync clocks, prepare a job, start it in sync, gather results.
 
-``Controller`` is transport- and clock-agnostic (see ``transport.py``), so tests drive it with
+``Controller`` is transport- and clock-agnostic (see ``channel.py``), so tests drive it with
 in-process agents and a fake clock. Every wait is bounded: by a deadline derived from the plan
 (bytes a rank moves / a slow rate x margin, plus a base), and by the heartbeat rule (an agent
 silent for ``MISSED_BEATS_LIMIT`` intervals is lost). On any failure the job is aborted on every
@@ -29,8 +29,8 @@ import msgspec
 from genie import __version__
 from genie.collectives.program import Op, Program, ProgramSpec
 from genie.collectives.registry import max_steps_per_rank
+from genie.controller.channel import Channel
 from genie.controller.results import Instance, check_result, completion_times, step_times
-from genie.controller.transport import Transport
 from genie.errors import (
     AgentBusy,
     AgentLost,
@@ -148,11 +148,11 @@ def rank_bytes(program: Program) -> int:
 
 
 class Controller:
-    """Drives a set of agents through jobs over a Transport."""
+    """Drives a set of agents through jobs over a Channel."""
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Channel,
         agents: Sequence[str],
         clock: Clock | None = None,
         *,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
+from genie.controller.channel import ZmqChannel
 from genie.controller.session import Controller, Timeouts
-from genie.controller.transport import ZmqTransport
 from genie.errors import AgentBusy, ControlUnreachable, GenieError, RunTimeout
 from genie.testbed import Host
 from genie.wire.messages import HelloReply
@@ -32,7 +32,7 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
     ``genie keys init`` directory (None: unauthenticated). A refused handshake is an error
     whose text says ``refused``.
     """
-    transport = ZmqTransport({host.name: host.control}, keys_dir=keys_dir)
+    transport = ZmqChannel({host.name: host.control}, keys_dir=keys_dir)
     ctl = Controller(transport, [host.name], timeouts=Timeouts(register_s=timeout_s))
     deadline = time.monotonic() + timeout_s
     try:

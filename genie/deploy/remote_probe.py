@@ -228,7 +228,8 @@ def probe(root_arg):
             "supervisor": sup,
             "agent_pid": ag,
             "supervisor_alive": _alive(sup) and "genie.deploy.supervise" in " ".join(_cmdline(sup)),
-            "agent_alive": _alive(ag) and ("agents" in _cmdline(ag) or "agent" in _cmdline(ag)),
+            "agent_alive": _alive(ag)
+            and any(a in _cmdline(ag) for a in ("genie_agent", "agents", "agent")),
             "agent_cmdline": _cmdline(ag) if _alive(ag) else [],
         }
     govs = {}

@@ -1,6 +1,6 @@
 """Build the project's wheel for a deploy, cache it by source content, and bundle dependencies.
 
-The wheel is built from a copy of the source tree (``genie/``, ``agents/``, ``pyproject.toml``,
+The wheel is built from a copy of the source tree (``genie/``, ``genie_agent/``, ``pyproject.toml``,
 ``README.md``) so the checkout is never written to. Its identity for idempotence is
 ``wheel_digest``: a hash over the archive's member names and bytes, not over the zip itself
 (zip timestamps would change it without a change of code).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from genie.errors import DeployError
 
-SOURCE_PARTS = ("genie", "agents", "pyproject.toml", "README.md")
+SOURCE_PARTS = ("genie", "genie_agent", "pyproject.toml", "README.md")
 _IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".pytest_cache")
 BUILD_TIMEOUT_S = 300.0
 

@@ -6,7 +6,7 @@ API); ``backends`` turn what the wire measured into the replay's network.
 Two modes behind ``genie emulate``:
 
 * **overlapped** (default): ``compile_oplists`` plans every communication instance of the trace
-  as a step program of its own and gives each rank its op list (``agents.oplist``): the ops in
+  as a step program of its own and gives each rank its op list (``genie_agent.oplist``): the ops in
   order, each with the earlier ops it depends on and the compute gap before it, taken from a
   replay on a network where communication costs nothing (gap = the op's arrival minus the
   zero-cost end of its latest communication ancestor, or its arrival when it has none). One Go

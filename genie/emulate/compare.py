@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from genie.calibration.accuracy import ErrorRow
 from genie.calibration.dilation import dilated_topology, dilation_note, kept_latency_topology
-from genie.calibration.errors import ErrorRow
 from genie.calibration.model import Calibration, calibrate_topology
 from genie.errors import GenieError
 

@@ -4,7 +4,7 @@
   size, group) and ``plan_key`` plans one of them as a step program (isolated mode);
 * ``compile_oplists`` plans every instance as a program of its own and gives each rank its op
   list: its ops in order, each with the earlier ops it depends on and the compute gap before it
-  (overlapped mode; the agents' side is ``agents.oplist``).
+  (overlapped mode; the agents' side is ``genie_agent.oplist``).
 
 Nothing here touches a socket, the controller or the store: plans are data, tested as data.
 """
@@ -140,7 +140,7 @@ def compile_oplists(
     max_instances: int = 256,
     comm_concurrency: int = 1,
 ) -> OpListPlan:
-    """Plan every communication instance and each rank's op list (see ``agents.oplist``).
+    """Plan every communication instance and each rank's op list (see ``genie_agent.oplist``).
 
     The compute gaps come from a replay on a network where communication takes no time: op j of
     a rank becomes due ``gap`` after the latest of its communication ancestors (in the rank's

@@ -72,7 +72,7 @@ def _model_sizes(sizes: Sequence[int]) -> list[int]:
 
 def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
-    from genie.calibration.errors import error_pct
+    from genie.calibration.accuracy import error_pct
     from genie.calibration.model import calibrate_topology
     from genie.vocabulary import bus_factor
 

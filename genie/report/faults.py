@@ -1,7 +1,7 @@
 """Figure data for a run with link faults: every iteration on the wire against the fault windows.
 
 A run of ``genie bench --faults`` or ``genie emulate --faults`` keeps its faults in
-``meta["faults"]`` (``genie.testbed.fault_run``: schedule, each event as applied, restore, the
+``meta["faults"]`` (``genie.faults.netns``: schedule, each event as applied, restore, the
 effect on iteration time) and its iterations as instances in the store. Here both are put on one
 time axis: seconds from the run's time origin (the first measured Go; ``origin_ns`` in the
 meta, controller clock, as the instances' ``start_ns``). Pure apart from reading the store.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from genie.faults.effect import fault_windows
 from genie.report.data import _group_key, run_label
 from genie.store import RunInfo, RunStore
-from genie.testbed.fault_run import fault_windows
 from genie.units import format_bytes, format_seconds
 
 INCLUDED = (

@@ -136,7 +136,7 @@ def _group_table(g: dict[str, Any]) -> str:
 
 def _error_table(g: dict[str, Any]) -> str:
     """Measured vs nominal vs calibrated per size of one group, with the MAPE of each."""
-    from genie.calibration.errors import mape
+    from genie.calibration.accuracy import mape
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:+.1f} %"

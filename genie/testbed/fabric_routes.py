@@ -9,7 +9,7 @@ shortest paths to a NIC (a leaf towards a host behind another leaf: every spine)
 multipath route over all of them, and the switch hashes each flow's 5-tuple (addresses,
 protocol, ports) onto one, as a switch ASIC does, with a hash seed fixed per switch from the
 testbed's routing seed (``fib_multipath_hash_seed``): so the fabric spreads flows as the
-model's ECMP policy does, and a job's flows (fixed source ports, ``agents.transports.tcp_wire``)
+model's ECMP policy does, and a job's flows (fixed source ports, ``genie_agent.dataplane.tcp_wire``)
 take the same paths every run. The hash is the kernel's custom policy over exactly those five
 fields (``fib_multipath_hash_policy = 3``, ``fib_multipath_hash_fields = 0x37``): the L4
 policy (1) would reuse the hash the sending socket stamped on the packet, which Linux draws at

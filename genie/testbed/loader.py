@@ -47,7 +47,7 @@ _TOP_KEYS = {
 }
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
-_HOST_KEYS |= {"faults"}  # lab hosts: opt in to link faults (genie.testbed.faults)
+_HOST_KEYS |= {"faults"}  # lab hosts: opt in to link faults (genie.faults.schedule)
 _NIC_KEYS = {"name", "data_addr", "device", "rdma_device"}
 MAX_NICS = 64
 _LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}

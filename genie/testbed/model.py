@@ -16,7 +16,7 @@ from genie.collectives.topology import Routing
 from genie.wire.messages import DEFAULT_INTRA_BW, DEFAULT_INTRA_LAT
 
 Kind = Literal["static", "netns"]
-Transport = Literal["tcp", "rdma"]
+DataPlaneKind = Literal["tcp", "rdma"]  # the data plane agents send on
 
 DEFAULT_MTU = 1500
 DEFAULT_NETNS_PREFIX = "genie-"
@@ -117,7 +117,7 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     kind: Kind
-    transport: Transport = "tcp"
+    transport: DataPlaneKind = "tcp"
     hosts: list[Host] = msgspec.field(default_factory=list)
     switches: list[Switch] = msgspec.field(default_factory=list)
     links: list[Link] = msgspec.field(default_factory=list)

@@ -189,7 +189,7 @@ class Prepared(Msg, tag="prepared"):
 
 
 class OpItem(msgspec.Struct, kw_only=True, array_like=True):
-    """One communication op of a rank's op list (see ``agents.oplist``)."""
+    """One communication op of a rank's op list (see ``genie_agent.oplist``)."""
 
     program: int  # index into the job's programs (each op list uses a program at most once)
     deps: list[int] = []  # earlier ops of this rank's list that must have finished

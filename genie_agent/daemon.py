@@ -37,15 +37,15 @@ from collections.abc import Callable
 
 import zmq
 
-from agents.clock import tighten_timer_slack
-from agents.facts import host_facts
-from agents.logbook import LogBook
-from agents.state import AgentCore, Event
-from agents.transports.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie.errors import TransportError, UsageError
 from genie.wire.clock import MonotonicClock
 from genie.wire.liveness import HEARTBEAT_INTERVAL_S
 from genie.wire.messages import Limits, Msg, encode
+from genie_agent.clock import tighten_timer_slack
+from genie_agent.dataplane.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
+from genie_agent.facts import host_facts
+from genie_agent.logbook import LogBook
+from genie_agent.state import AgentCore, Event
 
 REFUSED_KEYS_MAX = 256  # distinct refused keys remembered (a key-rotating peer stays bounded)
 IDLE_WAKE_MS = 1000  # an unclaimed idle agent still checks its stop flag this often

@@ -1,4 +1,4 @@
-"""Applying a lab fault plan (``genie.testbed.lab_faults``) over the deploy layer's SSH.
+"""Applying a lab fault plan (``genie.faults.lab_plan``) over the deploy layer's SSH.
 
 The host logs each event's times under ``<remote root>/faults/<token>-<event>.log``.
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from genie.deploy.ssh import shell_path
 from genie.errors import GenieError
-from genie.testbed.lab_faults import (
+from genie.faults.lab_plan import (
     SUDO,
     TOKEN,
     LabPlan,

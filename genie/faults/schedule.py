@@ -18,7 +18,7 @@ measured run's Go, after the warm-up runs), in order, at most ``MAX_TIME_S``; at
 
 Lab (static) testbeds: refused unless the host opts in (``faults = true``) and the interface is
 one the testbed file names (``nic``, or a NIC's ``device``); targets are ``HOST-IFACE`` and
-every fault needs ``for``: ``genie.testbed.lab_faults`` sends each with its own restore over SSH.
+every fault needs ``for``: ``genie.faults.lab_plan`` sends each with its own restore over SSH.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from genie.testbed.netns_plan import Port, ip, link_ports, tbf
 from genie.units import format_seconds, parse_bandwidth, parse_duration
 
 if TYPE_CHECKING:
-    from genie.testbed.lab_faults import LabPlan
+    from genie.faults.lab_plan import LabPlan
 
 MAX_EVENTS = 64
 MAX_TIME_S = 600.0
@@ -254,9 +254,9 @@ def _link_cmd(p: Port, state: str) -> tuple[str, ...]:
 
 def plan_faults(tb: Testbed, events: list[Event]) -> FaultPlan | LabPlan:
     """Resolve ``events`` on ``tb`` into timed steps and the restore-everything commands (lab
-    testbeds: a ``genie.testbed.lab_faults.LabPlan``, applied over SSH)."""
+    testbeds: a ``genie.faults.lab_plan.LabPlan``, applied over SSH)."""
     if tb.kind != "netns":
-        from genie.testbed.lab_faults import plan_lab
+        from genie.faults.lab_plan import plan_lab
 
         return plan_lab(tb, events)
     steps: list[Step] = []

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from agents.plan import RankPlan
 from genie.collectives.program import Op
 from genie.errors import TransportError
 from genie.wire.messages import QpFacts, RdmaOptions
+from genie_agent.plan import RankPlan
 
 SYS_IB = "/sys/class/infiniband"
 SOFTROCE_HINT = "genie testbed softroce up --netdev IF"

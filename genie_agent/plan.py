@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from agents.limits import check_programs
 from genie.collectives.program import Op, Program, Step
 from genie.errors import CollectiveError, ProtocolError
 from genie.wire.messages import Limits
+from genie_agent.limits import check_programs
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ nothing. Another controller's Hello displaces the holder only on evidence that i
 connection closed and it missed a beat, or it was silent for ``TAKEOVER_BEATS`` intervals. An
 agent started for a testbed (``testbed``) refuses Hellos naming any other one.
 
-Bounded work: a Prepare's cost (data-plane options, steps to build: ``agents.limits``) is
+Bounded work: a Prepare's cost (data-plane options, steps to build: ``genie_agent.limits``) is
 checked on the control thread; the programs are then built by ``builder`` (the daemon's worker
 thread) so heartbeats never stop, at most ``BUILDS_MAX`` at a time. Refusals and losses go to a
 bounded log the shell drains (``drain_log``).
@@ -36,9 +36,6 @@ from typing import Any, Protocol
 
 import msgspec
 
-from agents.limits import check_build_cost, check_options
-from agents.plan import AgentPlan, plan_agent
-from agents.programs import rebuild
 from genie import __version__
 from genie.errors import GenieError, ProtocolError
 from genie.wire.clock import Clock
@@ -67,6 +64,9 @@ from genie.wire.messages import (
     TimeReply,
     decode,
 )
+from genie_agent.limits import check_build_cost, check_options
+from genie_agent.plan import AgentPlan, plan_agent
+from genie_agent.programs import rebuild
 
 
 class State(enum.Enum):

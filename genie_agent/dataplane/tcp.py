@@ -3,20 +3,20 @@
 Connections. Every agent has one data listener for its whole life on each of its data addresses
 (one per NIC, all on the same port). For a job, the lower global rank of each pair that talks
 connects ``streams`` TCP connections to the higher rank's agent and introduces each with a
-handshake (``agents.transports.tcp_wire``). A connection leaves from its rank's NIC address and
+handshake (``genie_agent.dataplane.tcp_wire``). A connection leaves from its rank's NIC address and
 goes to its peer rank's (``DataOptions.rank_addrs``; else the agents' data addresses) with a
 source port fixed per flow (``tcp_wire.source_ports``), so an ECMP fabric hashing the 5-tuple
 routes a job's flows alike every run. Pairs of ranks on this agent open no connection at all
 when the job models intra-host steps (``DataOptions.intra == "model"``,
-``agents.transports.intra``). The listener's admission
-thread (``agents.transports.tcp_admission``: whole-handshake deadlines, bounded waiting, caps
+``genie_agent.dataplane.intra``). The listener's admission
+thread (``genie_agent.dataplane.tcp_admission``: whole-handshake deadlines, bounded waiting, caps
 per peer) hands a connection to the job whose token and expected pairs it matches; one with a
 token this agent does not hold yet is parked briefly (its peer got the Prepare first); anything
 else is closed. Connections are reused by every iteration and every program of the job.
 
-Each local rank then runs in its own thread (``agents.transports.tcp_exec``: one program for
-warmup+iters iterations, or a whole op list, ``agents.transports.tcp_oplist``) over the frame
-machinery of ``agents.transports.tcp_engine``. The wire formats, ``pattern_fill`` and the rank
+Each local rank then runs in its own thread (``genie_agent.dataplane.tcp_exec``: one program for
+warmup+iters iterations, or a whole op list, ``genie_agent.dataplane.tcp_oplist``) over the frame
+machinery of ``genie_agent.dataplane.tcp_engine``. The wire formats, ``pattern_fill`` and the rank
 executor are re-exported here under their old import paths.
 """
 
@@ -29,16 +29,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from agents.oplist import check_ops
-from agents.plan import AgentPlan
-from agents.state import Event
-from agents.transports.intra import LocalHub
-from agents.transports.steps import pattern_fill
-from agents.transports.steps import set_realtime as _set_realtime
-from agents.transports.tcp_admission import Admission
-from agents.transports.tcp_engine import POLL_S
-from agents.transports.tcp_exec import RankExecutor
-from agents.transports.tcp_wire import (
+from genie.errors import GenieError, TransportError
+from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
+from genie.wire.tokens import new_token, token_bytes
+from genie_agent.dataplane.intra import LocalHub
+from genie_agent.dataplane.steps import pattern_fill
+from genie_agent.dataplane.steps import set_realtime as _set_realtime
+from genie_agent.dataplane.tcp_admission import Admission
+from genie_agent.dataplane.tcp_engine import POLL_S
+from genie_agent.dataplane.tcp_exec import RankExecutor
+from genie_agent.dataplane.tcp_wire import (
     HANDSHAKE,
     HANDSHAKE_MAGIC,
     HDR,
@@ -48,9 +48,9 @@ from agents.transports.tcp_wire import (
     split_parts,
     tune,
 )
-from genie.errors import GenieError, TransportError
-from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
-from genie.wire.tokens import new_token, token_bytes
+from genie_agent.oplist import check_ops
+from genie_agent.plan import AgentPlan
+from genie_agent.state import Event
 
 __all__ = [
     "HANDSHAKE",

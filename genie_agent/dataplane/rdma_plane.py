@@ -30,9 +30,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from agents.plan import AgentPlan
-from agents.state import Event
-from agents.transports.rdma_conn import (
+from genie.errors import TransportError
+from genie.wire.messages import Go, Prepare, Prepared, QpFacts
+from genie_agent.dataplane.rdma_conn import (
     check_options,
     choose_port,
     exchange_facts,
@@ -40,10 +40,10 @@ from agents.transports.rdma_conn import (
     recv_slots,
     send_targets,
 )
-from agents.transports.rdma_exec import RdmaRankExecutor
-from agents.transports.tcp import TcpDataPlane
-from genie.errors import TransportError
-from genie.wire.messages import Go, Prepare, Prepared, QpFacts
+from genie_agent.dataplane.rdma_exec import RdmaRankExecutor
+from genie_agent.dataplane.tcp import TcpDataPlane
+from genie_agent.plan import AgentPlan
+from genie_agent.state import Event
 
 
 class AgentDataPlane(TcpDataPlane):
@@ -99,13 +99,13 @@ class AgentDataPlane(TcpDataPlane):
 
     def open_device(self, choice):
         """Import pyverbs and open the chosen device and port (with its PD)."""
-        from agents.transports import rdma  # the one pyverbs module, only for RDMA jobs
+        from genie_agent.dataplane import rdma  # the one pyverbs module, only for RDMA jobs
 
         return rdma.VerbsDevice(rdma.load_pyverbs(), choice)
 
     def rank_verbs(self, dev, ro, rank: int, peers: list[int], depth: int):
         """Rank ``rank``'s CQ and queue pairs (in INIT) on ``dev``."""
-        from agents.transports import rdma
+        from genie_agent.dataplane import rdma
 
         return rdma.VerbsRank(dev, ro, peers, depth)
 

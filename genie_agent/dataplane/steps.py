@@ -1,8 +1,8 @@
 """What every rank executor (TCP and RDMA) shares: buffer patterns, the start, local steps.
 
 A rank waits for a synchronized start by sleeping in short abort-checked slices until the start
-is near (``wait_for_start``), then ``agents.clock.sleep_until`` spins to it; optionally only that
-wait and the launch of the first steps run under SCHED_FIFO (``set_realtime``).
+is near (``wait_for_start``), then ``genie_agent.clock.sleep_until`` spins to it; optionally only
+that wait and the launch of the first steps run under SCHED_FIFO (``set_realtime``).
 ``run_iterations`` runs a Go's warmup+iters iterations of one program and keeps their times.
 REDUCE adds bytes (uint8, wrapping) and COPY copies, with numpy (``local_step``).
 """
@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from agents.clock import sleep_until
 from genie.collectives.program import Op, Step
 from genie.errors import TransportError
 from genie.wire.messages import Go
+from genie_agent.clock import sleep_until
 
 
 def pattern_fill(buf: np.ndarray, rank: int) -> None:

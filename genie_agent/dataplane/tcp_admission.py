@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agents.transports.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
+from genie_agent.dataplane.tcp_wire import HANDSHAKE, HANDSHAKE_MAGIC
 
 HANDSHAKE_TIMEOUT_S = 5.0  # from accept to the whole handshake
 PARK_S = 15.0  # a connection for a job not seen yet waits this long for its Prepare

@@ -15,7 +15,7 @@ process group run one at a time, or N at a time, as NCCL's per-communicator stre
 is added after them). Both lists name earlier ops only.
 
 and runs every started op's steps concurrently over the rank's streams (the TCP executor's
-``run_ops``, in ``agents.transports.tcp_oplist``). Frames carry their program, so a receive
+``run_ops``, in ``genie_agent.dataplane.tcp_oplist``). Frames carry their program, so a receive
 of an op that has not started yet on this rank (its peer was earlier) lands in that op's own
 scratch at once and completes when it starts.
 
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from agents.plan import AgentPlan
 from genie.errors import ProtocolError
 from genie.wire.messages import OpItem, RankOps
+from genie_agent.plan import AgentPlan
 
 MAX_OPS_PER_RANK = 4096
 MAX_DEPS_PER_OP = 256

@@ -1,7 +1,7 @@
 """The RDMA rank executor: runs one rank's step programs over queue pairs, one per peer.
 
 It talks to verbs only through ``RankVerbs`` (post a write/send/receive, poll, wait), which
-``agents.transports.rdma`` implements with pyverbs; so this logic is the same whatever provider
+``genie_agent.dataplane.rdma`` implements with pyverbs; so this logic is the same whatever provider
 is underneath (a ConnectX NIC, soft-RoCE), and needs no pyverbs to import.
 
 Per iteration, like the TCP executor: steps whose dependencies are done start at once.
@@ -32,8 +32,10 @@ from typing import Protocol
 
 import numpy as np
 
-from agents.plan import RankPlan
-from agents.transports.rdma_conn import (
+from genie.collectives.program import Op
+from genie.errors import TransportError
+from genie.wire.messages import Go, RankResult, RdmaOptions
+from genie_agent.dataplane.rdma_conn import (
     IMM_ITER_MASK,
     decode_imm,
     imm_data,
@@ -42,10 +44,8 @@ from agents.transports.rdma_conn import (
     segments,
     wc_status_name,
 )
-from agents.transports.steps import local_step, pattern_fill, run_iterations
-from genie.collectives.program import Op
-from genie.errors import TransportError
-from genie.wire.messages import Go, RankResult, RdmaOptions
+from genie_agent.dataplane.steps import local_step, pattern_fill, run_iterations
+from genie_agent.plan import RankPlan
 
 RECV_FLAG = 1 << 63
 POLL_BATCH = 32

@@ -1,8 +1,8 @@
 """Op-list mode of the TCP rank executor: one rank runs a whole list of programs in one go.
 
-See ``agents.oplist`` for what an op list is. Each op starts when its deps and compute gap allow
-(a timer heap of due times), and the steps of every started op progress together over the same
-streams (``agents.transports.tcp_engine``): frames carry their program, each program has its own
+See ``genie_agent.oplist`` for what an op list is. Each op starts when its deps and compute gap
+allow (a timer heap of due times), and the steps of every started op progress together over the same
+streams (``genie_agent.dataplane.tcp_engine``): frames carry their program, each program has its own
 buffers, so a frame of an op that has not started yet on this rank lands in that op's scratch at
 once and its RECV completes when the op starts. The result's start/end are per op.
 """
@@ -14,13 +14,13 @@ import time
 import zlib
 from collections import deque
 
-from agents.clock import sleep_until
-from agents.oplist import dependents, due_ns, waits
-from agents.transports.steps import set_realtime, wait_for_start
-from agents.transports.tcp_engine import POLL_S, ProgRun, RankEngine
-from agents.transports.tcp_wire import Stream
 from genie.errors import TransportError
 from genie.wire.messages import Go, OpItem, RankResult
+from genie_agent.clock import sleep_until
+from genie_agent.dataplane.steps import set_realtime, wait_for_start
+from genie_agent.dataplane.tcp_engine import POLL_S, ProgRun, RankEngine
+from genie_agent.dataplane.tcp_wire import Stream
+from genie_agent.oplist import dependents, due_ns, waits
 
 
 def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> RankResult:

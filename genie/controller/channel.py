@@ -1,4 +1,4 @@
-"""Control-channel transports for the controller: ZeroMQ ROUTER, and in-process for tests.
+"""The controller's control channels to agents: ZeroMQ ROUTER, and in-process for tests.
 
 A transport moves opaque frames: ``send(agent, frame)`` and ``recv(timeout_s) -> (agent, frame)
 | None``. The controller encodes and decodes, so both transports exercise the real codec.
@@ -27,7 +27,7 @@ from genie.errors import ControlUnreachable
 ZAP_DOMAIN_CONTROLLER = b"genie-controller"  # any non-empty domain: refuses ZMTP 1.0/2.0 peers
 
 
-class Transport(Protocol):
+class Channel(Protocol):
     """What the controller needs from a control channel."""
 
     def send(self, agent: str, frame: bytes) -> None:
@@ -89,7 +89,7 @@ def _refusal(kind: int, value: int) -> str:
     return f"CURVE handshake refused (protocol error {value:#x})"
 
 
-class ZmqTransport:
+class ZmqChannel:
     """ROUTER socket connected to every agent's ROUTER; the routing id of a peer = agent id.
 
     With ``keys_dir`` (see ``genie.keys``) the socket is a CURVE client: its own pair is the
@@ -237,7 +237,7 @@ class ZmqTransport:
             self.sock.close(linger=200)
 
 
-class InProcTransport:
+class InProcChannel:
     """Frames go straight into in-process agent handlers; time moves only on a fake clock.
 
     ``handlers[agent](frame) -> list[bytes]`` answers a frame; ``pump() -> list[(agent, frame)]``

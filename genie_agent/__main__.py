@@ -1,4 +1,4 @@
-"""``python -m agents``: run an agent without loading the rest of genie's CLI.
+"""``python -m genie_agent``: run an agent without loading the rest of genie's CLI.
 
 Same options as ``genie agent``; lab hosts and local clusters start agents this way so an agent
 depends only on ``agents`` and the few genie modules it imports (programs, errors).
@@ -14,9 +14,9 @@ from genie.errors import GenieError
 
 def main(argv: list[str] | None = None) -> int:
     """Parse agent options and run the agent; return its exit code."""
-    from agents.cli import add_agent_arguments, run_from_args
+    from genie_agent.cli import add_agent_arguments, run_from_args
 
-    p = argparse.ArgumentParser(prog="python -m agents", description="Run a genie agent.")
+    p = argparse.ArgumentParser(prog="python -m genie_agent", description="Run a genie agent.")
     add_agent_arguments(p)
     args = p.parse_args(argv)
     try:

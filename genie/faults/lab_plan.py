@@ -22,7 +22,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from genie.testbed.faults import Event, FaultError, check_allowed
+from genie.faults.schedule import Event, FaultError, check_allowed
 from genie.testbed.model import Testbed
 
 IFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")  # Linux: at most 15 bytes (IFNAMSIZ)

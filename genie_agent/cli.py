@@ -1,6 +1,6 @@
 """The agent's command line: its options and how they start the daemon.
 
-Shared by ``python -m agents`` (how lab hosts and local clusters start agents) and by
+Shared by ``python -m genie_agent`` (how lab hosts and local clusters start agents) and by
 ``genie agent``; it imports only ``agents`` and the wire-level genie modules.
 """
 
@@ -56,7 +56,7 @@ def check_args(args: argparse.Namespace) -> tuple[str, list[str]]:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Run the agent the parsed options describe."""
-    from agents.daemon import run_agent
+    from genie_agent.daemon import run_agent
 
     listen, data_addr = check_args(args)
     return run_agent(
@@ -71,7 +71,7 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 
 def add_agent_arguments(p: argparse.ArgumentParser) -> None:
-    """The agent's options (shared by ``genie agent`` and ``python -m agents``)."""
+    """The agent's options (shared by ``genie agent`` and ``python -m genie_agent``)."""
     p.add_argument("--listen", required=True, metavar="IP:PORT", help="control address to bind")
     p.add_argument("--id", required=True, metavar="NAME", help="agent id (the testbed host name)")
     p.add_argument(

@@ -32,7 +32,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from agents.transports.rdma_conn import (
+from genie.errors import TransportError
+from genie.wire.messages import QpFacts, RdmaOptions
+from genie_agent.dataplane.rdma_conn import (
     MTU_ENUM,
     Choice,
     gid_hex,
@@ -41,9 +43,7 @@ from agents.transports.rdma_conn import (
     rtr_attrs,
     rts_attrs,
 )
-from agents.transports.rdma_exec import Completion, Region
-from genie.errors import TransportError
-from genie.wire.messages import QpFacts, RdmaOptions
+from genie_agent.dataplane.rdma_exec import Completion, Region
 
 DISTRO_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 INSTALL_HINT = (

@@ -1,11 +1,11 @@
 """The TCP rank executor: runs one rank's programs over its streams, in its own thread.
 
 Each rank runs in its own thread with its own selector over its non-blocking sockets
-(``agents.transports.tcp_engine``): steps whose dependencies are done start at once (sends are
+(``genie_agent.dataplane.tcp_engine``): steps whose dependencies are done start at once (sends are
 queued on their streams, recvs may already have arrived), so every ready send and recv
 progresses concurrently. ``run`` runs one program for warmup+iters iterations; frames of the
 next iteration wait (the stream is not read) until this iteration ends. ``run_ops`` runs a whole
-op list (``agents.transports.tcp_oplist``). Measured against a sender+receiver thread pair with
+op list (``genie_agent.dataplane.tcp_oplist``). Measured against a sender+receiver thread pair with
 blocking calls (``bench/tcp_vs_iperf3.py``, 2-core VM): on 32 MiB exchanges the two are within
 noise (0.9-1.2x), on 1 KiB lock-step exchanges the selector is 1.9-5x faster, so threads are
 used only per rank.
@@ -18,13 +18,13 @@ import zlib
 from collections import deque
 from collections.abc import Iterator
 
-from agents.plan import RankPlan
-from agents.transports.steps import run_iterations, set_realtime
-from agents.transports.tcp_engine import POLL_S, ProgRun, RankEngine
-from agents.transports.tcp_oplist import run_ops
-from agents.transports.tcp_wire import Stream
 from genie.errors import TransportError
 from genie.wire.messages import Go, OpItem, RankResult
+from genie_agent.dataplane.steps import run_iterations, set_realtime
+from genie_agent.dataplane.tcp_engine import POLL_S, ProgRun, RankEngine
+from genie_agent.dataplane.tcp_oplist import run_ops
+from genie_agent.dataplane.tcp_wire import Stream
+from genie_agent.plan import RankPlan
 
 
 class RankExecutor(RankEngine):

@@ -12,7 +12,7 @@ to is decided by the run's ``match`` (it may park a frame of a later iteration: 
 read until its iteration starts).
 
 Steps between ranks of this agent take the intra-host model instead of a stream when the job
-says so (``agents.transports.intra``): their frames come through the rank's mailbox, and the
+says so (``genie_agent.dataplane.intra``): their frames come through the rank's mailbox, and the
 engine's timers complete them at the modelled times.
 """
 
@@ -30,13 +30,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from agents.plan import RankPlan
-from agents.transports.intra import LocalFrame, LocalHub, LocalPort, transfer_ns
-from agents.transports.steps import local_step, pattern_fill, set_realtime
-from agents.transports.tcp_wire import HDR, OutFrame, Stream, split_parts
 from genie.collectives.program import Op
 from genie.errors import TransportError
 from genie.wire.messages import DataOptions
+from genie_agent.dataplane.intra import LocalFrame, LocalHub, LocalPort, transfer_ns
+from genie_agent.dataplane.steps import local_step, pattern_fill, set_realtime
+from genie_agent.dataplane.tcp_wire import HDR, OutFrame, Stream, split_parts
+from genie_agent.plan import RankPlan
 
 POLL_S = 0.05  # how often a waiting executor re-checks abort
 SPIN_BEFORE_NS = 1_000_000  # timers closer than this are waited for by polling, not sleeping
@@ -253,7 +253,7 @@ class RankEngine:
             local_step(st, ps.buf, ps.scratch, plan.scratch_offset[st.src])
             self.complete(ps, i)
 
-    # ---- intra-host steps (agents.transports.intra) ---------------------------------------
+    # ---- intra-host steps (genie_agent.dataplane.intra) ---------------------------------------
     def at(self, due_ns: int, fn: Callable, *args) -> None:
         """Call ``fn(*args)`` from the poll loop once ``due_ns`` (monotonic) has come."""
         heapq.heappush(self.timers, (due_ns, next(self._tick), fn, args))

@@ -1,0 +1,57 @@
+"""Link faults around a run on the wire: a schedule resolved on a testbed, the scheduler that
+applies it (netns or lab hosts), and the controller timeouts a run needs to live through it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from genie.errors import UsageError
+
+
+def plan(value: str | None, tb: Any, dilation: float = 1.0) -> Any:
+    """The schedule ``value`` resolved on ``tb`` (None without one); refused with a dilation."""
+    if not value:
+        return None
+    from genie.faults import schedule as faults
+
+    if dilation != 1:
+        raise UsageError("--faults is timed on the wire: give no --dilation with it")
+    return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(value)))
+
+
+def scheduler(fault_plan: Any, now: Any, testbed_path: str) -> Any:
+    """The scheduler that applies ``fault_plan``: tc/ip in namespaces (netns testbeds), or
+    detached commands over the testbed's SSH access (lab hosts; ``[deploy]`` in its file)."""
+    from genie.faults.lab_plan import LabPlan
+
+    if isinstance(fault_plan, LabPlan):
+        from genie.deploy.config import load_deploy
+        from genie.faults.lab import LabFaultScheduler
+
+        return LabFaultScheduler(fault_plan, now, load_deploy(testbed_path)[1].hosts)
+    from genie.faults.netns import FaultScheduler
+
+    return FaultScheduler(fault_plan, now)
+
+
+# after a link comes back, TCP resends only when its backed-off retransmit timer fires: a 50 ms
+# outage was seen to stall a run about 2 s on this machine; allow this much per down event
+TCP_RECOVERY_S = 8.0
+
+
+def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
+    """``timeouts`` (a ``Timeouts``) that let a run live through ``fault_plan``: the slow rate
+    no faster than the slowest rate it sets, the outage to live through as long as its links
+    are down plus TCP's recovery after each down window (once per iteration of a Go, once per
+    op-list run: not once per program of the run)."""
+    from genie.controller.session import Timeouts
+
+    t = timeouts or Timeouts()
+    if fault_plan is None:
+        return t
+    rates = [e.rate for e in fault_plan.events if e.action == "rate" and e.rate]
+    slow = min([t.slow_rate, *rates])
+    downs = sum(1 for e in fault_plan.events if e.action == "down")
+    extra = fault_plan.down_s() + TCP_RECOVERY_S * downs
+    return dataclasses.replace(t, slow_rate=slow, outage_s=t.outage_s + extra)
