@@ -239,12 +239,12 @@ def test_building_programs_never_stops_the_heartbeat(tmp_path, agents) -> None:
 
 
 def test_bench_with_many_chunks_is_not_taken_for_a_dead_peer(tmp_path, agents) -> None:
-    from genie.commands.bench import BenchConfig, run_bench
+    from genie.api.bench import BenchSpec, bench
 
     got = agents(4)
     path = write_testbed(tmp_path / "tb.toml", got)
-    cfg = BenchConfig(
-        testbed_path=str(path),
+    cfg = BenchSpec(
+        testbed=str(path),
         sizes=[1 << 20],
         chunks=2048,
         iters=1,
@@ -253,7 +253,8 @@ def test_bench_with_many_chunks_is_not_taken_for_a_dead_peer(tmp_path, agents) -
         progress=False,
     )
     t0 = time.monotonic()
-    _run_id, rows, _ = run_bench(cfg)  # was: "controller lost after 3 beats"
+    res = bench(cfg)  # was: "controller lost after 3 beats"
+    _run_id, rows = res.run_id, res.rows
     print(f"\nbench --chunks 2048 on 4 agents: {time.monotonic() - t0:.1f} s")
     assert rows[0].stats.n == 1 and math.isfinite(rows[0].stats.p50)
 
@@ -357,7 +358,7 @@ def test_an_idle_agent_sleeps(tmp_path, agents) -> None:
 def test_the_agent_refuses_bad_flags_in_one_line(flags) -> None:
     argv = ["--listen", "127.0.0.1:1", "--id", "h0", *flags]
     out = subprocess.run(
-        [sys.executable, "-m", "agents", *argv],
+        [sys.executable, "-m", "genie_agent", *argv],
         capture_output=True,
         text=True,
         timeout=20,
@@ -441,13 +442,12 @@ class HangUp:
 
 DRIVER = """
 import sys
-from genie.commands.bench import BenchConfig, run_bench
+from genie.api.bench import BenchSpec, bench
 from genie.controller.session import Timeouts
 from genie.errors import GenieError
-cfg = BenchConfig(testbed_path=sys.argv[1], store=sys.argv[2], progress=False,
-                  timeouts=Timeouts(register_s=float(sys.argv[3])))
+cfg = BenchSpec(testbed=sys.argv[1], store=sys.argv[2], progress=False)
 try:
-    run_bench(cfg)
+    bench(cfg, timeouts=Timeouts(register_s=float(sys.argv[3])))
 except GenieError as exc:
     print(f"genie: error: {exc}", file=sys.stderr)
     sys.exit(exc.exit_code)
