@@ -258,7 +258,7 @@ def split_objects(text: str, source: str) -> list[Any]:
     except msgspec.DecodeError:
         pass
     dec = json.JSONDecoder()
-    out = []
+    out: list[Any] = []
     pos, end = 0, len(text)
     while True:
         while pos < end and text[pos] in " \t\r\n":
@@ -267,7 +267,7 @@ def split_objects(text: str, source: str) -> list[Any]:
             return out
         try:
             obj, pos = dec.raw_decode(text, pos)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise TraceFormatError(
                 f"{source}: not Chakra JSON: object #{len(out)}: {exc.msg} at character {exc.pos}"
             ) from None
@@ -305,7 +305,7 @@ def decode_chakra_json(
         start = 0
         meta = Metadata()
         problems.append(f"{source}: no GlobalMetadata object first; version {meta.version} assumed")
-    nodes = []
+    nodes: list[Node] = []
     append = nodes.append
     for k in range(start, len(objs)):
         try:

@@ -80,7 +80,7 @@ def _decode_attr(body: bytes) -> Attr:
     end = len(body)
     name = doc = ""
     kind = None
-    value = None
+    value: int | float | str | bytes | None = None
     last = 0  # the last field number read: fields come once each, ascending
     while pos < end:
         key, pos = _varint_min(body, pos)

@@ -223,10 +223,11 @@ def check_collective_sequences(wl: Workload) -> list[str]:
     from genie.workload.model import CollectiveType
 
     def show(c: CollectiveCall) -> str:
+        ct = c.comm_type
         try:
-            t = CollectiveType(c.comm_type).name
+            t = CollectiveType(ct).name if ct is not None else f"comm_type {ct}"
         except (ValueError, TypeError):
-            t = f"comm_type {c.comm_type}"
+            t = f"comm_type {ct}"
         size = "uneven (per-peer sizes)" if c.comm_size == UNEVEN else f"{c.comm_size} B"
         return f"{t} {size} ({c.node.label()})"
 

@@ -35,7 +35,7 @@ def _attr_to(a: Attr) -> dict[str, Any]:
 def _attr_from(d: dict[str, Any], where: str) -> Attr:
     try:
         kind = d["kind"]
-        v = d.get("value")
+        v: Any = d.get("value")
         if kind == "bytes_val":
             v = base64.b64decode(v)
         elif kind == "bytes_list":

@@ -114,7 +114,7 @@ def _distinct_metadata(ranks: list[RankGraph]) -> list[RankGraph]:
     out = []
     for rg in ranks:
         meta = rg.metadata
-        template = getattr(meta, "template", None)  # set by the reader's memo
+        template = meta.template  # set by the reader's memo
         if template is not None and len(template) == len(meta.attrs):
             key: tuple = ("template", id(template))
         else:

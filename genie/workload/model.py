@@ -117,12 +117,18 @@ DERIVED_INDEX = {
     "is_cpu_op": 8,
     "stream": 9,
 }
-NO_DERIVED = (None, None, DEFAULT_GROUP, None, None, None, None, None, None, None)
+#: a Node's derived fields, indexed as DERIVED_INDEX: raw attr values (checked by validate)
+Derived = tuple[Any, ...]
+NO_DERIVED: Derived = (None, None, DEFAULT_GROUP, None, None, None, None, None, None, None)
 #: derived slot that a COMM node of each type needs for the network (comm_type, comm_dst, comm_src)
-_NET_SLOT = {NodeType.COMM_COLL_NODE: 0, NodeType.COMM_SEND_NODE: 7, NodeType.COMM_RECV_NODE: 6}
+_NET_SLOT: dict[int, int] = {
+    NodeType.COMM_COLL_NODE: 0,
+    NodeType.COMM_SEND_NODE: 7,
+    NodeType.COMM_RECV_NODE: 6,
+}
 
 
-def is_host_work(type_: int, derived: tuple) -> bool:
+def is_host_work(type_: int, derived: Derived) -> bool:
     """True for a COMM node marked ``is_cpu_op`` that lacks its network fields (see above)."""
     slot = _NET_SLOT.get(type_)
     return slot is not None and bool(derived[8]) and derived[slot] is None
@@ -175,14 +181,14 @@ class Node:
 
     def refresh(self) -> None:
         """Recompute the derived fields from ``attrs`` (the last attr of a name wins)."""
-        d = list(NO_DERIVED)
+        d: list[Any] = list(NO_DERIVED)
         for a in self.attrs:
             i = DERIVED_INDEX.get(a.name)
             if i is not None:
                 d[i] = a.value
         if d[2] is None:
             d[2] = DEFAULT_GROUP
-        self._d = tuple(d)
+        self._d: Derived = tuple(d)
 
     comm_type = property(lambda self: self._d[0], doc="Collective type number (attr comm_type).")
     comm_size = property(lambda self: self._d[1], doc="Bytes communicated (attr comm_size).")
@@ -280,6 +286,9 @@ class Metadata:
 
     version: str = DEFAULT_VERSION
     attrs: list[Attr] = field(default_factory=list)
+    #: the attrs as the reader's memo shares them between ranks with the same metadata frame
+    #: (genie.workload.et_codec sets it; the loader tells such ranks apart by it), else None
+    template: tuple[Attr, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The value of the last attr called ``name``, or ``default``."""

@@ -14,9 +14,11 @@ MIB = 2**20
 
 def _coll_name(t: int | None) -> str:
     try:
-        return CollectiveType(t).name
+        if t is not None:
+            return CollectiveType(t).name
     except (ValueError, TypeError):
-        return f"comm_type {t}"
+        pass
+    return f"comm_type {t}"
 
 
 def reading_notes(dropped: dict[str, int], host_nodes: int) -> list[str]:
@@ -78,7 +80,7 @@ def summarize(wl: Workload) -> dict[str, Any]:
         "nodes": sum(r["nodes"] for r in per_rank),
         "nodes_by_kind": {k.value: kinds.get(k.value, 0) for k in NodeKind},
         "collectives": collectives,
-        "collective_bytes": sum(c["comm_size_bytes"] * c["nodes"] for c in collectives),
+        "collective_bytes": sum(size * count for (_t, size, _pg), count in colls.items()),
         "send_bytes": p2p_bytes,
         "compute_s_total": sum(r["compute_s"] for r in per_rank),
         "compute_s_max_rank": max((r["compute_s"] for r in per_rank), default=0.0),

@@ -22,7 +22,7 @@ import json
 from collections import deque
 from collections.abc import Callable
 
-from genie.errors import UsageError, WorkloadError
+from genie.errors import UsageError, ValidationError, WorkloadError
 from genie.workload.loader import GROUP_ATTR_PREFIX, group_attrs
 from genie.workload.model import (
     DEFAULT_GROUP,
@@ -158,6 +158,10 @@ def replicate(
                     old = n.attr(attr)
                     if isinstance(old, int) and not isinstance(old, bool):
                         kind = next(a.kind for a in n.attrs if a.name == attr)
+                        if kind is None:  # a value without a value kind: what set_attr says
+                            raise ValidationError(
+                                f"unknown attribute value kind {kind!r} for {attr!r}"
+                            )
                         c.set_attr(attr, kind, (old - src_rank + r) % n_ranks)
                 nodes.append(c)
             else:

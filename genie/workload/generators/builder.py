@@ -8,7 +8,7 @@ microseconds (Chakra's unit), at least 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from genie.errors import UsageError
 from genie.workload.loader import group_attrs
@@ -110,7 +110,7 @@ def finish(
     name: str,
     builders: list[RankBuilder],
     groups: dict[str, tuple[int, ...]] | None = None,
-    params: dict[str, object] | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> Workload:
     """Turn rank builders into a Workload whose metadata records groups and parameters."""
     groups = dict(groups or {})

@@ -111,9 +111,9 @@ def llm(
                 layer = first_block + k
                 half(f"bwd_L{layer}_mlp_mb{m}", 2 * half_fwd, dep)
                 dep = []
-                half(f"bwd_L{layer}_attn_mb{m}", 2 * half_fwd, [])
+                attn = half(f"bwd_L{layer}_attn_mb{m}", 2 * half_fwd, [])
                 if m == 0:
-                    last_bwd[layer] = last
+                    last_bwd[layer] = attn
             if prev_stage is not None:
                 rb.send(f"send_grad_mb{m}", prev_stage, act, tag=10_000 + m, deps=[last])
         dp_group = f"dp_p{p}_t{t}"

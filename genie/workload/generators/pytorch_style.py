@@ -30,6 +30,7 @@ the converter writes it (``src/converter/pytorch_converter.py``):
 from __future__ import annotations
 
 import json
+from typing import TypedDict
 
 from genie.workload.generators.builder import need
 from genie.workload.model import (
@@ -49,15 +50,31 @@ COMPUTE_STREAM, DP_STREAM, TP_STREAM = 7, 20, 24
 _GPU_BASE = 1 << 30  # first GPU kernel id (after every CPU op id)
 
 
-def process_groups(ranks: int) -> list[dict]:
+class ProcessGroupRecord(TypedDict):
+    """One process group as PyTorch's execution trace records it."""
+
+    pg_name: str
+    pg_desc: str
+    ranks: list[int]
+    backend_config: str
+    pg_size: int
+
+
+def process_groups(ranks: int) -> list[ProcessGroupRecord]:
     """PyTorch's process-group records: the default group and the two parity groups."""
-    out = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": list(range(ranks))}]
+
+    def record(name: str, desc: str, members: list[int]) -> ProcessGroupRecord:
+        return {
+            "pg_name": name,
+            "pg_desc": desc,
+            "ranks": members,
+            "backend_config": "cuda:nccl",
+            "pg_size": len(members),
+        }
+
+    out = [record("0", "default_pg", list(range(ranks)))]
     for k, desc in ((1, "even"), (2, "odd")):
-        members = [r for r in range(ranks) if r % 2 == k - 1]
-        out.append({"pg_name": str(k), "pg_desc": desc, "ranks": members})
-    for g in out:
-        g["backend_config"] = "cuda:nccl"
-        g["pg_size"] = len(g["ranks"])
+        out.append(record(str(k), desc, [r for r in range(ranks) if r % 2 == k - 1]))
     return out
 
 
