@@ -124,7 +124,7 @@ def _capacity(topology: Topology):
     return cap
 
 
-def _bottleneck(topology: Topology, link_bytes: Mapping[int, int], intra: Mapping) -> float:
+def _bottleneck(topology: Topology, link_bytes: Mapping[int, float], intra: Mapping) -> float:
     t = 0.0
     for lid, b in link_bytes.items():
         t = max(t, b / topology.links[lid].bandwidth)
@@ -212,10 +212,9 @@ def estimate(
     """Price one program; uses the exact symmetric shortcut when it applies (unless told not)."""
     hosts = resolve_placement(program, topology, placement)
     group = _symmetry_group(program, topology, hosts)
-    usable = group is not None
-    if symmetric and not usable:
+    if symmetric and group is None:
         raise CollectiveError(f"the symmetric shortcut does not apply to {program!r} here")
-    if usable and symmetric is not False:
+    if group is not None and symmetric is not False:
         exact = uniform_shards(program.spec)
         too_big = program.n_ranks * len(program.steps(0)) > EVENT_STEP_LIMIT
         if exact or too_big or symmetric:
@@ -288,6 +287,7 @@ def _estimate_symmetric(
     for s in {shift(st.peer) for st in steps if st.op == Op.SEND}:
         route = topology.route(0, s)
         bw = topology.route_bandwidth(route)
+        key: object
         if kind == "star":
             key, w = "port", 1.0
         elif kind == "full":
@@ -318,7 +318,7 @@ def _estimate_symmetric(
         if st.op == Op.SEND:
             s = shift(st.peer)
             by_shift[s] = by_shift.get(s, 0) + st.nbytes
-    link_bytes: dict[int, int] = {}
+    link_bytes: dict[int, float] = {}  # integers: exact in any order
     if kind == "star" and by_shift:
         # every rank sends each shift's bytes once and, the shift being a bijection, receives
         # them once: each host's up and down link carry the sum (integers: exact in any order)

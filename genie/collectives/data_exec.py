@@ -27,6 +27,9 @@ from genie.collectives.program import Op, Program, Step
 from genie.errors import CollectiveError, DeadlockError
 
 _OPS = ("SEND", "RECV", "REDUCE", "COPY")
+#: a message: (sender, receiver, tag, how many such messages went before it)
+MessageKey = tuple[int, int, int, int]
+_NO_KEY: MessageKey = (-1, -1, -1, -1)  # the key slot of a step that is no SEND/RECV
 
 
 class DataResult:
@@ -93,13 +96,13 @@ def _run_data(
     size = buffer_bytes(program.spec)
     pending: list[list[int]] = []
     children: list[list[list[int]]] = []
-    seq: list[list[tuple[int, int, int, int] | None]] = []  # message key of each SEND/RECV
+    seq: list[list[MessageKey]] = []  # message key of each SEND/RECV (_NO_KEY for others)
     counts: dict[tuple[int, int, int], list[int]] = {}
     send_op, recv_op = Op.SEND, Op.RECV
     for r, sts in enumerate(steps):
         pend = [0] * len(sts)
         kids: list[list[int]] = [[] for _ in sts]
-        keys: list[tuple[int, int, int, int] | None] = [None] * len(sts)
+        keys: list[MessageKey] = [_NO_KEY] * len(sts)
         for i, st in enumerate(sts):
             _check_step(program, r, i, st, sts, size)
             deps = st.deps
@@ -126,8 +129,8 @@ def _run_data(
         seq.append(keys)
     rnd = random.Random(seed).random
     ready = [(r, i) for r in range(n) for i, p in enumerate(pending[r]) if p == 0]
-    mailbox: dict[tuple[int, int, int, int], np.ndarray] = {}
-    waiting: dict[tuple[int, int, int, int], int] = {}  # key -> recv step index on receiver
+    mailbox: dict[MessageKey, np.ndarray] = {}
+    waiting: dict[MessageKey, int] = {}  # key -> recv step index on receiver
     scratch: list[dict[int, np.ndarray]] = [{} for _ in range(n)]
     done = 0
     messages = 0
@@ -154,11 +157,11 @@ def _run_data(
                 finished.append((key[1], w))
         elif op == recv_op:
             key = seq[r][i]
-            data = mailbox.pop(key, None)
-            if data is None:
+            sent = mailbox.pop(key, None)
+            if sent is None:
                 waiting[key] = i
                 continue
-            _deliver(steps, scratch, data, key, i)
+            _deliver(steps, scratch, sent, key, i)
             finished.append(item)
         else:
             data = scratch[r].pop(st.src)
@@ -170,17 +173,18 @@ def _run_data(
         for fr, fi in finished:
             done += 1
             pend = pending[fr]
-            for k in children[fr][fi]:
-                pend[k] -= 1
-                if pend[k] == 0:
-                    ready.append((fr, k))
+            for kid in children[fr][fi]:
+                pend[kid] -= 1
+                if pend[kid] == 0:
+                    ready.append((fr, kid))
         finished.clear()
     if done != total:
         raise DeadlockError(_deadlock_message(steps, pending, waiting, mailbox))
     if mailbox:
-        (s, d, t, k), _ = next(iter(mailbox.items()))
+        (s, d, t, nth), _ = next(iter(mailbox.items()))
         raise CollectiveError(
-            f"{len(mailbox)} message(s) never received, e.g. SEND #{k} from rank {s} to {d} tag {t}"
+            f"{len(mailbox)} message(s) never received, e.g. SEND #{nth} from rank {s} to {d} "
+            f"tag {t}"
         )
     return DataResult(bufs, total, messages)
 
@@ -217,7 +221,7 @@ def _check_step(program: Program, r: int, i: int, st: Step, sts, size: int) -> N
 def _deadlock_message(steps, pending, waiting, mailbox) -> str:
     n = len(steps)
     stuck = {r for r in range(n) if any(p > 0 for p in pending[r])} | {k[1] for k in waiting}
-    first: dict[int, tuple[int, tuple[int, int, int, int]]] = {}
+    first: dict[int, tuple[int, MessageKey]] = {}
     for key, i in waiting.items():  # the earliest waiting RECV of each rank
         d = key[1]
         if d not in first or i < first[d][0]:
@@ -259,8 +263,7 @@ def check_races(program: Program, rank: int) -> None:
         if st.op not in (Op.REDUCE, Op.COPY) or st.nbytes == 0:
             continue
         hits = np.nonzero(touches & _overlaps(offs, ends, st.offset, st.offset + st.nbytes))[0]
-        for j in hits:
-            j = int(j)
+        for j in map(int, hits):
             if j == i:
                 continue
             lo, hi = (j, i) if j < i else (i, j)
@@ -271,8 +274,8 @@ def check_races(program: Program, rank: int) -> None:
                 )
 
 
-def expected(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray | None]:
-    """The buffer each rank must hold at the end (None: nothing is promised on that rank)."""
+def expected(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The buffer each rank must hold at the end (only its ``result_regions`` are promised)."""
     spec = program.spec
     n = spec.n_ranks
     coll = spec.collective

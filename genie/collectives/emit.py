@@ -19,7 +19,7 @@ from genie.collectives.layout import Range
 from genie.collectives.program import Op, Step
 
 # a raw step: (op, peer, nbytes, tag, offset, src, deps)
-Raw = tuple[int, int, int, int, int, int, tuple[int, ...]]
+Raw = tuple[Op, int, int, int, int, int, tuple[int, ...]]
 
 
 class Emit:
@@ -70,7 +70,7 @@ class Emit:
 
     def sinks(self, since: int = 0) -> list[int]:
         """Indices >= ``since`` that no later step depends on (the tail of a phase)."""
-        used = set()
+        used: set[int] = set()
         for raw in self.steps[since:]:
             used.update(raw[6])
         return [i for i in range(since, len(self.steps)) if i not in used]

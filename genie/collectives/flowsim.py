@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from genie.collectives.program import Op, Step
 from genie.errors import CollectiveError, DeadlockError
@@ -135,7 +136,9 @@ class FlowSim:
         self.compute_bandwidth = compute_bandwidth
         self.on_send = on_send
         self.now = 0.0
-        self._heap: list[tuple[float, int, int, object]] = []
+        # (time, seq, kind, payload); the payload by kind: _START the Instance, _FLOW_DONE
+        # (class, its version), _ARRIVE / _COMPUTE / _SEND (instance, rank, step index)
+        self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._load: dict[Hashable, float] = {}
         self._on: dict[Hashable, set[_Class]] = {}  # resource -> classes with flows on it
@@ -153,13 +156,18 @@ class FlowSim:
         self.instances.append(inst)
         self._push(inst.start, _START, inst)
 
-    def _push(self, t: float, kind: int, data: object) -> None:
+    def _push(self, t: float, kind: int, data: Any) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, data))
 
     def run(self) -> None:
         """Process events until nothing is left; DeadlockError if an instance is stuck."""
         heap = self._heap
+        inst: Instance
+        cls: _Class
+        version: int
+        rank: int
+        i: int
         while heap:
             t, _, kind, data = heapq.heappop(heap)
             self.now = t
