@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from genie.collectives.program import Program, ProgramSpec
-from genie.controller import Controller, InProcChannel, place_ranks
+from genie.controller import Controller, InProcChannel
 from genie.controller.results import stats
-from genie.errors import RuntimeFault, UsageError
+from genie.errors import RuntimeFault
 from genie.wire import messages as p
 from genie.wire.clock import FakeClock
 from genie_agent.programs import BUILTIN
@@ -113,7 +113,7 @@ def test_connect_sync_prepare_run_converts_every_agent_clock(rig) -> None:
     assert sorted(hellos) == ["a0", "a1", "a2"] and hellos["a1"].data_port == 9000
     est = ctl.sync_clocks(rounds=4)
     assert {a: e.offset_ns for a, e in est.items()} == SKEWS
-    ctl.prepare([ring_program()], place_ranks([("a0", 1), ("a1", 1), ("a2", 1)]))
+    ctl.prepare([ring_program()], ["a0", "a1", "a2"])
     assert [dps[a].plan.ranks for a in SKEWS] == [[0], [1], [2]]
     out = ctl.run(iters=3, warmup=2, record_steps=True)
     assert len(out.instances) == 5 and [x.warmup for x in out.instances] == [True] * 2 + [False] * 3
@@ -192,15 +192,6 @@ def test_late_error_of_an_ended_job_does_not_fail_the_next_wait(rig) -> None:
     ctl.prepare([ring_program()], ["a0", "a1", "a2"])
     tr.inbox.append(("a1", p.encode(late)))
     assert len(ctl.run(iters=1).instances) == 1
-
-
-def test_placement_modes() -> None:
-    hosts = [("h0", 2), ("h1", 2)]
-    assert place_ranks(hosts) == ["h0", "h0", "h1", "h1"]
-    assert place_ranks(hosts, 4, "round-robin") == ["h0", "h1", "h0", "h1"]
-    assert place_ranks(hosts, 3) == ["h0", "h0", "h1"]
-    with pytest.raises(UsageError):
-        place_ranks(hosts, 5)
 
 
 def test_a_busy_controller_does_not_lose_idle_agents(rig) -> None:

@@ -98,7 +98,7 @@ def test_queued_buckets_of_one_group_each_take_their_standalone_time(
 
 
 def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> None:
-    from genie.commands.bench import BenchConfig, run_bench
+    from genie.api.bench import BenchSpec, bench
 
     prefix = tmp_path / "dp"
     # big enough that the links' 5 ms token-bucket burst (which an idle link spends on the
@@ -108,10 +108,10 @@ def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> No
     doc = _emulate(star, prefix, tmp_path, capsys)
     (inst,) = doc["instances"]
     assert inst["size"] == size
-    cfg = BenchConfig(
-        testbed_path=str(star), sizes=[size], iters=10, warmup=1, store=None, progress=False
+    cfg = BenchSpec(
+        testbed=str(star), sizes=[size], iters=10, warmup=1, store=None, progress=False
     )
-    _, rows, _ = run_bench(cfg)
+    rows = bench(cfg).rows
     # the shaped link sets the floor both reach; a busy 2-core machine only adds to a run
     # (bench batches seen from 132 to 250 ms per iteration around emulate's 128-150 ms), so
     # compare the best of each

@@ -11,9 +11,10 @@ import pytest
 from genie.cli import main
 from genie.collectives import topology as T
 from genie.errors import UsageError
+from genie.placement import job_blocks, parse_hosts, place_on
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder, Kind
-from genie.sim.jobs import JobSpec, job_times, merge_jobs, packed_hosts, parse_hosts, place_job
+from genie.sim.jobs import JobSpec, job_times, merge_jobs
 from genie.sim.network import AnalyticalBackend
 from genie.sim.program_pricer import ProgramPricer
 
@@ -64,13 +65,13 @@ def test_merge_renames_groups_shifts_peers_and_delays_a_late_job() -> None:
 def test_placement_helpers() -> None:
     assert parse_hosts("0-3") == (0, 1, 2, 3)
     assert parse_hosts("0,2,4-5") == (0, 2, 4, 5)
-    assert place_job(4, (4, 5)) == (4, 4, 5, 5)
-    assert packed_hosts([4, 2], 2) == [(0, 1), (2,)]
+    assert place_on(4, (4, 5)).hosts == (4, 4, 5, 5)
+    assert job_blocks([4, 2], 2) == [(0, 1), (2,)]
     for bad in ("3-1", "a", "0,0", ""):
         with pytest.raises(UsageError):
             parse_hosts(bad)
     with pytest.raises(UsageError, match="do not fit"):
-        place_job(8, (0, 1), 2)
+        place_on(8, (0, 1), 2)
     with pytest.raises(UsageError, match="names must differ"):
         merge_jobs([JobSpec("x", _pp_job(), (0, 1)), JobSpec("x", _pp_job(), (2, 3))])
 

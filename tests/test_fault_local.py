@@ -97,13 +97,13 @@ def test_agent_killed_mid_collective_is_named_and_others_return_to_idle(cluster,
 
 
 def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -> None:
-    from genie.commands.bench import BenchConfig, run_bench
+    from genie.api.bench import BenchSpec, bench
     from genie.store import RunStore
 
     store = tmp_path / "runs.sqlite"
     sizes = [4096, 8192, 64 << 20]  # the last one runs long enough to be killed in
-    cfg = BenchConfig(
-        testbed_path=str(cluster.testbed_path),
+    cfg = BenchSpec(
+        testbed=str(cluster.testbed_path),
         collective="all_reduce",
         algorithm="ring",
         sizes=sizes,
@@ -111,7 +111,6 @@ def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -
         warmup=0,
         store=str(store),
         progress=False,
-        timeouts=_timeouts(),
     )
     victim = cluster.procs[1]
     killed: dict = {}
@@ -134,7 +133,7 @@ def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -
     t = threading.Thread(target=killer, daemon=True)
     t.start()
     with pytest.raises(RuntimeFault, match=cluster.testbed.hosts[1].name):
-        run_bench(cfg)
+        bench(cfg, timeouts=_timeouts())
     t.join(5)
     assert "t" in killed
     print(f"\nbench: agent killed, run failed {time.monotonic() - killed['t']:.2f} s later")

@@ -305,7 +305,8 @@ def test_bench_with_a_clock_runs_warmups_apart_and_starts_it_at_the_first_measur
 def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
     from types import SimpleNamespace
 
-    from genie.commands.bench import fault_doc, print_fault_effect
+    from genie.api.bench import fault_doc
+    from genie.commands.bench import print_fault_effect
     from genie.controller.results import Instance
 
     def inst(start_s, t, warmup=False):

@@ -58,7 +58,7 @@ def test_an_unprobed_loopback_testbed_says_its_rates_are_nominal(tmp_path):
 
 
 def test_agents_start_from_a_directory_with_a_stray_genie_folder(tmp_path, monkeypatch):
-    for pkg in ("genie", "agents"):  # what a user's checkout or project might hold
+    for pkg in ("genie", "genie_agent", "agents"):  # what a checkout or project might hold
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text("raise ImportError('the wrong genie')\n")
     monkeypatch.chdir(tmp_path)

@@ -21,8 +21,8 @@ from _agents import Agent, free_port, start_agent, write_testbed
 
 from genie import __version__, cli
 from genie import store as store_mod
+from genie.api.bench import BenchSpec, bench
 from genie.collectives import build_program
-from genie.commands.bench import BenchConfig, run_bench
 from genie.controller.results import Instance
 from genie.errors import RuntimeFault, StoreBusy
 from genie.store import RunStore
@@ -62,9 +62,9 @@ def _lock_on_first_batch(monkeypatch, store_path, hold_s: float) -> dict:
     return seen
 
 
-def _bench(tmp_path, agents: list[Agent], store, sizes) -> BenchConfig:
-    return BenchConfig(
-        testbed_path=str(write_testbed(tmp_path / "tb.toml", agents)),
+def _bench(tmp_path, agents: list[Agent], store, sizes) -> BenchSpec:
+    return BenchSpec(
+        testbed=str(write_testbed(tmp_path / "tb.toml", agents)),
         sizes=sizes,
         iters=200,
         warmup=2,
@@ -76,7 +76,8 @@ def _bench(tmp_path, agents: list[Agent], store, sizes) -> BenchConfig:
 def test_a_store_lock_does_not_stop_the_heartbeat(tmp_path, two_agents, monkeypatch) -> None:
     store = tmp_path / "runs.sqlite"
     seen = _lock_on_first_batch(monkeypatch, store, hold_s=3.0)
-    run_id, rows, _ = run_bench(_bench(tmp_path, two_agents, store, [1 << 16, 1 << 17]))
+    res = bench(_bench(tmp_path, two_agents, store, [1 << 16, 1 << 17]))
+    run_id, rows = res.run_id, res.rows
     # was: "controller lost after 3 beats" (no beats while SQLite waited)
     assert [r.stats.n for r in rows] == [200, 200] and seen
     with RunStore(store) as st:
@@ -92,7 +93,7 @@ def test_a_lock_held_too_long_fails_the_run_and_still_finishes_it(
     _lock_on_first_batch(monkeypatch, store, hold_s=3.0)
     t0 = time.monotonic()
     with pytest.raises(StoreBusy, match="locked by another process"):
-        run_bench(_bench(tmp_path, two_agents, store, [1 << 16]))
+        bench(_bench(tmp_path, two_agents, store, [1 << 16]))
     with RunStore(store) as st:
         (info,) = st.list_runs()
     took = time.monotonic() - t0
@@ -300,8 +301,8 @@ def test_malformed_results_are_refused_before_storing(tmp_path, case) -> None:
         path = tmp_path / "fake.toml"
         path.write_text(dumps_testbed(tb))
         store = tmp_path / "runs.sqlite"
-        cfg = BenchConfig(
-            testbed_path=str(path),
+        cfg = BenchSpec(
+            testbed=str(path),
             sizes=[4096],
             iters=1,
             warmup=2,
@@ -309,7 +310,7 @@ def test_malformed_results_are_refused_before_storing(tmp_path, case) -> None:
             progress=False,
         )
         with pytest.raises(RuntimeFault, match="agent h0 sent a malformed result"):
-            run_bench(cfg)
+            bench(cfg)
     finally:
         fake.close()
     with RunStore(store) as st:

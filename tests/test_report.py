@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra 'report')")
 
+from genie.api.bench import BenchSpec, bench
 from genie.cli import main
-from genie.commands.bench import BenchConfig, run_bench
 from genie.controller.local import LocalCluster
 
 SIZES = (1024, 8192, 65536)
@@ -37,8 +37,8 @@ def runs(tmp_path_factory):
             (2, 2, "all_reduce"),
             ("ag", 3, "all_gather"),
         ):
-            cfg = BenchConfig(
-                testbed_path=str(cl.testbed_path),
+            cfg = BenchSpec(
+                testbed=str(cl.testbed_path),
                 collective=coll,
                 sizes=SIZES,
                 iters=3,
@@ -48,7 +48,8 @@ def runs(tmp_path_factory):
                 command=f"test bench {ranks} ranks",
                 progress=False,
             )
-            run_id, rows, _ = run_bench(cfg)
+            res = bench(cfg)
+            run_id, rows = res.run_id, res.rows
             out[key] = (run_id, rows)
         out["emulate"] = _emulate(cl, d, store)
     finally:

@@ -239,18 +239,17 @@ def test_bench_on_a_dead_testbed_fails_cleanly(tmp_path) -> None:
 
     tb = tmp_path / "dead.toml"
     tb.write_text(dumps_testbed(loopback_testbed(2, base_port=free_port_range(2))))
-    from genie.commands.bench import BenchConfig, run_bench
+    from genie.api.bench import BenchSpec, bench
     from genie.controller.session import Timeouts
     from genie.store import RunStore
 
-    cfg = BenchConfig(
-        testbed_path=str(tb),
+    cfg = BenchSpec(
+        testbed=str(tb),
         store=str(tmp_path / "s.sqlite"),
         progress=False,
-        timeouts=Timeouts(register_s=0.3),
     )
     with pytest.raises(RuntimeFault, match=r"no hello from agents h0, h1") as info_:
-        run_bench(cfg)
+        bench(cfg, timeouts=Timeouts(register_s=0.3))
     said = str(info_.value)
     assert "nothing accepts connections at 127.0.0.1:" in said and "start the agents" in said
 

@@ -21,17 +21,17 @@ def cluster(tmp_path_factory):
 
 
 def _bench_times(cluster, size, iters):
-    from genie.commands.bench import BenchConfig, run_bench
+    from genie.api.bench import BenchSpec, bench
 
-    cfg = BenchConfig(
-        testbed_path=str(cluster.testbed_path),
+    cfg = BenchSpec(
+        testbed=str(cluster.testbed_path),
         sizes=[size],
         iters=iters,
         warmup=3,
         store=None,
         progress=False,
     )
-    _, rows, _ = run_bench(cfg)
+    rows = bench(cfg).rows
     return [x.time_s for x in rows[0].instances if not x.warmup]
 
 

@@ -1,24 +1,18 @@
 """Command-line pieces of the experiments simulate and emulate share: stragglers, jitter, jobs.
 
-* ``add_perturb_arguments`` / ``perturbation``: ``--straggler RANK=FACTOR``, ``--jitter
-  DIST:SIGMA``, ``--seed N``, ``--perturb FILE`` (``genie.sim.perturb``);
-* ``add_job_arguments`` / ``job_layout``: several workloads on one fabric, each with its hosts
-  (``--job-hosts``) and start (``--job-start``) (``genie.sim.jobs``);
-* ``replay_perturbed``: a replay with stragglers beside the same workload without them, and who
-  waited on whom (``genie.sim.waits``).
+* ``add_perturb_arguments`` / ``perturb_spec``: ``--straggler RANK=FACTOR``, ``--jitter
+  DIST:SIGMA``, ``--seed N``, ``--perturb FILE`` as a ``genie.api.Perturb``;
+* ``add_job_arguments`` / ``jobs_spec``: several workloads on one fabric, each with its hosts
+  (``--job-hosts``), start (``--job-start``) and name, as ``genie.api.Job`` specs.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
 
+from genie.api.specs import Job, Perturb
 from genie.commands import _args as A
 from genie.errors import UsageError
-from genie.sim import perturb
-from genie.sim.jobs import packed_hosts, parse_hosts, place_job
 
 
 def add_perturb_arguments(p: argparse.ArgumentParser) -> None:
@@ -42,13 +36,13 @@ def add_perturb_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def perturbation(args: argparse.Namespace) -> perturb.Perturbation:
-    """The perturbation the command line asks for (empty when none)."""
-    return perturb.combine(
-        getattr(args, "perturb", None),
-        getattr(args, "straggler", None),
-        getattr(args, "jitter", None),
-        getattr(args, "seed", None),
+def perturb_spec(args: argparse.Namespace) -> Perturb:
+    """The ``Perturb`` spec of the command line (empty when none)."""
+    return Perturb(
+        stragglers=tuple(getattr(args, "straggler", None) or ()),
+        jitter=getattr(args, "jitter", None),
+        seed=getattr(args, "seed", None),
+        file=getattr(args, "perturb", None),
     )
 
 
@@ -87,74 +81,25 @@ def wants_jobs(args: argparse.Namespace) -> bool:
     return len(args.workload) > 1 or bool(args.job_hosts or args.job_start or args.job_name)
 
 
-def job_names(prefixes: Sequence[str], given: Sequence[str] | None) -> list[str]:
-    """One name per job: the given ones, else the workload's file name (made unique)."""
-    given = list(given or [])
-    if len(given) > len(prefixes):
-        raise UsageError(f"{len(given)} --job-name for {len(prefixes)} workloads")
-    if len(set(given)) != len(given):
-        raise UsageError(f"job names must differ: {given}")
-    out: list[str] = []
-    for i, pre in enumerate(prefixes):
-        name = given[i] if i < len(given) else Path(pre.rstrip("/")).name or f"job{i}"
-        if "/" in name or not name:
-            raise UsageError(f"job name {name!r}: no '/' and not empty")
-        base, k = name, 2
-        while name in out:
-            name, k = f"{base}#{k}", k + 1
-        out.append(name)
-    return out
-
-
-def job_layout(
-    args: argparse.Namespace, sizes: Sequence[int]
-) -> tuple[list[tuple[int, ...]], list[float]]:
-    """Per job, the host of each rank and its start offset (see ``add_job_arguments``)."""
-    n = len(sizes)
-    hosts_given = list(args.job_hosts or [])
-    starts = list(args.job_start or [])
-    if len(hosts_given) > n or len(starts) > n:
+def jobs_spec(args: argparse.Namespace) -> tuple[Job, ...]:
+    """The ``Job`` of every workload when the command line describes jobs, else ()."""
+    if not wants_jobs(args):
+        return ()
+    n = len(args.workload)
+    hosts, starts = list(args.job_hosts or []), list(args.job_start or [])
+    names = list(args.job_name or [])
+    if len(names) > n:
+        raise UsageError(f"{len(names)} --job-name for {n} workloads")
+    if len(hosts) > n or len(starts) > n:
         raise UsageError(
-            f"{len(hosts_given)} --job-hosts and {len(starts)} --job-start for {n} workloads"
+            f"{len(hosts)} --job-hosts and {len(starts)} --job-start for {n} workloads"
         )
-    k = args.ranks_per_host
-    default = packed_hosts(sizes, k)
-    taken = {h for t in hosts_given for h in parse_hosts(t)}
-    nxt = max(taken, default=-1) + 1
-    layout = []
-    for i, size in enumerate(sizes):
-        if i < len(hosts_given):
-            layout.append(place_job(size, parse_hosts(hosts_given[i])))
-            continue
-        block = tuple(range(nxt, nxt + len(default[i])))
-        nxt += len(default[i])
-        layout.append(place_job(size, block, k))
-    return layout, [float(x) for x in starts] + [0.0] * (n - len(starts))
-
-
-def replay_perturbed(
-    cw: Any,
-    base: Any,
-    backend: Any,
-    make_backend: Callable[[], Any],
-    pert: perturb.Perturbation,
-    symmetry: bool,
-) -> tuple[Any, Any]:
-    """Replay ``cw`` (perturbed) over ``backend``; with a perturbation, also ``base`` (the same
-    workload unperturbed) over a fresh ``make_backend()``, and put the straggler analysis on the
-    report. Returns (report, raw result)."""
-    from genie.sim.api import replay
-    from genie.sim.attribution import busiest_links
-    from genie.sim.waits import straggler_cost, who_waited
-
-    rep, raw = replay(cw, backend, symmetry=symmetry)
-    rep.links = busiest_links(backend, rep.iteration_s)
-    if pert:
-        base_rep, _ = replay(base, make_backend(), symmetry=symmetry)
-        rep.stragglers = {
-            "perturbation": pert.to_dict(),
-            "described": pert.describe(),
-            **straggler_cost(rep.iteration_s, base_rep.iteration_s),
-            **who_waited(cw, raw),
-        }
-    return rep, raw
+    return tuple(
+        Job(
+            workload=w,
+            hosts=hosts[i] if i < len(hosts) else None,
+            start=starts[i] if i < len(starts) else 0.0,
+            name=names[i] if i < len(names) else None,
+        )
+        for i, w in enumerate(args.workload)
+    )

@@ -17,39 +17,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from genie.collectives.registry import DEFAULT_ALGORITHM
-from genie.errors import CollectiveError
+from genie.sim.closed import ClosedForm, closed_for
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.report import SimReport
 from genie.units import format_bytes, format_seconds
-from genie.vocabulary import canonical_collective, closed_form, formula
-
-
-def trace_facts(wl: Any, cw: CompiledWorkload) -> dict[str, Any]:
-    """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
-    from genie.workload.model import NodeKind
-
-    return {
-        "dropped": dict(getattr(wl, "dropped", {})),
-        "host_work_nodes": sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes),
-        "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
-    }
-
-
-def trace_notes(facts: dict[str, Any]) -> list[str]:
-    """Report notes for what ``trace_facts`` found, when there is something to say."""
-    from genie.workload.summary import reading_notes
-
-    notes = reading_notes(facts["dropped"], facts["host_work_nodes"])
-    if facts["lanes"] not in ([], ["gpu"]):
-        lanes = ", ".join(facts["lanes"])
-        notes.append(f"lanes (each runs one node at a time; genie.sim.lanes): {lanes}")
-    return notes
-
-
-def describe(pricer: Any) -> str:
-    """The pricer's one-line description of the network it prices."""
-    return pricer.describe() if hasattr(pricer, "describe") else type(pricer).__name__
 
 
 def _plain(o: Any) -> Any:
@@ -66,45 +37,6 @@ def dump_json(doc: Any) -> None:
     """
     data = msgspec.json.format(msgspec.json.encode(doc, enc_hook=_plain), indent=1)
     sys.stdout.write(data.decode() + "\n")
-
-
-def _algorithm(coll: str, closed: dict) -> str | None:
-    """The algorithm the pricer used for ``coll`` (None: the built-in traffic model's)."""
-    algos = closed.get("algorithms")
-    if algos is None:
-        return None
-    try:
-        planned = canonical_collective(coll)
-    except CollectiveError:
-        return None  # no step program: the pricer fell back to the traffic model
-    return algos.get(planned) or DEFAULT_ALGORITHM[planned]
-
-
-def closed_for(row: dict, closed: dict) -> float | None:
-    """The textbook closed form of a report row on the network ``closed`` describes, or None."""
-    if not closed or row["collective"] == "send_recv" or closed.get("chunks", 1) != 1:
-        return None
-    if row.get("uneven") is not None:  # the closed forms are for even collectives
-        return None
-    coll, n, size = row["collective"], row["ranks"], row["size"]
-    try:
-        return closed_form(
-            coll, _algorithm(coll, closed), n, size, closed["bandwidth"], closed["latency"]
-        )
-    except CollectiveError:
-        return None
-
-
-def with_closed(d: dict, closed: dict) -> dict:
-    """A report dict with ``closed_form_s`` on every collective row."""
-    for row in d["collectives"]:
-        row["closed_form_s"] = closed_for(row, closed)
-    return d
-
-
-def _formula(coll: str, closed: dict) -> str:
-    text = formula(coll, _algorithm(coll, closed))
-    return f"{text} = " if text else ""
 
 
 def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
@@ -217,7 +149,7 @@ def print_reports(
     cw: CompiledWorkload,
     network: str,
     reports: list[SimReport],
-    closed: dict,
+    closed: ClosedForm | None,
     rows: int,
 ) -> None:
     """The summary, per-rank and per-collective tables of one or more replays."""
@@ -251,7 +183,7 @@ def print_reports(
         )
         cols = ["#", "collective", "group", "n", "size", "start", "end", "arrival skew", "time"]
         cols += ["algbw", "busbw"]
-        if closed:
+        if closed is not None:
             cols += ["closed form", "ratio"]
         for c in cols:
             t.add_column(c, justify="left" if c in ("collective", "group") else "right")
@@ -269,7 +201,7 @@ def print_reports(
                 f"{row.algbw_gbps:.2f}",
                 f"{row.busbw_gbps:.2f}",
             ]
-            if closed:
+            if closed is not None:
                 cf = closed_for({**row.__dict__}, closed)
                 cells += [
                     format_seconds(cf) if cf is not None else "-",
@@ -287,15 +219,19 @@ def print_reports(
                 f"their per-peer bytes; most skewed #{worst.seq}: largest block "
                 f"{worst.uneven:.1f}x the mean"
             )
-        if closed and len(r.collectives) == 1 and r.collectives[0].collective != "send_recv":
+        if (
+            closed is not None
+            and len(r.collectives) == 1
+            and r.collectives[0].collective != "send_recv"
+        ):
             row = r.collectives[0]
             cf = closed_for({**row.__dict__}, closed)
             if cf:
                 con.print(
                     f"{row.collective} of {row.size} B on {row.ranks} ranks: {r.backend} "
-                    f"{row.time * 1e6:.4f} us, closed form {_formula(row.collective, closed)}"
-                    f"{cf * 1e6:.4f} us (alpha {closed['latency'] * 1e9:.0f} ns per message, B "
-                    f"{closed['bandwidth'] / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
+                    f"{row.time * 1e6:.4f} us, closed form {closed.formula(row.collective)}"
+                    f"{cf * 1e6:.4f} us (alpha {closed.latency * 1e9:.0f} ns per message, B "
+                    f"{closed.bandwidth / 2**30:.3f} GiB/s), ratio {row.time / cf:.6f}"
                 )
         for note in r.notes:
             con.print(f"note ({r.backend}): {note}")

@@ -52,11 +52,13 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from genie import progress
-    from genie.commands.bench import BenchConfig, print_table, run_bench
-    from genie.commands.emulate import run_overlapped
+    from genie.api.bench import BenchSpec, bench
+    from genie.api.emulate import emulate
+    from genie.api.specs import EmulateSpec
+    from genie.commands.bench import print_table
     from genie.controller.local import LocalCluster
     from genie.controller.probe import probe_cluster
-    from genie.sim.adapter import compile_workload
+    from genie.emulate.overlapped import Overlapped
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
@@ -74,30 +76,32 @@ def _run(args: argparse.Namespace) -> int:
             wl = data_parallel(args.agents, layers=LAYERS, hidden=HIDDEN, seq=SEQ, batch=BATCH)
             prefix = Path(d) / "dp"
             save_workload(wl, prefix)
-            cw = compile_workload(wl)  # run_overlapped keeps NCCL's stream order
-            agents = [h.name for h in cluster.testbed.hosts]
-            o = run_overlapped(
-                cw,
-                cluster.testbed,
-                cluster.testbed_path,
-                agents,
-                store=store,
-                iterations=args.iterations,
-                warmup=1,
-                command="genie demo",
+            o = emulate(
+                EmulateSpec(
+                    workload=str(prefix),
+                    testbed=str(cluster.testbed_path),
+                    iterations=args.iterations,
+                    warmup=1,
+                    calibration="none",
+                    store=store,
+                    command="genie demo",
+                )
             )
-            sizes = sorted({int(s) for s in cw.instances.size})
-            cfg = BenchConfig(
-                testbed_path=str(cluster.testbed_path),
-                collective="all_reduce",
-                algorithm="ring",
-                sizes=sizes,
-                iters=args.iterations,
-                warmup=1,
-                store=store,
-                command="genie demo",
+            assert isinstance(o, Overlapped) and o.compiled is not None
+            sizes = sorted({int(s) for s in o.compiled.instances.size})
+            swept = bench(
+                BenchSpec(
+                    testbed=str(cluster.testbed_path),
+                    collective="all_reduce",
+                    algorithm="ring",
+                    sizes=tuple(sizes),
+                    iters=args.iterations,
+                    warmup=1,
+                    store=store,
+                    command="genie demo",
+                )
             )
-            bench_id, rows, _ = run_bench(cfg)
+            bench_id, rows = swept.run_id, swept.rows
         finally:
             cluster.stop()
     measured, model = o.reports[0].iteration_s, o.reports[1].iteration_s

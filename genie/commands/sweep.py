@@ -54,17 +54,18 @@ def parse_point(argv: list[str]) -> argparse.Namespace:
 
 def run_point(argv: list[str]) -> dict[str, Any]:
     """Simulate one point (in a worker); its numbers, or the one-line error it hit."""
-    from genie.commands.simulate import simulate
+    from genie.api.simulate import simulate
+    from genie.commands.simulate import spec_from_args
 
     progress.set_quiet(True)
     try:
-        sim = simulate(parse_point(argv))
+        sim = simulate(spec_from_args(parse_point(argv)))
     except GenieError as exc:
         return {"error": str(exc)}
     rep = sim.reports[0]
     link = rep.links[0] if rep.links else None
     return {
-        "workload": sim.cw.name,
+        "workload": sim.workload.name,
         "network": sim.network,
         "backend": rep.backend,
         "iteration_s": rep.iteration_s,

@@ -1,7 +1,6 @@
-"""The controller side of the testbed runtime: sessions with agents, placement, results, bench."""
+"""The controller side of the testbed runtime: sessions with agents, results, bench."""
 
 from genie.controller.channel import Channel, InProcChannel, ZmqChannel
-from genie.controller.placement import place_ranks
 from genie.controller.results import Instance, Stats, completion_times, stats
 from genie.controller.session import Controller, RunOutcome, Timeouts
 
@@ -15,6 +14,5 @@ __all__ = [
     "Timeouts",
     "ZmqChannel",
     "completion_times",
-    "place_ranks",
     "stats",
 ]

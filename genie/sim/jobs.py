@@ -11,9 +11,9 @@ instances and hosts belong to which job; ``job_times`` reads each job's iteratio
 replay of the combined workload (from its own start to its last rank's end).
 
 Placement: each job lists the fabric hosts its ranks go to; ranks fill them in order, ``k`` to a
-host (``place_job``). Jobs may share hosts (then they share the hosts' NIC links and intra-host
-ports) or use disjoint sets. Nothing here knows about a network: the live path can compile the
-same combined workload into op lists and start every job's ranks with one Go.
+host (``genie.placement.place_on``). Jobs may share hosts (then they share the hosts' NIC links
+and intra-host ports) or use disjoint sets. Nothing here knows about a network: the live path
+can compile the same combined workload into op lists and start every job's ranks with one Go.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class JobSpec:
 
     name: str
     workload: CompiledWorkload
-    hosts: tuple[int, ...]  # host index of each of its ranks (``place_job``)
+    hosts: tuple[int, ...]  # host index of each of its ranks (``genie.placement``)
     start_s: float = 0.0
 
 
@@ -79,50 +79,6 @@ class JobMap:
             for h in j.host_set():
                 seen[h] = seen.get(h, 0) + 1
         return {h for h, c in seen.items() if c > 1}
-
-
-def parse_hosts(text: str) -> tuple[int, ...]:
-    """Host indices from ``0-3``, ``0,2,4`` or ``0-3,8-11`` (in the order given, no repeats)."""
-    out: list[int] = []
-    for part in [p.strip() for p in text.split(",") if p.strip()]:
-        lo, _, hi = part.partition("-")
-        try:
-            a, b = int(lo), int(hi) if hi else int(lo)
-        except ValueError:
-            raise UsageError(f"hosts {text!r}: use host indices like 0-3 or 0,2,4") from None
-        if a < 0 or b < a or b - a > 65535:
-            raise UsageError(f"hosts {text!r}: {part!r} is not a range of host indices")
-        out.extend(range(a, b + 1))
-    if not out or len(set(out)) != len(out):
-        raise UsageError(f"hosts {text!r}: name each host once")
-    return tuple(out)
-
-
-def place_job(n_ranks: int, hosts: Sequence[int], ranks_per_host: int | None = None) -> tuple:
-    """Host of each of ``n_ranks`` ranks on ``hosts``: in order, ``k`` to a host.
-
-    ``k`` defaults to the fewest that fit (ceil(n_ranks / len(hosts))); a given ``k`` that does
-    not fit is a UsageError.
-    """
-    if not hosts:
-        raise UsageError("a job needs at least one host")
-    k = ranks_per_host or math.ceil(n_ranks / len(hosts))
-    if k * len(hosts) < n_ranks:
-        raise UsageError(
-            f"{n_ranks} ranks do not fit on {len(hosts)} hosts at {k} per host "
-            f"(hosts {_short(hosts)})"
-        )
-    return tuple(int(hosts[r // k]) for r in range(n_ranks))
-
-
-def packed_hosts(sizes: Sequence[int], ranks_per_host: int = 1) -> list[tuple[int, ...]]:
-    """Disjoint host blocks for jobs of ``sizes`` ranks, one after another (the default)."""
-    out, nxt = [], 0
-    for n in sizes:
-        m = math.ceil(n / ranks_per_host)
-        out.append(tuple(range(nxt, nxt + m)))
-        nxt += m
-    return out
 
 
 def _offset_rank(cr: CompiledRank, base: int, gbase: int, start_s: float) -> CompiledRank:
@@ -232,7 +188,3 @@ def job_times(jm: JobMap, raw: RawResult) -> list[JobTime]:
         end = max(ends, default=j.start_s)
         out.append(JobTime(j.name, end - j.start_s, end))
     return out
-
-
-def _short(xs: Sequence[int]) -> str:
-    return "[" + ", ".join(map(str, list(xs)[:8])) + (", ..." if len(xs) > 8 else "") + "]"

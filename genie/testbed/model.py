@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 
 from genie.collectives.topology import Routing
+from genie.placement import Placement, place
 from genie.wire.messages import DEFAULT_INTRA_BW, DEFAULT_INTRA_LAT
 
 Kind = Literal["static", "netns"]
@@ -157,14 +158,26 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Total ranks: the sum of ranks over hosts."""
         return sum(h.ranks for h in self.hosts)
 
-    def rank_hosts(self) -> list[int]:
-        """Map each global rank to its topology host: hosts in order, ranks contiguous per host.
+    def place(
+        self, n_ranks: int | None = None, mode: str = "testbed", ranks_per_host: int = 1
+    ) -> Placement:
+        """Ranks on this testbed's hosts by the placement rule (``genie.placement.place``)."""
+        slots = [h.ranks for h in self.hosts]
+        return place(n_ranks or self.n_ranks, mode, slots=slots, ranks_per_host=ranks_per_host)
+
+    def rank_host_names(self, placement: Placement | None = None) -> list[str]:
+        """The host name of every rank of ``placement`` (default: the testbed's rank slots)."""
+        return (placement or self.place()).names([h.name for h in self.hosts])
+
+    def rank_hosts(self, placement: Sequence[str] | None = None) -> list[int]:
+        """Map each global rank to its topology host (default: the testbed's rank slots).
 
         The index is into ``to_topology().hosts``, the testbed's endpoints: the host's index when
-        every host has one NIC, else the endpoint of the rank's NIC.
+        every host has one NIC, else the endpoint of the rank's NIC. ``placement``: the host
+        name of every rank (``rank_host_names``).
         """
         index = {e: i for i, e in enumerate(self.endpoint_names())}
-        return [index[e] for e in self.rank_endpoints()]
+        return [index[e] for e in self.rank_endpoints(placement)]
 
     def endpoint_names(self) -> list[str]:
         """Every host's NIC endpoints in order (the topology's hosts)."""
@@ -175,7 +188,7 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         (default: ranks fill hosts in order). The k-th rank placed on a host uses its NIC
         ``rank_nic(k)``."""
         if placement is None:
-            placement = [h.name for h in self.hosts for _ in range(h.ranks)]
+            placement = self.rank_host_names()
         seen: dict[str, int] = {}
         out = []
         for name in placement:

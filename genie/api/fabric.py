@@ -1,0 +1,188 @@
+"""From a ``Fabric`` and a ``Model`` to what prices a workload: topology, placement, pricer.
+
+``build`` makes the topology a fabric spec describes (a testbed file's, or a target topology
+from numbers) with the rank placement on it (``genie.placement``) and, when asked, a stored
+calibration applied. ``pricer`` is the analytical pricer of the model on it; ``network_model``
+adds the textbook closed form's parameters where the network is one the closed forms describe.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from genie.api.specs import Fabric, Model, bandwidth, ratio, seconds
+from genie.calibration.model import calibrate_topology
+from genie.calibration.stored import resolve
+from genie.collectives import topology as ctopo
+from genie.collectives.registry import parse_algorithms
+from genie.errors import UsageError
+from genie.placement import Placement, place
+from genie.sim.closed import ClosedForm
+from genie.sim.program_pricer import ProgramPricer
+from genie.sim.traffic import TOPOLOGIES as BUILTIN_TOPOLOGIES
+from genie.sim.traffic import NetModel, TopologyPricer
+
+Pricer = TopologyPricer | ProgramPricer
+
+
+@dataclass(frozen=True)
+class Built:
+    """A fabric as the model sees it: its topology, where each rank runs, what was decided."""
+
+    topology: ctopo.Topology
+    placement: Placement
+    notes: tuple[str, ...] = ()
+
+    @property
+    def hosts(self) -> list[int]:
+        """The topology host of every rank."""
+        return list(self.placement.hosts)
+
+
+def routing(fabric: Fabric, base: ctopo.Routing | None = None) -> ctopo.Routing:
+    """The routing ``fabric`` asks for over ``base`` (the testbed's, or the default)."""
+    r = base or ctopo.Routing()
+    changes: dict[str, str | int] = {
+        k: v
+        for k, v in (
+            ("policy", fabric.routing),
+            ("channels", fabric.channels),
+            ("qps", fabric.qps),
+            ("seed", fabric.ecmp_seed),
+        )
+        if v is not None
+    }
+    return msgspec.structs.replace(r, **changes) if changes else r
+
+
+def build(
+    fabric: Fabric,
+    n_ranks: int,
+    hosts: Sequence[int] | None = None,
+    *,
+    store: str | Path | None = None,
+) -> Built:
+    """The topology ``fabric`` describes and the host of each of ``n_ranks`` ranks on it.
+
+    ``hosts`` (host indices, e.g. several jobs') is kept; the fabric then has enough hosts for
+    it. Without it, ranks go by ``fabric.placement``.
+    """
+    k = fabric.ranks_per_host
+    if k < 1:
+        raise UsageError("--ranks-per-host must be at least 1")
+    intra_bw = bandwidth(fabric.intra_bandwidth) if fabric.intra_bandwidth is not None else None
+    intra_lat = seconds(fabric.intra_latency)
+    if fabric.testbed:
+        if fabric.topology:
+            raise UsageError("give either --testbed or --topology, not both")
+        from genie.testbed import load_testbed
+
+        tb = load_testbed(fabric.testbed)
+        topo = tb.to_topology().with_routing(routing(fabric, tb.routing))
+        notes: tuple[str, ...] = ()
+        if hosts is not None:
+            if max(hosts, default=0) >= len(tb.hosts):
+                raise UsageError(
+                    f"host {max(hosts)} named, but testbed {tb.name} has {len(tb.hosts)} "
+                    f"hosts (0..{len(tb.hosts) - 1})"
+                )
+            placed = Placement(tuple(hosts), "jobs")
+        else:
+            p = tb.place(n_ranks, fabric.placement or "testbed", k)
+            placed = Placement(tuple(tb.rank_hosts(tb.rank_host_names(p))), p.mode, p.note)
+            notes = (p.note,) if p.note else ()
+        return Built(_calibrated(fabric, topo, tb.name, store), placed, notes)
+    kind = fabric.topology or "switch"
+    bw, lat = bandwidth(fabric.bandwidth), seconds(fabric.latency)
+    if hosts is None:
+        placed = place(n_ranks, fabric.placement or "packed", ranks_per_host=k)
+    else:
+        placed = Placement(tuple(hosts), "jobs")
+    n_hosts = placed.n_hosts
+    rt = routing(fabric)
+    if kind == "switch":
+        topo = ctopo.switch(
+            n_hosts, bw, lat, intra_bandwidth=intra_bw, intra_latency=intra_lat, routing=rt
+        )
+    elif kind == "fully_connected":
+        topo = ctopo.fully_connected(
+            max(2, n_hosts), bw, lat, intra_bandwidth=intra_bw, intra_latency=intra_lat, routing=rt
+        )
+    elif kind == "ring":
+        topo = ctopo.ring(
+            max(2, n_hosts), bw, lat, intra_bandwidth=intra_bw, intra_latency=intra_lat, routing=rt
+        )
+    else:
+        per_leaf = math.ceil(n_hosts / fabric.leaves)
+        over = ratio(fabric.oversubscription)
+        topo = ctopo.leaf_spine(
+            fabric.leaves,
+            fabric.spines,
+            per_leaf,
+            bw,
+            lat,
+            over,
+            intra_bandwidth=intra_bw,
+            intra_latency=intra_lat,
+            routing=rt,
+        )
+    notes = (placed.note,) if placed.note else ()
+    return Built(_calibrated(fabric, topo, None, store), placed, notes)
+
+
+def _calibrated(
+    fabric: Fabric, topo: ctopo.Topology, testbed: str | None, store: str | Path | None
+) -> ctopo.Topology:
+    """``topo`` priced with the calibration ``fabric.calibration`` names (unchanged: none)."""
+    cal = resolve(fabric.calibration, store, testbed)
+    return topo if cal is None else calibrate_topology(topo, cal)
+
+
+def pricer(model: Model, built: Built, n_ranks: int, hosts: Sequence[int] | None = None) -> Pricer:
+    """The analytical pricer of ``model`` on ``built`` (``hosts``: another placement on it)."""
+    if model.chunks < 1:
+        raise UsageError("--chunks must be at least 1")
+    where = list(hosts) if hosts is not None else built.hosts
+    if model.pricer == "builtin":
+        return TopologyPricer(built.topology, where, n_ranks)
+    algos = parse_algorithms(model.algorithm)
+    return ProgramPricer(built.topology, where, n_ranks, algos, model.chunks)
+
+
+def network_model(
+    fabric: Fabric, model: Model, n_ranks: int, *, store: str | Path | None = None
+) -> tuple[Pricer, ClosedForm | None, tuple[str, ...]]:
+    """The analytical pricer, the closed form's network (None: not comparable), and notes."""
+    kind = fabric.topology or "switch"
+    k = fabric.ranks_per_host
+    builtin_star = (
+        model.pricer == "builtin" and kind in BUILTIN_TOPOLOGIES and fabric.calibration == "none"
+    )
+    packed = (fabric.placement or "packed") == "packed"
+    if not fabric.testbed and builtin_star and packed:
+        if k < 1:
+            raise UsageError("--ranks-per-host must be at least 1")
+        bw, lat = bandwidth(fabric.bandwidth), seconds(fabric.latency)
+        intra_bw = bandwidth(fabric.intra_bandwidth) if fabric.intra_bandwidth is not None else None
+        net = NetModel(n_ranks, bw, lat, kind, k, intra_bw, seconds(fabric.intra_latency))
+        closed = ClosedForm(bw, net.alpha, None) if kind == "switch" and k == 1 else None
+        return net, closed, ()
+    built = build(fabric, n_ranks, store=store)
+    p = pricer(model, built, n_ranks)
+    algos = None if model.pricer == "builtin" else parse_algorithms(model.algorithm)
+    closed = None
+    topo = built.topology
+    if topo.kind == "star" and built.placement.one_per_host() and len(topo.hosts) > 1:
+        route = topo.route(0, 1)
+        closed = ClosedForm(
+            topo.route_bandwidth(route),
+            topo.route_latency(route),
+            algos,
+            model.chunks if algos is not None else 1,
+        )
+    return p, closed, built.notes

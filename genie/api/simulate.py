@@ -1,0 +1,242 @@
+"""``simulate``: replay a workload (or several jobs) over network models, as ``genie simulate``.
+
+Networks: ``analytical`` (fluid link sharing on a testbed's topology or a target topology) and
+``measured:RUN`` (per-collective times of a ``genie bench`` run, or a JSON file of rows), side by
+side when several are given; or ASTRA-sim 2.0's analytical backends (``Model.kind``). The result
+is a ``Simulation``: one ``SimReport`` per backend (iteration time, per-rank breakdown,
+per-collective rows, busiest links; each labelled with the backend that priced it) and the JSON
+document ``genie simulate --json`` prints (``to_dict``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from genie import progress
+from genie.api import astra, fabric
+from genie.api.experiments import perturbation
+from genie.api.specs import Compute, SimulateSpec, bandwidth
+from genie.collectives.registry import parse_algorithms
+from genie.errors import StoreError, UsageError
+from genie.sim import perturb
+from genie.sim.adapter import ComputeModel, compile_workload, load_workload
+from genie.sim.astra_config import AstraSystem
+from genie.sim.astra_model import AstraBackend
+from genie.sim.closed import ClosedForm, with_closed
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.engine import RawResult
+from genie.sim.measured import MeasuredBackend, MeasuredTable
+from genie.sim.network import AnalyticalBackend, NetworkBackend
+from genie.sim.program_pricer import ProgramPricer
+from genie.sim.report import SimReport, chrome_trace
+from genie.sim.stragglers import replay_perturbed
+from genie.sim.streams import describe as stream_rule
+from genie.sim.streams import order_collectives
+from genie.workload.et_codec import gc_paused
+from genie.workload.model import Workload
+from genie.workload.summary import reading_notes
+
+JsonDoc = dict[str, object]
+
+
+@dataclass
+class Simulation:
+    """What one simulation computed: a report per backend, and what explains them."""
+
+    workload: CompiledWorkload  # the compiled (perturbed, ordered) workload replayed
+    network: str  # what the analytical model priced, in one line
+    reports: list[SimReport]  # one per backend, in the order asked
+    closed: ClosedForm | None  # the textbook closed form's network, where comparable
+    facts: JsonDoc  # how the trace was read (``trace_facts``)
+    raws: list[RawResult] = field(default_factory=list)  # the replays' raw timelines
+    jobs: JsonDoc | None = None  # several jobs: ``genie.api.jobs.jobs_doc``
+
+    @property
+    def iteration_s(self) -> float:
+        """The first backend's iteration time in seconds."""
+        return self.reports[0].iteration_s
+
+    def to_dict(self) -> JsonDoc:
+        """The document ``genie simulate --json`` prints (seconds, bytes, GB/s = 10^9 B/s)."""
+        out: JsonDoc = {
+            "workload": self.workload.name,
+            "network": self.network,
+            "trace": self.facts,
+            "reports": [with_closed(r.to_dict(), self.closed) for r in self.reports],
+        }
+        if self.jobs is not None:
+            out["jobs"] = self.jobs
+        return out
+
+    def write_trace(self, path: str | Path, max_ranks: int = 256) -> int:
+        """Write the first backend's timeline as Chrome-trace JSON; the number of events."""
+        return chrome_trace(self.workload, self.raws[0], str(path), max_ranks=max_ranks)
+
+
+def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
+    """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
+    from genie.workload.model import NodeKind
+
+    return {
+        "dropped": dict(getattr(wl, "dropped", {})),
+        "host_work_nodes": sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes),
+        "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
+    }
+
+
+def trace_notes(facts: JsonDoc) -> list[str]:
+    """Report notes for what ``trace_facts`` found, when there is something to say."""
+    dropped, host, lanes = facts["dropped"], facts["host_work_nodes"], facts["lanes"]
+    assert isinstance(dropped, dict) and isinstance(host, int) and isinstance(lanes, list)
+    notes = reading_notes(dropped, host)
+    if lanes not in ([], ["gpu"]):
+        notes.append(f"lanes (each runs one node at a time; genie.sim.lanes): {', '.join(lanes)}")
+    return notes
+
+
+def describe(pricer: fabric.Pricer | AstraBackend) -> str:
+    """A pricer's one-line description of the network it prices."""
+    return pricer.describe()
+
+
+def compute_model(spec: Compute, system: AstraSystem | None = None) -> ComputeModel:
+    """The simulator's compute model of ``spec`` (ASTRA-sim's roofline where its files say)."""
+    if spec.mode == "roofline" and not (spec.peak_flops or spec.memory_bandwidth):
+        raise UsageError("--compute roofline needs --peak-flops and/or --memory-bandwidth")
+    mem = bandwidth(spec.memory_bandwidth) if spec.memory_bandwidth is not None else None
+    compute = ComputeModel(
+        mode=spec.mode,
+        peak_flops=spec.peak_flops,
+        efficiency=spec.efficiency,
+        memory_bandwidth=mem,
+    )
+    if system is not None and system.roofline:
+        compute = system.compute_model()  # ASTRA-sim's roofline-enabled
+    return compute
+
+
+def measured_table(source: str, store: str | None, algorithm: str | None) -> MeasuredTable:
+    """The measured times of a ``genie bench`` run in the store, or of a JSON file of rows."""
+    if source.endswith(".json") or Path(source).is_file():
+        return MeasuredTable.from_json(source)
+    from genie.store import DEFAULT_STORE, RunStore
+
+    path = Path(store or DEFAULT_STORE)
+    if not path.is_file():
+        raise StoreError(f"no run store at {path} (run `genie bench` first, or pass --store)")
+    with RunStore(path) as st:
+        info = st.run(source)
+        rows = st.instances(info.run_id)
+    return MeasuredTable.from_instances(rows, f"run {info.run_id}", parse_algorithms(algorithm))
+
+
+def backend_names(spec: SimulateSpec) -> list[str]:
+    """The backends ``spec.network`` names (checked)."""
+    out = []
+    for name in [s.strip() for s in spec.network if s.strip()]:
+        if name in ("testbed", "emulate"):
+            raise UsageError(
+                "the testbed backend runs through `genie emulate WORKLOAD --testbed F`"
+            )
+        if name != "analytical" and not name.startswith("measured:"):
+            raise UsageError(f"unknown network backend {name!r} (analytical, measured:RUN_ID)")
+        out.append(name)
+    if not out:
+        raise UsageError("--network names no backend")
+    return out
+
+
+_TABLES: dict[tuple[str, str | None, str | None], MeasuredTable] = {}
+
+
+def _backend(spec: SimulateSpec, pricer: fabric.Pricer, name: str) -> NetworkBackend:
+    """A fresh backend ``name`` over ``pricer`` (measured tables read once per process)."""
+    if name == "analytical":
+        return AnalyticalBackend(pricer, track_links=True)
+    key = (name, spec.store, spec.model.algorithm)
+    if key not in _TABLES:
+        _TABLES[key] = measured_table(name.split(":", 1)[1], spec.store, spec.model.algorithm)
+    alone = AnalyticalBackend(pricer)
+    share = pricer if spec.sharing else None
+    return MeasuredBackend(_TABLES[key], model=alone.alone, name=name, pricer=share)
+
+
+def _maker(spec: SimulateSpec, pricer: fabric.Pricer, name: str) -> Callable[[], NetworkBackend]:
+    """Makes fresh backends ``name`` over ``pricer`` (a straggler replay needs a second one)."""
+    return lambda: _backend(spec, pricer, name)
+
+
+def simulate(spec: SimulateSpec) -> Simulation:
+    """Replay what ``spec`` describes over each network it names (see the module docstring)."""
+    net, system = astra.load_configs(spec)
+    astra_notes: list[str] = []
+    if net is not None and system is not None and spec.model.kind == "genie":
+        spec, astra_notes = astra.as_genie_model(spec, net, system)
+    compute = compute_model(spec.compute, system)
+    pert = perturbation(spec.perturb)
+    if spec.jobs:
+        if spec.model.kind != "genie":
+            raise UsageError("several jobs run on genie's model (--model genie)")
+        from genie.api.jobs import simulate_jobs
+
+        with gc_paused():
+            return simulate_jobs(spec, compute, pert)
+    # the cyclic collector would walk the workload's millions of objects again and again while
+    # nothing here makes garbage cycles (a quarter of the time at 4,096 ranks): paused
+    with gc_paused(), progress.stage("loading workload") as status:
+        wl = load_workload(spec.workloads()[0])
+        astra.apply_comm_groups(spec.model, wl)
+        status.describe(f"compiling {wl.n_ranks} ranks")
+        base = compile_workload(wl, compute)
+        genie_model = spec.model.kind == "genie"
+        if genie_model:
+            base = order_collectives(base, spec.model.comm_concurrency)
+        cw = perturb.apply(base, pert)
+        closed: ClosedForm | None = None
+        placement_notes: tuple[str, ...] = ()
+        makers: list[Callable[[], NetworkBackend]]
+        pricer: fabric.Pricer | AstraBackend
+        if genie_model:
+            priced, closed, placement_notes = fabric.network_model(
+                spec.fabric, spec.model, cw.n_ranks, store=spec.store
+            )
+            priced.use_splits(cw.instances.splits)  # all-to-all-v priced by its matrix
+            pricer = priced
+            makers = [_maker(spec, priced, name) for name in backend_names(spec)]
+        else:
+            assert net is not None and system is not None
+            first = astra.astra_backend(spec, wl, cw, net, system)
+            pricer, built = first, [first]
+
+            def again() -> NetworkBackend:
+                assert net is not None and system is not None
+                return built.pop() if built else astra.astra_backend(spec, wl, base, net, system)
+
+            makers = [again]
+        facts = trace_facts(wl, cw)
+        reports: list[SimReport] = []
+        raws: list[RawResult] = []
+        for make in makers:
+            status.describe(f"replaying {cw.n_nodes} nodes")
+            be = make()
+            rep, raw = replay_perturbed(cw, base, be, make, pert, spec.symmetry)
+            if isinstance(be, MeasuredBackend | AstraBackend):
+                rep.notes.append(be.summary())
+            rep.notes.extend(astra_notes)
+            rep.notes.extend(placement_notes)
+            rep.notes += trace_notes(facts)
+            if genie_model:
+                rep.notes.append(f"stream order: {stream_rule(spec.model.comm_concurrency)}")
+            if pert:
+                rep.notes.append(f"stragglers/jitter: {pert.describe()}")
+            fallbacks = pricer.fallbacks if isinstance(pricer, ProgramPricer) else None
+            if fallbacks:
+                rep.notes.append(
+                    "priced by the built-in traffic model (no program or the cost model "
+                    f"declined): {dict(sorted(fallbacks.items()))}"
+                )
+            reports.append(rep)
+            raws.append(raw)
+    return Simulation(cw, describe(pricer), reports, closed, facts, raws)

@@ -1,0 +1,327 @@
+"""Overlapped emulation: the whole trace's communication on the agents, compute gaps honoured.
+
+``run_overlapped`` compiles every rank's op list (``genie.emulate.plan``), runs it warm-up +
+iterations times with one Go each (``genie.emulate.run``), stores every instance's times, then
+replays the workload with the measured times beside the nominal (and calibrated) model; an
+``Overlapped`` holds it all and ``doc()`` is the ``genie emulate --json`` document. Link faults
+(``genie.faults``) are applied during the runs, timed from the first measured run's Go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from genie import progress
+from genie.emulate.live import live_run, replay_all, wire_notes
+from genie.faults.run import scheduler, widen_timeouts
+from genie.sim.closed import with_closed
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.streams import order_collectives
+
+
+def _instances_of(plan, passes, warmup: int, iid: int) -> list:
+    """The store's Instance rows of one communication instance, one per pass."""
+    from genie.controller.results import Instance
+
+    out = []
+    ranks = list(plan.programs[iid].spec.ranks)
+    for k, p in enumerate(passes):
+        first, _last_start, end = p.inst[iid]
+        starts, ends = [], []
+        for r in ranks:
+            j = plan.op_iid[r].index(iid)
+            s, e = p.rank_times[r][j]
+            starts.append(s)
+            ends.append(e)
+        out.append(
+            Instance(
+                iteration=k,
+                warmup=k < warmup,
+                start_ns=first,
+                end_ns=end,
+                time_s=(end - first) / 1e9,
+                rank_start_ns=starts,
+                rank_end_ns=ends,
+                ranks=ranks,
+            )
+        )
+    return out
+
+
+@dataclass
+class Overlapped:
+    """What ``run_overlapped`` measured and replayed (``doc()`` is the ``--json`` document)."""
+
+    run_id: str | None
+    workload: str
+    testbed: str
+    network: str  # what the analytical backend priced
+    wire: list[str]  # how the wire ran it: issue order, intra-host steps, flows
+    rows: list[dict]  # per communication instance: measured and modelled
+    runs: list[dict]  # per run of the trace (warm-up flagged)
+    reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
+    models: Any = None  # genie.emulate.compare.Models the run was compared with
+    notes: list[str] = field(default_factory=list)
+    raws: list = field(default_factory=list)  # the replays' raw results, one per report
+    backends: list = field(default_factory=list)  # the replays' backends, one per report
+    faults: dict | None = None  # link faults: schedule, applied, restored, effect
+    # the replay with measured times: when its last communication ended (the wire's makespan
+    # stops there; the iteration also counts the compute after it)
+    replay_comm_end_s: float | None = None
+    compiled: CompiledWorkload | None = None  # the workload replayed (issue order applied)
+
+    def errors(self) -> list:
+        """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
+        from genie.calibration.accuracy import ErrorRow
+
+        return [
+            ErrorRow(
+                f"{r['iid']}: {r['collective']} n={len(r['ranks'])}",
+                r["size"],
+                r["measured_p50_s"],
+                r["modeled_s"],
+                r.get("calibrated_s"),
+            )
+            for r in self.rows
+        ]
+
+    def iteration(self) -> Any:
+        """The iteration replayed with measured times vs with each model (``ErrorRow``)."""
+        from genie.emulate.compare import iteration_row
+
+        return iteration_row(self.reports, "iteration (replayed)")
+
+    def doc(self) -> dict:
+        """The JSON document of ``genie emulate --json``."""
+        cal = self.models.calibration if self.models else None
+        return {
+            "run_id": self.run_id,
+            "mode": "overlapped",
+            "workload": self.workload,
+            "testbed": self.testbed,
+            "network": self.network,
+            "wire": self.wire,
+            "calibration": cal.cal_id if cal else None,
+            "dilation": self.models.k if self.models else 1.0,
+            "instances": self.rows,
+            "runs": self.runs,
+            "replay_comm_end_s": self.replay_comm_end_s,
+            "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
+            "notes": self.notes,
+            "reports": [with_closed(r.to_dict(), None) for r in self.reports],
+            **({"faults": self.faults} if self.faults is not None else {}),
+        }
+
+
+def run_overlapped(
+    cw: CompiledWorkload,
+    tb,
+    testbed_path,
+    agents: list[str],
+    *,
+    store: str | None,
+    iterations: int,
+    warmup: int,
+    algorithms: dict[str, str] | None = None,
+    chunks: int = 1,
+    max_instances: int = 256,
+    symmetry: bool = True,
+    trace: str | None = None,
+    command: str = "genie emulate",
+    calibration: Any = None,
+    dilation: float = 1.0,
+    asked: str = "latest",
+    unperturbed: CompiledWorkload | None = None,
+    perturbation: Any = None,
+    comm_concurrency: int = 1,
+    meta: dict | None = None,
+    faults: Any = None,
+) -> Overlapped:
+    """The whole trace's communication on the agents, then replayed measured and modelled.
+
+    ``cw`` (and ``unperturbed``) are compiled workloads without the issue order: the op lists
+    and the replays each apply ``comm_concurrency`` their own way.
+
+    With ``dilation`` K the compute gaps run K times longer on the wire and every time is read
+    divided by K (``genie.calibration.dilation``); ``calibration`` adds the calibrated model;
+    ``meta`` is stored with the run beside what the run says of itself; ``faults`` (a
+    ``genie.faults.schedule.FaultPlan``) is applied during the runs, timed from the first
+    measured run's Go,
+    recorded with the run and undone afterwards (``genie.faults.netns``).
+    """
+    from genie.calibration.dilation import check_dilation
+    from genie.emulate.backends import InstanceBackend
+    from genie.emulate.compare import last_comm_end_s
+    from genie.emulate.compare import models as compare_models
+    from genie.emulate.plan import compile_oplists, dilate_plan
+    from genie.emulate.run import emulate_overlapped, instance_medians
+
+    k = check_dilation(dilation)
+    models = compare_models(tb.to_topology(), calibration, k, tb.model_note(), asked)
+    ends = tb.rank_endpoints(agents)  # each rank's NIC: where the model places it
+    algos = algorithms or {}
+    with progress.stage("compiling op lists"):
+        # the op lists carry the issue order themselves, as waits with no compute gap; planned
+        # on an ordered workload, a collective would wait its compute gap again after the one
+        # before it ended, though that compute ran while the one before was on the wire
+        plan = compile_oplists(
+            cw, algos, chunks, max_instances=max_instances, comm_concurrency=comm_concurrency
+        )
+        cw = order_collectives(cw, comm_concurrency)  # what the replays and the store see
+        if unperturbed is not None:
+            unperturbed = order_collectives(unperturbed, comm_concurrency)
+        if k != 1:
+            plan = dilate_plan(plan, k)
+    meta = {
+        "iterations": iterations,
+        "mode": "overlapped",
+        "calibration": calibration.cal_id if calibration else None,
+        "dilation": k,
+        "comm_concurrency": comm_concurrency,
+        "streams": tb.routing.flows,
+        **(meta or {}),
+    }
+    with live_run(
+        cw,
+        tb,
+        testbed_path,
+        agents,
+        store=store,
+        meta=meta,
+        command=command,
+        unit="runs of the trace",
+        total=iterations + warmup,
+        timeouts=widen_timeouts(None, faults) if faults is not None else None,
+    ) as (run, bar):
+
+        def on_pass(j, p) -> None:
+            bar.advance()
+            bar.describe(f"run {j + 1}: {p.makespan_s / k:.4g} s")
+
+        assert run.ctl is not None  # StoredRun connected it on entering
+        with contextlib.ExitStack() as undo:
+            sched = None
+            if faults is not None:
+                sched = undo.enter_context(scheduler(faults, run.ctl.clock.now, testbed_path))
+            passes = emulate_overlapped(
+                run.ctl,
+                plan,
+                agents,
+                iters=iterations,
+                warmup=warmup,
+                on_pass=on_pass,
+                options=plan.data_options(tb.routing.flows),
+                on_start=sched.start if sched else None,
+            )
+        fault_doc = None
+        if sched is not None:
+            fault_doc = _fault_doc(sched.records(), passes, warmup)
+            run.update_meta(faults=fault_doc)
+        for iid, program in zip(plan.iids, plan.programs, strict=True):
+            run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
+    run_id = run.run_id
+    medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
+    model_backends = models.backends(ends, cw.n_ranks, algos, chunks, cw.instances.splits)
+
+    def measured_backend():
+        return InstanceBackend(medians, name=f"testbed:{run_id}")
+
+    backends = [measured_backend(), *model_backends]
+    strag = (unperturbed, perturbation, measured_backend) if unperturbed is not None else None
+    reports, raws = replay_all(cw, backends, symmetry, trace, strag)
+    measured = passes[warmup:]
+    rows = []
+    for iid, program in zip(plan.iids, plan.programs, strict=True):
+        spec = program.spec
+        nominal, calibrated = models.price(program, [ends[r] for r in spec.ranks])
+        rows.append(
+            {
+                "iid": iid,
+                "collective": spec.collective,
+                "algorithm": spec.algorithm,
+                "ranks": list(spec.ranks),
+                "size": int(cw.instances.size[iid]),
+                "measured_p50_s": medians[iid],
+                # per measured run: seconds from the run's start, first rank start / last
+                # member's arrival / last rank end (divided by the dilation)
+                "intervals_s": [
+                    [(t - p.start_at_ns) / 1e9 / k for t in p.inst[iid]] for p in measured
+                ],
+                # per measured run: [rank, start, end] of each member, seconds from the start
+                "rank_intervals_s": [
+                    [
+                        [r, *((t - p.start_at_ns) / 1e9 / k for t in p.rank_times[r][j])]
+                        for r, j in ((r, plan.op_iid[r].index(iid)) for r in spec.ranks)
+                    ]
+                    for p in measured
+                ],
+                "modeled_s": nominal,
+                "calibrated_s": calibrated,
+            }
+        )
+    runs = [
+        {
+            "makespan_s": p.makespan_s / k,
+            # from the first measured run's Go (warm-up runs: before it)
+            "start_s": (p.start_at_ns - passes[min(warmup, len(passes) - 1)].start_at_ns) / 1e9 / k,
+            "bytes_sent": p.bytes_sent,
+            "messages_verified": p.verified,
+            "warmup": j < warmup,
+        }
+        for j, p in enumerate(passes)
+    ]
+    network = f"{model_backends[0].pricer.describe()}; model of {models.nominal_label}"
+    notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
+    wire = [plan.describe_order(), *wire_notes(tb, agents, plan.n_channels)]
+    if fault_doc is not None and trace:
+        _trace_faults(trace, fault_doc, runs, cw.n_ranks)
+    return Overlapped(
+        run_id,
+        cw.name,
+        tb.name,
+        network,
+        wire,
+        rows,
+        runs,
+        reports,
+        models,
+        notes,
+        raws,
+        backends,
+        fault_doc,
+        last_comm_end_s(raws[0]) if raws else None,
+        cw,
+    )
+
+
+def _fault_doc(records: dict, passes: list, warmup: int) -> dict:
+    """The run's fault records with each run's overlap and the effect on iteration time."""
+    from genie.faults.effect import fault_effect, fault_windows
+
+    t0 = passes[min(warmup, len(passes) - 1)].start_at_ns if passes else 0
+    runs = [
+        {"start_s": (p.start_at_ns - t0) / 1e9, "makespan_s": p.makespan_s, "warmup": j < warmup}
+        for j, p in enumerate(passes)
+    ]
+    end = max((r["start_s"] + r["makespan_s"] for r in runs), default=0.0)
+    windows = fault_windows(records, end)
+    effect = fault_effect([r for r in runs if not r["warmup"]], windows)
+    return {**records, "run_end_s": end, "effect": effect}
+
+
+def _trace_faults(path: str, fault_doc: dict, runs: list[dict], n_ranks: int) -> None:
+    """Add the wire's runs and the applied faults to the Chrome trace at ``path``."""
+    import json
+    from pathlib import Path
+
+    from genie.faults.effect import trace_events
+
+    p = Path(path)
+    doc = json.loads(p.read_text())
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    events.extend(trace_events(fault_doc, runs, n_ranks + 1))
+    p.write_text(json.dumps(doc))
+
+
