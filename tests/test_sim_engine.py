@@ -232,6 +232,8 @@ class _PerMember:
 
     name = "per-member"
     per_member = True
+    lazy_next = None
+    standalone = None
 
     def __init__(self):
         self.notes: list[str] = []
@@ -246,7 +248,7 @@ class _PerMember:
     def next_time(self):
         return self._due[0][0] if self._due else float("inf")
 
-    def pop(self, now):
+    def pop_members(self, now):
         out = []
         while self._due and self._due[0][0] <= now:
             _, iid, rank = self._due.pop(0)

@@ -105,6 +105,7 @@ class NoLazy:
     """A backend as the engine saw it before lazy_next: asked for its next time every start."""
 
     lazy_next = None
+    per_member = False
 
     def __init__(self, inner):
         self.inner = inner

@@ -14,6 +14,6 @@ def replay(
 ) -> tuple[SimReport, RawResult]:
     """Replay ``cw`` over ``backend`` (one representative rank when provably symmetric)."""
     # a per-member backend must hear every rank, so it replays them all
-    reps = representatives(cw) if symmetry and not getattr(backend, "per_member", False) else None
+    reps = representatives(cw) if symmetry and not backend.per_member else None
     raw = simulate(cw, backend, ranks=reps)
-    return build_report(cw, raw, getattr(backend, "standalone", None)), raw
+    return build_report(cw, raw, backend.standalone), raw

@@ -62,7 +62,7 @@ from genie.sim.astra_plan import (
     Rings,
     check_collective,
 )
-from genie.sim.network import Transfer
+from genie.sim.network import LinkUsage, Transfer
 from genie.vocabulary import P2P
 
 # ---------------------------------------------------------------------------------------------
@@ -518,13 +518,15 @@ class AstraBackend:
     """ASTRA-sim 2.0's analytical model of the network as a genie ``NetworkBackend``.
 
     Two ways to drive it. With ``per_member`` (the exact one) the engine calls
-    ``arrive(transfer, rank, now)`` as each member reaches the node and ``pop`` returns
+    ``arrive(transfer, rank, now)`` as each member reaches the node and ``pop_members`` returns
     ``(iid, rank)`` as each member's share ends: every rank issues and finishes on its own, as
     in ASTRA-sim. Without it, the usual ``start``/``pop`` of whole instances: all members
     arrive together (true when every rank provably has the same timeline, which is when the
     engine replays one representative rank) and an instance ends with its last member; in the
     congestion-unaware model an instance that starts on free lanes then replays a cached run.
     """
+
+    lazy_next = None
 
     def __init__(
         self,
@@ -555,7 +557,8 @@ class AstraBackend:
         self._ranks = [_RankQueues(self, threshold) for _ in range(net.total_npus)]
         self._mail: dict[tuple, list] = {}  # (tag, src, dst, size) -> [arrived, waiting streams]
         self._insts: dict[int, _Instance] = {}
-        self._finished: list = []
+        self._finished: list[int] = []  # whole instances ended (not per_member)
+        self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
         self._cache: dict[tuple, dict[int, int]] = {}  # unaware: rank -> ns after the start
         self.messages = 0
         self.simulated = 0
@@ -594,8 +597,8 @@ class AstraBackend:
         """The next event (seconds), ``inf`` when idle."""
         return self.clock.heap[0][0] * 1e-9 if self.clock.heap else math.inf
 
-    def pop(self, now: float) -> list:
-        """Run the events at ``now``: instance ids that ended (per member: ``(iid, rank)``)."""
+    def _run_events(self) -> None:
+        """Run the events of the earliest time on the clock."""
         heap = self.clock.heap
         if heap:
             t = heap[0][0]
@@ -603,8 +606,22 @@ class AstraBackend:
                 tt, _, fn, arg = heapq.heappop(heap)
                 self.clock.now = tt
                 fn(arg)
+
+    def pop(self, now: float) -> list[int]:
+        """Run the events at ``now``: instance ids that ended (whole-instance mode)."""
+        self._run_events()
         done, self._finished = self._finished, []
         return done
+
+    def pop_members(self, now: float) -> list[tuple[int, int]]:
+        """Run the events at ``now``: ``(iid, rank)`` of each member that ended (per member)."""
+        self._run_events()
+        done, self._finished_members = self._finished_members, []
+        return done
+
+    def link_usage(self) -> LinkUsage | None:
+        """None: ASTRA-sim's model reports no per-link record here."""
+        return None
 
     # ---- checks and descriptions -------------------------------------------------------------
 
@@ -719,7 +736,7 @@ class AstraBackend:
         inst.done[rank] = now
         inst.left -= 1
         if self.per_member:
-            self._finished.append((inst.iid, rank))
+            self._finished_members.append((inst.iid, rank))
         if inst.left == 0:
             del self._insts[inst.iid]
             self.standalone[inst.iid] = (now - inst.first) * 1e-9

@@ -10,9 +10,10 @@ other, from the group's name (``tp``/``tensor``, ``pp``/``pipe``/``stage``, ``dp
 counts), else from what it does (point-to-point sends are pipeline traffic, all-to-all is expert
 traffic) and its shape (the whole job: DP; consecutive ranks: TP; a regular stride: DP).
 
-``busiest_links`` reads what an ``AnalyticalBackend`` with ``track_links`` recorded: each link's
-bytes and utilisation over the iteration, and the share of the iteration it was saturated (its
-load at its capacity: the link that set the pace of what crossed it).
+``busiest_links`` reads what a backend that tracks links recorded (its ``link_usage()``: an
+``AnalyticalBackend`` with ``track_links``): each link's bytes and utilisation over the
+iteration, and the share of the iteration it was saturated (its load at its capacity: the link
+that set the pace of what crossed it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 
 from genie.sim.compiled import COMM_KINDS, CompiledWorkload
 from genie.sim.engine import RawResult
+from genie.sim.network import NetworkBackend
 from genie.vocabulary import P2P, chakra_name
 
 DIMENSIONS = ("TP", "PP", "DP", "EP", "other")
@@ -140,23 +142,26 @@ def instance_keys(cw: CompiledWorkload) -> dict[int, tuple[str, str]]:
     return out
 
 
-def busiest_links(backend, makespan: float, top: int = 8) -> list[dict]:
+def busiest_links(backend: NetworkBackend, makespan: float, top: int = 8) -> list[dict]:
     """The links that were saturated longest (then most used), from a tracking backend."""
-    if getattr(backend, "link_bytes", None) is None or makespan <= 0:
+    if makespan <= 0:
         return []
-    cap = backend.cap
-    names = backend.pricer.link_names() if hasattr(backend.pricer, "link_names") else None
-    util = backend.link_bytes / (cap * makespan)
-    sat = backend.link_saturated_s / makespan
+    usage = backend.link_usage()
+    if usage is None:
+        return []
+    cap = usage.capacity
+    names = usage.names
+    util = usage.nbytes / (cap * makespan)
+    sat = usage.saturated_s / makespan
     order = np.lexsort((-util, -sat))
     out = []
     for lid in order[:top].tolist():
-        if backend.link_bytes[lid] <= 0:
+        if usage.nbytes[lid] <= 0:
             break
         out.append(
             {
                 "link": names[lid] if names else f"link {lid}",
-                "bytes": float(backend.link_bytes[lid]),
+                "bytes": float(usage.nbytes[lid]),
                 "capacity_Bps": float(cap[lid]),
                 "utilisation": float(util[lid]),
                 "bottleneck_share": float(sat[lid]),

@@ -16,8 +16,8 @@ Semantics:
   pair (see ``compiled``) and start together when both have arrived (rendezvous); every
   participating node finishes, and frees its lane, when the backend says the instance completes.
   A backend with ``per_member`` set instead hears each member's arrival (``arrive``) and ends
-  each member on its own (``pop`` yields ``(iid, rank)``), for models where ranks issue and
-  finish a collective separately (the ASTRA-sim model);
+  each member on its own (``pop_members`` yields ``(iid, rank)``), for models where ranks issue
+  and finish a collective separately (the ASTRA-sim model);
 * when no event is left but nodes are unfinished, the workload cannot progress: DeadlockError
   names, per stuck rank, the communication node it is blocked in and the ranks it waits for.
 
@@ -42,7 +42,7 @@ import numpy as np
 from genie.errors import DeadlockError
 from genie.sim.chains import Collapsed, collapse, expand
 from genie.sim.compiled import CompiledWorkload, Kind
-from genie.sim.network import NetworkBackend, Transfer
+from genie.sim.network import NetworkBackend, Transfer, is_per_member
 from genie.vocabulary import P2P, chakra_name
 
 _COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
@@ -203,12 +203,12 @@ def simulate(
     # a backend with ``lazy_next`` may leave its next time unresolved after a start: it then
     # gives a time the true one is strictly after, so local events up to it go first (as they
     # would anyway: the network wins only ties), and several starts at one time resolve once
-    lazy_next = getattr(backend, "lazy_next", None)
+    lazy_next = backend.lazy_next
     exact = True
     events = 0
     inf = math.inf
     # a per-member backend hears each member's arrival and ends each member on its own
-    per_member = bool(getattr(backend, "per_member", False))
+    by_member = backend if is_per_member(backend) else None
     member_at: dict[int, dict[int, int]] = {}  # iid -> rank -> node (per-member backends)
 
     def transfer(iid: int) -> Transfer:
@@ -242,10 +242,10 @@ def simulate(
             if t < first_arr[iid]:
                 first_arr[iid] = t
             last_arr[iid] = t
-            if per_member:
+            if by_member is not None:
                 start[g] = t
-                backend.arrive(transfer(iid), sim_ranks[rnk[g]], t)
-                net_next = backend.next_time()
+                by_member.arrive(transfer(iid), sim_ranks[rnk[g]], t)
+                net_next = by_member.next_time()
                 if a == need[iid]:
                     istart[iid] = t
                     last_rank[iid] = sim_ranks[rnk[g]]
@@ -299,8 +299,8 @@ def simulate(
             continue
         elif net_next < inf:  # the network's completion comes first (ties too)
             now = net_next
-            if per_member:
-                for iid, r in backend.pop(now):
+            if by_member is not None:
+                for iid, r in by_member.pop_members(now):
                     iend[iid] = now
                     at = member_at.get(iid)
                     if at is None:
@@ -398,7 +398,7 @@ def simulate(
         wall_s=time.perf_counter() - t0,
         events=events,
         backend=backend.name,
-        notes=list(getattr(backend, "notes", [])),
+        notes=list(backend.notes),
     )
 
 

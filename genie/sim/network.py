@@ -3,9 +3,12 @@
 The engine hands a backend a ``Transfer`` when every participant of a collective (or both ends
 of a send/recv) has arrived, with ``start(transfer, now)``; it asks ``next_time()`` for the
 earliest completion and collects the finished instance ids with ``pop(now)``. Times are seconds.
-A backend whose ``per_member`` attribute is true is driven per member instead: ``arrive(transfer,
-rank, now)`` as each member arrives, and ``pop`` returns ``(iid, rank)`` as each member ends
-(the engine then replays every rank; ``genie.sim.astra_model`` is one).
+A backend whose ``per_member`` attribute is true is driven per member instead
+(``PerMemberBackend``): ``arrive(transfer, rank, now)`` as each member arrives, and
+``pop_members(now)`` returns ``(iid, rank)`` as each member ends (the engine then replays every
+rank; ``genie.sim.astra_model`` is one). What else the engine and the reports read of a backend
+is declared on ``NetworkBackend`` too: its ``notes``, the ``standalone`` time of each instance,
+an optional ``lazy_next``, and ``link_usage()`` (what a backend that tracks links recorded).
 
 ``AnalyticalBackend`` prices each transfer with a *pricer* (``price(transfer) -> Demand``): the
 bytes it puts on each link of a topology and its latency term. Alone, a transfer moves its bytes
@@ -21,8 +24,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 import numpy as np
 
@@ -58,6 +62,15 @@ class Pricer(Protocol):
         """Bytes per link and latency of one transfer."""
         ...
 
+    def link_names(self) -> list[str]:
+        """A name for every link, in the order of ``capacity()``."""
+        ...
+
+
+def generic_link_names(n_links: int) -> list[str]:
+    """``link 0``, ``link 1``...: the names of links a pricer does not name."""
+    return [f"link {i}" for i in range(n_links)]
+
 
 class CachedPricer:
     """Base of the analytical pricers: each demand is built once per (type, size, group).
@@ -68,7 +81,7 @@ class CachedPricer:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple, Demand] = {}
+        self._cache: dict[tuple[object, ...], Demand] = {}
 
     def capacity(self) -> np.ndarray:
         """Bandwidth of every link, bytes/s."""
@@ -77,9 +90,13 @@ class CachedPricer:
     def _price(self, transfer: Transfer) -> Demand:
         raise NotImplementedError
 
+    def link_names(self) -> list[str]:
+        """Generic names (``link 0``...); pricers that know their links name them."""
+        return generic_link_names(len(self.capacity()))
+
     def price(self, transfer: Transfer) -> Demand:
         """Bytes per link and latency of one transfer (cached)."""
-        key = (transfer.comm_type, transfer.size, transfer.group)
+        key: tuple[object, ...] = (transfer.comm_type, transfer.size, transfer.group)
         if transfer.group < 0:
             key = (*key, transfer.ranks)
         hit = self._cache.get(key)
@@ -88,11 +105,41 @@ class CachedPricer:
         return hit
 
 
+@dataclass(frozen=True, slots=True)
+class LinkUsage:
+    """What a backend that tracks links recorded over a replay, per link (pricer's order)."""
+
+    names: list[str]
+    capacity: np.ndarray  # bytes/s
+    nbytes: np.ndarray  # bytes carried
+    saturated_s: np.ndarray  # seconds at capacity (the link set the pace of what crossed it)
+
+
 class NetworkBackend(Protocol):
     """The interface the engine drives (see the module docstring)."""
 
     name: str
-    notes: list[str]
+    notes: list[str]  # said on the report (how the backend models the network)
+
+    @property
+    def per_member(self) -> bool:
+        """True: driven per member, as a ``PerMemberBackend`` (``arrive``, ``pop_members``)."""
+        ...
+
+    @property
+    def lazy_next(self) -> Callable[[], tuple[float, bool]] | None:
+        """None, or what the engine asks after a start instead of ``next_time()``.
+
+        It returns ``(t, True)`` with the next completion, or ``(t, False)``: the next
+        completion is strictly after ``t`` (not resolved yet, so starts at one time resolve
+        once).
+        """
+        ...
+
+    @property
+    def standalone(self) -> dict[int, float] | None:
+        """Instance id -> seconds it would take alone on the network (None: not known)."""
+        ...
 
     def start(self, transfer: Transfer, now: float) -> None:
         """Begin ``transfer`` at time ``now``."""
@@ -105,6 +152,27 @@ class NetworkBackend(Protocol):
     def pop(self, now: float) -> list[int]:
         """Instance ids that complete at ``now`` (which must be ``next_time()``)."""
         ...
+
+    def link_usage(self) -> LinkUsage | None:
+        """What each link carried, when the backend tracks links (else None)."""
+        ...
+
+
+class PerMemberBackend(NetworkBackend, Protocol):
+    """A backend driven per member (``per_member`` true): ranks issue and finish on their own."""
+
+    def arrive(self, transfer: Transfer, rank: int, now: float) -> None:
+        """Member ``rank`` of ``transfer`` arrived at ``now``."""
+        ...
+
+    def pop_members(self, now: float) -> list[tuple[int, int]]:
+        """``(iid, rank)`` of each member whose share ends at ``now`` (``next_time()``)."""
+        ...
+
+
+def is_per_member(backend: NetworkBackend) -> TypeGuard[PerMemberBackend]:
+    """Whether the engine drives ``backend`` per member."""
+    return backend.per_member
 
 
 _REL = 1e-12
@@ -210,6 +278,8 @@ class AnalyticalBackend(_Fluid):
     event; the rates agree (the tests hold them to the same times).
     """
 
+    per_member = False
+
     def __init__(self, pricer: Pricer, name: str = "analytical", track_links: bool = False) -> None:
         self.name = name
         self.pricer = pricer
@@ -217,7 +287,7 @@ class AnalyticalBackend(_Fluid):
         self._cap_l = self.cap.tolist()
         self.notes: list[str] = []
         self.track_links = track_links
-        self._sat_s = np.zeros(len(self.cap)) if track_links else None
+        self._sat_s = np.zeros(len(self.cap))  # saturated seconds up to the last change
         self._sat_since: dict[int, float] = {}  # saturated link -> since when
         self._starts: dict[int, int] = {}  # id(demand) -> transfers started with it
         # iid -> [remaining standalone s at t_last, rate, W, links, demand per link (dict),
@@ -257,6 +327,13 @@ class AnalyticalBackend(_Fluid):
         for lid, since in self._sat_since.items():
             out[lid] += self._last - since
         return out
+
+    def link_usage(self) -> LinkUsage | None:
+        """What each link carried and how long it was saturated (with ``track_links``)."""
+        nbytes, sat = self.link_bytes, self.link_saturated_s
+        if nbytes is None or sat is None:
+            return None
+        return LinkUsage(self.pricer.link_names(), self.cap, nbytes, sat)
 
     def _known(self, dem: Demand) -> tuple:
         did = id(dem)
@@ -457,6 +534,9 @@ class ReferenceAnalyticalBackend(_Fluid):
     ``genie simulate`` runs; this one is the reference its tests compare against.
     """
 
+    per_member = False
+    lazy_next = None
+
     def __init__(self, pricer: Pricer, name: str = "analytical", track_links: bool = False) -> None:
         self.name = name
         self.pricer = pricer
@@ -465,8 +545,8 @@ class ReferenceAnalyticalBackend(_Fluid):
         # with track_links: bytes each link carried, and how long each was saturated (a
         # bottleneck: its load at its capacity, so it set the rate of what crossed it)
         self.track_links = track_links
-        self.link_bytes = np.zeros(len(self.cap)) if track_links else None
-        self.link_saturated_s = np.zeros(len(self.cap)) if track_links else None
+        self._link_bytes = np.zeros(len(self.cap))
+        self._link_saturated_s = np.zeros(len(self.cap))
         self._sat: np.ndarray = np.zeros(0, np.int64)
         self._sat_cache: dict[tuple[int, ...], np.ndarray] = {}
         # iid -> [remaining standalone seconds, rate, W, links, demand bytes/s, latency]
@@ -480,13 +560,30 @@ class ReferenceAnalyticalBackend(_Fluid):
         self._rate_cache: dict[tuple[int, ...], list[float]] = {}
         self._keep: dict[int, tuple[Demand, float, np.ndarray]] = {}
 
+    @property
+    def link_bytes(self) -> np.ndarray | None:
+        """Bytes each link carried (with ``track_links``)."""
+        return self._link_bytes if self.track_links else None
+
+    @property
+    def link_saturated_s(self) -> np.ndarray | None:
+        """Seconds each link was saturated: its load at its capacity (with ``track_links``)."""
+        return self._link_saturated_s if self.track_links else None
+
+    def link_usage(self) -> LinkUsage | None:
+        """What each link carried and how long it was saturated (with ``track_links``)."""
+        if not self.track_links:
+            return None
+        names = self.pricer.link_names()
+        return LinkUsage(names, self.cap, self._link_bytes, self._link_saturated_s)
+
     def _advance(self, now: float) -> None:
         dt = now - self._last
         if dt > 0:
             for st in self._active.values():
                 st[0] -= st[1] * dt
             if self.track_links and len(self._sat):
-                self.link_saturated_s[self._sat] += dt
+                self._link_saturated_s[self._sat] += dt
         self._last = now
 
     def start(self, transfer: Transfer, now: float) -> None:
@@ -503,7 +600,7 @@ class ReferenceAnalyticalBackend(_Fluid):
         self.standalone[transfer.iid] = w + dem.latency
         self._advance(now)
         if self.track_links and len(dem.links):
-            np.add.at(self.link_bytes, dem.links, dem.nbytes)
+            np.add.at(self._link_bytes, dem.links, dem.nbytes)
         if w <= 0.0:
             heapq.heappush(self._tails, (now + dem.latency, transfer.iid))
         else:
@@ -590,8 +687,7 @@ class CalibratedPricer(CachedPricer):
 
     def link_names(self) -> list[str]:
         """The base pricer's link names."""
-        names = getattr(self.base, "link_names", None)
-        return names() if names else [f"link {i}" for i in range(len(self._cap))]
+        return self.base.link_names()
 
     def _price(self, transfer: Transfer) -> Demand:
         """The base demand scaled to the calibrated standalone time."""
@@ -616,8 +712,12 @@ class FixedTimeBackend:
     (``CalibratedPricer``); without one, each completes ``duration`` after it starts.
     """
 
+    per_member = False
+    lazy_next = None
+
     def __init__(self, name: str, pricer: Pricer | None = None) -> None:
         self.name = name
+        self.notes: list[str] = []  # subclasses say how they model the network
         self._heap: list[tuple[float, int]] = []
         self.standalone: dict[int, float] = {}
         self._inner: AnalyticalBackend | None = None
@@ -653,13 +753,16 @@ class FixedTimeBackend:
             out.append(heapq.heappop(self._heap)[1])
         return out
 
+    def link_usage(self) -> LinkUsage | None:
+        """None: the instances' times are given, no link is tracked."""
+        return None
+
 
 class ZeroNetwork(FixedTimeBackend):
     """A network on which every transfer completes the instant it starts (compute-only replay)."""
 
     def __init__(self) -> None:
         super().__init__("zero")
-        self.notes: list[str] = []
 
     def duration(self, transfer: Transfer) -> float:
         """Zero: no network."""

@@ -22,7 +22,7 @@ are mapped back onto the group's own hosts' links (the same numbers, on other li
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -78,6 +78,12 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         # bytes), or None where the cost model declined
         self._shapes: dict[tuple, tuple | None] = {}
         self._lid = {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
+
+    def use_splits(self, splits: Mapping[int, np.ndarray]) -> Self:
+        """Price instance ids in ``splits`` by their n x n byte matrix (the fallback too)."""
+        super().use_splits(splits)
+        self.fallback.use_splits(splits)
+        return self
 
     def capacity(self) -> np.ndarray:
         """Same link layout as TopologyPricer: topology links, then one intra port per rank."""

@@ -1,10 +1,10 @@
 """Uneven all-to-all (all-to-all-v) in the analytical pricers: per-peer bytes, not one size.
 
 An all-to-all-v instance carries its n x n matrix of bytes (``Instances.splits``: row i is what
-group rank i sends to each rank). ``UnevenPricing`` is mixed into a pricer: after
-``use_splits(cw.instances.splits)`` it prices those instances by their matrix (cached per
-matrix) with the pricer's ``_price_uneven``; every other transfer as before. ``skew`` sums a
-matrix up for reports: the largest per-peer block over the mean one.
+group rank i sends to each rank). ``UnevenPricing`` is a ``CachedPricer`` that pricers derive
+from: after ``use_splits(cw.instances.splits)`` it prices those instances by their matrix
+(cached per matrix) with the pricer's ``_price_uneven``; every other transfer as before.
+``skew`` sums a matrix up for reports: the largest per-peer block over the mean one.
 
 Trace form: a COMM_COLL all-to-all node with the attribute ``comm_split_sizes`` (int64 list,
 bytes this rank sends to each rank of its group, in group order; ``comm_size`` is then the
@@ -15,36 +15,35 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
-from genie.sim.network import Demand, Transfer
+from genie.sim.network import CachedPricer, Demand, Transfer
 from genie.vocabulary import UNEVEN_ATTR
 
 SPLIT_ATTR = UNEVEN_ATTR
 
 
-class UnevenPricing:
-    """Mixin for a ``CachedPricer``: all-to-all-v instances priced by their matrix."""
+class UnevenPricing(CachedPricer):
+    """A ``CachedPricer`` whose all-to-all-v instances are priced by their matrix."""
 
-    _uneven: dict[int, np.ndarray]
+    def __init__(self) -> None:
+        super().__init__()
+        self._uneven: dict[int, np.ndarray] = {}  # iid -> n x n bytes (use_splits)
 
-    def use_splits(self, splits: Mapping[int, np.ndarray]) -> Any:
+    def use_splits(self, splits: Mapping[int, np.ndarray]) -> Self:
         """Price instance ids in ``splits`` by their n x n byte matrix; returns self."""
         self._uneven = {int(k): np.asarray(v, np.int64) for k, v in splits.items()}
-        fallback = getattr(self, "fallback", None)
-        if fallback is not None and hasattr(fallback, "use_splits"):
-            fallback.use_splits(splits)
         return self
 
     def price(self, transfer: Transfer) -> Demand:
         """The matrix's demand for an all-to-all-v instance, else the pricer's usual one."""
-        mat = getattr(self, "_uneven", {}).get(transfer.iid)
+        mat = self._uneven.get(transfer.iid)
         if mat is None:
-            return super().price(transfer)  # type: ignore[misc]
+            return super().price(transfer)
         key = ("uneven", tuple(transfer.ranks), mat.tobytes())
-        cache = self._cache  # type: ignore[attr-defined]
+        cache = self._cache
         hit = cache.get(key)
         if hit is None:
             hit = cache[key] = self._price_uneven(transfer, mat)
