@@ -1,3 +1,70 @@
-"""genie: a hardware-in-the-loop network emulation testbed for distributed ML."""
+"""genie: a hardware-in-the-loop network emulation testbed for distributed ML.
+
+The library is the product and the ``genie`` command line one client of it. Simulate one
+workload on three fabrics and compare::
+
+    import genie
+
+    wl = genie.generate(genie.DataParallel(ranks=8, layers=4))
+    genie.save_workload(wl.workload, "/tmp/dp")
+    for bw in ("100gbit", "200gbit", "400gbit"):
+        fabric = genie.Fabric(topology="switch", bandwidth=bw)
+        sim = genie.simulate(genie.SimulateSpec(workload="/tmp/dp", fabric=fabric))
+        print(bw, sim.iteration_s, sim.reports[0].mean("exposed_comm"))
+
+Specs are frozen and typed (``Fabric``, ``Model``, ``Compute``, ``Perturb``, ``Job``,
+``SimulateSpec``, ``EmulateSpec``, ``BenchSpec``, the generators); ``simulate``, ``emulate``,
+``bench`` and ``generate`` take them and return typed results whose ``to_dict()`` (``doc()``)
+is the JSON the CLI prints. See ``genie.api`` and docs/api.md. Names load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
+
+_API = (
+    "BenchResult",
+    "BenchSpec",
+    "Compute",
+    "DataParallel",
+    "EmulateSpec",
+    "Emulation",
+    "Fabric",
+    "Generated",
+    "Job",
+    "MixtureOfExperts",
+    "Microbench",
+    "Model",
+    "Perturb",
+    "Placement",
+    "SimulateSpec",
+    "Simulation",
+    "Transformer",
+    "bench",
+    "emulate",
+    "generate",
+    "place",
+    "simulate",
+)
+_OTHER = {"load_workload": "genie.workload", "save_workload": "genie.workload"}
+
+__all__ = ["__version__", *_API, *_OTHER]
+
+
+def __getattr__(name: str) -> object:
+    """Load an API name (``genie.api``) on first use: ``import genie`` stays fast."""
+    if name in _API:
+        value: object = getattr(importlib.import_module("genie.api"), name)
+    elif name in _OTHER:
+        value = getattr(importlib.import_module(_OTHER[name]), name)
+    else:
+        raise AttributeError(f"module 'genie' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The API's names (for help() and completion)."""
+    return sorted({*globals(), *__all__})

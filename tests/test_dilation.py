@@ -75,7 +75,7 @@ def test_the_dilated_model_is_the_lab_model_divided_by_k_and_latency_is_what_doe
 
 
 def test_bench_rows_are_divided_by_k_and_bandwidths_multiplied():
-    from genie.api.bench import dilate
+    from genie.api.benchmark import dilate
     from genie.controller.bench import SizeRow
     from genie.controller.results import stats
 

@@ -98,7 +98,7 @@ def test_queued_buckets_of_one_group_each_take_their_standalone_time(
 
 
 def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> None:
-    from genie.api.bench import BenchSpec, bench
+    from genie.api.benchmark import BenchSpec, bench
 
     prefix = tmp_path / "dp"
     # big enough that the links' 5 ms token-bucket burst (which an idle link spends on the

@@ -97,7 +97,7 @@ def test_agent_killed_mid_collective_is_named_and_others_return_to_idle(cluster,
 
 
 def test_bench_keeps_sizes_measured_before_a_kill_and_fails(cluster, tmp_path) -> None:
-    from genie.api.bench import BenchSpec, bench
+    from genie.api.benchmark import BenchSpec, bench
     from genie.store import RunStore
 
     store = tmp_path / "runs.sqlite"

@@ -305,7 +305,7 @@ def test_bench_with_a_clock_runs_warmups_apart_and_starts_it_at_the_first_measur
 def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
     from types import SimpleNamespace
 
-    from genie.api.bench import fault_doc
+    from genie.api.benchmark import fault_doc
     from genie.commands.bench import print_fault_effect
     from genie.controller.results import Instance
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as hs
 from genie.collectives.program import ProgramSpec
 from genie.errors import ProtocolError
 from genie.wire import messages as p
+from genie.wire.frames import MAX_FRAME_BYTES
 from genie.wire.clock import FakeClock
 from genie_agent.state import AgentCore, State
 
@@ -208,7 +209,7 @@ def test_any_sequence_of_messages_keeps_the_core_consistent(seq) -> None:
 
 
 def test_oversized_frame_is_refused_before_decoding() -> None:
-    big = b"\x91" + b"\x00" * (p.MAX_FRAME_BYTES + 1)
+    big = b"\x91" + b"\x00" * (MAX_FRAME_BYTES + 1)
     with pytest.raises(ProtocolError, match="exceeds"):
         p.decode(big)
     # a small frame claiming a huge array: msgspec checks the claim against the bytes present

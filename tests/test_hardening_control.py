@@ -239,7 +239,7 @@ def test_building_programs_never_stops_the_heartbeat(tmp_path, agents) -> None:
 
 
 def test_bench_with_many_chunks_is_not_taken_for_a_dead_peer(tmp_path, agents) -> None:
-    from genie.api.bench import BenchSpec, bench
+    from genie.api.benchmark import BenchSpec, bench
 
     got = agents(4)
     path = write_testbed(tmp_path / "tb.toml", got)
@@ -442,7 +442,7 @@ class HangUp:
 
 DRIVER = """
 import sys
-from genie.api.bench import BenchSpec, bench
+from genie.api.benchmark import BenchSpec, bench
 from genie.controller.session import Timeouts
 from genie.errors import GenieError
 cfg = BenchSpec(testbed=sys.argv[1], store=sys.argv[2], progress=False)

@@ -21,7 +21,7 @@ from _agents import Agent, free_port, start_agent, write_testbed
 
 from genie import __version__, cli
 from genie import store as store_mod
-from genie.api.bench import BenchSpec, bench
+from genie.api.benchmark import BenchSpec, bench
 from genie.collectives import build_program
 from genie.controller.results import Instance
 from genie.errors import RuntimeFault, StoreBusy

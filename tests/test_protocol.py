@@ -11,6 +11,7 @@ from hypothesis import strategies as hs
 
 from genie.errors import ProtocolError
 from genie.wire import messages as p
+from genie.wire.frames import MAX_FRAME_BYTES
 from genie.wire.clock import estimate_offset, sample_offset
 
 SAMPLES = [
@@ -73,7 +74,7 @@ def test_wrong_types_and_unknown_tags_are_protocol_errors() -> None:
 
 def test_oversized_frame_refused_before_decoding() -> None:
     with pytest.raises(ProtocolError, match="exceeds"):
-        p.decode(b"\x00" * (p.MAX_FRAME_BYTES + 1))
+        p.decode(b"\x00" * (MAX_FRAME_BYTES + 1))
 
 
 @settings(max_examples=300, deadline=None)

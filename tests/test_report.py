@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra 'report')")
 
-from genie.api.bench import BenchSpec, bench
+from genie.api.benchmark import BenchSpec, bench
 from genie.cli import main
 from genie.controller.local import LocalCluster
 

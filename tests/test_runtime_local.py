@@ -239,7 +239,7 @@ def test_bench_on_a_dead_testbed_fails_cleanly(tmp_path) -> None:
 
     tb = tmp_path / "dead.toml"
     tb.write_text(dumps_testbed(loopback_testbed(2, base_port=free_port_range(2))))
-    from genie.api.bench import BenchSpec, bench
+    from genie.api.benchmark import BenchSpec, bench
     from genie.controller.session import Timeouts
     from genie.store import RunStore
 

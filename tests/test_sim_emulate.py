@@ -21,7 +21,7 @@ def cluster(tmp_path_factory):
 
 
 def _bench_times(cluster, size, iters):
-    from genie.api.bench import BenchSpec, bench
+    from genie.api.benchmark import BenchSpec, bench
 
     cfg = BenchSpec(
         testbed=str(cluster.testbed_path),

@@ -7,37 +7,68 @@ Describe what to run with frozen, typed specs, call one function, read a typed r
     sim = genie.simulate(spec)
     sim.iteration_s, sim.reports[0].collectives[0], sim.to_dict()
 
-* specs (``genie.api.specs``): ``Fabric``, ``Model``, ``Compute``, ``Perturb``, ``Job``,
-  ``SimulateSpec``, ``EmulateSpec``; each converts to and from plain data;
+Specs (``genie.api.specs``, ``genie.api.workload``, ``genie.api.benchmark``): ``Fabric``,
+``Model``, ``Compute``, ``Perturb``, ``Job``, ``SimulateSpec``, ``EmulateSpec``, ``BenchSpec``,
+and the generators ``Microbench``, ``DataParallel``, ``Transformer``, ``MixtureOfExperts``; each
+converts to and from plain data (``to_dict``, ``from_dict``).
+
+Calls:
+
 * ``simulate(SimulateSpec) -> Simulation``: replay over the analytical model, measured times or
   ASTRA-sim's models; one ``SimReport`` per backend (iteration time, per-rank breakdown,
-  per-collective rows, busiest links, the backend that priced each number);
-* ``emulate(EmulateSpec) -> Emulation``: the workload's communication on a testbed's agents,
-  replayed with the measured times beside the models (``genie.api.emulate``);
-* ``genie.placement.place``: the one rule that puts ranks on hosts.
+  per-collective rows, busiest links, and the backend that priced each number);
+* ``emulate(EmulateSpec) -> Overlapped | Isolated | JobsOnWire``: the workload's communication
+  on a testbed's agents, replayed with the measured times beside the models;
+* ``bench(BenchSpec) -> BenchResult``: one collective over sizes on the agents, nccl-tests style;
+* ``generate(Microbench | DataParallel | Transformer | MixtureOfExperts) -> Generated``;
+* ``place(n_ranks, mode, ...) -> Placement``: the one rule that puts ranks on hosts.
 
-``to_dict()`` of a result is the JSON document the CLI prints with ``--json``.
+A result's ``to_dict()`` (``doc()`` for emulate) is the JSON document the CLI prints with
+``--json``. Names load on first use, so ``import genie`` stays fast.
 """
 
-from genie.api.simulate import Simulation, simulate
-from genie.api.specs import (
-    Compute,
-    EmulateSpec,
-    Fabric,
-    Job,
-    Model,
-    Perturb,
-    SimulateSpec,
-)
+from __future__ import annotations
 
-__all__ = [
-    "Compute",
-    "EmulateSpec",
-    "Fabric",
-    "Job",
-    "Model",
-    "Perturb",
-    "SimulateSpec",
-    "Simulation",
-    "simulate",
-]
+import importlib
+
+_WHERE = {
+    "Fabric": "genie.api.specs",
+    "Model": "genie.api.specs",
+    "Compute": "genie.api.specs",
+    "Perturb": "genie.api.specs",
+    "Job": "genie.api.specs",
+    "SimulateSpec": "genie.api.specs",
+    "EmulateSpec": "genie.api.specs",
+    "Simulation": "genie.api.simulation",
+    "simulate": "genie.api.simulation",
+    "emulate": "genie.api.emulation",
+    "Emulation": "genie.api.emulation",
+    "BenchSpec": "genie.api.benchmark",
+    "BenchResult": "genie.api.benchmark",
+    "bench": "genie.api.benchmark",
+    "Microbench": "genie.api.workload",
+    "DataParallel": "genie.api.workload",
+    "Transformer": "genie.api.workload",
+    "MixtureOfExperts": "genie.api.workload",
+    "Generated": "genie.api.workload",
+    "generate": "genie.api.workload",
+    "Placement": "genie.placement",
+    "place": "genie.placement",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    """Load an API name from its module on first use."""
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'genie.api' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The API's names (for help() and completion)."""
+    return sorted({*globals(), *__all__})

@@ -29,7 +29,7 @@ from genie.sim.stragglers import replay_perturbed
 from genie.sim.streams import order_collectives
 
 if TYPE_CHECKING:
-    from genie.api.simulate import Simulation
+    from genie.api.simulation import Simulation
 
 JsonDoc = dict[str, object]
 
@@ -38,7 +38,7 @@ def simulate_jobs(
     spec: SimulateSpec, compute: ComputeModel, pert: perturb.Perturbation
 ) -> Simulation:
     """Replay each job alone and all together (see the module docstring)."""
-    from genie.api.simulate import Simulation, backend_names, describe, trace_facts
+    from genie.api.simulation import Simulation, backend_names, describe, trace_facts
 
     if backend_names(spec) != ["analytical"]:
         raise UsageError("several jobs run on the analytical network only (--network analytical)")

@@ -26,7 +26,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.table import Table
 
-from genie.api.bench import FAULT_ORIGIN, BenchResult, BenchSpec, bench
+from genie.api.benchmark import FAULT_ORIGIN, BenchResult, BenchSpec, bench
 from genie.commands import _args as A
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument

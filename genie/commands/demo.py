@@ -52,8 +52,8 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from genie import progress
-    from genie.api.bench import BenchSpec, bench
-    from genie.api.emulate import emulate
+    from genie.api.benchmark import BenchSpec, bench
+    from genie.api.emulation import emulate
     from genie.api.specs import EmulateSpec
     from genie.commands.bench import print_table
     from genie.controller.local import LocalCluster

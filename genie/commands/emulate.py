@@ -13,7 +13,7 @@ import sys
 
 from rich.console import Console
 
-from genie.api.emulate import Emulation, emulate
+from genie.api.emulation import Emulation, emulate
 from genie.api.specs import EmulateSpec
 from genie.commands import _args as A
 from genie.commands import _experiments as X

@@ -13,7 +13,7 @@ import sys
 from rich.console import Console
 
 from genie import progress
-from genie.api.simulate import Simulation, simulate
+from genie.api.simulation import Simulation, simulate
 from genie.api.specs import TOPOLOGIES, Compute, Fabric, Model, SimulateSpec
 from genie.commands import _args as A
 from genie.commands import _astra, _calibration

@@ -54,7 +54,7 @@ def parse_point(argv: list[str]) -> argparse.Namespace:
 
 def run_point(argv: list[str]) -> dict[str, Any]:
     """Simulate one point (in a worker); its numbers, or the one-line error it hit."""
-    from genie.api.simulate import simulate
+    from genie.api.simulation import simulate
     from genie.commands.simulate import spec_from_args
 
     progress.set_quiet(True)

@@ -59,6 +59,10 @@ class Isolated:
         """The iteration replayed with measured times vs with each model."""
         return iteration_row(self.reports, "iteration (replayed)")
 
+    def to_dict(self) -> JsonDoc:
+        """The JSON document (as ``doc()``), named as every genie result names it."""
+        return self.doc()
+
     def doc(self) -> JsonDoc:
         """The JSON document of ``genie emulate --mode isolated --json``."""
         cal = self.models.calibration

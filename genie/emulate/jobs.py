@@ -91,6 +91,10 @@ class JobsOnWire:
     alone: list[Overlapped]
     document: JsonDoc
 
+    def to_dict(self) -> JsonDoc:
+        """The JSON document (as ``doc()``), named as every genie result names it."""
+        return self.doc()
+
     def doc(self) -> JsonDoc:
         """The JSON document of ``genie emulate A B ... --json``."""
         return self.document

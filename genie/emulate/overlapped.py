@@ -20,6 +20,8 @@ from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.streams import order_collectives
 
+JsonDoc = dict[str, Any]  # a JSON document (seconds, bytes)
+
 
 def _instances_of(plan, passes, warmup: int, iid: int) -> list:
     """The store's Instance rows of one communication instance, one per pass."""
@@ -92,6 +94,10 @@ class Overlapped:
         from genie.emulate.compare import iteration_row
 
         return iteration_row(self.reports, "iteration (replayed)")
+
+    def to_dict(self) -> JsonDoc:
+        """The JSON document (as ``doc()``), named as every genie result names it."""
+        return self.doc()
 
     def doc(self) -> dict:
         """The JSON document of ``genie emulate --json``."""
