@@ -16,6 +16,7 @@ import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 from genie import __version__, commands, progress
 from genie.errors import GenieError
@@ -51,13 +52,13 @@ class GenieParser(argparse.ArgumentParser):
             kwargs["formatter_class"] = _RawHelpFormatter
         super().__init__(*args, **kwargs)
 
-    def add_argument(self, *args, **kwargs):  # type: ignore[override]
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         """As argparse's, but an option without help still shows its default in --help."""
         if kwargs.get("help") is None and kwargs.get("default") not in (None, False):
             kwargs["help"] = "(default: %(default)s)"
         return super().add_argument(*args, **kwargs)
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         """Print ``genie: error: MESSAGE (see PROG --help)`` and exit 2, like a GenieError."""
         self.exit(2, f"genie: error: {message} (see {self.prog} --help)\n")
 

@@ -213,7 +213,7 @@ def print_reports(
             con.print(f"... {len(r.collectives) - rows} more instances (--rows, --json)")
         uneven = [x for x in r.collectives if x.uneven is not None]
         if uneven:
-            worst = max(uneven, key=lambda x: x.uneven)
+            worst = max(uneven, key=lambda x: x.uneven or 0.0)
             con.print(
                 f"all_to_all_v: {len(uneven)} uneven all-to-alls (per-peer sizes), priced by "
                 f"their per-peer bytes; most skewed #{worst.seq}: largest block "

@@ -28,8 +28,12 @@ def _topology(args: argparse.Namespace, n_hosts: int):
         hpl = args.hosts_per_leaf
         leaves = -(-n_hosts // hpl)
         return T.leaf_spine(leaves, args.spines, hpl, bw, lat, args.oversubscription, **kw)
-    factory = T.FACTORIES[args.topology]
-    return factory(max(n_hosts, 2) if args.topology == "ring" else n_hosts, bw, lat, **kw)
+    n = max(n_hosts, 2) if args.topology == "ring" else n_hosts
+    if args.topology == "ring":
+        return T.ring(n, bw, lat, **kw)
+    if args.topology == "fully_connected":
+        return T.fully_connected(n, bw, lat, **kw)
+    return T.switch(n, bw, lat, **kw)
 
 
 def _summary_row(rank: int, steps) -> list[str]:

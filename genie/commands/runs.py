@@ -110,10 +110,11 @@ def _show(args: argparse.Namespace) -> int:
             f"clock offset {off.get('offset_ns', '?')} ns"
         )
     print(f"  {info.instances} instances (warm-up included); measured, per size:")
-    for row in summary:
+    for (c, a, n, size), ts in sorted(groups.items()):
+        t = stats(ts)
         print(
-            f"    {row['collective']}/{row['algorithm']} n={row['n_ranks']} size={row['size']} B:"
-            f" {row['n']} x, p50 {row['p50_s'] * 1e6:.1f} us, p99 {row['p99_s'] * 1e6:.1f} us"
+            f"    {c}/{a} n={n} size={size} B:"
+            f" {len(ts)} x, p50 {t.p50 * 1e6:.1f} us, p99 {t.p99 * 1e6:.1f} us"
         )
     return 0
 
@@ -184,15 +185,15 @@ def _compare(args: argparse.Namespace) -> int:
     t = Table(title="measured p50 side by side (warm-up left out)", title_justify="left")
     for c in ("collective", "ranks", "size", "A p50", "B p50", "B/A", "B vs A"):
         t.add_column(c, justify="left" if c == "collective" else "right")
-    for r in rows:
+    for row in rows:
         t.add_row(
-            f"{r['collective']}/{r['algorithm']}",
-            str(r["n_ranks"]),
-            format_bytes(r["size"]),
-            "-" if r["a_p50_s"] is None else format_seconds(r["a_p50_s"]),
-            "-" if r["b_p50_s"] is None else format_seconds(r["b_p50_s"]),
-            "-" if r["b_over_a"] is None else f"{r['b_over_a']:.3f}",
-            "-" if r["b_vs_a_pct"] is None else f"{r['b_vs_a_pct']:+.1f} %",
+            f"{row['collective']}/{row['algorithm']}",
+            str(row["n_ranks"]),
+            format_bytes(row["size"]),
+            "-" if row["a_p50_s"] is None else format_seconds(row["a_p50_s"]),
+            "-" if row["b_p50_s"] is None else format_seconds(row["b_p50_s"]),
+            "-" if row["b_over_a"] is None else f"{row['b_over_a']:.3f}",
+            "-" if row["b_vs_a_pct"] is None else f"{row['b_vs_a_pct']:+.1f} %",
         )
     con.print(t)
     only = [r for r in rows if r["b_over_a"] is None]

@@ -16,7 +16,7 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -34,7 +34,8 @@ MODEL = "genie simulate, analytical model"
 class _Parser(argparse.ArgumentParser):
     """simulate's parser, whose errors are a UsageError (not an exit) in a worker."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
+        """Raise the message as a UsageError."""
         raise UsageError(message)
 
 
