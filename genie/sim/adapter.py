@@ -100,7 +100,7 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
         n = len(nodes)
         # ids 0..n-1 in order (generated and most real traces): deps need no id lookup
         identity = all(nd.id == i for i, nd in enumerate(nodes))
-        index = {}
+        index: dict[int, int] = {}
         if not identity:
             for i, nd in enumerate(nodes):
                 index.setdefault(nd.id, i)
@@ -183,11 +183,12 @@ def _fields(nd: Any, r: int, compute: ComputeModel, roofline: bool, groups_of: t
     gid, group_names, group_ranks, world = groups_of
     t_raw = getattr(nd, "type", None)
     k = _BY_TYPE.get(t_raw) if isinstance(t_raw, int) else None
-    kname = _KIND_NAME.get(k)
     if k is None or k in _NETWORK:  # kind decides (host work is a COMM node's kind)
         kv = nd.kind
         kname = getattr(kv, "value", kv)
         k = _kind_of(nd)
+    else:
+        kname = _KIND_NAME[k]
     key = lane_key(kname, getattr(nd, "is_cpu_op", False), getattr(nd, "stream", None))
     if k in (Kind.COMPUTE, Kind.MEMORY, Kind.OTHER):
         micros = getattr(nd, "duration_micros", None)

@@ -339,7 +339,7 @@ def load_system(path: str | Path) -> AstraSystem:
         scheduling=sched,
         optimization=opt,
         roofline=roof,
-        peak_perf=float(peak) if roof else None,
+        peak_perf=float(peak) if roof and peak is not None else None,
     )
 
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -48,6 +49,8 @@ class Kind(enum.IntEnum):
 
 
 COMM_KINDS = (Kind.COLLECTIVE, Kind.SEND, Kind.RECV)
+#: the lane a CompiledRank is given when none is: __post_init__ lays out genie's classic model
+CLASSIC_LANES = np.zeros(0, np.int16)
 
 
 @dataclass
@@ -66,13 +69,14 @@ class CompiledRank:
     node_ids: np.ndarray  # int64 ids in the source workload
     names: list[str] | None = None
     instance: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # iid or -1
-    lane: np.ndarray | None = None  # int16 lane index held while running, -1 for none
+    # int16 lane index held while running, -1 for none (CLASSIC_LANES: the classic model)
+    lane: np.ndarray = field(default_factory=lambda: CLASSIC_LANES)
     lane_names: list[str] = field(default_factory=list)
     # all-to-all-v: node index -> bytes this rank sends to each rank of the group (group order)
     splits: dict[int, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.lane is None:  # genie's classic model: compute on one "gpu" lane, nothing else
+        if self.lane is CLASSIC_LANES:  # compute on one "gpu" lane, nothing else
             comp = self.kind == Kind.COMPUTE
             self.lane = np.where(comp, 0, -1).astype(np.int16)
             self.lane_names = [GPU_LANE] if comp.any() else []
@@ -339,7 +343,7 @@ def make_rank(
     drop_bad_deps: bool = False,
     lane: Sequence[int] | None = None,
     lane_names: list[str] | None = None,
-    splits: dict[int, Sequence[int]] | None = None,
+    splits: Mapping[int, Sequence[int]] | None = None,
 ) -> CompiledRank:
     """Pack one rank's per-node lists into a CompiledRank (deps are local node indices).
 
@@ -374,7 +378,7 @@ def make_rank(
         tag=arr(tag, np.int64, 0),
         node_ids=arr(node_ids, np.int64, 0) if node_ids is not None else np.arange(n),
         names=names,
-        lane=None if lane is None else np.asarray(lane, np.int16),
+        lane=CLASSIC_LANES if lane is None else np.asarray(lane, np.int16),
         lane_names=list(lane_names or []),
         splits={int(i): np.asarray(v, np.int64) for i, v in (splits or {}).items()},
     )
@@ -481,7 +485,9 @@ class GraphBuilder:
             self.group("world")
         ranks = []
         for r, rows in enumerate(self._nodes):
-            cols = list(zip(*rows, strict=True)) if rows else [[] for _ in range(10)]
+            cols: list[Sequence[Any]] = (
+                list(zip(*rows, strict=True)) if rows else [[] for _ in range(10)]
+            )
             kind, dur, deps, ct, cs, g, peer, tag, names, lane_of = cols
             lane_ids: dict[str, int] = {}
             lane = [-1 if x is None else lane_ids.setdefault(x, len(lane_ids)) for x in lane_of]

@@ -167,13 +167,14 @@ def simulate(
     off_l = offsets.tolist()
     need = [0] * n_inst
     members: list[list[int]] = [[] for _ in range(n_inst)]
-    new_of = [None if c is None else c.new_of.tolist() for c in collapsed]
+    new_of: list[list[int] | None] = [None if c is None else c.new_of.tolist() for c in collapsed]
     for iid, mem in enumerate(ins.members):
-        gm = [
-            inv_l[off_l[pos[r]] + (nd if new_of[pos[r]] is None else new_of[pos[r]][nd])]
-            for r, nd in mem
-            if r in pos
-        ]
+        gm = []
+        for r, nd in mem:
+            slot = pos.get(r)
+            if slot is not None:
+                renum = new_of[slot]
+                gm.append(inv_l[off_l[slot] + (nd if renum is None else renum[nd])])
         members[iid] = gm
         need[iid] = len(gm)
     # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
@@ -196,7 +197,7 @@ def simulate(
     start = [math.nan] * total
     end = [math.nan] * total
     holder = [-1] * lane_base[-1]  # node holding each lane, -1 when free
-    queues = [deque() for _ in range(lane_base[-1])]
+    queues: list[deque[int]] = [deque() for _ in range(lane_base[-1])]
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
     net_next = backend.next_time()

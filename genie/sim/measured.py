@@ -20,6 +20,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class MeasuredTable:
             doc = json.loads(p.read_text())
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot read measured times from {p}: {exc}") from exc
-        items = doc.get("results", doc.get("rows", [])) if isinstance(doc, dict) else doc
+        items: Any = doc.get("results", doc.get("rows", [])) if isinstance(doc, dict) else doc
         rows = []
         for it in items:
             try:
@@ -163,7 +164,7 @@ class MeasuredBackend(FixedTimeBackend):
         n = len(tr.ranks)
         size = tr.size * n if coll == "all_gather" else tr.size
         t, how = self.table.lookup(coll, n, size)
-        if how in ("measured", "interpolated"):
+        if t is not None and how in ("measured", "interpolated"):
             self.counts[how] += 1
             return float(t)
         self.counts["extrapolated"] += 1

@@ -204,12 +204,22 @@ class NetModel(TopologyPricer):
         self.ranks_per_host = ranks_per_host
         self.n_hosts = max(1, math.ceil(n_ranks / ranks_per_host))
         self.intra_bandwidth = float(intra_bandwidth or bandwidth)
-        intra = {"intra_bandwidth": self.intra_bandwidth, "intra_latency": float(intra_latency)}
+        intra_bw, intra_lat = self.intra_bandwidth, float(intra_latency)
         if topology == "switch":
-            topo = ctopo.switch(self.n_hosts, self.bandwidth, self.latency, **intra)
+            topo = ctopo.switch(
+                self.n_hosts,
+                self.bandwidth,
+                self.latency,
+                intra_bandwidth=intra_bw,
+                intra_latency=intra_lat,
+            )
         else:
             topo = ctopo.fully_connected(
-                max(2, self.n_hosts), self.bandwidth, self.latency, **intra
+                max(2, self.n_hosts),
+                self.bandwidth,
+                self.latency,
+                intra_bandwidth=intra_bw,
+                intra_latency=intra_lat,
             )
         super().__init__(topo, [r // ranks_per_host for r in range(n_ranks)], n_ranks)
 
