@@ -6,6 +6,8 @@ The CLI catches GenieError, prints its one-line message and exits with ``exit_co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class GenieError(Exception):
     """Root of every error genie raises on purpose."""
@@ -72,7 +74,29 @@ class RuntimeFault(GenieError):
     exit_code = 1
 
 
-class RunTimeout(RuntimeFault):
+class AgentFault(RuntimeFault):
+    """What an agent, or the control channel to it, reported: a refusal, a loss, a failure.
+
+    ``agents`` names the agents it is about (``agent``: the first, "" if none) and ``cause`` says
+    what happened in one word: an agent's Error code (``genie.wire.messages.ERROR_CODES``) or a
+    cause the channel or the controller found (``genie.controller.faults``). Code that needs to
+    know whom or why reads these fields, never the message.
+    """
+
+    def __init__(
+        self, message: str = "", *, agent: str = "", agents: Sequence[str] = (), cause: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.agents: tuple[str, ...] = tuple(agents) or ((agent,) if agent else ())
+        self.cause = cause
+
+    @property
+    def agent(self) -> str:
+        """The (first) agent this fault is about; "" if it names none."""
+        return self.agents[0] if self.agents else ""
+
+
+class RunTimeout(AgentFault):
     """A bounded wait on the agents ran out (the message says what was awaited, from whom)."""
 
 
@@ -80,11 +104,11 @@ class AgentUnreachable(RunTimeout):
     """An agent never answered the hello (nothing listening, not an agent, handshake refused)."""
 
 
-class AgentLost(RuntimeFault):
+class AgentLost(AgentFault):
     """An agent stopped answering (missed heartbeats, or silent to a probe)."""
 
 
-class AgentRefused(RuntimeFault):
+class AgentRefused(AgentFault):
     """An agent refused this controller (CURVE keys, or another controller holds it)."""
 
 
@@ -92,16 +116,25 @@ class AgentBusy(AgentRefused):
     """An agent is held by another controller."""
 
 
-class DataPlaneError(RuntimeFault):
+class DataPlaneError(AgentFault):
     """An agent's run failed on the data plane (a peer closed, a stall timed out, bad data)."""
 
 
-class ControlUnreachable(RuntimeFault):
+class ControlUnreachable(AgentFault):
     """A control message could not be sent to an agent (no route, socket gone)."""
 
 
 class ProtocolError(GenieError):
     """A control-channel message was malformed, stale or unexpected."""
+
+
+class FrameTooLarge(ProtocolError):
+    """A control frame is larger than the wire's limit (``genie.wire.frames.MAX_FRAME_BYTES``)."""
+
+    def __init__(self, message: str = "", *, size: int = 0, limit: int = 0) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
 
 
 class StoreError(GenieError):

@@ -37,7 +37,7 @@ def test_encode_accepts_a_frame_at_the_limit_and_refuses_one_byte_more() -> None
         p.encode(_error_of_size(MAX + 1))
     exc = info.value
     assert isinstance(exc, GenieError) and (exc.size, exc.limit) == (MAX + 1, MAX)
-    assert str(exc).startswith(f"a Error frame of {MAX + 1} bytes") and "exceeds" in str(exc)
+    assert str(exc).startswith(f"the Error frame of {MAX + 1} bytes") and "exceeds" in str(exc)
 
 
 def test_decode_checks_the_size_before_anything_else() -> None:
@@ -132,6 +132,6 @@ def test_the_agent_replaces_a_reply_too_large_for_the_wire(agent) -> None:
     assert len(p.encode(probe)) == MAX
     got = _ask(agent, p.encode(probe))
     assert isinstance(got, p.Error) and got.code == "limit", got
-    assert "a TimeReply frame of" in got.message and "exceeds" in got.message
+    assert "the TimeReply frame of" in got.message and "exceeds" in got.message
     small = _ask(agent, p.encode(p.TimeProbe(t0=7)))  # the agent is fine afterwards
     assert isinstance(small, p.TimeReply) and small.t0 == 7

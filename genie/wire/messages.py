@@ -41,9 +41,9 @@ from __future__ import annotations
 import msgspec
 
 from genie.errors import ProtocolError
+from genie.wire.frames import check_frame
 
 PROTOCOL_VERSION = 2  # 2: session secrets and testbed identity in Hello/HelloReply
-MAX_FRAME_BYTES = 16 << 20  # a control frame larger than this is refused before decoding
 DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
 DEFAULT_INTRA_LAT = 1e-6  # s
 
@@ -330,14 +330,15 @@ _decoder = msgspec.msgpack.Decoder(Message)
 
 
 def encode(msg: Msg) -> bytes:
-    """Encode one message as a msgpack frame."""
-    return _encoder.encode(msg)
+    """Encode one message as a msgpack frame; FrameTooLarge if it exceeds the frame limit."""
+    frame = _encoder.encode(msg)
+    check_frame(len(frame), f"the {type(msg).__name__} frame")
+    return frame
 
 
 def decode(frame: bytes | memoryview) -> Msg:
     """Decode one frame; raise ProtocolError (never anything else) if it is not a valid message."""
-    if len(frame) > MAX_FRAME_BYTES:
-        raise ProtocolError(f"control frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+    check_frame(len(frame))
     try:
         return _decoder.decode(frame)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
