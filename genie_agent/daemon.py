@@ -1,18 +1,18 @@
 """The agent process: a thin ZeroMQ shell around ``AgentCore`` and the TCP data plane.
 
-The control socket is bound on ``--listen`` with routing id = agent id; the controller's ROUTER
-connects to it. It is a ROUTER, not a DEALER: a DEALER deals its outgoing messages round-robin
-over every connected peer, so a second controller (or any stray connection) would receive the
-first controller's replies; a ROUTER answers the peer that asked, and the core refuses job
-messages from anyone but the holding controller.
+The control socket (``genie.wire.sockets.agent_socket``) is bound on ``--listen`` with routing
+id = agent id; the controller's ROUTER connects to it. A ROUTER answers the peer that asked,
+and the core refuses job messages from anyone but the holding controller.
 
 One thread runs the loop: poll the control socket, its monitor and a wake-up pipe the workers
 (and signal handlers) write to when they post an event, feed frames and events to the core, send
 what it returns, and tick it for heartbeats. It sleeps until the next thing is due (an unclaimed
 idle agent wakes once a second). A frame that fails to decode is answered, never fatal; program
-building runs on a worker thread, so the loop never stalls. The control socket's monitor tells
-which connection the holder speaks on, so its close is evidence the holder is gone, and logs
-failed CURVE handshakes. Every line goes through ``LogBook`` (rate-limited, sanitised).
+building runs on a worker thread, so the loop never stalls. A frame larger than the wire's
+limit (``genie.wire.frames``) is answered with an ``Error(limit)`` before it is copied, and a
+reply that would exceed it is replaced by one. The control socket's monitor tells which
+connection the holder speaks on, so its close is evidence the holder is gone, and logs failed
+CURVE handshakes. Every line goes through ``LogBook`` (rate-limited, sanitised).
 
 With a key directory (``keys_dir``, or the ``GENIE_KEYS`` environment variable) the control
 socket is a CURVE server and a ZAP handler admits only the trusted controller public keys; each
@@ -34,18 +34,24 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import zmq
 
-from genie.errors import TransportError, UsageError
+from genie.errors import FrameTooLarge, TransportError
+from genie.wire import sockets
 from genie.wire.clock import MonotonicClock
+from genie.wire.frames import check_frame
 from genie.wire.liveness import HEARTBEAT_INTERVAL_S
-from genie.wire.messages import Limits, Msg, encode
+from genie.wire.messages import Error, Limits, Msg, encode
 from genie_agent.clock import tighten_timer_slack
 from genie_agent.dataplane.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie_agent.facts import host_facts
 from genie_agent.logbook import LogBook
 from genie_agent.state import AgentCore, Event
+
+if TYPE_CHECKING:
+    from zmq.auth.thread import ThreadAuthenticator
 
 REFUSED_KEYS_MAX = 256  # distinct refused keys remembered (a key-rotating peer stays bounded)
 IDLE_WAKE_MS = 1000  # an unclaimed idle agent still checks its stop flag this often
@@ -76,16 +82,18 @@ class _TrustedKeys:
         return False
 
 
-def start_auth(ctx: zmq.Context, keys_dir: str, log: Callable[[str], None]):
+def start_auth(
+    ctx: zmq.Context, keys_dir: str, log: Callable[[str], None]
+) -> tuple[ThreadAuthenticator, _TrustedKeys]:
     """Start a ZAP handler on ``ctx`` admitting the controllers trusted in ``keys_dir``."""
     from zmq.auth.thread import ThreadAuthenticator
 
-    from genie.keys import ZAP_DOMAIN, trusted_controllers
+    from genie.keys import trusted_controllers
 
     provider = _TrustedKeys(trusted_controllers(keys_dir), log)
     auth = ThreadAuthenticator(ctx)
     auth.start()
-    auth.configure_curve_callback(ZAP_DOMAIN, credentials_provider=provider)
+    auth.configure_curve_callback(sockets.AGENT_ZAP_DOMAIN, credentials_provider=provider)
     return auth, provider
 
 
@@ -128,28 +136,13 @@ def is_loopback(listen: str) -> bool:
 def make_agent_socket(
     ctx: zmq.Context, listen: str, agent_id: str, keys_dir: str | None = None
 ) -> zmq.Socket:
-    """Create the agent's control socket: ROUTER, routing id = agent id, bound on ``listen``."""
-    sock = ctx.socket(zmq.ROUTER)
+    """The agent's control socket bound on ``listen``, a CURVE server with ``keys_dir``'s pair."""
+    pair = None
     if keys_dir:
-        from genie.keys import ZAP_DOMAIN, agent_pair
+        from genie.keys import agent_pair
 
         pair = agent_pair(keys_dir, agent_id)
-        sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN.encode())
-        sock.curve_secretkey = pair.secret
-        sock.curve_publickey = pair.public
-        sock.curve_server = True
-    sock.setsockopt(zmq.ROUTING_ID, agent_id.encode())
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.setsockopt(zmq.LINGER, 200)
-    sock.setsockopt(zmq.SNDHWM, 10_000)
-    sock.setsockopt(zmq.MAXMSGSIZE, 32 << 20)  # larger frames are dropped by libzmq itself
-    sock.setsockopt(zmq.IPV6, 1)  # accept IPv6 listen addresses ([::1]:PORT) too
-    try:
-        sock.bind(f"tcp://{listen}")
-    except zmq.ZMQError as exc:
-        sock.close(0)
-        raise UsageError(f"agent cannot listen on {listen}: {exc}") from None
-    return sock
+    return sockets.agent_socket(ctx, listen, agent_id, pair)
 
 
 def agent_logger(agent_id: str) -> logging.Logger:
@@ -174,10 +167,6 @@ def _start_thread(work: Callable[[], None]) -> None:
     threading.Thread(target=work, name="genie-build", daemon=True).start()
 
 
-# (not HANDSHAKE_FAILED_NO_DETAIL: every port probe that connects and hangs up makes one)
-_MONITOR_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-
-
 class _Connections:
     """Which control connection (fd, generation) the holder speaks on, from monitor events."""
 
@@ -192,9 +181,9 @@ class _Connections:
         if fd >= 0 and self.core.controller is not None and peer == self.core.peer:
             self.holder = (fd, self.gen.get(fd, 0))
 
-    def on_event(self, ev: dict) -> None:
+    def on_event(self, ev: sockets.SocketEvent) -> None:
         """Apply one monitor event."""
-        kind, value = ev["event"], int(ev["value"])
+        kind, value = ev.kind, ev.value
         if kind == zmq.EVENT_ACCEPTED:
             self.gen[value] = self.gen.get(value, 0) + 1
         elif kind == zmq.EVENT_DISCONNECTED:
@@ -206,7 +195,7 @@ class _Connections:
             self.say(f"auth: a control connection failed its handshake: {why}")
 
 
-_HANDSHAKE_WHY = {
+_HANDSHAKE_WHY: dict[int, str] = {
     zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: "CURVE cryptographic error (the controller holds a "
     "wrong public key for this agent)",
     zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: "security mechanism mismatch (one side runs with "
@@ -263,7 +252,7 @@ def run_agent(
             auth.stop()
         ctx.term()
         raise
-    monitor = ctl.get_monitor_socket(_MONITOR_EVENTS)
+    monitor = sockets.monitor(ctl, sockets.AGENT_EVENTS)
     events: queue.Queue[Event] = queue.Queue()
     wake_r, wake_w = socket.socketpair()
     wake_r.setblocking(False)
@@ -314,7 +303,7 @@ def run_agent(
             return
         for m in msgs:
             with contextlib.suppress(zmq.ZMQError):  # peer gone or queue full: drop
-                ctl.send_multipart([dest, encode(m)], zmq.NOBLOCK)
+                ctl.send_multipart([dest, _encode_reply(m, say)], zmq.NOBLOCK)
 
     try:
         while not core.quit and not stop["flag"]:
@@ -342,10 +331,7 @@ def run_agent(
             book.tick()
     finally:
         dp.close()
-        with contextlib.suppress(zmq.ZMQError):
-            ctl.disable_monitor()
-        monitor.close(0)
-        ctl.close(linger=200)
+        sockets.close(ctl, monitor)
         if auth:
             auth.stop()
         ctx.term()
@@ -356,14 +342,22 @@ def run_agent(
     return 0
 
 
-def _read_monitor(monitor: zmq.Socket, conns: _Connections) -> None:
-    from zmq.utils.monitor import recv_monitor_message
-
-    for _ in range(1000):
+def _encode_reply(msg: Msg, say: Callable[[str], None]) -> bytes:
+    """``msg`` as a frame; one too large for the wire is replaced by an Error(limit) saying so."""
+    try:
+        return encode(msg)
+    except FrameTooLarge as exc:
+        say(f"not sent: {exc}")
+        err = Error(job=msg.job, epoch=msg.epoch, code="limit", message=str(exc))
         try:
-            conns.on_event(recv_monitor_message(monitor, zmq.NOBLOCK))
-        except zmq.Again:
-            return
+            return encode(err)
+        except FrameTooLarge:  # the job id itself is that large: no job to name
+            return encode(Error(code="limit", message=str(exc)))
+
+
+def _read_monitor(monitor: zmq.Socket, conns: _Connections) -> None:
+    for ev in sockets.read_events(monitor):
+        conns.on_event(ev)
 
 
 def _read_control(
@@ -378,6 +372,11 @@ def _read_control(
         if len(frames) < 2:
             continue
         peer = frames[0].bytes.decode("latin-1")
+        try:  # before the frame is copied out of libzmq's buffer
+            check_frame(len(frames[-1]))
+        except FrameTooLarge as exc:
+            send(core.refuse("limit", str(exc)), frames[0].bytes)
+            continue
         try:
             fd = int(frames[-1].get(zmq.SRCFD))
         except (zmq.ZMQError, AttributeError, TypeError):

@@ -203,6 +203,10 @@ class AgentCore:
             about=type(about).__name__ if about is not None else "",
         )
 
+    def refuse(self, code: str, message: str) -> list[Msg]:
+        """The answer to a frame refused before decoding (``code`` one of ERROR_CODES)."""
+        return [self._err(code, message)]
+
     def _current(self, msg: Msg) -> bool:
         return bool(self.job) and msg.job == self.job and msg.epoch == self.epoch
 
