@@ -9,9 +9,10 @@ import time
 import pytest
 
 from genie.collectives import build_program
+from genie.controller.faults import HANDSHAKE_REFUSED
 from genie.controller.local import LocalCluster, open_controller
 from genie.controller.session import Timeouts
-from genie.errors import GenieError, RuntimeFault, UsageError
+from genie.errors import AgentRefused, GenieError, RuntimeFault, UsageError
 from genie.keys import init_keys, load_pair, trusted_controllers
 from genie_agent.dataplane.tcp import HANDSHAKE, HANDSHAKE_MAGIC
 
@@ -82,7 +83,7 @@ def test_controller_with_unknown_key_is_refused_and_logged(cluster, keys, tmp_pa
     ctl = open_controller(cluster.testbed, timeouts=_timeouts(), keys_dir=str(tmp_path))
     t0 = time.monotonic()
     try:
-        with pytest.raises(RuntimeFault, match="refused this controller") as info:
+        with pytest.raises(AgentRefused, match="refused this controller") as info:
             ctl.connect()
     finally:
         ctl.close()
@@ -92,6 +93,29 @@ def test_controller_with_unknown_key_is_refused_and_logged(cluster, keys, tmp_pa
     while "auth: refused" not in _log(cluster) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert f"unknown CURVE key {intruder[:8].decode()}" in _log(cluster)
+
+
+def test_a_refusal_seen_before_the_hello_is_still_a_refusal(cluster, keys, tmp_path) -> None:
+    # the channel learns of the refusal (and libzmq drops the connection) before any Hello is
+    # sent: the send fails, and the error is still the refusal, not "cannot send"
+    init_keys(tmp_path)
+    (tmp_path / "agent.public").write_bytes((keys / "agent.public").read_bytes())
+    ctl = open_controller(cluster.testbed, timeouts=_timeouts(), keys_dir=str(tmp_path))
+    names = {h.name for h in cluster.testbed.hosts}
+    try:
+        deadline = time.monotonic() + 5
+        while set(ctl.t.refused) != names and time.monotonic() < deadline:
+            ctl.t.recv(0.02)
+        settle = time.monotonic() + 0.3
+        while time.monotonic() < settle:  # the socket processes the dropped connections
+            ctl.t.recv(0.02)
+        assert set(ctl.t.refused) == names
+        with pytest.raises(AgentRefused, match="refused this controller during hello") as info:
+            ctl.connect()
+    finally:
+        ctl.close()
+        ctl.t.close()
+    assert info.value.cause == HANDSHAKE_REFUSED and info.value.agent in names
 
 
 def test_controller_without_keys_gets_nothing_from_a_curve_agent(cluster) -> None:

@@ -1,41 +1,55 @@
 """The controller's control channels to agents: ZeroMQ ROUTER, and in-process for tests.
 
 A transport moves opaque frames: ``send(agent, frame)`` and ``recv(timeout_s) -> (agent, frame)
-| None``. The controller encodes and decodes, so both transports exercise the real codec.
+| None``. The controller encodes and decodes, so both transports exercise the real codec. Each
+transport also says which agents refused its handshake (``refused``) and why an agent may not
+answer (``describe``), so a silent agent is described ("nothing listens at ...", "... does not
+speak genie's control protocol", "refused the CURVE handshake") instead of a bare timeout.
 
-No abort, ever: libzmq asserts (SIGABRT, exit 134) when a peer that answers like a ZMTP 1.0/2.0
-socket (anything whose first bytes are not a ZMTP 3 greeting, and then hangs up) reconnects
-while the socket closes. Genie's peers all speak ZMTP 3, so the controller's socket sets a ZAP
-domain, which makes libzmq refuse the old protocols outright. Every ZeroMQ error becomes a
-``ControlUnreachable``; the socket monitor keeps, per agent, what its connection did, so a
-silent agent can be described ("nothing listens at ...", "... does not speak genie's control
-protocol", "refused the CURVE handshake") instead of a bare timeout.
+Every failure is a ``ControlUnreachable`` naming the agent and its cause
+(``genie.controller.faults``): a send that fails because the agent refused the handshake says
+so (``HANDSHAKE_REFUSED``), whether the refusal came before the send or after it. The socket's
+options are set in ``genie.wire.sockets`` (shared with the agent); a frame larger than the
+wire's limit (``genie.wire.frames``) is dropped on receipt.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 import zmq
 
-from genie.errors import ControlUnreachable
+from genie.controller.faults import HANDSHAKE_REFUSED, NOT_CONNECTED, SOCKET_FAILED
+from genie.errors import ControlUnreachable, FrameTooLarge
+from genie.wire import sockets
+from genie.wire.frames import check_frame
 
-ZAP_DOMAIN_CONTROLLER = b"genie-controller"  # any non-empty domain: refuses ZMTP 1.0/2.0 peers
+log = logging.getLogger(__name__)
 
 
 class Channel(Protocol):
     """What the controller needs from a control channel."""
 
     def send(self, agent: str, frame: bytes) -> None:
-        """Queue ``frame`` for ``agent``."""
+        """Queue ``frame`` for ``agent``; ControlUnreachable (with agent and cause) if not."""
         ...
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:
         """Next (agent, frame), or None after ``timeout_s``."""
+        ...
+
+    @property
+    def refused(self) -> Mapping[str, str]:
+        """Agent -> why it refused this channel's handshake (as of the last send or recv)."""
+        ...
+
+    def describe(self, agent: str) -> str:
+        """One phrase: why ``agent`` may not answer (what its connection did)."""
         ...
 
     def close(self) -> None:
@@ -43,18 +57,8 @@ class Channel(Protocol):
         ...
 
 
-_REFUSALS = (
-    zmq.EVENT_HANDSHAKE_FAILED_AUTH
-    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-)
-_EVENTS = (
-    _REFUSALS
-    | zmq.EVENT_CONNECTED
-    | zmq.EVENT_CONNECT_RETRIED
-    | zmq.EVENT_DISCONNECTED
-    | zmq.EVENT_HANDSHAKE_SUCCEEDED
-)
+def _refused_text(agent: str, why: str) -> str:
+    return f"agent {agent} refused the handshake: {why}"
 
 
 @dataclass
@@ -113,84 +117,65 @@ class ZmqChannel:
         self.refused: dict[str, str] = {}
         self.links: dict[str, Link] = {}
         self._by_endpoint: dict[str, str] = {}
+        self.monitor: zmq.Socket | None = None
+        pair = None
+        if keys_dir:
+            from genie.keys import CONTROLLER, load_pair
+
+            pair = load_pair(keys_dir, CONTROLLER)
         try:
-            self.sock = self.ctx.socket(zmq.ROUTER)
+            self.sock = sockets.controller_socket(self.ctx, identity, pair)
         except zmq.ZMQError as exc:
-            raise ControlUnreachable(f"cannot open the control socket: {exc}") from None
+            why = f"cannot open the control socket: {exc}"
+            raise ControlUnreachable(why, cause=SOCKET_FAILED) from None
         try:
-            self._setup(endpoints, identity, keys_dir, devices or {})
+            self._setup(endpoints, keys_dir, devices or {})
         except zmq.ZMQError as exc:
             self.close()
-            raise ControlUnreachable(f"cannot open the control socket: {exc}") from None
+            why = f"cannot open the control socket: {exc}"
+            raise ControlUnreachable(why, cause=SOCKET_FAILED) from None
         except BaseException:
             self.close()
             raise
 
     def _setup(
-        self,
-        endpoints: dict[str, str],
-        identity: str,
-        keys_dir: str | None,
-        devices: dict[str, str],
+        self, endpoints: dict[str, str], keys_dir: str | None, devices: dict[str, str]
     ) -> None:
-        if keys_dir:
-            from genie.keys import CONTROLLER, load_pair
-
-            pair = load_pair(keys_dir, CONTROLLER)
-            self.sock.curve_secretkey = pair.secret
-            self.sock.curve_publickey = pair.public
-        self.sock.setsockopt(zmq.ZAP_DOMAIN, ZAP_DOMAIN_CONTROLLER)
-        self.monitor = self.sock.get_monitor_socket(_EVENTS)
-        if identity:
-            self.sock.setsockopt(zmq.ROUTING_ID, identity.encode())
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.LINGER, 200)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, 64 << 20)
-        self.sock.setsockopt(zmq.IPV6, 1)
+        self.monitor = sockets.monitor(self.sock, sockets.CONTROLLER_EVENTS)
         self.poller = zmq.Poller()
         self.poller.register(self.sock, zmq.POLLIN)
         self.poller.register(self.monitor, zmq.POLLIN)
         for name, addr in endpoints.items():
-            self.sock.setsockopt(zmq.CONNECT_ROUTING_ID, name.encode())
-            host, _, port = addr.rpartition(":")
-            target = f"tcp://[{host.strip('[]')}]:{port}" if ":" in host else f"tcp://{addr}"
+            server_key = None
             if keys_dir:
                 from genie.keys import agent_public
 
-                self.sock.curve_serverkey = agent_public(keys_dir, name)
-            if devices.get(name):  # all hosts or none (the option sticks to later connects)
-                self.sock.setsockopt(zmq.BINDTODEVICE, devices[name].encode())
-            self._by_endpoint[target] = name
+                server_key = agent_public(keys_dir, name)
             self.links[name] = Link(address=addr)
+            self._by_endpoint[sockets.endpoint(addr)] = name
             try:
-                self.sock.connect(target)
+                sockets.connect_agent(self.sock, name, addr, server_key, devices.get(name, ""))
             except zmq.ZMQError as exc:
                 why = f"cannot connect to agent {name} at {addr}: {exc}"
-                raise ControlUnreachable(why) from None
+                raise ControlUnreachable(why, agent=name, cause=NOT_CONNECTED) from None
 
     def _monitor_events(self) -> None:
-        from zmq.utils.monitor import recv_monitor_message
-
-        for _ in range(10_000):
-            try:
-                ev = recv_monitor_message(self.monitor, zmq.NOBLOCK)
-            except zmq.ZMQError:
-                return
-            endpoint = ev["endpoint"].decode(errors="replace")
-            who = self._by_endpoint.get(endpoint, endpoint)
+        if self.monitor is None:
+            return
+        for ev in sockets.read_events(self.monitor, 10_000):
+            who = self._by_endpoint.get(ev.endpoint, ev.endpoint)
             link = self.links.get(who)
-            kind = ev["event"]
-            if kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and not self.curve:
+            if ev.kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and not self.curve:
                 continue  # the peer hung up mid-handshake: not a genie agent (see Link)
-            if kind & _REFUSALS:
-                self.refused[who] = _refusal(kind, int(ev["value"]))
+            if ev.kind & sockets.REFUSALS:
+                self.refused[who] = _refusal(ev.kind, ev.value)
             elif link is None:
                 continue
-            elif kind == zmq.EVENT_CONNECT_RETRIED:
+            elif ev.kind == zmq.EVENT_CONNECT_RETRIED:
                 link.tries += 1
-            elif kind == zmq.EVENT_CONNECTED:
+            elif ev.kind == zmq.EVENT_CONNECTED:
                 link.connected += 1
-            elif kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            elif ev.kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 link.handshakes += 1
                 self.refused.pop(who, None)
 
@@ -199,42 +184,54 @@ class ZmqChannel:
         with contextlib.suppress(zmq.ZMQError):
             self._monitor_events()
         if agent in self.refused:
-            return f"agent {agent} refused the handshake: {self.refused[agent]}"
+            return _refused_text(agent, self.refused[agent])
         link = self.links.get(agent)
         return link.describe() if link else f"agent {agent} is not in this controller's testbed"
 
     def send(self, agent: str, frame: bytes) -> None:
-        """Send one frame to ``agent``; ControlUnreachable if it is not connected."""
+        """Send one frame to ``agent``; ControlUnreachable if it is not connected.
+
+        A connection whose handshake the agent refused is gone, and its refusal is already on
+        the monitor (libzmq reports it before it drops the connection): the error's cause is
+        then ``HANDSHAKE_REFUSED``, however soon after the refusal the send came.
+        """
         try:
             self.sock.send_multipart([agent.encode(), frame], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            raise ControlUnreachable(f"cannot send to agent {agent}: {exc}") from None
+            with contextlib.suppress(zmq.ZMQError):
+                self._monitor_events()
+            cause = HANDSHAKE_REFUSED if agent in self.refused else NOT_CONNECTED
+            raise ControlUnreachable(
+                f"cannot send to agent {agent}: {exc}", agent=agent, cause=cause
+            ) from None
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:
-        """Next frame from any agent, or None after ``timeout_s``."""
+        """Next frame from any agent, or None after ``timeout_s`` (or for a dropped frame)."""
         try:
             ready = dict(self.poller.poll(max(0, int(timeout_s * 1000))))
             if self.monitor in ready:
                 self._monitor_events()
             if self.sock not in ready:
                 return None
-            parts = self.sock.recv_multipart(zmq.NOBLOCK)
+            parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
         except zmq.Again:
             return None
         except zmq.ZMQError as exc:
-            raise ControlUnreachable(f"control socket failed: {exc}") from None
+            raise ControlUnreachable(f"control socket failed: {exc}", cause=SOCKET_FAILED) from None
         if len(parts) < 2:
             return None
-        return parts[0].decode(errors="replace"), parts[-1]
+        agent = parts[0].bytes.decode(errors="replace")
+        try:
+            check_frame(len(parts[-1]), f"a control frame from agent {agent}")
+        except FrameTooLarge as exc:
+            log.warning("dropped %s", exc)
+            return None
+        return agent, parts[-1].bytes
 
     def close(self) -> None:
         """Close the socket (and its monitor); never raises."""
-        with contextlib.suppress(zmq.ZMQError, AttributeError):
-            self.sock.disable_monitor()
-        with contextlib.suppress(zmq.ZMQError, AttributeError):
-            self.monitor.close(0)
-        with contextlib.suppress(zmq.ZMQError, AttributeError):
-            self.sock.close(linger=200)
+        with contextlib.suppress(AttributeError):
+            sockets.close(self.sock, self.monitor)
 
 
 class InProcChannel:
@@ -257,15 +254,32 @@ class InProcChannel:
         self.inbox: deque[tuple[str, bytes]] = deque()
         self.sent: list[tuple[str, bytes]] = []
         self.drop: set[str] = set()  # agents whose frames vanish (a cut cable)
+        self.refused: dict[str, str] = {}  # agents that refuse this channel (a wrong key)
 
     def send(self, agent: str, frame: bytes) -> None:
         """Deliver ``frame`` to the agent's handler at once."""
         self.sent.append((agent, frame))
+        if agent in self.refused:
+            raise ControlUnreachable(
+                f"cannot send to agent {agent}: refused", agent=agent, cause=HANDSHAKE_REFUSED
+            )
         if agent in self.drop:
             return
         if agent not in self.handlers:
-            raise ControlUnreachable(f"cannot send to agent {agent}: unknown")
+            raise ControlUnreachable(
+                f"cannot send to agent {agent}: unknown", agent=agent, cause=NOT_CONNECTED
+            )
         self.inbox.extend((agent, f) for f in self.handlers[agent](frame))
+
+    def describe(self, agent: str) -> str:
+        """Why ``agent`` may not answer: refused, cut off, unknown, or silent."""
+        if agent in self.refused:
+            return _refused_text(agent, self.refused[agent])
+        if agent in self.drop:
+            return f"agent {agent} is cut off (its frames are dropped)"
+        if agent not in self.handlers:
+            return f"agent {agent} is not on this channel"
+        return f"agent {agent} is connected but did not answer"
 
     def recv(self, timeout_s: float) -> tuple[str, bytes] | None:
         """Next pending frame; else advance the fake clock and return None."""

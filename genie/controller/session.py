@@ -30,14 +30,22 @@ from genie import __version__
 from genie.collectives.program import Op, Program, ProgramSpec
 from genie.collectives.registry import max_steps_per_rank
 from genie.controller.channel import Channel
+from genie.controller.faults import (
+    DATA_UNREACHABLE,
+    HANDSHAKE_REFUSED,
+    MISSED_BEATS,
+    NO_HELLO,
+    SILENT_TO_PROBE,
+    TIMED_OUT,
+    fault,
+)
 from genie.controller.results import Instance, check_result, completion_times, step_times
 from genie.errors import (
     AgentBusy,
-    AgentLost,
-    AgentRefused,
-    AgentUnreachable,
+    AgentFault,
     ControlUnreachable,
     DataPlaneError,
+    FrameTooLarge,
     GenieError,
     ProtocolError,
     RuntimeFault,
@@ -75,12 +83,6 @@ from genie.wire.tokens import new_token
 
 log = logging.getLogger(__name__)
 
-# an agent's Error code -> the exception the controller raises for it
-_ERROR_KINDS: dict[str, type[RuntimeFault]] = {
-    "busy": AgentBusy,
-    "run": DataPlaneError,
-    "testbed": AgentRefused,
-}
 BUILD_S_PER_STEP = 20e-6  # agents build this fast at worst (2-core VM: 6-13 us a step)
 
 SLOW_RATE = 20e6  # bytes/s: the slowest a rank's traffic is assumed to move, for timeouts
@@ -196,13 +198,33 @@ class Controller:
         self.job_options: Callable[[DataOptions, Sequence[str]], DataOptions] | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
-    def _send(self, agent: str, msg: Msg) -> None:
+    def _send(self, agent: str, msg: Msg, about: str = "") -> None:
+        """Send ``msg`` to ``agent``; a refused handshake is an AgentRefused however it shows.
+
+        ``about``: what the send is part of, for the refusal's message (default: the message's
+        type).
+        """
         secret = self.sessions.get(agent)
         if secret:
             msg = msgspec.structs.replace(msg, session=secret)
         frame = encode(msg)
         with self._io:
-            self.t.send(agent, frame)
+            try:
+                self.t.send(agent, frame)
+            except ControlUnreachable as exc:
+                if exc.cause == HANDSHAKE_REFUSED:
+                    raise self._refusal(agent, about or type(msg).__name__.lower()) from None
+                raise
+
+    def _refusal(self, agent: str, about: str) -> AgentFault:
+        """The error for ``agent`` having refused this controller's handshake."""
+        why = self.t.refused.get(agent, "handshake refused")
+        return fault(
+            HANDSHAKE_REFUSED,
+            f"agent {agent} refused this controller during {about}: {why} "
+            "(the agent does not trust this controller's key, or keys differ)",
+            agent,
+        )
 
     def _recv(self, timeout_s: float) -> tuple[str, bytes] | None:
         with self._io:
@@ -272,24 +294,25 @@ class Controller:
         drained = False  # silence is judged only once the queue is empty (beats may be queued)
         while pending:
             now = self.clock.now()
-            if now >= deadline:
-                raise RunTimeout(
-                    f"timed out after {timeout_s:.3g} s waiting for {about} from "
-                    f"{', '.join(sorted(pending))}"
-                )
-            refused = getattr(self.t, "refused", {})
+            refused = self.t.refused  # before the deadline: a refusal is a refusal, however late
             for a in sorted(pending):
                 if a in refused:
-                    raise AgentRefused(
-                        f"agent {a} refused this controller during {about}: {refused[a]} "
-                        "(the agent does not trust this controller's key, or keys differ)"
-                    )
+                    raise self._refusal(a, about)
+            if now >= deadline:
+                raise fault(
+                    TIMED_OUT,
+                    f"timed out after {timeout_s:.3g} s waiting for {about} from "
+                    f"{', '.join(sorted(pending))}",
+                    *sorted(pending),
+                )
             for a in sorted(pending) if drained else ():
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:
                     self.lost.add(a)
-                    raise AgentLost(
-                        f"agent {a} lost: silent for {silent} heartbeat intervals during {about}"
+                    raise fault(
+                        MISSED_BEATS,
+                        f"agent {a} lost: silent for {silent} heartbeat intervals during {about}",
+                        a,
                     )
             self._beat(now)
             wait_ns = min(deadline - now, self.hb_ns, max(0, self._next_beat - now) or self.hb_ns)
@@ -327,8 +350,7 @@ class Controller:
                             f" (this controller speaks protocol {PROTOCOL_VERSION}: update the "
                             "agent, e.g. `genie deploy`)"
                         )
-                    kind = _ERROR_KINDS.get(msg.code, RuntimeFault)
-                    raise kind(f"agent {agent} during {about}: {detail}")
+                    raise fault(msg.code, f"agent {agent} during {about}: {detail}", agent)
                 log.info("ignored stale error from %s: %s", agent, msg.message)
                 continue
             if match_job and (msg.job, msg.epoch) != (self.job, self.epoch):
@@ -369,9 +391,11 @@ class Controller:
             beats = (self.clock.now() - min(self.last_heard.get(a, start) for a in silent)) / (
                 self.hb_ns
             )
-            raise AgentLost(
+            raise fault(
+                SILENT_TO_PROBE,
                 f"agent {', '.join(sorted(silent))} lost during {about}: no answer for "
-                f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})"
+                f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})",
+                *sorted(silent),
             )
 
     # ---- phases ---------------------------------------------------------------------------
@@ -418,19 +442,23 @@ class Controller:
             )
         return self.hello
 
-    def _unanswered(self, exc: RunTimeout) -> RunTimeout:
+    def _unanswered(self, exc: RunTimeout) -> AgentFault:
         """The hello timeout, saying per silent agent what its connection did."""
-        describe = getattr(self.t, "describe", None)
         silent = [a for a in self.agents if a not in self.sessions]
-        if describe is None or not silent:
+        if not silent:
             return exc
+        for a in silent:  # a refusal the last wait did not see yet is still a refusal
+            if a in self.t.refused:
+                return self._refusal(a, "hello")
         by_reason: dict[str, list[str]] = {}
         for a in silent:
-            by_reason.setdefault(describe(a), []).append(a)
+            by_reason.setdefault(self.t.describe(a), []).append(a)
         parts = [f"{', '.join(names)}: {why}" for why, names in by_reason.items()]
-        return AgentUnreachable(
+        return fault(
+            NO_HELLO,
             f"no hello from agent{'s' if len(silent) > 1 else ''} {', '.join(silent)} within "
-            f"{self.to.register_s:.3g} s ({'; '.join(parts)})"
+            f"{self.to.register_s:.3g} s ({'; '.join(parts)})",
+            *silent,
         )
 
     def sync_clocks(self, rounds: int = 16) -> dict[str, ClockEstimate]:
@@ -482,7 +510,7 @@ class Controller:
         self.programs = list(programs)
         self.placement = list(placement)
         endpoints = {a: f"{h.data_addr}:{h.data_port}" for a, h in self.hello.items()}
-        prep = dict(
+        prep = Prepare(
             job=self.job,
             epoch=self.epoch,
             programs=[p.to_bytes() for p in programs],
@@ -491,13 +519,22 @@ class Controller:
             options=opts,
         )
         involved = sorted(set(self.placement))
-        for a in involved:
-            self._send(a, Prepare(**prep))
         total = sum(p.spec.size for p in programs)
         build = sum(max_steps_per_rank(p.spec) for p in programs) * BUILD_S_PER_STEP
         bound = timeout_s or (self.to.prepare_base_s + opts.connect_timeout_s + total / 1e9 + build)
         try:
+            for a in involved:
+                self._send(a, prep)
             self._wait(Prepared, involved, bound, "prepare")
+        except FrameTooLarge as exc:  # refused at the first send: the same size for every agent
+            self.abort("prepare failed")
+            raise FrameTooLarge(
+                f"{exc}: the job's programs do not fit in one Prepare (every program's spec, "
+                "an all-to-all-v's n x n sizes included, goes to every agent); run fewer "
+                "collectives or ranks per job",
+                size=exc.size,
+                limit=exc.limit,
+            ) from None
         except GenieError:
             self.abort("prepare failed")
             raise
@@ -581,7 +618,7 @@ class Controller:
             if isinstance(exc, RunTimeout | DataPlaneError) and not self.lost:
                 where = self.locate_data_fault(involved)
                 if where:
-                    raise RunTimeout(f"{exc}; {where}") from None
+                    raise fault(DATA_UNREACHABLE, f"{exc}; {where}", *exc.agents) from None
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
         ranks_of = self._ranks_of(prog.spec.ranks or range(prog.spec.n_ranks))
@@ -788,6 +825,7 @@ class Controller:
                         protocol=PROTOCOL_VERSION,
                         testbed=self.testbed,
                     ),
+                    "hello",
                 )
             try:
                 return self._wait(
@@ -796,12 +834,12 @@ class Controller:
             except RunTimeout as exc:
                 raise self._unanswered(exc) from None
         except ControlUnreachable as exc:
-            describe = getattr(self.t, "describe", None)
             for a in self.agents:
                 with contextlib.suppress(GenieError):
                     self._send(a, Bye())
-            why = describe(str(exc).split("agent ", 1)[-1].split(":", 1)[0]) if describe else ""
-            raise ControlUnreachable(f"{exc}; {why}" if why else str(exc)) from None
+            why = self.t.describe(exc.agent) if exc.agent else ""
+            text = f"{exc}; {why}" if why else str(exc)
+            raise fault(exc.cause, text, *exc.agents) from None
         except GenieError:
             # release the agents that did accept us (same connection as the Hello, so ordered)
             for a in self.agents:

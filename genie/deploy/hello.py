@@ -30,7 +30,7 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
 
     ``keys_dir``: speak CURVE with the controller pair and the agent's public key from this
     ``genie keys init`` directory (None: unauthenticated). A refused handshake is an error
-    whose text says ``refused``.
+    (an AgentRefused from ``connect``) whose text says ``refused``.
     """
     transport = ZmqChannel({host.name: host.control}, keys_dir=keys_dir)
     ctl = Controller(transport, [host.name], timeouts=Timeouts(register_s=timeout_s))
@@ -44,13 +44,6 @@ def say_hello(host: Host, timeout_s: float, keys_dir: str | None = None) -> Hell
                 text = str(exc)
                 if isinstance(exc, ControlUnreachable) and time.monotonic() < deadline:
                     transport.recv(0.05)  # the connection is not up yet; watch its handshake
-                    if host.name in transport.refused:
-                        return HelloResult(
-                            None,
-                            f"agent {host.name} refused this controller: "
-                            f"{transport.refused[host.name]} (the agent does not trust this "
-                            "controller's key, or keys differ)",
-                        )
                     continue
                 if keys_dir and isinstance(exc, RunTimeout):
                     text += (
