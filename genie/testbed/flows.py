@@ -62,7 +62,7 @@ def observed_paths(
         raise TestbedError(f"testbed {tb.name} is not a routed fabric: its paths are fixed")
     addr_ep = {a: ep for ep, (a, _, _) in fabric_routes.endpoint_addrs(tb).items()}
     rid_sw = {ip: s for s, ip in fabric_routes.router_ips(tb).items()}
-    ns_of = {s.name: s.netns for s in tb.switches}
+    ns_of = {s.name: s.netns or "" for s in tb.switches}  # a routed fabric is netns
     sw = set(ns_of)
     uplink, port_to = {}, {}
     for i, (pa, pb) in link_ports(tb).items():
@@ -78,9 +78,9 @@ def observed_paths(
     }
     flows: set[Conn] = set()
     for h in tb.hosts:
-        for la, lp, pa, pp in established(h.netns or "", runner):
-            flows.add((la, lp, pa, pp))
-            flows.add((pa, pp, la, lp))
+        for la, lp, ra, rp in established(h.netns or "", runner):
+            flows.add((la, lp, ra, rp))
+            flows.add((ra, rp, la, lp))
     out: dict[tuple[int, int], list[tuple[int, ...]]] = {}
     for flow in sorted(flows):
         src, dst = addr_ep.get(flow[0]), addr_ep.get(flow[2])

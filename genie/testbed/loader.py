@@ -462,9 +462,9 @@ def _hosts(
         for k, a in enumerate(addrs):
             if a in seen_data and (kind == "netns" or seen_data[a][0] == i):
                 j = seen_data[a][0]
-                key = (*path, "nics", k, "data_addr") if nics else (*path, "data_addr")
+                where = (*path, "nics", k, "data_addr") if nics else (*path, "data_addr")
                 raise ctx.error(
-                    key, f"{a} is also {'another NIC' if j == i else f'host {j}'}'s address"
+                    where, f"{a} is also {'another NIC' if j == i else f'host {j}'}'s address"
                 )
             seen_data[a] = (i, name)
         hosts.append(

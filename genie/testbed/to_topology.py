@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from genie.testbed.model import Testbed
+
+if TYPE_CHECKING:
+    from genie.collectives.topology import Topology
 
 TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamp option 12
 ETH_HEADER = 14  # what tbf and veth count per frame
@@ -21,7 +24,7 @@ def _uniform(tb: Testbed) -> bool:
     return len({(lk.rate, lk.latency, lk.mtu) for lk in tb.links}) == 1
 
 
-def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
+def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Topology:
     """The Topology of ``tb``: its hosts, switches and links (both directions) with their rates.
 
     With ``tcp_goodput`` each link's bandwidth is the TCP payload it can carry (line rate x
@@ -36,13 +39,19 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
         tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
     hosts = tb.endpoint_names()
     multi = len(hosts) > len(tb.hosts)  # some host has several NICs: one endpoint per NIC
-    intra = {"intra_bandwidth": tb.intra_host.bandwidth, "intra_latency": tb.intra_host.latency}
-    intra["routing"] = tb.routing
-    if multi:
-        intra["servers"] = [h.name for h in tb.hosts for _ in range(h.n_nics)]
+    intra_bw, intra_lat, routing = tb.intra_host.bandwidth, tb.intra_host.latency, tb.routing
+    servers = [h.name for h in tb.hosts for _ in range(h.n_nics)] if multi else None
     n = len(hosts)
     if not tb.links:
-        return topology.Topology(hosts, tb.switch_names(), [], **intra)
+        return topology.Topology(
+            hosts,
+            tb.switch_names(),
+            [],
+            intra_bandwidth=intra_bw,
+            intra_latency=intra_lat,
+            routing=routing,
+            servers=servers,
+        )
     if (
         not multi
         and not tb.switches
@@ -53,9 +62,24 @@ def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Any:
         == [(hosts[i], hosts[(i + 1) % n]) for i in range(n if n > 2 else 1)]
     ):
         lk = tb.links[0]
-        return topology.ring(n, lk.rate, lk.latency, **intra)
+        return topology.ring(
+            n,
+            lk.rate,
+            lk.latency,
+            intra_bandwidth=intra_bw,
+            intra_latency=intra_lat,
+            routing=routing,
+        )
     parts = [(lk.a, lk.b, lk.rate, lk.latency) for lk in tb.links]
-    topo = topology.Topology.from_parts(hosts, tb.switch_names(), parts, **intra)
+    topo = topology.Topology.from_parts(
+        hosts,
+        tb.switch_names(),
+        parts,
+        intra_bandwidth=intra_bw,
+        intra_latency=intra_lat,
+        routing=routing,
+        servers=servers,
+    )
     star = (
         not multi
         and len(tb.switches) == 1
