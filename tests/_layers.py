@@ -5,9 +5,11 @@ and every import of genie code is recorded as an ``Edge``: ``import x``, ``from 
 (``x.y`` when ``y`` is a submodule, else ``x``), relative imports (resolved against the module's
 package; an ``__init__.py`` is the package itself), imports anywhere in the file (functions,
 ``try`` blocks, ``if TYPE_CHECKING``), and ``importlib.import_module(...)`` / ``import_module``
-/ ``__import__`` whose argument is a string literal, an f-string, or ``"literal" + x``. A
-non-literal name is imported up to its constant prefix's last dot: ``f"genie.commands.{name}"``
-imports ``genie.commands``, and may reach any module directly in it.
+/ ``__import__`` whose argument is a string literal, an f-string, ``"literal" + x``, or a
+module-level constant (``NAME = "genie.x"``, ``TABLE[key]`` with ``TABLE`` a dict literal of
+strings: every value counts). A name built at run time is imported up to its constant prefix's
+last dot: ``f"genie.commands.{name}"`` imports ``genie.commands``, and may reach any module
+directly in it. Other arguments (a caller's variable) are not seen.
 
 Packages: ``genie.<first component>`` (a subpackage or a module such as ``genie.store``), the
 top package ``genie`` itself (its ``__init__``: ``__version__``), and ``genie_agent``.
@@ -35,6 +37,7 @@ Rules (see ``LAYERS``):
 from __future__ import annotations
 
 import ast
+import itertools
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -181,6 +184,11 @@ class _Scanner(ast.NodeVisitor):
         self.facade = False
         self.depth = 0  # function nesting
         self.is_top_init = module == "genie"
+        self.constants: dict[str, list[str]] = {}
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self.constants = _string_constants(node)
+        self.generic_visit(node)
 
     # -- blocks ------------------------------------------------------------------------------
     def visit_If(self, node: ast.If) -> None:
@@ -214,9 +222,7 @@ class _Scanner(ast.NodeVisitor):
         if target.split(".")[0] not in TOP:
             return
         self.tree.edges.append(
-            Edge(
-                self.module, target, self.rel, line, self.type_only, self.facade, any_child
-            )
+            Edge(self.module, target, self.rel, line, self.type_only, self.facade, any_child)
         )
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -246,9 +252,7 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> None:
         if _is_import_call(node) and node.args:
-            got = _constant_prefix(node.args[0])
-            if got is not None:
-                text, complete = got
+            for text, complete in self._dynamic_names(node.args[0]):
                 if text.startswith("."):
                     text = self._relative_dynamic(node, text) or ""
                 if complete:
@@ -256,6 +260,17 @@ class _Scanner(ast.NodeVisitor):
                 elif "." in text:
                     self._add(text.rpartition(".")[0], node.lineno, any_child=text.endswith("."))
         self.generic_visit(node)
+
+    def _dynamic_names(self, arg: ast.expr) -> list[tuple[str, bool]]:
+        """What an import function's argument may name: literals, prefixes, module constants."""
+        got = _constant_prefix(arg)
+        if got is not None:
+            return [got]
+        if isinstance(arg, ast.Subscript):  # TABLE[key], TABLE a module-level dict literal
+            arg = arg.value
+        if isinstance(arg, ast.Name):
+            return [(text, True) for text in self.constants.get(arg.id, ())]
+        return []
 
     def _relative_dynamic(self, node: ast.Call, text: str) -> str | None:
         """``import_module(".x", __name__ / __package__ / "pkg")`` as an absolute name."""
@@ -304,6 +319,30 @@ class _Scanner(ast.NodeVisitor):
             )
 
 
+def _string_constants(module: ast.Module) -> dict[str, list[str]]:
+    """Module-level names bound to a string, or to a dict/tuple/list literal of strings."""
+    out: dict[str, list[str]] = {}
+    for stmt in module.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        else:
+            continue
+        if not isinstance(target, ast.Name):
+            continue
+        if isinstance(value, ast.Dict):
+            items: list[ast.expr] = list(value.values)
+        elif isinstance(value, ast.Tuple | ast.List | ast.Set):
+            items = list(value.elts)
+        else:
+            items = [value]
+        texts = [i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)]
+        if texts:
+            out[target.id] = texts
+    return out
+
+
 def _names_module(root: Path, dotted: str) -> bool:
     base = root.joinpath(*dotted.split("."))
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
@@ -313,7 +352,7 @@ _TOP_NAMES: dict[Path, frozenset[str]] = {}
 
 
 def _top_level_names(root: Path) -> frozenset[str]:
-    """The names ``genie/__init__.py`` binds at module level (what it serves without __getattr__)."""
+    """The names ``genie/__init__.py`` binds at module level (served without __getattr__)."""
     if root not in _TOP_NAMES:
         init = root / "genie" / "__init__.py"
         names: set[str] = set()
@@ -378,7 +417,7 @@ def unknown_packages(tree: Tree) -> list[str]:
 
 def layer_violations(tree: Tree) -> list[str]:
     """Every direct import of a package of the same or a higher layer (facade imports apart)."""
-    out = []
+    out = set()
     for e in tree.edges:
         if e.facade:
             continue
@@ -389,7 +428,7 @@ def layer_violations(tree: Tree) -> list[str]:
             continue
         why = "the same layer" if LAYER_OF[dst] == LAYER_OF[src] else "a higher layer"
         kind = " (TYPE_CHECKING)" if e.type_only else ""
-        out.append(
+        out.add(
             f"{e.src} imports {e.target}{kind} (layer {layer_name(src)} may not import "
             f"{layer_name(dst)} package {dst}: {why}) at {e.where}"
         )
@@ -398,13 +437,13 @@ def layer_violations(tree: Tree) -> list[str]:
 
 def facade_violations(tree: Tree) -> list[str]:
     """The top package's facade reaches genie.api only; the tree does not read through it."""
-    out = [
+    out = {
         f"genie imports {e.target} in its lazy facade at {e.where}: the facade may re-export "
         f"{FACADE_TARGET} only"
         for e in tree.edges
         if e.facade and package_of(e.target) != FACADE_TARGET
-    ]
-    return sorted(out) + sorted(tree.facade_uses)
+    }
+    return sorted(out) + sorted(set(tree.facade_uses))
 
 
 def _parents(name: str) -> Iterator[str]:
@@ -506,7 +545,7 @@ def package_cycles(tree: Tree) -> list[list[str]]:
 def cycle_evidence(tree: Tree, cycle: list[str]) -> str:
     """``a -> b -> a`` with one import per step."""
     steps = []
-    for a, b in zip(cycle, cycle[1:], strict=False):
+    for a, b in itertools.pairwise(cycle):
         e = next(
             e
             for e in tree.edges
