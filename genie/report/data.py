@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -168,7 +169,7 @@ def run_label(run: RunInfo) -> str:
     return ", ".join(parts)
 
 
-def _label(g: dict[str, Any], many_runs: bool, spans: set[str] | None = None) -> str:
+def _label(g: dict[str, Any], many_runs: bool, spans: AbstractSet[str | None] | None = None) -> str:
     base = f"{g['algorithm']}, {g['n_ranks']} ranks"
     if spans and len(spans) > 1:
         base += f", {g['span']}"
@@ -384,7 +385,7 @@ def sim_figures(
     config = config_label(doc)
     tag = f"sim{index}"
     names = [backend_label(doc, r["backend"]) for r in reports]
-    figs = [
+    figs: list[dict[str, Any]] = [
         {
             "id": f"{tag}_iteration",
             "kind": "backend_bars",
@@ -478,7 +479,7 @@ PARTS = (
 def compare_sims(docs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Several simulate/emulate documents side by side: grouped bars of the iteration and its
     per-rank mean breakdown, one bar per (configuration, backend)."""
-    series = []
+    series: list[dict[str, Any]] = []
     labels: list[str] = []
     for source, doc in docs:
         for r in _check_sim_doc(doc, source):

@@ -116,7 +116,7 @@ def _planned(f: dict[str, Any]) -> dict[int, list[float | None]]:
 def _windows(f: dict[str, Any], end_s: float) -> list[dict[str, Any]]:
     """Each fault's window as applied (or as planned when its application is unconfirmed)."""
     planned = _planned(f)
-    out = []
+    out: list[dict[str, Any]] = []
     for event, label, lo, hi in fault_windows(f, end_s):
         p_lo, p_hi = planned.get(event, [lo, hi])
         shifted = p_lo is not None and abs(lo - p_lo) >= SHIFT_S

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import json
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -87,8 +88,8 @@ def _run_section(facts: dict[str, Any]) -> str:
         )
     if hosts:
         out.append("<h3>Hosts (facts each agent reported at its hello)</h3>")
-        head = ["agent", "hostname", "CPUs logical/physical", "memory", "NICs up", "python"]
-        out.append(_table([*head, "platform"], hosts, left=2))
+        cols = ["agent", "hostname", "CPUs logical/physical", "memory", "NICs up", "python"]
+        out.append(_table([*cols, "platform"], hosts, left=2))
     offs = [
         [
             a,
@@ -255,7 +256,7 @@ def render_html(
     figures: list[dict[str, Any]],
     files: dict[str, Path],
     sim_notes: list[str],
-    sim_errors: list[tuple[str, list[dict[str, Any]]]] = (),
+    sim_errors: Sequence[tuple[str, list[dict[str, Any]]]] = (),
 ) -> str:
     """The whole page as a string (images inlined from ``files``: figure id -> PNG path)."""
     parts = [

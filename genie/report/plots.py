@@ -161,7 +161,7 @@ def _bars(ax, fig: dict[str, Any]) -> None:
 def _stacked(ax, fig: dict[str, Any]) -> None:
     bottom = None
     for s in fig["series"]:
-        kw = {"bottom": bottom} if bottom is not None else {}
+        kw: dict[str, Any] = {"bottom": bottom} if bottom is not None else {}
         ax.bar(s["x"], s["y"], color=ROLE_COLOURS.get(s["role"]), label=s["label"], **kw)
         prev = bottom or [0.0] * len(s["y"])
         bottom = [a + b for a, b in zip(prev, s["y"], strict=True)]
