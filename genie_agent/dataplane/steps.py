@@ -13,7 +13,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 
 import numpy as np
 
@@ -73,7 +73,7 @@ def run_iterations(
     rank: int,
     n_steps: int,
     start_local_ns: int,
-    iteration: Callable[[int, list[int], list[int]], Iterator[None]],
+    iteration: Callable[[int, list[int], list[int]], Generator[None, int, None]],
     on_start: Callable[[], None] | None = None,
 ) -> tuple[list[int], list[int], list[list[int]], list[list[int]]]:
     """Run ``go``'s warmup+iters iterations, the first at ``start_local_ns``.

@@ -28,6 +28,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 from genie.errors import GenieError, TransportError
 from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
@@ -66,6 +67,24 @@ __all__ = [
     "split_parts",
     "token_bytes",
 ]
+
+
+class _Ranked(Protocol):
+    rank: int  # the global rank a rank executor runs
+
+
+_Exec = TypeVar("_Exec", bound=_Ranked)
+
+
+def _all_streams(rank: int, peer: int, slots: list[Stream | None]) -> list[Stream]:
+    """The streams of a rank pair, every one connected (TransportError if one is missing)."""
+    out = [s for s in slots if s is not None]
+    if len(out) != len(slots):
+        raise TransportError(
+            f"rank {rank}: {len(slots) - len(out)} of {len(slots)} streams to rank {peer} "
+            "never connected"
+        )
+    return out
 
 
 class TcpDataPlane:
@@ -142,13 +161,17 @@ class TcpDataPlane:
         t0 = time.monotonic()
         opts = prep.options
         try:
-            streams: dict[int, dict[int, list[Stream]]] = {r: {} for r in plan.ranks}
+            slots: dict[int, dict[int, list[Stream | None]]] = {r: {} for r in plan.ranks}
             deadline = t0 + opts.connect_timeout_s
             for (r, q, k), sock in self._connect_pairs(plan, prep, deadline).items():
-                streams[r].setdefault(q, [None] * opts.streams)[k] = Stream(sock, q, k)
+                slots[r].setdefault(q, [None] * opts.streams)[k] = Stream(sock, q, k)
             for (a, b, k), sock in self._await_incoming(plan, opts, deadline, "data").items():
                 tune(sock, opts)
-                streams[b].setdefault(a, [None] * opts.streams)[k] = Stream(sock, a, k)
+                slots[b].setdefault(a, [None] * opts.streams)[k] = Stream(sock, a, k)
+            streams = {
+                r: {q: _all_streams(r, q, lst) for q, lst in per.items()}
+                for r, per in slots.items()
+            }
             peers_here: dict[int, set[int]] = {r: set() for r in plan.ranks}
             for a, b in local_pairs(plan, opts):
                 peers_here[a].add(b)
@@ -279,6 +302,9 @@ class TcpDataPlane:
     def _go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
         oplists: dict[int, list[OpItem]] | None = None
         if go.ops:
+            if self._plan is None:
+                post(Event("run_failed", go.job, go.epoch, error="op list without a prepared job"))
+                return
             try:
                 oplists = check_ops(go.ops, self._plan)
             except GenieError as exc:
@@ -299,8 +325,8 @@ class TcpDataPlane:
         self,
         go: Go,
         start_local_ns: int,
-        execs: list,
-        run: Callable[[object], RankResult],
+        execs: Sequence[_Exec],
+        run: Callable[[_Exec], RankResult],
         name: str,
         post: Callable[[Event], None],
     ) -> None:
@@ -312,7 +338,7 @@ class TcpDataPlane:
         results: dict[int, RankResult] = {}
         errors: list[str] = []
 
-        def work(ex) -> None:
+        def work(ex: _Exec) -> None:
             try:
                 results[ex.rank] = run(ex)
             except TransportError as exc:

@@ -148,12 +148,12 @@ class Admission:
                 obj = key.fileobj
                 if obj in self.listeners:
                     if time.monotonic() >= self._paused_until:
-                        self._accept_some(obj)  # type: ignore[arg-type]
+                        self._accept_some(obj)
                 elif obj is self._wake_r:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(4096)
                 elif obj in self.waiting:
-                    self._readable(self.waiting[obj])  # type: ignore[index]
+                    self._readable(self.waiting[obj])
             if self._rescan:
                 self._rescan = False
                 for w in [w for w in self.waiting.values() if w.parked]:

@@ -27,18 +27,23 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from genie.collectives.program import Op
 from genie.errors import TransportError
 from genie.wire.messages import DataOptions
-from genie_agent.dataplane.intra import LocalFrame, LocalHub, LocalPort, transfer_ns
+from genie_agent.dataplane.intra import LocalFrame, LocalHub, LocalPort, Mailbox, transfer_ns
 from genie_agent.dataplane.steps import local_step, pattern_fill, set_realtime
 from genie_agent.dataplane.tcp_wire import HDR, OutFrame, Stream, split_parts
+
+if TYPE_CHECKING:
+    from genie_agent.dataplane.tcp_wire import StepKey
 from genie_agent.plan import RankPlan
 
 POLL_S = 0.05  # how often a waiting executor re-checks abort
+Peer = Stream | LocalPort  # where a frame comes from: a TCP stream, or a co-located rank
 SPIN_BEFORE_NS = 1_000_000  # timers closer than this are waited for by polling, not sleeping
 
 
@@ -123,7 +128,7 @@ class RankEngine:
         self.realtime = False  # under SCHED_FIFO until the first step starts
         self.ready: deque[tuple[ProgRun, int]] = deque()  # steps whose deps are done
         # the run a header belongs to (None: parked for a later iteration); set by each run
-        self.match: Callable[[Stream, tuple], ProgRun | None] = self._no_run
+        self.match: Callable[[Peer, tuple], ProgRun | None] = self._no_run
         # co-located peers whose steps are modelled, not sent: one part each, via the mailbox
         self.local = local_peers if hub is not None else frozenset()
         self.hub = hub
@@ -181,7 +186,7 @@ class RankEngine:
         if self.realtime:
             self.realtime = set_realtime(False) and False
 
-    def _no_run(self, s: Stream, h: tuple) -> ProgRun | None:
+    def _no_run(self, s: Peer, h: tuple) -> ProgRun | None:
         raise TransportError(f"rank {self.rank}: frame from {s.peer} while no program runs")
 
     # ---- interest management -------------------------------------------------------------
@@ -229,7 +234,7 @@ class RankEngine:
             first = self.first_stream[ps.program]
             lst = self.streams[peer][first : first + self.flows]
             parts = ps.parts[i]
-            mv = memoryview(ps.buf)
+            mv = ps.buf.data
             verify = self.opts.verify
             touched = []
             for k, (off, ln) in enumerate(parts):
@@ -276,10 +281,10 @@ class RankEngine:
         self.port_free = out
         arrive = out + round(self.opts.intra_latency * 1e9)
         hdr = (ps.program, ps.it, self.rank, peer, st.tag, plan.seq[i], 0, 1, 0, n, 0)
-        payload = memoryview(ps.buf)[st.offset : st.offset + n]
+        payload = ps.buf.data[st.offset : st.offset + n]
         ps.left[i] = 2  # its bytes out (a timer) and the receiver's copy taken (an ack)
         self.bytes_sent += n
-        self.hub.post(peer, LocalFrame(hdr, payload, arrive, self.rank, (ps, i)))
+        self._hub().post(peer, LocalFrame(hdr, payload, arrive, self.rank, (ps, i)))
         self.at(out, self.send_part_done, ps, i)
 
     def send_part_done(self, ps: ProgRun, i: int) -> None:
@@ -288,9 +293,15 @@ class RankEngine:
         if ps.left[i] == 0:
             self.complete(ps, i)
 
-    def take_local(self) -> None:
+    def _hub(self) -> LocalHub:
+        """The intra-host hub (there is one whenever a co-located peer is modelled)."""
+        if self.hub is None:
+            raise TransportError(f"rank {self.rank}: intra-host step without a local hub")
+        return self.hub
+
+    def take_local(self, box: Mailbox) -> None:
         """Handle the mailbox: acks of this rank's local SENDs, frames for its RECVs."""
-        for f in self.mailbox.take():
+        for f in box.take():
             if f.ack:
                 self.send_part_done(*f.key)
             else:
@@ -319,9 +330,11 @@ class RankEngine:
             raise TransportError(
                 f"rank {self.rank}: local step from {src} tag {tag} seq {seq} matches no receive"
             )
+        if f.payload is None:
+            raise TransportError(f"rank {self.rank}: local frame from rank {f.src} without bytes")
         base = plan.scratch_offset[i]
-        memoryview(ps.scratch)[base : base + ln] = f.payload
-        self.hub.post(f.src, LocalFrame(f.header, None, 0, self.rank, f.key, ack=True))
+        ps.scratch.data[base : base + ln] = f.payload
+        self._hub().post(f.src, LocalFrame(f.header, None, 0, self.rank, f.key, ack=True))
         self.at(f.arrive_ns, self.local_arrived, ps, i, ln)
 
     def local_arrived(self, ps: ProgRun, i: int, ln: int) -> None:
@@ -353,13 +366,14 @@ class RankEngine:
                 f"matches no receive of {which} program"
             )
         base = plan.scratch_offset[i] + off
-        s.cur = ((ps, i), memoryview(ps.scratch)[base : base + ln], 0, ln, crc)
+        s.cur = ((ps, i), ps.scratch.data[base : base + ln], 0, ln, crc)
         if ln == 0:
-            self.finish_part(s)
+            self.finish_part(s, s.cur)
 
-    def finish_part(self, s: Stream) -> None:
-        """A part is in: check its CRC (with verify on) and complete its step when all are."""
-        (ps, i), view, _, ln, crc = s.cur
+    def finish_part(self, s: Stream, cur: tuple[StepKey, memoryview, int, int, int]) -> None:
+        """A part (``s.cur``) is in: check its CRC (with verify on) and complete its step when
+        all are."""
+        (ps, i), view, _, ln, crc = cur
         s.cur = None
         if self.opts.verify:
             if zlib.crc32(view) != crc:
@@ -380,10 +394,11 @@ class RankEngine:
     def read(self, s: Stream) -> None:
         """Read what ``s`` has (a bounded number of calls): headers, then payload bytes."""
         for _ in range(64):
-            if s.cur is None:
+            cur = s.cur
+            if cur is None:
                 view, have = memoryview(s.hdr)[s.hdr_got :], -1
             else:
-                view, have = s.cur[1][s.cur[2] :], s.cur[2]
+                view, have = cur[1][cur[2] :], cur[2]
             try:
                 got = s.sock.recv_into(view)
             except (BlockingIOError, InterruptedError):
@@ -392,7 +407,7 @@ class RankEngine:
                 raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
             if got == 0:
                 raise TransportError(f"rank {self.rank}: rank {s.peer} closed the link")
-            if have < 0:
+            if cur is None:
                 s.hdr_got += got
                 if s.hdr_got == HDR.size:
                     s.hdr_got = 0
@@ -400,10 +415,10 @@ class RankEngine:
                     if s.parked is not None:
                         return
             else:
-                key, v, _, ln, crc = s.cur
+                key, v, _, ln, crc = cur
                 s.cur = (key, v, have + got, ln, crc)
                 if have + got == ln:
-                    self.finish_part(s)
+                    self.finish_part(s, s.cur)
 
     def write(self, s: Stream) -> None:
         """Send queued frames of ``s`` while the socket takes them; complete finished SENDs."""
@@ -430,8 +445,8 @@ class RankEngine:
             timeout_s = max(0.0, min(timeout_s, left / 1e9))
         for key, ev in self.sel.select(timeout_s):
             s = key.data
-            if s is self.mailbox:
-                self.take_local()
+            if isinstance(s, Mailbox):
+                self.take_local(s)
                 continue
             if ev & selectors.EVENT_WRITE:
                 self.write(s)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 
 from genie.errors import TransportError
 from genie.wire.messages import Go, OpItem, RankResult
 from genie_agent.dataplane.steps import run_iterations, set_realtime
-from genie_agent.dataplane.tcp_engine import POLL_S, ProgRun, RankEngine
+from genie_agent.dataplane.tcp_engine import POLL_S, Peer, ProgRun, RankEngine
 from genie_agent.dataplane.tcp_oplist import run_ops
-from genie_agent.dataplane.tcp_wire import Stream
 from genie_agent.plan import RankPlan
 
 
@@ -47,7 +46,7 @@ class RankExecutor(RankEngine):
             lambda it, st_start, st_end: self._iteration(go, plan, it, st_start, st_end),
             rt_on,
         )
-        final = zlib.crc32(self.buffers[go.program][0]) if self.opts.verify else -1
+        final = zlib.crc32(self.buffers[go.program][0].data) if self.opts.verify else -1
         return RankResult(
             rank=self.rank,
             buffer_crc=final,
@@ -62,7 +61,7 @@ class RankExecutor(RankEngine):
 
     def _iteration(
         self, go: Go, plan: RankPlan, it: int, st_start: list[int], st_end: list[int]
-    ) -> Iterator[None]:
+    ) -> Generator[None, int, None]:
         """Set one iteration up, yield, then run it from the start time sent in."""
         steps = plan.steps
         n = len(steps)
@@ -72,7 +71,7 @@ class RankExecutor(RankEngine):
         self.ready = deque((ps, i) for i in range(n) if ps.pending[i] == 0)
         timeout_ns = int(go.timeout_s * 1e9)
 
-        def match(s: Stream, h: tuple) -> ProgRun | None:
+        def match(s: Peer, h: tuple) -> ProgRun | None:
             hprog, hit, src, dst = h[0], h[1], h[2], h[3]
             if hprog != prog or src != s.peer or dst != self.rank or hit < it:
                 raise TransportError(

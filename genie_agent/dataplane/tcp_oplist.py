@@ -18,8 +18,7 @@ from genie.errors import TransportError
 from genie.wire.messages import Go, OpItem, RankResult
 from genie_agent.clock import sleep_until
 from genie_agent.dataplane.steps import set_realtime, wait_for_start
-from genie_agent.dataplane.tcp_engine import POLL_S, ProgRun, RankEngine
-from genie_agent.dataplane.tcp_wire import Stream
+from genie_agent.dataplane.tcp_engine import POLL_S, Peer, ProgRun, RankEngine
 from genie_agent.oplist import dependents, due_ns, waits
 
 
@@ -58,7 +57,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
             states[p] = ps
         return ps
 
-    def match(s: Stream, h: tuple) -> ProgRun:
+    def match(s: Peer, h: tuple) -> ProgRun:
         hprog, hit, src, dst = h[0], h[1], h[2], h[3]
         if hprog not in by_prog or hit != 0 or src != s.peer or dst != rank:
             raise TransportError(
@@ -112,7 +111,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
         ex.poll(max(0.0, min(POLL_S, wait_ns / 1e9)))
     crc = 0
     for p in sorted(by_prog):
-        crc = zlib.crc32(ex.buffers[p][0], crc)
+        crc = zlib.crc32(ex.buffers[p][0].data, crc)
     return RankResult(
         rank=rank,
         buffer_crc=crc if ex.opts.verify else -1,

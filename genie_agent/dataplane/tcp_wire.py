@@ -23,9 +23,15 @@ import struct
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from genie.collectives.topology import flow_hash
 from genie.wire.messages import DataOptions
+
+if TYPE_CHECKING:
+    from genie_agent.dataplane.tcp_engine import ProgRun
+
+    StepKey = tuple[ProgRun, int]  # a step of a run: (its run state, its index)
 
 HANDSHAKE = struct.Struct("<4s16sIIHH")
 HANDSHAKE_MAGIC = b"GNI1"
@@ -72,7 +78,7 @@ class OutFrame:
 
     __slots__ = ("pieces", "step")
 
-    def __init__(self, pieces: list[memoryview], step: object) -> None:
+    def __init__(self, pieces: list[memoryview], step: StepKey) -> None:
         self.pieces = pieces
         self.step = step
 
@@ -101,6 +107,6 @@ class Stream:
     out: deque[OutFrame] = field(default_factory=deque)
     hdr: bytearray = field(default_factory=lambda: bytearray(HDR.size))
     hdr_got: int = 0
-    cur: tuple | None = None  # (step key, dest view, got, length, crc)
+    cur: tuple[StepKey, memoryview, int, int, int] | None = None  # (step, dest, got, len, crc)
     parked: tuple | None = None  # header of a frame of a later iteration
     mask: int = 0
