@@ -22,9 +22,6 @@ stalls now and then); far from 1 every time is a planning fault. Needs root.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import statistics
 import sys
@@ -35,7 +32,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from genie.cli import main as genie  # noqa: E402
+import genie  # noqa: E402
+from genie.live.overlapped import Overlapped  # noqa: E402
 from genie.testbed import load_testbed  # noqa: E402
 from genie.workload import save_workload  # noqa: E402
 from genie.workload.generators import data_parallel  # noqa: E402
@@ -64,34 +62,38 @@ def _moe(skew: float):
     return moe(4, layers=2, hidden=256, seq=256, batch=1, peak_flops=FLOPS, expert_skew=skew)
 
 
-# shape: (workload, hosts, link rate, extra emulate options)
-SHAPES: dict[str, tuple[Callable, int, str, list[str]]] = {
-    "dp2": (_dp, 2, "200mbit", []),
-    "dp2 cc0": (_dp, 2, "200mbit", ["--comm-concurrency", "0"]),
-    "dp2 cc2": (_dp, 2, "200mbit", ["--comm-concurrency", "2"]),
-    "dp2 dil2": (_dp, 2, "100mbit", ["--dilation", "2"]),
-    "tp2dp2": (lambda: _llm(4, 2, 1, 1, 256), 4, "200mbit", []),
-    "pp2": (lambda: _llm(2, 1, 2, 4, 512), 2, "200mbit", []),
-    "pp4": (lambda: _llm(4, 1, 4, 4, 512), 4, "200mbit", []),
-    "moe4": (lambda: _moe(0.0), 4, "200mbit", []),
-    "moe4 skew": (lambda: _moe(1.0), 4, "200mbit", []),
+# shape: (workload, hosts, link rate, emulate options beyond the defaults)
+SHAPES: dict[str, tuple[Callable, int, str, dict[str, float]]] = {
+    "dp2": (_dp, 2, "200mbit", {}),
+    "dp2 cc0": (_dp, 2, "200mbit", {"comm_concurrency": 0}),
+    "dp2 cc2": (_dp, 2, "200mbit", {"comm_concurrency": 2}),
+    "dp2 dil2": (_dp, 2, "100mbit", {"dilation": 2.0}),
+    "tp2dp2": (lambda: _llm(4, 2, 1, 1, 256), 4, "200mbit", {}),
+    "pp2": (lambda: _llm(2, 1, 2, 4, 512), 2, "200mbit", {}),
+    "pp4": (lambda: _llm(4, 1, 4, 4, 512), 4, "200mbit", {}),
+    "moe4": (lambda: _moe(0.0), 4, "200mbit", {}),
+    "moe4 skew": (lambda: _moe(1.0), 4, "200mbit", {}),
 }
 
 
-def row(d: Path, path: Path, prefix: Path, extra: list[str]) -> dict[str, float]:
-    """One ``genie emulate --json``; its wire and replay figures, seconds."""
-    args = ["emulate", str(prefix), "--testbed", str(path), "--store", str(d / "runs.sqlite")]
-    args += ["--iterations", "5", "--warmup", "1", "--json", "--calibration", "none", *extra]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        if genie(args) != 0:
-            raise SystemExit(f"genie emulate failed: {' '.join(args)}")
-    doc = json.loads(buf.getvalue())
+def row(d: Path, path: Path, prefix: Path, extra: dict[str, float]) -> dict[str, float]:
+    """One overlapped emulation (``genie.live``); its wire and replay figures, seconds."""
+    spec = genie.EmulateSpec(
+        workload=str(prefix),
+        testbed=str(path),
+        store=str(d / "runs.sqlite"),
+        iterations=5,
+        warmup=1,
+        calibration="none",
+        command="bench/wire_vs_replay.py",
+    ).replace(**extra)
+    o = genie.emulate(spec)
+    assert isinstance(o, Overlapped) and o.replay_comm_end_s is not None
     return {
-        "wire": statistics.median(r["makespan_s"] for r in doc["runs"] if not r["warmup"]),
-        "comm": doc["replay_comm_end_s"],
-        "replay": doc["reports"][0]["iteration_s"],
-        "model": doc["reports"][1]["iteration_s"],
+        "wire": statistics.median(r["makespan_s"] for r in o.runs if not r["warmup"]),
+        "comm": o.replay_comm_end_s,
+        "replay": o.reports[0].iteration_s,
+        "model": o.reports[1].iteration_s,
     }
 
 

@@ -43,24 +43,22 @@ _API = (
     "Simulation",
     "Transformer",
     "bench",
+    "load_workload",
+    "save_workload",
     "emulate",
     "generate",
     "place",
     "simulate",
 )
-_OTHER = {"load_workload": "genie.workload", "save_workload": "genie.workload"}
 
-__all__ = ["__version__", *_API, *_OTHER]
+__all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> object:
     """Load an API name (``genie.api``) on first use: ``import genie`` stays fast."""
-    if name in _API:
-        value: object = getattr(importlib.import_module("genie.api"), name)
-    elif name in _OTHER:
-        value = getattr(importlib.import_module(_OTHER[name]), name)
-    else:
+    if name not in _API:
         raise AttributeError(f"module 'genie' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module("genie.api"), name)
     globals()[name] = value
     return value
 

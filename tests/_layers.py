@@ -47,10 +47,11 @@ TOP = ("genie", "genie_agent")
 
 # Top to bottom. A package may import its own modules and packages of lower layers only.
 LAYERS: list[frozenset[str]] = [
-    frozenset({"genie.cli", "genie.__main__"}),  # L0 entry points
-    frozenset({"genie.commands"}),  # L1 one module per CLI command
+    frozenset({"genie.__main__"}),  # L0 python -m genie
+    frozenset({"genie.cli"}),  # L1 the command line's entry point
+    frozenset({"genie.commands"}),  # L2 one module per CLI command
     frozenset({"genie.api"}),  # L2 the library the CLI is one client of
-    frozenset({"genie.emulate", "genie.report", "genie.sweep"}),  # L3
+    frozenset({"genie.live", "genie.report", "genie.sweep"}),  # L3
     frozenset({"genie.faults"}),  # L4
     frozenset({"genie.deploy"}),  # L5
     frozenset({"genie.controller", "genie.calibration"}),  # L6
@@ -58,7 +59,7 @@ LAYERS: list[frozenset[str]] = [
     frozenset({"genie.collectives", "genie.workload"}),  # L8
     frozenset(
         {"genie.wire", "genie.units", "genie.vocabulary", "genie.keys", "genie.progress"}
-        | {"genie.extras"}
+        | {"genie.extras", "genie.placement"}
     ),  # L9
     frozenset({"genie.errors", "genie"}),  # L10 the exception tree; genie: __version__
 ]

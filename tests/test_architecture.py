@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SIM_MAY_NOT_REACH = (
     "genie.controller",
     "genie.store",
-    "genie.emulate",
+    "genie.live",
     "genie.commands",
     "genie.deploy",
     "genie.wire",
@@ -105,7 +105,7 @@ def test_agents_and_controller_meet_only_on_the_wire():
     """The controller side never runs agent code in its own process: it talks to agents."""
     problems = [
         p
-        for side in ("genie.controller", "genie.emulate", "genie.deploy")
+        for side in ("genie.controller", "genie.live", "genie.deploy")
         for p in reach_violations(_tree(), side, banned=["genie_agent"])
     ]
     assert not problems, _report(problems)
@@ -227,7 +227,7 @@ def test_a_relative_import_upward_is_caught(tmp_path):
     target = next(e.target for e in tree.edges if e.src == "genie.sim._probe")
     assert target in ("genie.controller.session", "genie.controller")
     assert _new(layer_violations, tree) == [
-        f"genie.sim._probe imports {target} (layer L7 may not import L6 package "
+        f"genie.sim._probe imports {target} (layer L8 may not import L7 package "
         f"genie.controller: a higher layer) at genie/sim/_probe.py:2"
     ]
     reached = _new(_sim_reach, tree)
@@ -238,7 +238,7 @@ def test_a_dynamic_import_is_caught(tmp_path):
     probe = 'import importlib\nSTORE = importlib.import_module("genie.store")\n'
     tree = _plant(tmp_path, {"genie/sim/_probe.py": probe})
     assert _new(layer_violations, tree) == [
-        "genie.sim._probe imports genie.store (layer L7 may not import L7 package genie.store: "
+        "genie.sim._probe imports genie.store (layer L8 may not import L8 package genie.store: "
         "the same layer) at genie/sim/_probe.py:2"
     ]
     assert "genie.sim._probe -> genie.store (genie.sim may not reach genie.store)" in _new(
@@ -265,11 +265,11 @@ def test_a_reach_forbidden_only_transitively_is_caught(tmp_path):
 
 
 def test_a_same_layer_import_is_caught(tmp_path):
-    tree = _plant(tmp_path, {"genie/emulate/_probe.py": "import genie.report\n"})
-    assert LAYER_OF["genie.emulate"] == LAYER_OF["genie.report"]
+    tree = _plant(tmp_path, {"genie/live/_probe.py": "import genie.report\n"})
+    assert LAYER_OF["genie.live"] == LAYER_OF["genie.report"]
     assert _new(layer_violations, tree) == [
-        "genie.emulate._probe imports genie.report (layer L3 may not import L3 package "
-        "genie.report: the same layer) at genie/emulate/_probe.py:1"
+        "genie.live._probe imports genie.report (layer L4 may not import L4 package "
+        "genie.report: the same layer) at genie/live/_probe.py:1"
     ]
 
 
@@ -297,7 +297,7 @@ def test_type_checking_imports_obey_the_layers_but_do_not_reach(tmp_path):
         },
     )
     assert _new(layer_violations, tree) == [
-        "genie.sim._probe imports genie.store (TYPE_CHECKING) (layer L7 may not import L7 "
+        "genie.sim._probe imports genie.store (TYPE_CHECKING) (layer L8 may not import L8 "
         "package genie.store: the same layer) at genie/sim/_probe.py:3"
     ]
     assert _new(_sim_reach, tree) == []
@@ -351,7 +351,7 @@ def test_a_cycle_between_packages_is_caught(tmp_path):
     assert any(c.startswith("genie.errors -> genie.sim -> ") for c in cycles), cycles
     assert any(
         m.startswith(
-            "genie.errors imports genie.sim (layer L10 may not import L7 package genie.sim: "
+            "genie.errors imports genie.sim (layer L11 may not import L8 package genie.sim: "
             "a higher layer) at genie/errors.py:"
         )
         for m in _new(layer_violations, tree)

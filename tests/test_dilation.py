@@ -19,8 +19,8 @@ from genie.collectives import build_program
 from genie.collectives import topology as T
 from genie.collectives.cost import estimate
 from genie.controller.local import LocalCluster
-from genie.emulate.plan import compile_oplists, dilate_plan
 from genie.errors import UsageError
+from genie.live.plan import compile_oplists, dilate_plan
 from genie.sim.compiled import GraphBuilder
 from genie.store import RunStore
 from genie.workload import save_workload

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from genie.cli import main
-from genie.emulate.jobs import job_span
-from genie.emulate.plan import compile_oplists
+from genie.live.jobs import job_span
+from genie.live.plan import compile_oplists
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.jobs import JobSpec, merge_jobs
 

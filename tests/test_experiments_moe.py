@@ -14,8 +14,8 @@ from genie.collectives.cost import estimate
 from genie.collectives.data_exec import verify
 from genie.collectives.layout import buffer_bytes
 from genie.collectives.program import Op
-from genie.emulate.plan import compile_oplists
 from genie.errors import CollectiveError, ValidationError
+from genie.live.plan import compile_oplists
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from genie.cli import main
-from genie.emulate.plan import compile_oplists
 from genie.errors import UsageError
+from genie.live.plan import compile_oplists
 from genie.sim import perturb
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder, Kind

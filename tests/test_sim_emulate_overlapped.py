@@ -9,8 +9,8 @@ import pytest
 
 from genie.cli import main
 from genie.controller.local import LocalCluster
-from genie.emulate.plan import compile_oplists
 from genie.errors import UsageError
+from genie.live.plan import compile_oplists
 from genie.sim.compiled import GraphBuilder
 from genie.store import RunStore
 from genie.workload import save_workload
@@ -295,7 +295,7 @@ def test_by_default_one_groups_collectives_take_turns_on_the_wire(cluster, tmp_p
 
 
 def test_each_process_group_sends_on_a_connection_set_of_its_own() -> None:
-    from genie.emulate.plan import MAX_CHANNELS, describe_connections, program_channels
+    from genie.live.plan import MAX_CHANNELS, describe_connections, program_channels
 
     cw = _buckets(["tp", "dp", "tp", "dp"])
     plan = compile_oplists(cw)

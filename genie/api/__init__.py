@@ -21,7 +21,8 @@ Calls:
   on a testbed's agents, replayed with the measured times beside the models;
 * ``bench(BenchSpec) -> BenchResult``: one collective over sizes on the agents, nccl-tests style;
 * ``generate(Microbench | DataParallel | Transformer | MixtureOfExperts) -> Generated``;
-* ``place(n_ranks, mode, ...) -> Placement``: the one rule that puts ranks on hosts.
+* ``place(n_ranks, mode, ...) -> Placement``: the one rule that puts ranks on hosts;
+* ``load_workload(prefix)``, ``save_workload(workload, prefix)``: Chakra ET files.
 
 A result's ``to_dict()`` (``doc()`` for emulate) is the JSON document the CLI prints with
 ``--json``. Names load on first use, so ``import genie`` stays fast.
@@ -54,6 +55,8 @@ _WHERE = {
     "generate": "genie.api.workload",
     "Placement": "genie.placement",
     "place": "genie.placement",
+    "load_workload": "genie.workload",
+    "save_workload": "genie.workload",
 }
 
 __all__ = sorted(_WHERE)

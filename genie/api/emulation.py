@@ -1,9 +1,9 @@
 """``emulate``: a workload's communication on a testbed's live agents, as ``genie emulate``.
 
 ``overlapped`` (the default) runs the whole trace's communication with the compute gaps
-honoured, so collectives that overlap in the trace overlap on the wire (``genie.emulate
-.overlapped``); ``isolated`` measures each distinct collective alone (``genie.emulate
-.isolated``); several jobs run together with one Go, then each alone (``genie.emulate.jobs``).
+honoured, so collectives that overlap in the trace overlap on the wire (``genie.live
+.overlapped``); ``isolated`` measures each distinct collective alone (``genie.live
+.isolated``); several jobs run together with one Go, then each alone (``genie.live.jobs``).
 Every run is a stored run (host facts, clock offsets, every instance), finished with its reason
 on any error. The result's ``doc()`` is the JSON document ``genie emulate --json`` prints; every
 time in it says whether it was measured on the wire or priced by which model.
@@ -18,12 +18,12 @@ from genie.api.experiments import job_layout, job_names, perturbation
 from genie.api.specs import EmulateSpec
 from genie.calibration.stored import resolve
 from genie.collectives.registry import parse_algorithms
-from genie.emulate.isolated import Isolated, run_isolated
-from genie.emulate.jobs import JobsOnWire, wire_doc
-from genie.emulate.overlapped import Overlapped, run_overlapped
-from genie.emulate.plan import distinct_transfers
 from genie.errors import UsageError
 from genie.faults.run import plan as plan_faults
+from genie.live.isolated import Isolated, run_isolated
+from genie.live.jobs import JobsOnWire, wire_doc
+from genie.live.overlapped import Overlapped, run_overlapped
+from genie.live.plan import distinct_transfers
 from genie.sim import perturb
 from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.compiled import CompiledWorkload
@@ -125,7 +125,7 @@ def emulate(spec: EmulateSpec) -> Emulation:
 
 
 def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
-    """Several jobs together with one Go, then each alone (``genie.emulate.jobs``)."""
+    """Several jobs together with one Go, then each alone (``genie.live.jobs``)."""
     if spec.mode != "overlapped":
         raise UsageError("several jobs run in --mode overlapped only (one Go for every job)")
     names = job_names(spec.jobs)

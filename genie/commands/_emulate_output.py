@@ -11,8 +11,8 @@ from genie.commands._faults import print_applied
 from genie.commands._jobs import job_cells, print_contended, seconds_pair, slowdown_cells
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import print_reports
-from genie.emulate.isolated import Isolated
-from genie.emulate.overlapped import Overlapped
+from genie.live.isolated import Isolated
+from genie.live.overlapped import Overlapped
 from genie.units import format_bytes, format_seconds
 
 

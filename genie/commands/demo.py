@@ -58,7 +58,7 @@ def _run(args: argparse.Namespace) -> int:
     from genie.commands.bench import print_table
     from genie.controller.local import LocalCluster
     from genie.controller.probe import probe_cluster
-    from genie.emulate.overlapped import Overlapped
+    from genie.live.overlapped import Overlapped
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 

@@ -1,4 +1,4 @@
-"""``genie emulate``: hardware in the loop (``genie.api.emulate``; see ``genie.emulate``).
+"""``genie emulate``: hardware in the loop (``genie.api.emulate``; see ``genie.live``).
 
 ``--mode overlapped`` (the default) runs the whole trace's communication on the agents with the
 compute gaps honoured, so collectives that overlap in the trace overlap on the wire; ``--mode
@@ -22,14 +22,14 @@ from genie.commands._calibration import add_dilation_argument
 from genie.commands._emulate_output import print_isolated, print_overlapped, print_wire_jobs
 from genie.commands._faults import add_argument as add_faults_argument
 from genie.commands._sim_output import dump_json
-from genie.emulate.isolated import Isolated
-from genie.emulate.overlapped import Overlapped
+from genie.live.isolated import Isolated
+from genie.live.overlapped import Overlapped
 from genie.placement import MODES as PLACEMENTS
 from genie.store import DEFAULT_STORE
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``genie emulate`` (hardware in the loop; see genie.emulate)."""
+    """Add ``genie emulate`` (hardware in the loop; see genie.live)."""
     p = sub.add_parser(
         "emulate",
         help="run a workload's communication on the testbed's agents and replay it",

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from genie.emulate.plan import Key
 from genie.errors import StoreError
+from genie.live.plan import Key
 from genie.sim.network import FixedTimeBackend, Pricer, Transfer
 from genie.vocabulary import chakra_name
 

@@ -1,7 +1,7 @@
 """Isolated emulation: each distinct collective of a workload measured alone on the agents.
 
 ``run_isolated`` groups the instances by (collective, size, group), runs each alone (warm-up
-plus iterations; ``genie.emulate.run.measure_all``), stores every run, prices each beside the
+plus iterations; ``genie.live.run.measure_all``), stores every run, prices each beside the
 nominal (and calibrated) model, and replays the workload with each instance taking the median
 of its group (``TestbedBackend``); ``Isolated.doc()`` is the ``genie emulate --json`` document.
 """
@@ -17,12 +17,12 @@ from genie.calibration.accuracy import ErrorRow
 from genie.calibration.model import Calibration
 from genie.collectives.program import Program
 from genie.controller.results import Instance
-from genie.emulate.backends import Measured, TestbedBackend
-from genie.emulate.compare import Models, iteration_row
-from genie.emulate.compare import models as compare_models
-from genie.emulate.live import Stragglers, live_run, replay_all, wire_notes
-from genie.emulate.plan import Key, distinct_transfers, plan_key
-from genie.emulate.run import measure_all
+from genie.live.backends import Measured, TestbedBackend
+from genie.live.compare import Models, iteration_row
+from genie.live.compare import models as compare_models
+from genie.live.plan import Key, distinct_transfers, plan_key
+from genie.live.run import measure_all
+from genie.live.stored import Stragglers, live_run, replay_all, wire_notes
 from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.network import NetworkBackend

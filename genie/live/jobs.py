@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from genie.emulate.overlapped import Overlapped
+from genie.live.overlapped import Overlapped
 from genie.sim.job_report import jobs_doc
 from genie.sim.jobs import JobMap, job_times
 

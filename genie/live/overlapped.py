@@ -1,7 +1,7 @@
 """Overlapped emulation: the whole trace's communication on the agents, compute gaps honoured.
 
-``run_overlapped`` compiles every rank's op list (``genie.emulate.plan``), runs it warm-up +
-iterations times with one Go each (``genie.emulate.run``), stores every instance's times, then
+``run_overlapped`` compiles every rank's op list (``genie.live.plan``), runs it warm-up +
+iterations times with one Go each (``genie.live.run``), stores every instance's times, then
 replays the workload with the measured times beside the nominal (and calibrated) model; an
 ``Overlapped`` holds it all and ``doc()`` is the ``genie emulate --json`` document. Link faults
 (``genie.faults``) are applied during the runs, timed from the first measured run's Go.
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from genie import progress
-from genie.emulate.live import live_run, replay_all, wire_notes
 from genie.faults.run import scheduler, widen_timeouts
+from genie.live.stored import live_run, replay_all, wire_notes
 from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.streams import order_collectives
@@ -64,7 +64,7 @@ class Overlapped:
     rows: list[dict]  # per communication instance: measured and modelled
     runs: list[dict]  # per run of the trace (warm-up flagged)
     reports: list  # SimReport per backend: measured, analytical nominal, [calibrated]
-    models: Any = None  # genie.emulate.compare.Models the run was compared with
+    models: Any = None  # genie.live.compare.Models the run was compared with
     notes: list[str] = field(default_factory=list)
     raws: list = field(default_factory=list)  # the replays' raw results, one per report
     backends: list = field(default_factory=list)  # the replays' backends, one per report
@@ -91,7 +91,7 @@ class Overlapped:
 
     def iteration(self) -> Any:
         """The iteration replayed with measured times vs with each model (``ErrorRow``)."""
-        from genie.emulate.compare import iteration_row
+        from genie.live.compare import iteration_row
 
         return iteration_row(self.reports, "iteration (replayed)")
 
@@ -158,11 +158,11 @@ def run_overlapped(
     recorded with the run and undone afterwards (``genie.faults.netns``).
     """
     from genie.calibration.dilation import check_dilation
-    from genie.emulate.backends import InstanceBackend
-    from genie.emulate.compare import last_comm_end_s
-    from genie.emulate.compare import models as compare_models
-    from genie.emulate.plan import compile_oplists, dilate_plan
-    from genie.emulate.run import emulate_overlapped, instance_medians
+    from genie.live.backends import InstanceBackend
+    from genie.live.compare import last_comm_end_s
+    from genie.live.compare import models as compare_models
+    from genie.live.plan import compile_oplists, dilate_plan
+    from genie.live.run import emulate_overlapped, instance_medians
 
     k = check_dilation(dilation)
     models = compare_models(tb.to_topology(), calibration, k, tb.model_note(), asked)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from genie.emulate.backends import Measured
-from genie.emulate.plan import Key, OpListPlan, plan_key
+from genie.live.backends import Measured
+from genie.live.plan import Key, OpListPlan, plan_key
 
 
 def measure_all(

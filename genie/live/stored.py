@@ -1,4 +1,4 @@
-"""One emulate run on the live agents, as the run store keeps it, and its replays.
+"""One emulate run on the live agents as the run store keeps it, and its replays.
 
 ``live_run`` is one stored run (``StoredRun``: started in the store, controller connected, clocks
 synced, host facts and offsets recorded; finished as ok, interrupted or failed) with a progress
@@ -77,7 +77,7 @@ def live_run(
 def wire_notes(tb: Testbed, agents: Sequence[str], sets: int = 1) -> list[str]:
     """How the agents put this job on the wire, beyond the trace: intra-host steps and flows
     (``sets``: connection sets per rank pair, one per process group; ``OpListPlan.channels``)."""
-    from genie.emulate.plan import describe_connections
+    from genie.live.plan import describe_connections
 
     notes = [describe_connections(tb.routing.flows, sets)]
     if len(set(agents)) < len(agents):

@@ -18,7 +18,7 @@ Pieces (each its own module):
 * ``report``: ``build_report`` (iteration, per-rank breakdown, per-collective table) and
   ``chrome_trace``; ``api.replay(compiled, backend)`` ties it together.
 
-The live path (the trace's communication run on agents) is ``genie.emulate``.
+The live path (the trace's communication run on agents) is ``genie.live``.
 """
 
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload

@@ -1,7 +1,7 @@
 """What several jobs on one fabric did to each other, from the replays: per job its iteration
 alone and together and the slowdown, and which links carried more than one job's bytes (how long
 each was saturated together and alone). Pure: the replays come from the caller (``genie.api``
-simulates them; ``genie.emulate`` measures them on the wire).
+simulates them; ``genie.live`` measures them on the wire).
 """
 
 from __future__ import annotations
