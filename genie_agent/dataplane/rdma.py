@@ -29,6 +29,7 @@ import importlib.util
 import os
 import sys
 from types import SimpleNamespace
+from typing import Protocol
 
 import numpy as np
 
@@ -155,6 +156,36 @@ def recv_wr(pv: SimpleNamespace, wr_id: int, sge):
     return wr
 
 
+class QueuePair(Protocol):
+    """What genie calls on a pyverbs RC queue pair."""
+
+    qp_num: int
+
+    def to_rtr(self, attr: object) -> None:
+        """INIT -> RTR."""
+        ...
+
+    def to_rts(self, attr: object) -> None:
+        """RTR -> RTS."""
+        ...
+
+    def post_send(self, wr: object) -> None:
+        """Post one send work request."""
+        ...
+
+    def post_recv(self, wr: object) -> None:
+        """Post one receive work request."""
+        ...
+
+    def modify(self, attr: object, mask: int) -> None:
+        """Change the attributes ``mask`` names."""
+        ...
+
+    def close(self) -> None:
+        """Destroy the queue pair."""
+        ...
+
+
 class VerbsDevice:
     """An opened verbs device and port with its protection domain (shared by the agent's ranks)."""
 
@@ -179,6 +210,10 @@ class VerbsDevice:
         """Open the device by name."""
         return self.pv.device.Context(name=self.choice.device)
 
+    def rank_verbs(self, opts: RdmaOptions, peers: list[int], depth: int) -> VerbsRank:
+        """One rank's CQ and queue pairs (in INIT) to ``peers`` on this device."""
+        return VerbsRank(self, opts, peers, depth)
+
     def close(self) -> None:
         """Release the PD and the device context."""
         for obj in (self.pd, self.ctx):
@@ -195,7 +230,7 @@ class VerbsRank:
         self.opts = opts
         self.e = dev.pv.enums
         self.regions: list[Region] = []
-        self.qps: dict[int, object] = {}
+        self.qps: dict[int, QueuePair] = {}
         self.rkeys: dict[int, int] = {}
         self._early: list[Completion] = []
         cqe = max(16, len(peers) * (2 * depth + 8))
@@ -208,7 +243,7 @@ class VerbsRank:
             raise TransportError(f"RDMA device {dev.choice.device}: {exc}") from None
 
     # ---- resources ------------------------------------------------------------------------
-    def create_qp(self, depth: int):
+    def create_qp(self, depth: int) -> QueuePair:
         """An RC queue pair on this rank's CQ, in RESET, then moved to INIT."""
         pv, e = self.pv, self.e
         cap = pv.qp.QPCap(max_send_wr=depth + 8, max_recv_wr=depth + 8, max_send_sge=1,

@@ -26,7 +26,7 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -104,6 +104,16 @@ class RankVerbs(Protocol):
         ...
 
 
+def rank_peers(plans: dict[int, RankPlan]) -> list[int]:
+    """The global ranks one rank's programs exchange steps with (one queue pair each)."""
+    return sorted({q for pl in plans.values() for q in pl.peer_global if q >= 0})
+
+
+def recv_depth(opts: RdmaOptions) -> int:
+    """Receives a rank keeps posted per queue pair."""
+    return opts.window + 4
+
+
 class RdmaRankExecutor:
     """Runs one rank's programs over its queue pairs; one instance per rank."""
 
@@ -123,12 +133,12 @@ class RdmaRankExecutor:
         self.verify = verify
         self.abort = abort
         self.bases = scratch_bases(plans)
-        self.peers = sorted({q for pl in plans.values() for q in pl.peer_global if q >= 0})
+        self.peers = rank_peers(plans)
         self.buffers: dict[int, Region] = {}
         self.scratch: Region | None = None
         self.bounce: dict[int, Region] = {}
         self.targets: dict[tuple[int, int], tuple[int, int]] = {}  # (prog, step) -> (pstep, addr)
-        self.recv_depth = opts.window + 4
+        self.recv_depth = recv_depth(opts)
         self.segs = {
             p: [segments(st.nbytes, opts.segment) for st in plan.steps] for p, plan in plans.items()
         }
@@ -139,6 +149,12 @@ class RdmaRankExecutor:
         self.inflight: dict[int, int] = dict.fromkeys(self.peers, 0)
 
     # ---- memory ---------------------------------------------------------------------------
+    def scratch_region(self) -> Region:
+        """The scratch region every peer writes into (TransportError before ``allocate``)."""
+        if self.scratch is None:
+            raise TransportError(f"rank {self.rank}: RDMA buffers used before they were allocated")
+        return self.scratch
+
     def scratch_bytes(self) -> int:
         """Bytes of the scratch region every peer writes into."""
         return sum(pl.scratch_bytes for pl in self.plans.values())
@@ -193,7 +209,7 @@ class RdmaRankExecutor:
         buf = self.buffers[go.program].view[: plan.buffer_bytes]
         return RankResult(
             rank=self.rank,
-            buffer_crc=zlib.crc32(buf) if self.verify else -1,
+            buffer_crc=zlib.crc32(buf.data) if self.verify else -1,
             start=starts,
             end=ends,
             step_start=sst,
@@ -205,7 +221,7 @@ class RdmaRankExecutor:
 
     def _iteration(
         self, go: Go, plan: RankPlan, it: int, total: int, st_start: list[int], st_end: list[int]
-    ) -> Iterator[None]:
+    ) -> Generator[None, int, None]:
         """Set an iteration up, yield once (start time), then run it to the end."""
         steps = plan.steps
         n = len(steps)
@@ -218,7 +234,7 @@ class RdmaRankExecutor:
         remaining = n
         ready = deque(i for i in range(n) if pending[i] == 0)
         queues: dict[int, deque] = {q: deque() for q in self.peers}
-        scratch = self.scratch
+        scratch = self.scratch_region()
         base = self.bases[prog]
         send_mode = self.opts.mode == "send"
         senders = {plan.peer_global[i] for i, st in enumerate(steps) if st.op == Op.RECV}

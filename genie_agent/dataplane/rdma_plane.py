@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import msgspec
 
 from genie.errors import TransportError
-from genie.wire.messages import Go, Prepare, Prepared, QpFacts
+from genie.wire.messages import Go, Prepare, Prepared, QpFacts, RdmaOptions
 from genie_agent.dataplane.rdma_conn import (
+    Choice,
+    Device,
     check_options,
     choose_port,
     exchange_facts,
@@ -40,10 +44,46 @@ from genie_agent.dataplane.rdma_conn import (
     recv_slots,
     send_targets,
 )
-from genie_agent.dataplane.rdma_exec import RdmaRankExecutor
+from genie_agent.dataplane.rdma_exec import RankVerbs, RdmaRankExecutor, rank_peers, recv_depth
 from genie_agent.dataplane.tcp import TcpDataPlane
 from genie_agent.plan import AgentPlan
 from genie_agent.state import Event
+
+
+class VerbsDevice(Protocol):
+    """An opened device and port, as the plane uses it (``rdma.VerbsDevice`` in production)."""
+
+    gid: str  # 32 hex digits
+    lid: int
+    mtu: int  # active MTU in bytes
+
+    def rank_verbs(self, opts: RdmaOptions, peers: list[int], depth: int) -> PlaneRankVerbs:
+        """One rank's CQ and queue pairs (in INIT) to ``peers`` on this device."""
+        ...
+
+    def close(self) -> None:
+        """Release the device."""
+        ...
+
+
+class PlaneRankVerbs(RankVerbs, Protocol):
+    """A rank's verbs as the plane uses them beyond the executor (``rdma.VerbsRank``)."""
+
+    def qpn(self, peer: int) -> int:
+        """Number of the queue pair to ``peer``."""
+        ...
+
+    def connect(self, mine: QpFacts, peer: QpFacts) -> None:
+        """Move the queue pair to ``mine.dst`` to RTS with the peer's facts."""
+        ...
+
+    def to_error(self) -> None:
+        """Move every queue pair to ERR (wakes a rank asleep on completions)."""
+        ...
+
+    def close(self) -> None:
+        """Free the rank's verbs resources."""
+        ...
 
 
 class AgentDataPlane(TcpDataPlane):
@@ -54,8 +94,8 @@ class AgentDataPlane(TcpDataPlane):
     ):
         super().__init__(data_addr, port, log)
         self._rdma = False
-        self._dev = None
-        self._ranks: dict[int, object] = {}  # rank -> VerbsRank
+        self._dev: VerbsDevice | None = None
+        self._ranks: dict[int, PlaneRankVerbs] = {}
         self._rexecs: dict[int, RdmaRankExecutor] = {}
 
     # ---- prepare ----------------------------------------------------------------------------
@@ -93,21 +133,21 @@ class AgentDataPlane(TcpDataPlane):
             post(Event("prepare_failed", prep.job, prep.epoch, error=f"{plan.agent}: {why}"))
 
     # the three steps that touch verbs, overridable (tests put an in-memory fabric here)
-    def find_devices(self) -> list:
+    def find_devices(self) -> list[Device]:
         """The host's verbs devices (sysfs)."""
         return find_devices()
 
-    def open_device(self, choice):
+    def open_device(self, choice: Choice) -> VerbsDevice:
         """Import pyverbs and open the chosen device and port (with its PD)."""
         from genie_agent.dataplane import rdma  # the one pyverbs module, only for RDMA jobs
 
         return rdma.VerbsDevice(rdma.load_pyverbs(), choice)
 
-    def rank_verbs(self, dev, ro, rank: int, peers: list[int], depth: int):
+    def rank_verbs(
+        self, dev: VerbsDevice, ro: RdmaOptions, rank: int, peers: list[int], depth: int
+    ) -> PlaneRankVerbs:
         """Rank ``rank``'s CQ and queue pairs (in INIT) on ``dev``."""
-        from genie_agent.dataplane import rdma
-
-        return rdma.VerbsRank(dev, ro, peers, depth)
+        return dev.rank_verbs(ro, peers, depth)
 
     def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
         opts = prep.options
@@ -116,13 +156,12 @@ class AgentDataPlane(TcpDataPlane):
             ro = msgspec.structs.replace(ro, device=ro.devices[plan.agent])
         check_options(ro)  # 1.
         choice = choose_port(self.find_devices(), ro, self.addr)
-        self._dev = self.open_device(choice)  # 2.
+        dev = self._dev = self.open_device(choice)  # 2.
         socks = self._side_channels(plan, prep)  # 3. (my rank, peer) -> socket
         for r in plan.ranks:  # 4.
             rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
-            ex = RdmaRankExecutor(r, None, rplans, ro, opts.verify, self._abort)
-            vr = self.rank_verbs(self._dev, ro, r, ex.peers, ex.recv_depth + ro.window)
-            ex.v = vr
+            vr = self.rank_verbs(dev, ro, r, rank_peers(rplans), recv_depth(ro) + ro.window)
+            ex = RdmaRankExecutor(r, vr, rplans, ro, opts.verify, self._abort)
             self._ranks[r] = vr
             self._rexecs[r] = ex
             ex.allocate()
@@ -130,17 +169,18 @@ class AgentDataPlane(TcpDataPlane):
         for (r, q), sock in sorted(socks.items()):  # 5.
             ex, vr = self._rexecs[r], self._ranks[r]
             psn = int.from_bytes(os.urandom(3), "little")
+            scratch = ex.scratch_region()
             facts = QpFacts(
                 src=r,
                 dst=q,
                 qpn=vr.qpn(q),
                 psn=psn,
-                gid=self._dev.gid,
-                lid=self._dev.lid,
-                rkey=ex.scratch.rkey,
-                address=ex.scratch.addr,
-                length=len(ex.scratch.view),
-                mtu=self._dev.mtu,
+                gid=dev.gid,
+                lid=dev.lid,
+                rkey=scratch.rkey,
+                address=scratch.addr,
+                length=len(scratch.view),
+                mtu=dev.mtu,
                 slots=recv_slots(ex.plans, q),
             )
             pairs.append((sock, facts))
@@ -154,7 +194,9 @@ class AgentDataPlane(TcpDataPlane):
             ex.post_receives()
         return len(socks)
 
-    def _side_channels(self, plan: AgentPlan, prep: Prepare) -> dict:
+    def _side_channels(
+        self, plan: AgentPlan, prep: Prepare
+    ) -> dict[tuple[int, int], socket.socket]:
         """The job's TCP connections, stream 0 of each rank pair: (my rank, peer) -> socket."""
         opts = prep.options
         deadline = time.monotonic() + opts.connect_timeout_s
