@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,7 +118,7 @@ def torch_timer(reps_s: float = 0.05, max_reps: int = 200) -> tuple[Timer, str] 
         for _ in range(3):
             torch.bmm(a, b)
         torch.cuda.synchronize()
-        times = []
+        times: list[float] = []
         spent = 0.0
         while spent < reps_s and len(times) < max_reps:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -187,7 +187,7 @@ def _attr(node: Any, name: str) -> Any:
     return None
 
 
-def node_ops(node: Any, dims: dict[str, int] | None) -> tuple[list[Op], str]:
+def node_ops(node: Any, dims: dict[str, int] | None) -> tuple[Sequence[Op], str]:
     """(operations, where they came from) of one compute node; [] keeps its duration."""
     m, n, k = (_attr(node, f"gemm_{x}") for x in "mnk")
     if m and n and k:

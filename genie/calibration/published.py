@@ -42,7 +42,10 @@ class Row:
     @property
     def error_pct(self) -> float:
         """(genie - published) / published, percent (of time)."""
-        return float(error_pct(self.genie_s, self.published_s))
+        e = error_pct(self.genie_s, self.published_s)
+        if e is None:
+            raise CalibrationError(f"{self.config}: published time {self.published_s} s is not > 0")
+        return e
 
 
 def load(path: str | Path) -> list[dict[str, Any]]:
