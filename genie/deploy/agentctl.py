@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypeGuard
 
 from genie.deploy.supervise import CONFIG, LOG, PIDFILE, agent_command
 from genie.wire.launch import is_agent_cmdline
@@ -47,7 +48,7 @@ def unit_text(cfg: dict, python: str) -> str:
     )
 
 
-def _alive(pid: object) -> bool:
+def _alive(pid: object) -> TypeGuard[int]:
     if not isinstance(pid, int) or pid <= 0:
         return False
     try:

@@ -232,7 +232,8 @@ def probe(root_arg):
             and any(a in _cmdline(ag) for a in ("genie_agent", "agents", "agent")),
             "agent_cmdline": _cmdline(ag) if _alive(ag) else [],
         }
-    govs = {}
+    # a type comment, not an annotation: this file must parse on old Pythons
+    govs = {}  # type: dict[str, int]
     for g in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_governor"):
         v = _read(g) or "?"
         govs[v] = govs.get(v, 0) + 1
