@@ -294,14 +294,15 @@ class RunStore:
                 raise StoreError(f"run {name}: column {column} is corrupt (not text)")
             return value
 
-        def when(column: str, value: Any, optional: bool = False) -> float | None:
-            if value is None and optional:
-                return None
+        def when(column: str, value: Any) -> float:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise StoreError(f"run {name}: column {column} is corrupt (not a time)")
             if not 0 <= value < 1e11:  # the year 5138: a flipped exponent, not a time
                 raise StoreError(f"run {name}: column {column} is corrupt ({value!r})")
             return float(value)
+
+        def when_if(column: str, value: Any) -> float | None:
+            return None if value is None else when(column, value)
 
         def obj(column: str, value: Any) -> dict[str, Any]:
             try:
@@ -318,7 +319,7 @@ class RunStore:
         return RunInfo(
             run_id=rid,
             created_at=when("created_at", created),
-            finished_at=when("finished_at", finished, optional=True),
+            finished_at=when_if("finished_at", finished),
             status=status,
             command=text("command", cmd),
             testbed_name=text("testbed_name", tbn),

@@ -36,7 +36,7 @@ def parse_mesh(text: str | None, devices: int) -> list[tuple[str, int]]:
         raise UsageError(f"--devices must be >= 1, got {devices}")
     if not text:
         return [("dp", devices)]
-    axes = []
+    axes: list[tuple[str, int]] = []
     for part in text.split(","):
         name, eq, size = part.strip().partition("=")
         if not eq or not name.isidentifier() or not size.strip().isdigit():

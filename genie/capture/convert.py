@@ -48,14 +48,16 @@ H100_HBM_BYTES_PER_S = 3.35e12
 #: Most while-loop iterations unrolled into the trace.
 MAX_UNROLL = 4096
 
-COLLECTIVES = {
+#: HLO collective ops that become one Chakra collective each.
+GROUP_COLLECTIVES = {
     "all-reduce": CollectiveType.ALL_REDUCE,
     "all-gather": CollectiveType.ALL_GATHER,
     "reduce-scatter": CollectiveType.REDUCE_SCATTER,
     "all-to-all": CollectiveType.ALL_TO_ALL,
     "collective-broadcast": CollectiveType.BROADCAST,
-    "collective-permute": None,  # send/recv pairs
 }
+#: Every HLO collective op: those, and collective-permute (send/recv pairs).
+COLLECTIVES = {*GROUP_COLLECTIVES, "collective-permute"}
 #: Ops that move no data of their own: the value flows through.
 PASS_THROUGH = {"bitcast", "opt-barrier", "domain", "copy-start", "copy-done", "async-update"}
 #: Ops that produce a value without work.
@@ -362,7 +364,7 @@ class _RankEmitter:
         if mine is None or len(mine) < 2:
             return deps
         pg = self.c.namer.name(mine)
-        ctype = COLLECTIVES[base]
+        ctype = GROUP_COLLECTIVES[base]
         nid = self.b.collective(name, ctype, size, deps, pg=pg)
         self.stats.collectives.append(CollectiveRecord(base, ctype, size, mine, pg, inst.name))
         return {nid}

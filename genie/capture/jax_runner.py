@@ -43,6 +43,8 @@ def _load_module(spec: str):
             raise SystemExit(f"capture: no such file {spec}")
         sys.path.insert(0, str(path.parent.resolve()))
         mspec = importlib.util.spec_from_file_location(path.stem, path)
+        if mspec is None or mspec.loader is None:
+            raise SystemExit(f"capture: cannot load {spec} as a module")
         mod = importlib.util.module_from_spec(mspec)
         mspec.loader.exec_module(mod)
         return mod

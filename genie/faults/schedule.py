@@ -111,7 +111,7 @@ _EVENT = re.compile(r"at\s+(?P<at>\S+?)\s*:\s*(?P<target>\S+)(?:\s+link)?\s+(?P<
 
 def parse_schedule(text: str) -> list[Event]:
     """The events of a schedule (see the module docstring); a FaultError names the bad one."""
-    items = []
+    items: list[str] = []
     for line in text.splitlines():
         line = line.split("#", 1)[0]
         items.extend(p.strip() for p in line.split(";"))
@@ -339,7 +339,7 @@ def check_allowed(tb: Testbed, events: list[Event]) -> None:
                 f"fault {ev.text!r}: host {host.name} of lab testbed {tb.name} does not allow "
                 "faults (add 'faults = true' to the host in the testbed file to opt in)"
             )
-        named = {host.nic, *(n.device for n in host.nics)} - {None}
+        named = {d for d in (host.nic, *(n.device for n in host.nics)) if d is not None}
         iface = ev.target[len(host.name) + 1 :]
         if iface not in named:
             raise FaultError(
