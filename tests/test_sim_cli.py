@@ -1,4 +1,8 @@
-"""``genie simulate`` end to end: real ASTRA-sim samples, closed form, JSON, trace, errors."""
+"""``genie simulate`` end to end: real ASTRA-sim samples, closed form, JSON, trace, errors.
+
+What a simulation computes is checked through the API (``genie.simulate``); the CLI's own
+tests here check its printed closed form and its one-line errors and exit codes.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,9 @@ import json
 
 import pytest
 
+import genie
 from genie.cli import main
+from genie.errors import StoreError, UsageError
 from genie.sim.adapter import ComputeModel, compile_workload
 from genie.vocabulary import closed_form
 from genie.workload.model import Attr, Node, NodeType, RankGraph, Workload
@@ -19,57 +25,66 @@ def sample(et_samples, coll):
 
 
 @pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
-def test_astra_sim_samples_run(et_samples, coll, capsys):
-    rc = main(["simulate", sample(et_samples, coll), "--json"])
-    assert rc == 0
-    doc = json.loads(capsys.readouterr().out)
-    (rep,) = doc["reports"]
-    assert rep["n_ranks"] == 4 and len(rep["collectives"]) == 1
-    row = rep["collectives"][0]
-    assert row["collective"] == coll and row["size"] == 2**20 and row["ranks"] == 4
-    assert rep["iteration_s"] == pytest.approx(row["time"]) and row["time"] > 0
+def test_astra_sim_samples_run(et_samples, coll):
+    sim = genie.simulate(genie.SimulateSpec(workload=sample(et_samples, coll)))
+    (rep,) = sim.reports
+    assert rep.n_ranks == 4 and len(rep.collectives) == 1
+    row = rep.collectives[0]
+    assert row.collective == coll and row.size == 2**20 and row.ranks == 4
+    assert rep.iteration_s == pytest.approx(row.time) and row.time > 0
 
 
-def test_all_reduce_sample_beside_closed_form(et_samples, capsys):
+SWITCH_50 = genie.Fabric(topology="switch", bandwidth="50GiB/s", latency="500ns")
+
+
+def test_all_reduce_sample_beside_closed_form(et_samples):
+    spec = genie.SimulateSpec(workload=sample(et_samples, "all_reduce"), fabric=SWITCH_50)
+    # ASTRA-sim latency is per link: a switch route is 2 hops, so alpha = 1000 ns per message
+    expected = closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 1000e-9)
+    row = genie.simulate(spec).to_dict()["reports"][0]["collectives"][0]
+    assert row["time"] == pytest.approx(row["closed_form_s"], rel=1e-9)
+    assert row["closed_form_s"] == pytest.approx(expected, rel=1e-12)
+    # the built-in traffic model gives the same number
+    builtin = spec.replace(model=genie.Model(pricer="builtin"))
+    (row,) = genie.simulate(builtin).reports[0].collectives
+    assert row.time == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_cli_prints_the_closed_form_beside_the_row(et_samples, capsys):
     args = ["simulate", sample(et_samples, "all_reduce")]
     args += ["--topology", "switch", "--bandwidth", "50GiB/s", "--latency", "500ns"]
     assert main(args) == 0
     out = capsys.readouterr().out
-    # ASTRA-sim latency is per link: a switch route is 2 hops, so alpha = 1000 ns per message
     expected = closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 1000e-9)
     assert f"closed form 2(n-1)(alpha + S/(nB)) = {expected * 1e6:.4f} us" in out
     assert "ratio 1.000000" in out
-    assert main([*args, "--json"]) == 0
-    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
-    assert row["time"] == pytest.approx(row["closed_form_s"], rel=1e-9)
-    assert row["closed_form_s"] == pytest.approx(expected, rel=1e-12)
-    # the built-in traffic model gives the same number
-    assert main([*args, "--json", "--pricer", "builtin"]) == 0
-    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
-    assert row["time"] == pytest.approx(expected, rel=1e-9)
 
 
-def test_samples_on_the_netns_star_testbed(et_samples, capsys, tmp_path):
+def test_samples_on_the_netns_star_testbed(et_samples, tmp_path):
     trace = tmp_path / "trace.json"
-    args = ["simulate", sample(et_samples, "all_gather"), "--testbed", "testbed/netns-star.toml"]
-    assert main([*args, "--json", "--trace", str(trace)]) == 0
-    row = json.loads(capsys.readouterr().out)["reports"][0]["collectives"][0]
+    fabric = genie.Fabric(testbed="testbed/netns-star.toml")
+    sim = genie.simulate(
+        genie.SimulateSpec(workload=sample(et_samples, "all_gather"), fabric=fabric)
+    )
+    row = sim.reports[0].collectives[0]
     # 1 Gbit/s links: ring all-gather of a 1 MiB shard moves 3 MiB through each NIC
-    assert row["time"] == pytest.approx(3 * 2**20 / 125e6, rel=1e-3)
+    assert row.time == pytest.approx(3 * 2**20 / 125e6, rel=1e-3)
+    assert sim.write_trace(trace) > 0
     ev = json.loads(trace.read_text())["traceEvents"]
     assert {e["pid"] for e in ev} == {0, 1, 2, 3}
 
 
-def test_two_backends_side_by_side(et_samples, capsys, tmp_path):
+def test_two_backends_side_by_side(et_samples, tmp_path):
     rows = [{"collective": "all_reduce", "n_ranks": 4, "size": 2**20, "time_s": 100e-6}]
     f = tmp_path / "bench.json"
     f.write_text(json.dumps(rows))
-    net = f"analytical,measured:{f}"
-    assert main(["simulate", sample(et_samples, "all_reduce"), "--network", net, "--json"]) == 0
-    reps = json.loads(capsys.readouterr().out)["reports"]
-    assert [r["backend"] for r in reps] == ["analytical", f"measured:{f}"]
-    assert reps[1]["iteration_s"] == pytest.approx(100e-6)
-    assert reps[0]["iteration_s"] != pytest.approx(100e-6)
+    spec = genie.SimulateSpec(
+        workload=sample(et_samples, "all_reduce"), network=("analytical", f"measured:{f}")
+    )
+    reps = genie.simulate(spec).reports
+    assert [r.backend for r in reps] == ["analytical", f"measured:{f}"]
+    assert reps[1].iteration_s == pytest.approx(100e-6)
+    assert reps[0].iteration_s != pytest.approx(100e-6)
 
 
 @pytest.mark.parametrize(
@@ -148,7 +163,7 @@ def test_adapter_rejects_collective_without_type():
         compile_workload(wl)
 
 
-def test_measured_backend_reads_a_bench_run_from_the_store(et_samples, capsys, tmp_path):
+def test_measured_backend_reads_a_bench_run_from_the_store(et_samples, tmp_path):
     from types import SimpleNamespace
 
     from genie.collectives import build_program
@@ -175,14 +190,15 @@ def test_measured_backend_reads_a_bench_run_from_the_store(et_samples, capsys, t
         ]
         store.add_instances(run, spec, insts)
         store.finish_run(run)
-    args = ["simulate", sample(et_samples, "all_reduce"), "--network", f"measured:{run}"]
-    assert main([*args, "--store", str(path), "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)["reports"][0]
+    spec = genie.SimulateSpec(
+        workload=sample(et_samples, "all_reduce"), network=(f"measured:{run}",), store=str(path)
+    )
+    rep = genie.simulate(spec).reports[0]
     # median of the non-warm-up times (200, 250, 300 us); the warm-up (900 us) left out
-    assert rep["iteration_s"] == pytest.approx(250e-6)
-    assert any("0 EXTRAPOLATED" in n for n in rep["notes"])
-    assert main([*args, "--store", str(tmp_path / "none.sqlite")]) == 2
-    assert "no run store at" in capsys.readouterr().err
+    assert rep.iteration_s == pytest.approx(250e-6)
+    assert any("0 EXTRAPOLATED" in n for n in rep.notes)
+    with pytest.raises(StoreError, match="no run store at"):
+        genie.simulate(spec.replace(store=str(tmp_path / "none.sqlite")))
 
 
 def test_deadlocking_trace_files_are_reported_by_the_cli(tmp_path, capsys):
@@ -201,7 +217,7 @@ def test_deadlocking_trace_files_are_reported_by_the_cli(tmp_path, capsys):
     assert "rank 0: node ar2 (all_reduce #1 of group 'world') waits for ranks [1]" in err[0]
 
 
-def test_roofline_compute_from_num_ops(tmp_path, capsys):
+def test_roofline_compute_from_num_ops(tmp_path):
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
@@ -209,12 +225,12 @@ def test_roofline_compute_from_num_ops(tmp_path, capsys):
     save_workload(wl, tmp_path / "dp")
     flops = sum(n.num_ops or 0 for n in wl.ranks[0].nodes)
     assert flops > 0
-    args = ["simulate", str(tmp_path / "dp"), "--json", "--compute", "roofline"]
-    assert main([*args, "--peak-flops", "1e12", "--efficiency", "0.5"]) == 0
-    rep = json.loads(capsys.readouterr().out)["reports"][0]
-    assert rep["ranks"][0]["compute"] == pytest.approx(flops / 0.5e12, rel=1e-9)
-    assert main(["simulate", str(tmp_path / "dp"), "--compute", "roofline"]) == 2
-    assert "needs --peak-flops" in capsys.readouterr().err
+    roofline = genie.Compute(mode="roofline", peak_flops=1e12, efficiency=0.5)
+    spec = genie.SimulateSpec(workload=str(tmp_path / "dp"), compute=roofline)
+    rep = genie.simulate(spec).reports[0]
+    assert rep.ranks[0].compute == pytest.approx(flops / 0.5e12, rel=1e-9)
+    with pytest.raises(UsageError, match="needs --peak-flops"):
+        genie.simulate(spec.replace(compute=genie.Compute(mode="roofline")))
 
 
 def test_adapter_drops_self_and_missing_deps_when_ids_are_positions():
