@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+import genie
 from genie.calibration.accuracy import ErrorRow, error_pct, error_strip, mape, summary
 from genie.calibration.fit import Point, assign_holdout, fit
 from genie.calibration.model import (
@@ -24,7 +25,7 @@ from genie.cli import main
 from genie.collectives import build_program
 from genie.collectives import topology as T
 from genie.collectives.cost import estimate
-from genie.errors import CalibrationError
+from genie.errors import CalibrationError, StoreError
 
 SIZES = [1 << k for k in range(10, 25, 2)]  # 1 KiB .. 16 MiB
 
@@ -292,20 +293,22 @@ def test_simulate_and_bench_price_with_a_stored_calibration(bench_store, capsys,
     tb = tmp_path / "tb.toml"
     tb.write_text(TESTBED)
     save_workload(data_parallel(4, layers=1, hidden=256, seq=64, batch=2), tmp_path / "dp")
-    base = ["simulate", str(tmp_path / "dp"), "--testbed", str(tb), "--json"]
-    assert main(base) == 0
-    nominal = json.loads(capsys.readouterr().out)
-    assert main([*base, "--calibration", cal_id[:12], "--store", str(path)]) == 0
-    calibrated = json.loads(capsys.readouterr().out)
-    assert f"calibrated {cal_id}" in calibrated["network"]
-    assert "calibrated" not in nominal["network"]
+    spec = genie.SimulateSpec(workload=str(tmp_path / "dp"), fabric=genie.Fabric(testbed=str(tb)))
+
+    def priced_with(calibration: str) -> genie.SimulateSpec:
+        fabric = spec.fabric.replace(calibration=calibration)
+        return spec.replace(fabric=fabric, store=str(path))
+
+    nominal = genie.simulate(spec)
+    calibrated = genie.simulate(priced_with(cal_id[:12]))
+    assert f"calibrated {cal_id}" in calibrated.network
+    assert "calibrated" not in nominal.network
     # overhead and a 70 % rate: the calibrated iteration is slower than the nominal one
-    assert calibrated["reports"][0]["iteration_s"] > nominal["reports"][0]["iteration_s"]
-    assert main([*base, "--calibration", "latest", "--store", str(path)]) == 0
-    assert json.loads(capsys.readouterr().out)["network"] == calibrated["network"]
-    assert main([*base, "--calibration", "cnope", "--store", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("genie: error: no calibration 'cnope'") and err.count("\n") == 1
+    assert calibrated.reports[0].iteration_s > nominal.reports[0].iteration_s
+    assert genie.simulate(priced_with("latest")).network == calibrated.network
+    with pytest.raises(StoreError, match=r"^no calibration 'cnope'") as exc:
+        genie.simulate(priced_with("cnope"))
+    assert "\n" not in str(exc.value)
 
 
 def test_calibrate_refuses_what_it_cannot_fit(bench_store, capsys, tmp_path):
