@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import base64
-import contextlib
-import io
 import json
 import re
 import shutil
@@ -12,10 +10,13 @@ import struct
 import subprocess
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra 'report')")
 
+import genie
 from genie.api.benchmark import BenchSpec, bench
 from genie.cli import main
 from genie.controller.local import LocalCluster
@@ -58,34 +59,44 @@ def runs(tmp_path_factory):
 
 
 def _emulate(cl, d: Path, store: Path) -> Path:
-    """`genie emulate --json` of a tiny data-parallel step on the live agents (stored run)."""
+    """The emulate document (`genie emulate --json`) of a tiny data-parallel step on the live
+    agents (a stored run)."""
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
     save_workload(data_parallel(3, layers=2, hidden=128), d / "small")
-    args = ["emulate", str(d / "small"), "--testbed", str(cl.testbed_path)]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main([*args, "--store", str(store), "--iterations", "2", "--warmup", "1", "--json"])
-    assert rc == 0
-    (d / "emulate.json").write_text(buf.getvalue())
-    return d / "emulate.json"
+    spec = genie.EmulateSpec(
+        testbed=str(cl.testbed_path),
+        workload=str(d / "small"),
+        store=str(store),
+        iterations=2,
+        warmup=1,
+    )
+    return _write_json(d / "emulate.json", genie.emulate(spec).doc())
 
 
 @pytest.fixture(scope="module")
 def sim_files(tmp_path_factory):
-    """`genie simulate --json` output and its Chrome trace for a small data-parallel workload."""
+    """The simulate document (`genie simulate --json`) and its Chrome trace for a small
+    data-parallel workload."""
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
     d = tmp_path_factory.mktemp("report-sim")
     save_workload(data_parallel(4, layers=3, hidden=256), d / "dp")
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        rc = main(["simulate", str(d / "dp"), "--json", "--trace", str(d / "trace.json")])
-    assert rc == 0
-    (d / "sim.json").write_text(buf.getvalue())
-    return d / "sim.json", d / "trace.json"
+    sim = genie.simulate(genie.SimulateSpec(workload=str(d / "dp")))
+    assert sim.write_trace(d / "trace.json") > 0
+    return _write_json(d / "sim.json", sim.to_dict()), d / "trace.json"
+
+
+def _write_json(path: Path, doc: dict) -> Path:
+    """``doc`` as the JSON the CLI's --json prints (numpy numbers as numbers, NaN as null)."""
+
+    def plain(o: object) -> object:
+        return o.item() if isinstance(o, np.generic) else str(o)
+
+    path.write_bytes(msgspec.json.encode(doc, enc_hook=plain))
+    return path
 
 
 def _report(capsys, *args) -> dict:
