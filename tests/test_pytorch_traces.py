@@ -4,6 +4,9 @@ The trace is built from Chakra's converter conventions (``genie.workload.generat
 pytorch_style``): c10d launchers on the CPU without comm_type, ncclDevKernel nodes with comm
 attrs on streams 20 and 24, compute kernels on stream 7, a process_group:init METADATA node,
 ctrl_deps to the dropped thread root, kernels whose ids follow every CPU op.
+
+What genie reads and simulates is checked through the library (``load_workload``,
+``summarize``, ``genie.simulate``); one test checks what ``genie workload inspect`` prints.
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
+import genie
 from genie.cli import main
-from genie.errors import WorkloadError
+from genie.errors import GenieError, WorkloadError
 from genie.sim.adapter import compile_workload
 from genie.sim.engine import simulate
 from genie.sim.network import FixedTimeBackend
-from genie.workload import et_fast, et_schema, load_workload, save_workload
+from genie.workload import et_fast, et_schema, load_workload, save_workload, summarize
 from genie.workload.chakra_json import decode_chakra_json
+from genie.workload.conversion import convert
 from genie.workload.et_codec import read_trace, split_frames
 from genie.workload.generators.pytorch_style import DP_STREAM, TP_STREAM, pytorch_style
 from genie.workload.model import Attr, IOInfo, Node, NodeKind, NodeType
@@ -82,9 +87,23 @@ class PerSize(FixedTimeBackend):
         return transfer.size / 1e9
 
 
-def run_json(args: list[str], capsys) -> dict:
-    assert main(args) == 0
-    return json.loads(capsys.readouterr().out)
+def inspect(prefix: Path) -> dict:
+    """What ``genie workload inspect --json`` prints: the workload's summary."""
+    return summarize(load_workload(prefix))
+
+
+def refused(prefix: Path) -> str:
+    """Reading (and summarizing) ``prefix`` is refused: the one-line message."""
+    with pytest.raises(GenieError) as exc:
+        inspect(prefix)
+    msg = str(exc.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+def simulated(prefix: Path) -> genie.Simulation:
+    """``genie simulate PREFIX`` through the API."""
+    return genie.simulate(genie.SimulateSpec(workload=str(prefix)))
 
 
 # ---------------------------------------------------------------------------- inspect
@@ -92,7 +111,7 @@ def run_json(args: list[str], capsys) -> dict:
 
 def test_inspect_reads_host_work_groups_and_drops(tmp_path, capsys):
     prefix = write(tmp_path, messy=True)
-    s = run_json(["workload", "inspect", str(prefix), "--json"], capsys)
+    s = inspect(prefix)
     assert s["nodes_by_kind"]["host"] == 4 * STEPS * HOST_PER_STEP
     assert s["nodes_by_kind"]["collective"] == 4 * STEPS * HOST_PER_STEP
     # process groups from the process_group:init node (no side file here)
@@ -117,22 +136,22 @@ def test_inspect_reads_host_work_groups_and_drops(tmp_path, capsys):
 # ---------------------------------------------------------------------------- simulate
 
 
-def test_simulate_json_reports_drops_host_work_and_lanes(tmp_path, capsys):
+def test_simulate_json_reports_drops_host_work_and_lanes(tmp_path):
     prefix = write(tmp_path, messy=True)
-    doc = run_json(["simulate", str(prefix), "--json"], capsys)
-    inspect = run_json(["workload", "inspect", str(prefix), "--json"], capsys)
-    assert doc["trace"]["dropped"] == inspect["dropped"]
-    assert doc["trace"]["host_work_nodes"] == 4 * STEPS * HOST_PER_STEP
-    assert doc["trace"]["lanes"] == ["cpu", "stream 20", "stream 24", "stream 7"]
-    (rep,) = doc["reports"]
+    sim = simulated(prefix)
+    assert sim.facts["dropped"] == inspect(prefix)["dropped"]
+    assert sim.facts["host_work_nodes"] == 4 * STEPS * HOST_PER_STEP
+    assert sim.facts["lanes"] == ["cpu", "stream 20", "stream 24", "stream 7"]
+    assert sim.to_dict()["trace"] == sim.facts  # what --json prints as "trace"
+    (rep,) = sim.reports
     # only the GPU kernels are network collectives: per step the buckets and one all-gather
     # per parity group; groups are labelled with PyTorch's pg_desc
-    names = sorted((c["collective"], c["group"]) for c in rep["collectives"])
+    names = sorted((c.collective, c.group) for c in rep.collectives)
     assert names.count(("all_reduce", "0 (default_pg)")) == STEPS * (LAYERS // BUCKET)
     assert names.count(("all_gather", "1 (even)")) == STEPS
     assert names.count(("all_gather", "2 (odd)")) == STEPS
-    assert all(c["ranks"] == 2 for c in rep["collectives"] if c["collective"] == "all_gather")
-    assert any("host-side communication launchers" in n for n in rep["notes"])
+    assert all(c.ranks == 2 for c in rep.collectives if c.collective == "all_gather")
+    assert any("host-side communication launchers" in n for n in rep.notes)
 
 
 def lanes_of(cw, raw, rank):
@@ -196,7 +215,7 @@ def test_lanes_change_the_iteration_time_as_a_by_hand_bound_says(tmp_path):
 # ---------------------------------------------------------------------------- process groups
 
 
-def test_comm_group_file_overrides_metadata_and_pg_zero_is_the_world(tmp_path, capsys):
+def test_comm_group_file_overrides_metadata_and_pg_zero_is_the_world(tmp_path):
     prefix = write(tmp_path)
     (tmp_path / "g.json").write_text(json.dumps({"1": [2, 0], "2": [3, 1]}))
     wl = load_workload(prefix, comm_groups=tmp_path / "g.json")
@@ -212,8 +231,9 @@ def test_comm_group_file_overrides_metadata_and_pg_zero_is_the_world(tmp_path, c
         write_trace(et, meta, nodes)
     wl = load_workload(prefix)
     assert wl.groups["0"] == (0, 1, 2, 3) and "1" not in wl.groups
-    assert main(["simulate", str(prefix)]) == 2
-    assert "process group '1'" in capsys.readouterr().err
+    with pytest.raises(GenieError, match="process group '1'") as exc:
+        simulated(prefix)
+    assert "\n" not in str(exc.value)
     wl = load_workload(prefix, comm_groups=tmp_path / "g.json")
     assert wl.groups["2"] == (3, 1)
 
@@ -262,24 +282,21 @@ def _one_rank_set(tmp: Path, node: Node) -> Path:
     return tmp / "x"
 
 
-def test_a_gpu_collective_without_comm_type_is_still_refused(tmp_path, capsys):
+def test_a_gpu_collective_without_comm_type_is_still_refused(tmp_path):
     n = Node(5, "ncclDevKernel_X", NodeType.COMM_COLL_NODE, attrs=[Attr("stream", "int64_val", 20)])
-    assert main(["workload", "inspect", str(_one_rank_set(tmp_path, n))]) == 2
-    err = capsys.readouterr().err
-    assert "without comm_type" in err and "is_cpu_op = true" in err and err.count("\n") == 1
+    err = refused(_one_rank_set(tmp_path, n))
+    assert "without comm_type" in err and "is_cpu_op = true" in err
 
 
-def test_a_gpu_send_without_peer_is_refused_a_host_send_is_cpu_work(tmp_path, capsys):
+def test_a_gpu_send_without_peer_is_refused_a_host_send_is_cpu_work(tmp_path):
     size = Attr("comm_size", "int64_val", 64)
     gpu = Node(5, "ncclDevKernel_SendRecv", NodeType.COMM_SEND_NODE, attrs=[size])
-    assert main(["workload", "inspect", str(_one_rank_set(tmp_path, gpu))]) == 2
-    assert "send without comm_dst" in capsys.readouterr().err
+    assert "send without comm_dst" in refused(_one_rank_set(tmp_path, gpu))
     cpu = Attr("is_cpu_op", "bool_val", True)
     host = Node(5, "c10d::send", NodeType.COMM_SEND_NODE, duration_micros=7, attrs=[cpu, size])
-    prefix = _one_rank_set(tmp_path, host)
-    doc = run_json(["simulate", str(prefix), "--json"], capsys)
-    assert doc["reports"][0]["collectives"] == []
-    assert doc["reports"][0]["iteration_s"] == pytest.approx(7e-6)
+    rep = simulated(_one_rank_set(tmp_path, host)).reports[0]
+    assert rep.collectives == []
+    assert rep.iteration_s == pytest.approx(7e-6)
 
 
 def test_old_converters_int32_is_cpu_op_counts_as_true(tmp_path):
@@ -303,18 +320,17 @@ def _without_wall(doc: dict) -> dict:
     return doc
 
 
-def test_chakra_json_of_the_same_trace_gives_identical_results(tmp_path, capsys):
+def test_chakra_json_of_the_same_trace_gives_identical_results(tmp_path):
     prefix = write(tmp_path, messy=True)
     jprefix = to_json_set(prefix)
-    a = run_json(["workload", "inspect", str(prefix), "--json"], capsys)
-    b = run_json(["workload", "inspect", str(jprefix), "--json"], capsys)
+    a, b = inspect(prefix), inspect(jprefix)
     a.pop("name"), b.pop("name")
     for s in (a, b):
         s["problems"] = [p.replace("pt.", "X.").replace("pj.", "X.") for p in s["problems"]]
         s["problems"] = [p.replace(".et", "").replace(".json", "") for p in s["problems"]]
     assert a == b
-    sa = _without_wall(run_json(["simulate", str(prefix), "--json"], capsys))
-    sb = _without_wall(run_json(["simulate", str(jprefix), "--json"], capsys))
+    sa = _without_wall(simulated(prefix).to_dict())
+    sb = _without_wall(simulated(jprefix).to_dict())
     sa.pop("workload"), sb.pop("workload")
     for d in (sa, sb):
         d["reports"][0].pop("workload")
@@ -325,11 +341,11 @@ def test_chakra_json_of_the_same_trace_gives_identical_results(tmp_path, capsys)
     assert problems == [] and js_nodes == et_nodes
 
 
-def test_convert_turns_chakra_json_back_into_the_same_et_bytes(tmp_path, capsys):
+def test_convert_turns_chakra_json_back_into_the_same_et_bytes(tmp_path):
     prefix = write(tmp_path, messy=True)
     jprefix = to_json_set(prefix)
     out = tmp_path / "back" / "pt"
-    assert main(["workload", "convert", str(jprefix.with_name("pj.1.json")), str(out)]) == 0
+    convert(jprefix.with_name("pj.1.json"), out)
     for r in range(4):
         assert (
             out.with_name(f"pt.{r}.et").read_bytes() == prefix.with_name(f"pt.{r}.et").read_bytes()
@@ -386,12 +402,11 @@ def test_json_reader_agrees_with_protobufs_json_parser(tmp_path):
         ('{"version": "0.0.4"}{"id": "-1"}', "out of range"),
     ],
 )
-def test_bad_chakra_json_is_a_one_line_error(tmp_path, text, msg, capsys):
+def test_bad_chakra_json_is_a_one_line_error(tmp_path, text, msg):
     for r in range(2):
         (tmp_path / f"b.{r}.json").write_text(text)
-    assert main(["workload", "inspect", str(tmp_path / "b")]) == 2
-    err = capsys.readouterr().err
-    assert msg in err and err.count("\n") == 1 and "b.0.json" in err
+    err = refused(tmp_path / "b")
+    assert msg in err and "b.0.json" in err
 
 
 def test_real_style_trace_decodes_without_protobufs_parser(tmp_path, monkeypatch):
