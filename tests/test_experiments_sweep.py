@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+import genie
 from genie.cli import main
 from genie.errors import UsageError
 from genie.sweep.grid import parse_grid
@@ -58,11 +59,10 @@ def test_sweep_compares_fabrics_in_one_table_and_one_figure(dp, tmp_path, capsys
     assert "spine" in rows[("4", "100gbit")]["busiest_link"]
     best = min(r["iteration_s"] for r in rows.values())
     assert all(r["vs_best"] == pytest.approx(r["iteration_s"] / best) for r in rows.values())
-    # each point is what `genie simulate` says for it
-    sim = ["simulate", dp, "--topology", "leaf_spine", "--leaves", "2", "--json"]
-    assert main([*sim, "--oversubscription", "4", "--bandwidth", "100gbit"]) == 0
-    one = json.loads(capsys.readouterr().out)["reports"][0]
-    assert one["iteration_s"] == pytest.approx(rows[("4", "100gbit")]["iteration_s"])
+    # each point is what `genie simulate` (genie.simulate) says for it
+    fabric = genie.Fabric(topology="leaf_spine", leaves=2, oversubscription=4, bandwidth="100gbit")
+    one = genie.simulate(genie.SimulateSpec(workload=dp, fabric=fabric)).reports[0]
+    assert one.iteration_s == pytest.approx(rows[("4", "100gbit")]["iteration_s"])
     for ext in ("json", "csv", "png", "svg", "pdf"):
         assert (out / f"sweep.{ext}").stat().st_size > 100
     saved = json.loads((out / "sweep.json").read_text())
