@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
+import genie
 from genie.cli import main
+from genie.commands.simulate import render
 from genie.errors import UsageError
 from genie.live.plan import compile_oplists
 from genie.sim import perturb
@@ -107,27 +107,28 @@ def test_emulate_op_lists_carry_the_stragglers_gaps() -> None:
 
 
 def test_simulate_reports_what_the_straggler_costs_and_who_waited(dp, capsys, tmp_path):
-    assert main(["simulate", dp, "--straggler", "2=1.5", "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)["reports"][0]
-    s = rep["stragglers"]
-    assert s["cost_s"] > 0 and s["baseline_s"] < s["iteration_s"] == rep["iteration_s"]
+    spec = genie.SimulateSpec(workload=dp)
+    sim = genie.simulate(spec.replace(perturb=genie.Perturb(stragglers=("2=1.5",))))
+    rep = sim.reports[0]
+    s = rep.stragglers
+    assert s["cost_s"] > 0 and s["baseline_s"] < s["iteration_s"] == rep.iteration_s
     by = {x["rank"]: x for x in s["by_rank"]}
     assert all(by[r]["waited_most_on"] == 2 and by[r]["wait_s"] > 0 for r in (0, 1, 3))
     assert by[2]["made_others_wait_s"] > 0
     # without a perturbation nothing is said (and symmetric ranks are still replayed once)
-    assert main(["simulate", dp, "--json"]) == 0
-    plain = json.loads(capsys.readouterr().out)["reports"][0]
-    assert plain["stragglers"] == {} and plain["symmetric"]
-    assert plain["iteration_s"] == pytest.approx(s["baseline_s"])
+    plain = genie.simulate(spec).reports[0]
+    assert plain.stragglers == {} and plain.symmetric
+    assert plain.iteration_s == pytest.approx(s["baseline_s"])
     # jitter from a file, seeded: the same twice, another seed differs
     f = tmp_path / "j.toml"
     f.write_text('seed = 1\njitter = "lognormal:0.2"\n')
     runs = []
-    for extra in ([], [], ["--seed", "2"]):
-        assert main(["simulate", dp, "--perturb", str(f), "--json", *extra]) == 0
-        runs.append(json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"])
+    for seed in (None, None, 2):
+        jitter = genie.Perturb(file=str(f), seed=seed)
+        runs.append(genie.simulate(spec.replace(perturb=jitter)).iteration_s)
     assert runs[0] == runs[1] != runs[2]
-    assert main(["simulate", dp, "--straggler", "2=1.5"]) == 0
+    # the printed report has the stragglers' table
+    render(sim)
     out = capsys.readouterr().out
     assert "stragglers over analytical" in out and "waited most on" in out
 
@@ -141,13 +142,13 @@ def test_bad_straggler_options_fail_with_one_line(dp, capsys, extra):
     assert len(err) == 1 and err[0].startswith("genie: error:")
 
 
-def test_a_straggler_in_one_job_of_two(dp, capsys):
+def test_a_straggler_in_one_job_of_two(dp):
     # global rank 5 is rank 1 of the second job; the first job does not wait on it
-    args = ["simulate", dp, dp, "--straggler", "5=2", "--json"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
-    by = {x["rank"]: x for x in doc["reports"][0]["stragglers"]["by_rank"]}
+    jobs = (genie.Job(workload=dp), genie.Job(workload=dp))
+    sim = genie.simulate(genie.SimulateSpec(jobs=jobs, perturb=genie.Perturb(stragglers=("5=2",))))
+    by = {x["rank"]: x for x in sim.reports[0].stragglers["by_rank"]}
     assert all(by[r]["wait_s"] == 0 for r in range(4))
     assert all(by[r]["waited_most_on"] == 5 for r in (4, 6, 7))
-    first, second = doc["jobs"]["jobs"]
+    assert sim.jobs is not None
+    first, second = sim.jobs["jobs"]
     assert second["alone_s"] > first["alone_s"]  # the straggler slows its own job alone too
