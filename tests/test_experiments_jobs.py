@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import numpy as np
 import pytest
 
+import genie
 from genie.cli import main
 from genie.collectives import topology as T
+from genie.commands.simulate import render
 from genie.errors import UsageError
 from genie.placement import job_blocks, parse_hosts, place_on
 from genie.sim.api import replay
@@ -76,21 +77,23 @@ def test_placement_helpers() -> None:
         merge_jobs([JobSpec("x", _pp_job(), (0, 1)), JobSpec("x", _pp_job(), (2, 3))])
 
 
-LEAF_SPINE = ["--topology", "leaf_spine", "--leaves", "2", "--oversubscription", "4"]
-LEAF_SPINE += ["--bandwidth", "100gbit", "--json"]
+LEAF_SPINE = genie.Fabric(topology="leaf_spine", leaves=2, oversubscription=4, bandwidth="100gbit")
 
 
-def _jobs(capsys, args) -> dict:
-    assert main(["simulate", *args]) == 0
-    return json.loads(capsys.readouterr().out)
-
-
-def test_rings_crossing_one_uplink_slow_each_other_and_disjoint_leaves_do_not(dp, capsys):
-    # leaves hold hosts 0-3 and 4-7; a job on 0,1,4,5 and one on 2,3,6,7 both cross the uplinks
-    crossing = _jobs(
-        capsys, [dp, dp, *LEAF_SPINE, "--job-hosts", "0,1,4,5", "--job-hosts", "2,3,6,7"]
+def _jobs(
+    dp: str, hosts: tuple[str, str], starts=(0.0, 0.0), fabric: genie.Fabric | None = None
+) -> genie.Simulation:
+    """Two jobs of ``dp`` on ``hosts`` (one entry per job), starting at ``starts``."""
+    jobs = tuple(
+        genie.Job(workload=dp, hosts=h, start=t) for h, t in zip(hosts, starts, strict=True)
     )
-    jobs = crossing["jobs"]
+    return genie.simulate(genie.SimulateSpec(jobs=jobs, fabric=fabric or genie.Fabric()))
+
+
+def test_rings_crossing_one_uplink_slow_each_other_and_disjoint_leaves_do_not(dp):
+    # leaves hold hosts 0-3 and 4-7; a job on 0,1,4,5 and one on 2,3,6,7 both cross the uplinks
+    jobs = _jobs(dp, ("0,1,4,5", "2,3,6,7"), fabric=LEAF_SPINE).jobs
+    assert jobs is not None
     assert [j["name"] for j in jobs["jobs"]] == ["dp", "dp#2"]
     for j in jobs["jobs"]:
         assert j["slowdown"] > 1.5, j  # the 4:1 uplinks shared by two all-reduce rings
@@ -100,30 +103,31 @@ def test_rings_crossing_one_uplink_slow_each_other_and_disjoint_leaves_do_not(dp
     assert all(set(x["bytes_by_job"]) == {"dp", "dp#2"} for x in jobs["contended_links"])
     assert jobs["contended_links"][0]["saturated_together_share"] > 0.5
     # the same two jobs each inside one leaf: no shared link, no slowdown
-    apart = _jobs(capsys, [dp, dp, *LEAF_SPINE, "--job-hosts", "0-3", "--job-hosts", "4-7"])
-    for j in apart["jobs"]["jobs"]:
+    apart = _jobs(dp, ("0-3", "4-7"), fabric=LEAF_SPINE).jobs
+    assert apart is not None
+    for j in apart["jobs"]:
         assert j["slowdown"] == pytest.approx(1.0, rel=1e-9)
-    assert apart["jobs"]["contended_links"] == []
-    assert apart["jobs"]["shared_hosts"] == []
+    assert apart["contended_links"] == []
+    assert apart["shared_hosts"] == []
 
 
-def test_jobs_on_the_same_hosts_share_their_nics_and_a_late_start_overlaps_less(dp, capsys):
-    same = _jobs(capsys, [dp, dp, "--job-hosts", "0-3", "--job-hosts", "0-3", "--json"])
-    assert same["jobs"]["shared_hosts"] == [0, 1, 2, 3]
-    slow = [j["slowdown"] for j in same["jobs"]["jobs"]]
+def test_jobs_on_the_same_hosts_share_their_nics_and_a_late_start_overlaps_less(dp):
+    same = _jobs(dp, ("0-3", "0-3")).jobs
+    assert same is not None
+    assert list(same["shared_hosts"]) == [0, 1, 2, 3]
+    slow = [j["slowdown"] for j in same["jobs"]]
     assert min(slow) > 1.3
-    hosts = ["--job-hosts", "0-3", "--job-hosts", "0-3"]
-    late = _jobs(capsys, [dp, dp, *hosts, "--job-start", "0", "--job-start", "50ms", "--json"])
+    late = _jobs(dp, ("0-3", "0-3"), starts=(0.0, "50ms"))
+    assert late.jobs is not None
     # 50 ms later the first job has finished: the second runs alone
-    a, b = late["jobs"]["jobs"]
+    a, b = late.jobs["jobs"]
     assert b["start_s"] == pytest.approx(0.05)
     assert a["slowdown"] == pytest.approx(1.0) and b["slowdown"] == pytest.approx(1.0)
-    assert late["reports"][0]["iteration_s"] == pytest.approx(0.05 + b["alone_s"])
+    assert late.reports[0].iteration_s == pytest.approx(0.05 + b["alone_s"])
 
 
 def test_jobs_text_output(dp, capsys):
-    hosts = ["--job-hosts", "0,1,4,5", "--job-hosts", "2,3,6,7"]
-    assert main(["simulate", dp, dp, *LEAF_SPINE[:-1], *hosts]) == 0
+    render(_jobs(dp, ("0,1,4,5", "2,3,6,7"), fabric=LEAF_SPINE))
     out = capsys.readouterr().out
     assert "jobs on one fabric" in out and "slowdown" in out
     assert "links the jobs contended on" in out

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from genie.cli import main
+import genie
 from genie.collectives import build_program
 from genie.collectives import topology as T
 from genie.collectives.cost import estimate
 from genie.collectives.data_exec import verify
 from genie.collectives.layout import buffer_bytes
 from genie.collectives.program import Op
+from genie.commands.simulate import render
 from genie.errors import CollectiveError, ValidationError
 from genie.live.plan import compile_oplists
 from genie.sim.adapter import compile_workload
@@ -143,21 +142,23 @@ def test_op_lists_ship_uneven_programs() -> None:
 
 
 def test_simulate_prices_and_reports_skewed_moe(tmp_path, capsys) -> None:
-    gen = ["workload", "generate", "moe", "--ranks", "4", "--layers", "1", "--hidden", "512"]
-    gen += ["--seq", "256", "--batch", "1", "--for", "genie"]
-    for skew_arg, name in (("0", "even"), ("1.5", "skew")):
-        assert main([*gen, "--expert-skew", skew_arg, "--out", str(tmp_path / name)]) == 0
-    capsys.readouterr()
-    docs = {}
-    for name in ("even", "skew"):
-        assert main(["simulate", str(tmp_path / name), "--bandwidth", "100gbit", "--json"]) == 0
-        docs[name] = json.loads(capsys.readouterr().out)["reports"][0]
+    sims = {}
+    for skew_arg, name in ((0.0, "even"), (1.5, "skew")):
+        spec = genie.MixtureOfExperts(
+            ranks=4, layers=1, hidden=512, seq=256, batch=1, expert_skew=skew_arg
+        )
+        save_workload(genie.generate(spec, target="genie").workload, tmp_path / name)
+        fabric = genie.Fabric(bandwidth="100gbit")
+        sims[name] = genie.simulate(
+            genie.SimulateSpec(workload=str(tmp_path / name), fabric=fabric)
+        )
+    docs = {name: sim.to_dict()["reports"][0] for name, sim in sims.items()}
     a2a = [c for c in docs["skew"]["collectives"] if c["collective"] == "all_to_all"]
     assert a2a and all(c["uneven"] > 1.5 for c in a2a)
     assert all(c["closed_form_s"] is None for c in a2a)
     even = [c for c in docs["even"]["collectives"] if c["collective"] == "all_to_all"]
     assert all(c["uneven"] is None for c in even)
     assert max(c["time"] for c in a2a) > 1.5 * max(c["time"] for c in even)
-    assert docs["skew"]["iteration_s"] > docs["even"]["iteration_s"]
-    assert main(["simulate", str(tmp_path / "skew"), "--rows", "50"]) == 0
+    assert sims["skew"].iteration_s > sims["even"].iteration_s
+    render(sims["skew"], rows=50)  # the printed table names the uneven all-to-alls
     assert "all_to_all_v" in capsys.readouterr().out
