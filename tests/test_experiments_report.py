@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import msgspec
+import numpy as np
 import pytest
 
 pytest.importorskip("matplotlib")
 
+import genie
 from genie.cli import main
 from genie.report.data import aggregate_ranks, network_label, sweep_figure
 from genie.report.plots import draw, time_unit
@@ -77,15 +80,14 @@ def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -
     save_workload(llm(64, tp=4, pp=2, layers=2, micro_batches=2, hidden=512, seq=256), big)
     sims = []
     for bw in ("100gbit", "400gbit"):
-        f = tmp_path / f"{bw}.json"
-        assert main(["simulate", str(dp), "--bandwidth", bw, "--json"]) == 0
-        f.write_text(capsys.readouterr().out)
-        sims += ["--sim", str(f)]
+        fabric = genie.Fabric(bandwidth=bw)
+        sim = genie.simulate(genie.SimulateSpec(workload=str(dp), fabric=fabric))
+        sims += ["--sim", str(_write_json(tmp_path / f"{bw}.json", sim.to_dict()))]
     trace = tmp_path / "t.json"
-    assert (
-        main(["simulate", str(big), "--ranks-per-host", "4", "--json", "--trace", str(trace)]) == 0
-    )
-    (tmp_path / "big.json").write_text(capsys.readouterr().out)
+    four = genie.Fabric(ranks_per_host=4)
+    sim = genie.simulate(genie.SimulateSpec(workload=str(big), fabric=four))
+    assert sim.write_trace(trace) > 0
+    _write_json(tmp_path / "big.json", sim.to_dict())
     out = tmp_path / "rep"
     args = ["report", *sims, "--trace", str(trace), "--out", str(out), "--json"]
     assert main(args) == 0
@@ -110,6 +112,16 @@ def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -
     ctl = one["sim0_timeline"]
     assert len(ctl["series"]) <= 16 and len(ctl["drilldown"]["series"]) > 16
     assert any("p2p #->#" in s["label"] for s in ctl["series"])
+
+
+def _write_json(path: Path, doc: dict) -> Path:
+    """``doc`` as the JSON the CLI's --json prints (numpy numbers as numbers, NaN as null)."""
+
+    def plain(o: object) -> object:
+        return o.item() if isinstance(o, np.generic) else str(o)
+
+    path.write_bytes(msgspec.json.encode(doc, enc_hook=plain))
+    return path
 
 
 def test_intra_host_and_inter_host_points_are_separate_curves() -> None:
