@@ -3,10 +3,10 @@ emulate and bench reports with the model error (nominal vs calibrated) on live l
 
 from __future__ import annotations
 
-import json
-
+import numpy as np
 import pytest
 
+import genie
 from genie.calibration.dilation import (
     check_dilation,
     dilated_topology,
@@ -18,6 +18,7 @@ from genie.cli import main
 from genie.collectives import build_program
 from genie.collectives import topology as T
 from genie.collectives.cost import estimate
+from genie.commands.emulate import render
 from genie.controller.local import LocalCluster
 from genie.errors import UsageError
 from genie.live.plan import compile_oplists, dilate_plan
@@ -120,14 +121,28 @@ def cluster(tmp_path_factory):
         yield cl
 
 
-def test_dilated_emulate_scales_the_gaps_and_reports_what_does_not_scale(cluster, tmp_path, capsys):
+def _plain(o: object) -> object:
+    """A numpy number as a number, anything else unknown to JSON as a string (as --json)."""
+    return o.item() if isinstance(o, np.generic) else str(o)
+
+
+def _emulate(cluster, prefix, store, **changes) -> genie.Emulation:
+    """Two measured iterations (no warm-up) of ``prefix`` on the local agents."""
+    spec = genie.EmulateSpec(
+        testbed=str(cluster.testbed_path),
+        workload=str(prefix),
+        store=str(store),
+        iterations=2,
+        warmup=0,
+    )
+    return genie.emulate(spec.replace(**changes))
+
+
+def test_dilated_emulate_scales_the_gaps_and_reports_what_does_not_scale(cluster, tmp_path):
     prefix = tmp_path / "step"
     save_workload(_step(5 * MS), prefix)
     store = tmp_path / "runs.sqlite"
-    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
-    args += ["--store", str(store), "--iterations", "2", "--warmup", "0", "--dilation", "4"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, store, dilation=4.0).doc()
     assert doc["dilation"] == 4
     # 10 ms of compute per iteration: on the wire it took 40 ms; reported / 4 it is >= 10 ms.
     # Had the gaps not been scaled, the reported time would be about 10 ms / 4.
@@ -164,10 +179,7 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
         )
     prefix = tmp_path / "step"
     save_workload(_step(1 * MS), prefix)
-    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--store", str(store)]
-    args += ["--iterations", "2", "--warmup", "0"]
-    assert main([*args, "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, store).doc()
     assert doc["calibration"] == cal_id  # --calibration latest: the newest of this testbed
     backends = [r["backend"] for r in doc["reports"]]
     assert backends[1:] == ["analytical", f"analytical (calibrated {cal_id})"]
@@ -180,12 +192,12 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
         assert r["calibrated_error_pct"] == pytest.approx(want)
     # the HTML report of the emulate JSON carries the same rows
     sim = tmp_path / "emulate.json"
-    sim.write_text(json.dumps(doc))
+    sim.write_bytes(msgspec.json.encode(doc, enc_hook=_plain))
     assert main(["report", "--sim", str(sim), "--out", str(tmp_path / "rep")]) == 0
     capsys.readouterr()
     html = (tmp_path / "rep" / "report.html").read_text()
     assert f"model error of {sim}" in html and "iteration (replayed)" in html
-    assert main([*args, "--calibration", "none"]) == 0
+    render(_emulate(cluster, prefix, store, calibration="none"))  # what genie emulate prints
     out = capsys.readouterr().out
     assert "model error per collective" in out and "model error of the iteration" in out
     assert "MAPE over" in out and "calibrated: not asked for (--calibration none)" in out
@@ -196,6 +208,14 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
     out = capsys.readouterr().out
     assert "model error per size" in out and f"calibrated {cal_id}" in out
     assert "dilated x2" in out and "dilation x2: times are the lab's divided by 2" in out
-    assert main([*bench, "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
+    spec = genie.BenchSpec(
+        testbed=str(cluster.testbed_path),
+        store=str(store),
+        sizes=(4096, 65536),
+        iters=3,
+        warmup=1,
+        calibration="latest",
+        progress=False,
+    )
+    rows = genie.bench(spec).to_dict()["rows"]
     assert all(r["calibrated_s"] and r["calibrated_error_pct"] is not None for r in rows)
