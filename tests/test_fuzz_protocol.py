@@ -18,8 +18,8 @@ from hypothesis import strategies as hs
 from genie.collectives.program import ProgramSpec
 from genie.errors import ProtocolError
 from genie.wire import messages as p
-from genie.wire.frames import MAX_FRAME_BYTES
 from genie.wire.clock import FakeClock
+from genie.wire.frames import MAX_FRAME_BYTES
 from genie_agent.state import AgentCore, State
 
 FRAME_CASES = 3000

@@ -11,8 +11,8 @@ from hypothesis import strategies as hs
 
 from genie.errors import ProtocolError
 from genie.wire import messages as p
-from genie.wire.frames import MAX_FRAME_BYTES
 from genie.wire.clock import estimate_offset, sample_offset
+from genie.wire.frames import MAX_FRAME_BYTES
 
 SAMPLES = [
     p.Hello(controller="c1", version="0.1.0"),
