@@ -1,5 +1,8 @@
 """ASTRA-sim files in ``genie simulate``: reading them, refusing what is wrong in one line naming
-the file and the key, ``--model astra-*`` end to end, and genie's own model set from them."""
+the file and the key, ``--model astra-*`` end to end, and genie's own model set from them.
+
+The models' figures are checked through ``genie.simulate``; the command line's refusals (exit 2,
+one line) through ``genie simulate``."""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import genie
 from genie.cli import main
-from genie.errors import ConfigError
+from genie.errors import ConfigError, GenieError
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.astra_config import AstraNetwork, load_comm_groups, load_network, load_system
@@ -54,6 +58,14 @@ def collective_workload(tmp_path, ctype, size, ranks=4, name="wl"):
     prefix = tmp_path / name / name
     save_workload(finish(name, builders), prefix)
     return str(prefix)
+
+
+def astra_spec(wl, model, network, system, comm_group=None) -> genie.SimulateSpec:
+    """A ``SimulateSpec`` of ``wl`` priced by ``model`` from ASTRA-sim's files."""
+    m = genie.Model(
+        kind=model, astra_network=str(network), astra_system=str(system), comm_group=comm_group
+    )
+    return genie.SimulateSpec(workload=str(wl), model=m)
 
 
 def astra(wl, model, network, system) -> list[str]:
@@ -228,51 +240,36 @@ def test_aware_model_refuses_multi_dimensional_networks(tmp_path):
 # ---- genie simulate ----------------------------------------------------------------------------
 
 
-def test_simulate_astra_models_end_to_end(tmp_path, capsys):
-    """Both ASTRA-sim models through the CLI: 43.0 us, as ASTRA-sim 2.0 prints for its shipped
-    4-NPU 1 MiB ring all-reduce sample (Ring_4npus.yml, Ring_4chunks.json)."""
+def test_simulate_astra_models_end_to_end(tmp_path):
+    """Both ASTRA-sim models: 43.0 us, as ASTRA-sim 2.0 prints for its shipped 4-NPU 1 MiB ring
+    all-reduce sample (Ring_4npus.yml, Ring_4chunks.json)."""
     wl = collective_workload(tmp_path, CollectiveType.ALL_REDUCE, 2**20)
     n, s = files(tmp_path)
     for model in ("astra-unaware", "astra-aware"):
-        assert main([*astra(wl, model, n, s), "--json"]) == 0
-        doc = json.loads(capsys.readouterr().out)
-        (rep,) = doc["reports"]
-        assert rep["backend"] == model
-        assert rep["iteration_s"] == pytest.approx(43000e-9, abs=1e-12)
-        assert "ASTRA-sim 2.0 analytical" in doc["network"] and "2^30 B/s" in doc["network"]
+        sim = genie.simulate(astra_spec(wl, model, n, s))
+        (rep,) = sim.reports
+        assert rep.backend == model
+        assert rep.iteration_s == pytest.approx(43000e-9, abs=1e-12)
+        assert "ASTRA-sim 2.0 analytical" in sim.network and "2^30 B/s" in sim.network
 
 
-def test_simulate_genie_model_from_astra_files(tmp_path, capsys):
+def test_simulate_genie_model_from_astra_files(tmp_path):
     """With --model genie the files set genie's own topology, bandwidth, latency, algorithm and
     chunks: the same figure as those options given by hand."""
     wl = collective_workload(tmp_path, CollectiveType.ALL_REDUCE, 2**20)
     n, s = files(tmp_path, **{"all-reduce-implementation": ["halvingDoubling"]})
-    assert (
-        main(["simulate", wl, "--astra-network", str(n), "--astra-system", str(s), "--json"]) == 0
+    via_files = genie.simulate(astra_spec(wl, "genie", n, s)).iteration_s
+    by_hand = genie.SimulateSpec(
+        workload=wl,
+        fabric=genie.Fabric(topology="ring", bandwidth="50GiB/s", latency="500ns"),
+        model=genie.Model(chunks=4, algorithm="all_reduce=halvingDoubling"),
     )
-    via_files = json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"]
-    by_hand = [
-        "simulate",
-        wl,
-        "--topology",
-        "ring",
-        "--bandwidth",
-        "50GiB/s",
-        "--latency",
-        "500ns",
-        "--chunks",
-        "4",
-        "--algorithm",
-        "all_reduce=halvingDoubling",
-        "--json",
-    ]
-    assert main(by_hand) == 0
-    assert json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"] == via_files
-    assert main([*by_hand[:-2], "all_reduce=ring", "--json"]) == 0  # the algorithm did matter
-    assert json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"] != via_files
+    assert genie.simulate(by_hand).iteration_s == via_files
+    ring = by_hand.replace(model=by_hand.model.replace(algorithm="all_reduce=ring"))
+    assert genie.simulate(ring).iteration_s != via_files  # the algorithm did matter
 
 
-def group_times(tmp_path, capsys, groups: dict, orders: list[dict], npus: int) -> list[float]:
+def group_times(tmp_path, groups: dict, orders: list[dict], npus: int) -> list[float]:
     """Iteration time of one all-reduce per rank in ``groups`` for each comm-group file."""
     builders = [RankBuilder(r) for r in range(npus)]
     for b in builders:
@@ -285,30 +282,29 @@ def group_times(tmp_path, capsys, groups: dict, orders: list[dict], npus: int) -
     times = []
     for order in orders:
         g.write_text(json.dumps(order))
-        argv = [*astra(prefix, "astra-unaware", n, s), "--comm-group", str(g), "--json"]
-        if main(argv) != 0:
-            return [*times, math.nan]
-        times.append(json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"])
+        spec = astra_spec(prefix, "astra-unaware", n, s, comm_group=str(g))
+        times.append(genie.simulate(spec).iteration_s)
     return times
 
 
-def test_simulate_comm_group_file(tmp_path, capsys):
+def test_simulate_comm_group_file(tmp_path):
     """--comm-group gives pg_name's ranks; a full-size group uses the network's own rings,
     whatever the listed order; a file that leaves out a calling rank is refused in one line."""
     orders = [{"5": [0, 1, 2, 3]}, {"5": [0, 2, 1, 3]}]
-    times = group_times(tmp_path, capsys, {"5": (0, 1, 2, 3)}, orders, 4)
+    times = group_times(tmp_path, {"5": (0, 1, 2, 3)}, orders, 4)
     assert times[0] == times[1] == pytest.approx(43000e-9, abs=1e-12)
-    assert math.isnan(group_times(tmp_path, capsys, {"5": (0, 1, 2, 3)}, [{"5": [0, 2]}], 4)[0])
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "group '5'" in err and "not a member" in err
+    with pytest.raises(GenieError) as exc:
+        group_times(tmp_path, {"5": (0, 1, 2, 3)}, [{"5": [0, 2]}], 4)
+    err = str(exc.value)
+    assert "\n" not in err and "group '5'" in err and "not a member" in err
 
 
-def test_simulate_group_ring_order_matters(tmp_path, capsys):
+def test_simulate_group_ring_order_matters(tmp_path):
     """A smaller comm group runs on a ring of its members in the listed order: on a Ring
     network 0-1-2-3 has 1-hop neighbours but 0-2-1-3 has 2-hop ones, so it is slower."""
     groups = {"1": (0, 1, 2, 3), "2": (4, 5, 6, 7)}
     orders = [{"1": [0, 1, 2, 3], "2": [4, 5, 6, 7]}, {"1": [0, 2, 1, 3], "2": [4, 5, 6, 7]}]
-    times = group_times(tmp_path, capsys, groups, orders, 8)
+    times = group_times(tmp_path, groups, orders, 8)
     assert times[1] > times[0] * 1.1
 
 
@@ -343,7 +339,7 @@ def test_simulate_refusals_are_one_line(tmp_path, capsys):
     one_line_error(capsys, astra(odd, "astra-unaware", n3, s5), "power-of-two")
 
 
-def test_broadcast_is_replayed_as_its_duration(tmp_path, capsys):
+def test_broadcast_is_replayed_as_its_duration(tmp_path):
     """ASTRA-sim runs BROADCAST as the node's duration on each rank (0 us -> 1 ns)."""
     builders = [RankBuilder(r) for r in range(4)]
     for b in builders:
@@ -354,8 +350,8 @@ def test_broadcast_is_replayed_as_its_duration(tmp_path, capsys):
     prefix = tmp_path / "bc" / "bc"
     save_workload(wl, prefix)
     n, s = files(tmp_path)
-    assert main([*astra(prefix, "astra-aware", n, s), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"] == pytest.approx(7e-6)
+    sim = genie.simulate(astra_spec(prefix, "astra-aware", n, s))
+    assert sim.iteration_s == pytest.approx(7e-6)
 
 
 def test_one_comm_op_per_rank_at_a_time(tmp_path):
