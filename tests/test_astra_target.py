@@ -9,6 +9,10 @@ REDUCE_SCATTER and ALL_TO_ALL run (REDUCE aborts, BROADCAST moves nothing); no C
 comm_src and comm_tag; every data_dep and ctrl_dep names a node of the file; some node has no
 dependency; no rank runs one collective type in two groups smaller than the world (a double free).
 When ASTRA-sim's analytical binary is on this machine, the files also run there to completion.
+
+The files come from the library (``genie.generate(spec, "astra-sim")``, ``genie.save_workload``),
+which ``genie workload generate`` calls; one test runs the command itself: its refusals and
+what it prints.
 """
 
 from __future__ import annotations
@@ -21,17 +25,18 @@ from pathlib import Path
 import pytest
 from google.protobuf.internal.decoder import _DecodeVarint32
 
+import genie
 from genie.cli import main
-from genie.workload import et_schema
+from genie.workload import et_schema, load_workload, save_workload, summarize
 
 RUNNABLE = {0, 2, 6, 7}  # ALL_REDUCE, ALL_GATHER, ALL_TO_ALL, REDUCE_SCATTER
 COLL, SEND, RECV = 7, 5, 6
 KINDS = {
-    "microbench": ["--sizes", "64KiB:1MiB:x4"],
-    "dp": ["--layers", "4", "--hidden", "512"],
-    "llm": ["--tp", "2", "--pp", "2", "--layers", "4", "--hidden", "512", "--seq", "256"],
-    "llm-zero": ["--tp", "2", "--pp", "2", "--layers", "4", "--hidden", "512", "--zero"],
-    "moe": ["--layers", "2", "--hidden", "512", "--seq", "256"],
+    "microbench": genie.Microbench(ranks=8, sizes=(64 << 10, 256 << 10, 1 << 20)),
+    "dp": genie.DataParallel(ranks=8, layers=4, hidden=512),
+    "llm": genie.Transformer(ranks=8, tp=2, pp=2, layers=4, hidden=512, seq=256),
+    "llm-zero": genie.Transformer(ranks=8, tp=2, pp=2, layers=4, hidden=512, zero=True),
+    "moe": genie.MixtureOfExperts(ranks=8, layers=2, hidden=512, seq=256),
 }
 
 
@@ -124,53 +129,37 @@ def astra_violations(prefix: Path, n: int) -> list[str]:
     return bad
 
 
-def generate(tmp: Path, kind: str, *extra: str, ranks: int = 8, name: str = "") -> Path:
+def generate(
+    tmp: Path, kind: str, target: str = "astra-sim", ranks: int = 8, name: str = ""
+) -> Path:
+    """Generate ``kind`` for ``target`` and write it as ``tmp/NAME.<rank>.et``: the prefix."""
     out = tmp / (name or kind)
-    args = KINDS[kind]
-    assert (
-        main(
-            [
-                "workload",
-                "generate",
-                kind.split("-")[0],
-                "--ranks",
-                str(ranks),
-                *args,
-                *extra,
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    gen = genie.generate(KINDS[kind].replace(ranks=ranks), target)
+    save_workload(gen.workload, out)
     return out
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_generated_workloads_keep_every_astra_sim_rule(tmp_path, kind, capsys):
+def test_generated_workloads_keep_every_astra_sim_rule(tmp_path, kind):
     prefix = generate(tmp_path, kind)
-    out = capsys.readouterr()
     assert astra_violations(prefix, 8) == []
-    assert f"--workload-configuration={prefix}" in out.out
-    assert main(["workload", "inspect", str(prefix), "--json"]) == 0
-    s = json.loads(capsys.readouterr().out)
+    s = summarize(load_workload(prefix))
     assert s["astra_sim"] == [] and s["problems"] == []
 
 
-def test_the_checker_catches_what_genie_form_breaks(tmp_path, capsys):
-    llm = generate(tmp_path, "llm", "--for", "genie")
+def test_the_checker_catches_what_genie_form_breaks(tmp_path):
+    llm = generate(tmp_path, "llm", "genie")
     bad = astra_violations(llm, 8)
     assert any("is not an integer (std::stoi)" in b for b in bad)
     assert any("double free" in b for b in bad)  # TP and DP all-reduce on one rank
-    mb = generate(tmp_path, "microbench", "--for", "genie", ranks=4)
+    mb = generate(tmp_path, "microbench", "genie", ranks=4)
     assert any("does not run" in b for b in astra_violations(mb, 4))
 
 
-def test_readable_group_names_survive_as_descriptions(tmp_path, capsys):
+def test_readable_group_names_survive_as_descriptions(tmp_path):
     prefix = generate(tmp_path, "llm")
-    capsys.readouterr()
-    assert main(["simulate", str(prefix), "--json"]) == 0
-    groups = {c["group"] for c in json.loads(capsys.readouterr().out)["reports"][0]["collectives"]}
+    sim = genie.simulate(genie.SimulateSpec(workload=str(prefix)))
+    groups = {c.group for c in sim.reports[0].collectives}
     assert "1 (tp_d0_p0)" in groups and any("(dp_p0_t0)" in g for g in groups)
 
 
@@ -182,18 +171,23 @@ def test_astra_sim_target_refuses_what_it_cannot_run(tmp_path, capsys):
     assert main([*args, "--types", "broadcast"]) == 2
     assert "moves no data" in capsys.readouterr().err
     assert main(args) == 0
-    assert "leaves out broadcast, reduce" in capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "leaves out broadcast, reduce" in out.err
+    # the command says how to run the files in ASTRA-sim, and they keep its rules
+    assert f"--workload-configuration={tmp_path / 'x'}" in out.out
+    assert astra_violations(tmp_path / "x", 4) == []
 
 
-def test_llm_dp_sync_split_is_the_same_time_as_all_reduce_in_genie(tmp_path, capsys):
+def test_llm_dp_sync_split_is_the_same_time_as_all_reduce_in_genie(tmp_path):
     """The astra-sim form's RS + AG prices as the all-reduce it stands for (ring)."""
     a = generate(tmp_path, "llm")
-    b = generate(tmp_path, "llm", "--for", "genie", name="g")
-    capsys.readouterr()
+    b = generate(tmp_path, "llm", "genie", name="g")
     times = []
     for p in (a, b):
-        assert main(["simulate", str(p), "--json", "--algorithm", "ring", "--latency", "0"]) == 0
-        times.append(json.loads(capsys.readouterr().out)["reports"][0]["iteration_s"])
+        spec = genie.SimulateSpec(
+            workload=str(p), fabric=genie.Fabric(latency=0), model=genie.Model(algorithm="ring")
+        )
+        times.append(genie.simulate(spec).iteration_s)
     assert times[0] == pytest.approx(times[1], rel=1e-6)
 
 
@@ -223,7 +217,7 @@ SYSTEM = {
 
 @pytest.mark.skipif(not ASTRA_BIN.is_file(), reason=f"ASTRA-sim binary not at {ASTRA_BIN}")
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_generated_workloads_run_in_astra_sim(tmp_path, kind, capsys):
+def test_generated_workloads_run_in_astra_sim(tmp_path, kind):
     prefix = generate(tmp_path, kind)
     (tmp_path / "sys.json").write_text(json.dumps(SYSTEM))
     (tmp_path / "net.yml").write_text(
