@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import genie
 from genie import cli
 from genie.capture import api
 from genie.capture.api import convert_answer, jax_available, lower_in_subprocess, parse_mesh
@@ -212,18 +213,15 @@ def test_explicit_collectives_permute_a2a_rs_ag(captures, n, mesh):
 
 
 @needs_jax
-def test_captured_workloads_inspect_clean_and_simulate(captures, capsys):
+def test_captured_workloads_inspect_clean_and_simulate(captures):
     for (target, mesh), res in captures.items():
         prefix = _prefix(res)
         wl = load_workload(prefix)
         assert summarize(wl)["problems"] == [], (target, mesh)
-        capsys.readouterr()
-        assert cli.main(["simulate", str(prefix), "--json"]) == 0
-        doc = json.loads(capsys.readouterr().out)
-        rep = doc["reports"][0]
-        assert rep["n_ranks"] == wl.n_ranks
+        rep = genie.simulate(genie.SimulateSpec(workload=str(prefix))).reports[0]
+        assert rep.n_ranks == wl.n_ranks
         compute = sum(n.duration_s for n in wl.ranks[0].nodes if n.type == 4)
-        assert rep["iteration_s"] >= compute
+        assert rep.iteration_s >= compute
         # one report row per collective instance: (group, k-th call) over ranks, one per send
         instances, sends = set(), 0
         for st in res.conversion.stats:
@@ -235,7 +233,7 @@ def test_captured_workloads_inspect_clean_and_simulate(captures, capsys):
                 k = seen.get(c.pg_name, 0)
                 seen[c.pg_name] = k + 1
                 instances.add((c.pg_name, k))
-        assert len(rep["collectives"]) == len(instances) + sends, (target, mesh)
+        assert len(rep.collectives) == len(instances) + sends, (target, mesh)
 
 
 @needs_jax
