@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
-from genie.cli import main
+import genie
 from genie.collectives import topology as T
+from genie.commands.simulate import render
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.attribution import busiest_links, dimension_of, exposed_by
@@ -79,11 +78,10 @@ def test_an_oversubscribed_uplink_is_named_the_bottleneck():
 
 def test_simulate_json_and_text_carry_where_the_time_goes(tmp_path, capsys):
     prefix = tmp_path / "llm"
-    assert main(["workload", "generate", "llm", "--ranks", "8", "--out", str(prefix)]) == 0
-    capsys.readouterr()
-    assert main(["simulate", str(prefix), "--json"]) == 0
-    rep = json.loads(capsys.readouterr().out)["reports"][0]
+    genie.save_workload(genie.generate(genie.Transformer(ranks=8)).workload, prefix)
+    sim = genie.simulate(genie.SimulateSpec(workload=str(prefix)))
+    rep = sim.to_dict()["reports"][0]
     assert rep["exposed_by_dimension"] and rep["exposed_by_collective"] and rep["links"]
-    assert main(["simulate", str(prefix)]) == 0
+    render(sim)  # what genie simulate prints
     out = " ".join(capsys.readouterr().out.split())
     assert "where the exposed communication goes" in out and "busiest links" in out
