@@ -1,12 +1,15 @@
-"""``genie emulate --mode overlapped``: op-list compilation, and the whole trace on live agents."""
+"""``genie emulate --mode overlapped``: op-list compilation, and the whole trace on live agents.
+
+What the wire did is checked on ``genie.emulate``'s documents; one test checks what the command
+prints."""
 
 from __future__ import annotations
 
-import json
 import statistics
 
 import pytest
 
+import genie
 from genie.cli import main
 from genie.controller.local import LocalCluster
 from genie.errors import UsageError
@@ -171,17 +174,26 @@ def cluster(tmp_path_factory):
         yield cl
 
 
+def _emulate(cluster, prefix, store, **changes) -> dict:
+    """The document of ``genie emulate`` (2 iterations, no warm-up unless changed)."""
+    spec = genie.EmulateSpec(
+        testbed=str(cluster.testbed_path),
+        workload=str(prefix),
+        store=str(store),
+        iterations=2,
+        warmup=0,
+    )
+    return genie.emulate(spec.replace(**changes)).doc()
+
+
 def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
-    cluster, tmp_path, capsys
+    cluster, tmp_path
 ) -> None:
     prefix = tmp_path / "ov"
     save_workload(_overlap_workload(), prefix)
     store = tmp_path / "runs.sqlite"
-    base = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--store", str(store)]
-    base += ["--iterations", "3", "--warmup", "1", "--json"]
     # A and B are of one group: only with no issue-order limit may they share the wire
-    assert main([*base, "--comm-concurrency", "0"]) == 0  # overlapped is the default
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, store, iterations=3, warmup=1, comm_concurrency=0)
     assert doc["mode"] == "overlapped"
     a, b, c = sorted(doc["instances"], key=lambda x: x["iid"])
     assert all(x["collective"] == "all_reduce" and x["size"] == SIZE for x in (a, b, c))
@@ -215,8 +227,7 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
         assert len(rs.instances(info.run_id, include_warmup=True)) == 3 * 4
 
     # the isolated mode measures the same all-reduce alone: the overlapped A and B are slower
-    assert main([*base, "--mode", "isolated"]) == 0
-    iso = json.loads(capsys.readouterr().out)
+    iso = _emulate(cluster, prefix, store, iterations=3, warmup=1, mode="isolated")
     assert iso["mode"] == "isolated"
     (coll,) = iso["collectives"]
     alone = coll["measured_p50_s"]
@@ -229,14 +240,11 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
 
 
 def test_collectives_of_one_group_run_one_at_a_time_on_the_wire_by_default(
-    cluster, tmp_path, capsys
+    cluster, tmp_path
 ) -> None:
     prefix = tmp_path / "ov"
     save_workload(_overlap_workload(), prefix)
-    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
-    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, tmp_path / "r.sqlite")
     assert any("issue order, one at a time" in w for w in doc["wire"])
     a, b, _ = sorted(doc["instances"], key=lambda x: x["iid"])
     for ra, rb in zip(a["rank_intervals_s"], b["rank_intervals_s"], strict=True):
@@ -256,17 +264,14 @@ def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     assert "on the wire: collectives of one process group run in issue order" in out
 
 
-def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_path, capsys):
+def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_path):
     # ranks beyond hosts: two ranks per agent, each its own executor thread; two groups of two
     # all-reduce at once (ranks 0,2 and 1,3 with round-robin placement: across the agents)
     from genie.workload.generators import data_parallel
 
     prefix = tmp_path / "dp4"
     save_workload(data_parallel(4, layers=2, hidden=64, bucket_bytes=12 * 64 * 64 * 2), prefix)
-    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
-    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
-    assert main([*args, "--placement", "round-robin"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, tmp_path / "r.sqlite", placement="round-robin")
     insts = doc["instances"]
     assert len(insts) == 2 and all(x["ranks"] == [0, 1, 2, 3] for x in insts)
     # ranks 0, 2 share h0 and 1, 3 share h1: their steps take the intra-host model, said so
@@ -280,14 +285,11 @@ def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_p
     assert b["intervals_s"][0][0] > a["intervals_s"][0][0]
 
 
-def test_by_default_one_groups_collectives_take_turns_on_the_wire(cluster, tmp_path, capsys):
+def test_by_default_one_groups_collectives_take_turns_on_the_wire(cluster, tmp_path):
     # NCCL's stream order: A and B of the same group, issued together, run one after the other
     prefix = tmp_path / "ov"
     save_workload(_overlap_workload(), prefix)
-    args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path), "--json"]
-    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = _emulate(cluster, prefix, tmp_path / "r.sqlite")
     a, b, _c = sorted(doc["instances"], key=lambda x: x["iid"])
     for ra, rb in zip(a["rank_intervals_s"], b["rank_intervals_s"], strict=True):
         for (r, _sa, ea), (_, sb, _eb) in zip(ra, rb, strict=True):
