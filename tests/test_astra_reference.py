@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from genie.api.workload import build
 from genie.cli import build_parser
-from genie.commands.workload import build_generated
+from genie.commands.workload import generate_spec
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.astra_config import load_network, load_system
@@ -41,7 +42,7 @@ def workload(spec: str):
             b.collective(w["collective"], CollectiveType[w["collective"].upper()], w["bytes"])
         return finish("micro", builders)
     ns = build_parser().parse_args(["workload", "generate", *w["generate"], "--out", "unused"])
-    return build_generated(ns)
+    return build(generate_spec(ns), ns.target, [])
 
 
 def fingerprint(wl) -> str:

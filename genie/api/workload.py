@@ -130,8 +130,8 @@ def microbench_types(spec: Microbench, target: Target) -> tuple[list[CollectiveT
     return types, []
 
 
-def _build(spec: GenerateSpec, target: Target, notes: list[str]) -> Workload:
-    """Call the generator of ``spec``'s kind."""
+def build(spec: GenerateSpec, target: Target, notes: list[str]) -> Workload:
+    """Call the generator of ``spec``'s kind, unvalidated (``notes``: what ``target`` changed)."""
     from genie.workload.generators import data_parallel, llm, microbench, moe
 
     n = spec.ranks
@@ -208,7 +208,7 @@ def generate(spec: GenerateSpec, target: Target = "astra-sim") -> Generated:
         )
     notes: list[str] = []
     with progress.stage(f"generating {kind} for {spec.ranks} ranks"):
-        wl = _build(spec, target, notes)
+        wl = build(spec, target, notes)
     if target == "astra-sim":
         from genie.workload.astra import to_integer_groups
 
