@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from genie.cli import main
+import genie
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.compiled import GraphBuilder
@@ -78,15 +76,14 @@ def test_ordering_never_makes_a_cycle_when_deps_point_forward():
     assert rep.iteration_s > 1 * MS  # it ran to the end: no dependency cycle was added
 
 
-def test_simulate_cli_says_which_order_it_used(tmp_path, capsys):
+def test_simulate_says_which_order_it_used(tmp_path):
     prefix = tmp_path / "dp"
-    assert main(["workload", "generate", "dp", "--ranks", "4", "--out", str(prefix)]) == 0
-    capsys.readouterr()
+    genie.save_workload(genie.generate(genie.DataParallel(ranks=4)).workload, prefix)
     runs = {}
-    for k in ("1", "0"):
-        assert main(["simulate", str(prefix), "--comm-concurrency", k, "--json"]) == 0
-        rep = json.loads(capsys.readouterr().out)["reports"][0]
+    for k in (1, 0):
+        model = genie.Model(comm_concurrency=k)
+        rep = genie.simulate(genie.SimulateSpec(workload=str(prefix), model=model)).reports[0]
         runs[k] = rep
-        assert any(n.startswith("stream order:") for n in rep["notes"])
-    assert "one at a time in issue order" in " ".join(runs["1"]["notes"])
-    assert runs["1"]["iteration_s"] != runs["0"]["iteration_s"]
+        assert any(n.startswith("stream order:") for n in rep.notes)
+    assert "one at a time in issue order" in " ".join(runs[1].notes)
+    assert runs[1].iteration_s != runs[0].iteration_s
