@@ -38,8 +38,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from genie.collectives.cost import estimate  # noqa: E402
-from genie.controller.bench import plan_sizes  # noqa: E402
 from genie.controller.results import measured, stats  # noqa: E402
+from genie.controller.sweep import plan_sizes  # noqa: E402
 from genie.testbed import Testbed, loads_testbed  # noqa: E402
 from genie.testbed.flows import observed_paths  # noqa: E402
 from genie.units import format_bytes, parse_size_sweep  # noqa: E402

@@ -36,9 +36,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from genie.collectives.cost import estimate  # noqa: E402
-from genie.controller.bench import plan_sizes, run_size  # noqa: E402
 from genie.controller.local import open_controller  # noqa: E402
 from genie.controller.results import measured, stats  # noqa: E402
+from genie.controller.sweep import plan_sizes, run_size  # noqa: E402
 from genie.testbed import Testbed, loads_testbed, netns, state  # noqa: E402
 from genie.units import format_bytes, parse_size_sweep  # noqa: E402
 from genie.wire.messages import DataOptions  # noqa: E402

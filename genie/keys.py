@@ -28,7 +28,6 @@ CONTROLLER = "controller"
 AGENT = "agent"
 TRUSTED_DIR = "trusted"
 KEY_ENV = "GENIE_KEYS"  # an agent started without --keys reads its key directory from here
-ZAP_DOMAIN = "genie"
 
 
 @dataclass(frozen=True)

@@ -77,8 +77,8 @@ def test_the_dilated_model_is_the_lab_model_divided_by_k_and_latency_is_what_doe
 
 def test_bench_rows_are_divided_by_k_and_bandwidths_multiplied():
     from genie.api.benchmark import dilate
-    from genie.controller.bench import SizeRow
     from genie.controller.results import stats
+    from genie.controller.sweep import SizeRow
 
     row = SizeRow(
         size=1 << 20,

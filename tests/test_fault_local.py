@@ -205,7 +205,7 @@ def test_lost_controller_agents_go_idle_and_accept_the_next(cluster, how) -> Non
 
 
 def test_batched_size_stores_each_go_before_a_kill(cluster, tmp_path) -> None:
-    from genie.controller.bench import run_size
+    from genie.controller.sweep import run_size
     from genie.store import RunStore
 
     names = [h.name for h in cluster.testbed.hosts]

@@ -283,7 +283,7 @@ class _FakeCtl:
 def test_bench_with_a_clock_runs_warmups_apart_and_starts_it_at_the_first_measured_go(
     batched,
 ) -> None:
-    from genie.controller.bench import run_size
+    from genie.controller.sweep import run_size
 
     ctl, starts, batches = _FakeCtl(), [], []
     got = run_size(

@@ -111,7 +111,7 @@ def test_parallel_streams_and_repeated_gos_reuse_connections(ctl) -> None:
 
 
 def test_sweep_hands_over_each_batch_as_it_ends(ctl) -> None:
-    from genie.controller.bench import sweep
+    from genie.controller.sweep import sweep
 
     progs = [build_program("all_gather", "ring", 4, s) for s in (1024, 8192)]
     batches: list[tuple[int, list[int], list[bool]]] = []

@@ -29,10 +29,10 @@ from genie.collectives.cost import nccl_size
 from genie.collectives.program import Program
 from genie.collectives.registry import DEFAULT_ALGORITHM, canonical_algorithm, canonical_collective
 from genie.collectives.topology import Topology
-from genie.controller.bench import SizeRow, plan_sizes, sweep
 from genie.controller.results import Instance
 from genie.controller.session import Timeouts
 from genie.controller.stored_run import StoredRun
+from genie.controller.sweep import SizeRow, plan_sizes, sweep
 from genie.errors import GenieError, UsageError
 from genie.faults.effect import fault_effect, fault_windows
 from genie.faults.run import plan as plan_faults

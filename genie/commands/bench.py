@@ -33,7 +33,7 @@ from genie.commands._calibration import add_dilation_argument
 from genie.commands._faults import add_argument as add_faults_argument
 from genie.commands._faults import print_applied
 from genie.commands._model_error import print_error_table
-from genie.controller.bench import SizeRow
+from genie.controller.sweep import SizeRow
 from genie.placement import MODES as PLACEMENTS
 from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds

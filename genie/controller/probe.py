@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 
 from genie.collectives import build_program
-from genie.controller.bench import run_size
 from genie.controller.local import open_controller
+from genie.controller.sweep import run_size
 from genie.errors import RuntimeFault
 from genie.testbed.model import Link, Testbed
 from genie.units import format_bytes

@@ -1,7 +1,7 @@
 """Running plans on the live testbed through the controller's public API.
 
 * ``measure_all`` (isolated mode): every distinct transfer prepared, run and released in turn
-  (``genie.controller.bench.run_size``);
+  (``genie.controller.sweep.run_size``);
 * ``emulate_overlapped``: every instance's program prepared once, then the op lists run
   warm-up + iterations times with ``Controller.run_oplists``; each run is a ``Pass`` of
   per-instance and per-rank times on the controller clock; ``instance_medians`` reduces them.
@@ -38,8 +38,8 @@ def measure_all(
     ``model_placement``: each global rank's topology host (its NIC's endpoint) for the model
     (default: its agent, right where every host has one NIC)."""
     from genie.collectives.cost import estimate
-    from genie.controller.bench import run_size
     from genie.controller.results import measured
+    from genie.controller.sweep import run_size
     from genie.errors import GenieError
 
     out: dict[Key, Measured] = {}
