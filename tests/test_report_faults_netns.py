@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra 'report')")
 
+import genie
 from genie.cli import main
 from genie.store import RunStore
 from tests._agents import netns_unavailable
@@ -29,11 +30,21 @@ SIZES = (256 * 1024, 512 * 1024)
 ITERS = 30
 
 
-def _bench(path, store, capsys, *extra) -> str:
-    capsys.readouterr()  # what the test printed before is not the command's JSON
-    args = ["bench", "--testbed", str(path), "--sizes", "256KiB,512KiB", "--store", str(store)]
-    assert main([*args, "--warmup", "2", "--json", *extra]) == 0
-    return json.loads(capsys.readouterr().out)["run_id"]
+def _bench(path, store, iters: int, faults: str | None = None) -> str:
+    """A stored ``genie bench`` run of SIZES on ``path`` (2 warm-ups): its id."""
+    spec = genie.BenchSpec(
+        testbed=str(path),
+        sizes=SIZES,
+        iters=iters,
+        warmup=2,
+        calibration="latest",  # as genie bench
+        faults=faults,
+        store=str(store),
+        progress=False,
+    )
+    run_id = genie.bench(spec).run_id
+    assert run_id is not None
+    return run_id
 
 
 def _report(run_id, store, out, capsys) -> dict:
@@ -46,8 +57,8 @@ def test_report_of_a_bench_with_faults_shows_them_on_the_wire(tmp_path, capsys) 
     store = tmp_path / "r.sqlite"
     schedule = "at 150ms: h0 link rate 40mbit for 300ms"
     with star(tmp_path, "rf-star", PREFIX, 2, "200mbit") as path:
-        faulty = _bench(path, store, capsys, "--iters", str(ITERS), "--faults", schedule)
-        clean = _bench(path, store, capsys, "--iters", "5")
+        faulty = _bench(path, store, ITERS, faults=schedule)
+        clean = _bench(path, store, 5)
     with RunStore(store) as rs:
         meta = rs.run(faulty).meta["faults"]
         measured = rs.instances(faulty)
