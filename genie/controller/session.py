@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -636,7 +636,7 @@ class Controller:
 
     def run_oplists(
         self,
-        rank_ops: dict[int, OpList],
+        rank_ops: Mapping[int, OpList],
         rank_agents: Sequence[str],
         *,
         lead_s: float | None = None,

@@ -12,21 +12,28 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+import numpy as np
 
 from genie.calibration.accuracy import ErrorRow
 from genie.calibration.dilation import dilated_topology, dilation_note, kept_latency_topology
 from genie.calibration.model import Calibration, calibrate_topology
+from genie.collectives.program import Program
+from genie.collectives.topology import Topology
 from genie.errors import GenieError
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.engine import RawResult
+from genie.sim.network import AnalyticalBackend
+from genie.sim.report import SimReport
 
 
 @dataclass
 class Models:
     """Nominal and calibrated topologies of a testbed as an emulate run reports them."""
 
-    nominal: Any
-    calibrated: Any | None
-    lab: Any  # the undilated model of the lab (calibrated when there is a calibration)
+    nominal: Topology
+    calibrated: Topology | None
+    lab: Topology  # the undilated model of the lab (calibrated when there is a calibration)
     calibration: Calibration | None
     k: float
     source: str  # what the nominal model prices, in words
@@ -38,7 +45,7 @@ class Models:
         dil = f", dilated x{self.k:g}" if self.k != 1 else ""
         return f"{self.source}{dil}"
 
-    def price(self, program: Any, hosts: Sequence[Any]) -> tuple[float | None, float | None]:
+    def price(self, program: Program, hosts: Sequence[str]) -> tuple[float | None, float | None]:
         """(nominal s, calibrated s) of one program alone (None where the model declines)."""
         from genie.collectives.cost import estimate
 
@@ -51,11 +58,15 @@ class Models:
         return out[0], out[1]
 
     def backends(
-        self, placement: Sequence[Any], n_ranks: int, algos, chunks: int, splits=None
-    ) -> list:
+        self,
+        placement: Sequence[str],
+        n_ranks: int,
+        algos: dict[str, str],
+        chunks: int,
+        splits: dict[int, np.ndarray] | None = None,
+    ) -> list[AnalyticalBackend]:
         """Analytical replay backends: nominal, then calibrated (when there is one);
         ``splits``: the workload's all-to-all-v matrices (``Instances.splits``)."""
-        from genie.sim.network import AnalyticalBackend
         from genie.sim.program_pricer import ProgramPricer
 
         nominal = ProgramPricer(self.nominal, placement, n_ranks, algos, chunks)
@@ -69,13 +80,17 @@ class Models:
         return out
 
     def dilation_note(
-        self, cw: Any, placement: Sequence[Any], algos, chunks: int, symmetry: bool
+        self,
+        cw: CompiledWorkload,
+        placement: Sequence[str],
+        algos: dict[str, str],
+        chunks: int,
+        symmetry: bool,
     ) -> str | None:
         """For a dilated run: what did not scale and how much it matters for the iteration."""
         if self.k == 1:
             return None
         from genie.sim.api import replay
-        from genie.sim.network import AnalyticalBackend
         from genie.sim.program_pricer import ProgramPricer
 
         times = []
@@ -90,7 +105,11 @@ class Models:
 
 
 def models(
-    topology: Any, calibration: Calibration | None, k: float, source: str, asked: str = "latest"
+    topology: Topology,
+    calibration: Calibration | None,
+    k: float,
+    source: str,
+    asked: str = "latest",
 ) -> Models:
     """The models of an emulate run on ``topology`` (see ``Models``); ``asked`` is what
     ``--calibration`` said (to say why there is no calibrated model)."""
@@ -114,7 +133,7 @@ def models(
     return Models(topology, cal_topo, lab, calibration, k, source, missing)
 
 
-def iteration_row(reports: Sequence[Any], label: str = "iteration") -> ErrorRow:
+def iteration_row(reports: Sequence[SimReport], label: str = "iteration") -> ErrorRow:
     """The replay's iteration: measured times (first report) vs nominal vs calibrated."""
     return ErrorRow(
         label,
@@ -125,7 +144,7 @@ def iteration_row(reports: Sequence[Any], label: str = "iteration") -> ErrorRow:
     )
 
 
-def last_comm_end_s(raw: Any) -> float | None:
+def last_comm_end_s(raw: RawResult) -> float | None:
     """When a replay's last communication instance ended, s (None when there is none): what
     the wire's makespan, from the common start to the last op's end, is comparable with."""
     return float(raw.inst_end.max()) if len(raw.inst_end) else None

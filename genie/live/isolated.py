@@ -133,6 +133,7 @@ def run_isolated(
             bar.advance()
             bar.describe(f"{m.collective} {m.key[1]} B done")
 
+        assert run.ctl is not None  # StoredRun connected it on entering
         table = measure_all(
             run.ctl,
             keys,
@@ -178,9 +179,7 @@ def run_isolated(
         for key, m in table.items()
     ]
     errors = [
-        ErrorRow(
-            f"{m.collective} n={len(m.key[2])}", m.key[1], m.p50, m.modeled_s, calibrated[key]
-        )
+        ErrorRow(f"{m.collective} n={len(m.key[2])}", m.key[1], m.p50, m.modeled_s, calibrated[key])
         for key, m in table.items()
     ]
     return Isolated(

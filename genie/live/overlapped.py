@@ -329,5 +329,3 @@ def _trace_faults(path: str, fault_doc: dict, runs: list[dict], n_ranks: int) ->
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     events.extend(trace_events(fault_doc, runs, n_ranks + 1))
     p.write_text(json.dumps(doc))
-
-

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from genie.sim.compiled import CompiledWorkload
+from genie.collectives.program import Program
+from genie.sim.compiled import CompiledRank, CompiledWorkload
 from genie.sim.network import ZeroNetwork
 from genie.vocabulary import P2P, planned_name
 from genie.wire.messages import DataOptions
@@ -36,7 +36,7 @@ def distinct_transfers(cw: CompiledWorkload) -> dict[Key, int]:
     return out
 
 
-def plan_key(key: Key, algorithms: dict[str, str] | None = None, chunks: int = 1) -> Any:
+def plan_key(key: Key, algorithms: dict[str, str] | None = None, chunks: int = 1) -> Program:
     """The step program of one distinct transfer (group-local ranks 0..n-1)."""
     from genie.collectives import build_program
 
@@ -51,7 +51,7 @@ class OpListPlan:
     """The compiled communication of a workload: one program per instance, per-rank op lists."""
 
     iids: list[int]  # program index -> instance id
-    programs: list[Any]
+    programs: list[Program]
     rank_ops: dict[int, list[tuple[int, list[int], int]]]  # rank -> [(program, deps, gap_ns)]
     op_iid: dict[int, list[int]]  # rank -> instance id of each op
     # rank -> per op the earlier ops it waits for in issue order (same process group), no gap
@@ -109,7 +109,7 @@ def _topo(n: int, ptr: np.ndarray, idx: np.ndarray) -> list[int]:
 
 
 def _issue_order(
-    cr: Any, comm: list[int], group: np.ndarray, seq: np.ndarray, window: int
+    cr: CompiledRank, comm: list[int], group: np.ndarray, seq: np.ndarray, window: int
 ) -> dict[int, int]:
     """node -> the node of the same process group ``window`` collectives earlier on this rank.
 

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from genie.collectives.program import Program
+from genie.collectives.topology import Topology
+from genie.controller.results import Instance
+from genie.controller.session import Controller
 from genie.live.backends import Measured
 from genie.live.plan import Key, OpListPlan, plan_key
+from genie.wire.messages import DataOptions
 
 
 def measure_all(
-    ctl: Any,
+    ctl: Controller,
     keys: dict[Key, int],
     rank_agents: Sequence[str],
     *,
@@ -28,9 +32,9 @@ def measure_all(
     warmup: int,
     algorithms: dict[str, str] | None = None,
     chunks: int = 1,
-    options: Any = None,
-    topology: Any = None,
-    on_done: Callable[[Measured, Any, list], None] | None = None,
+    options: DataOptions | None = None,
+    topology: Topology | None = None,
+    on_done: Callable[[Measured, Program, list[Instance]], None] | None = None,
     model_placement: Sequence[str] | None = None,
 ) -> dict[Key, Measured]:
     """Run every distinct transfer on the agents in turn; ``on_done`` sees each as measured.
@@ -90,7 +94,7 @@ class Pass:
 
 
 def run_pass(
-    ctl: Any,
+    ctl: Controller,
     plan: OpListPlan,
     rank_agents: Sequence[str],
     *,
@@ -132,13 +136,13 @@ def run_pass(
 
 
 def emulate_overlapped(
-    ctl: Any,
+    ctl: Controller,
     plan: OpListPlan,
     rank_agents: Sequence[str],
     *,
     iters: int,
     warmup: int,
-    options: Any = None,
+    options: DataOptions | None = None,
     on_pass: Callable[[int, Pass], None] | None = None,
     on_start: Callable[[int], None] | None = None,
 ) -> list[Pass]:
@@ -147,7 +151,7 @@ def emulate_overlapped(
     the warm-up runs) before its Go."""
     from genie.errors import UsageError
 
-    if options is not None and getattr(options, "transport", "tcp") != "tcp":
+    if options is not None and options.transport != "tcp":
         raise UsageError("overlapped emulation runs op lists on the TCP data plane only")
     ctl.prepare(plan.programs, list(rank_agents), options)
     passes = []

@@ -121,5 +121,3 @@ def replay_all(
     if trace:
         chrome_trace(cw, raws[0], trace)
     return reports, raws
-
-

@@ -66,6 +66,10 @@ class Pricer(Protocol):
         """A name for every link, in the order of ``capacity()``."""
         ...
 
+    def describe(self) -> str:
+        """The network it prices, in one line (reports say it beside every number)."""
+        ...
+
 
 def generic_link_names(n_links: int) -> list[str]:
     """``link 0``, ``link 1``...: the names of links a pricer does not name."""
@@ -86,6 +90,10 @@ class CachedPricer:
     def capacity(self) -> np.ndarray:
         """Bandwidth of every link, bytes/s."""
         raise NotImplementedError
+
+    def describe(self) -> str:
+        """The network it prices, in one line (subclasses say more)."""
+        return f"{type(self).__name__}: {len(self.capacity())} links"
 
     def _price(self, transfer: Transfer) -> Demand:
         raise NotImplementedError

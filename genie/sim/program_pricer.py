@@ -54,7 +54,7 @@ class ProgramPricer(UnevenPricing, CachedPricer):
     def __init__(
         self,
         topology: Any,
-        placement: Sequence[int],
+        placement: Sequence[int | str],  # each rank's host: index or name
         n_ranks: int | None = None,
         algorithms: Mapping[str, str] | None = None,
         chunks: int = 1,

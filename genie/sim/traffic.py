@@ -71,7 +71,7 @@ def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
 class TopologyPricer(UnevenPricing, CachedPricer):
     """Link loads of transfers on a collectives ``Topology`` with a rank placement."""
 
-    def __init__(self, topology: Any, placement: Sequence[int], n_ranks: int | None = None):
+    def __init__(self, topology: Any, placement: Sequence[int | str], n_ranks: int | None = None):
         super().__init__()
         self.topology = topology
         n = len(placement) if n_ranks is None else n_ranks
