@@ -80,7 +80,7 @@ def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     from genie.workload.model import NodeKind
 
     return {
-        "dropped": dict(getattr(wl, "dropped", {})),
+        "dropped": dict(wl.dropped),
         "host_work_nodes": sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes),
         "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
     }

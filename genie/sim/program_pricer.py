@@ -22,10 +22,11 @@ are mapped back onto the group's own hosts' links (the same numbers, on other li
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 
+from genie.collectives.topology import Topology
 from genie.errors import CollectiveError
 from genie.sim.network import CachedPricer, Demand, Transfer
 from genie.sim.traffic import TopologyPricer
@@ -53,7 +54,7 @@ class ProgramPricer(UnevenPricing, CachedPricer):
 
     def __init__(
         self,
-        topology: Any,
+        topology: Topology,
         placement: Sequence[int | str],  # each rank's host: index or name
         n_ranks: int | None = None,
         algorithms: Mapping[str, str] | None = None,
@@ -169,10 +170,10 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         return cost.time_s, prog.spec.algorithm, dict(cost.link_bytes), cost.intra_bytes
 
 
-def _relabels_hosts(topology: Any) -> bool:
+def _relabels_hosts(topology: Topology) -> bool:
     """True when any renaming of hosts maps ``topology`` onto itself: a switch or a
     fully-connected network whose links all have one bandwidth and one latency."""
-    if getattr(topology, "symmetry", None) not in ("star", "full"):
+    if topology.symmetry not in ("star", "full"):
         return False
     links = topology.links
     return len({(lk.bandwidth, lk.latency) for lk in links}) <= 1

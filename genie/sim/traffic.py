@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from genie.collectives.topology import Topology
 from genie.errors import TopologyError
 from genie.sim.network import CachedPricer, Demand, Transfer
 from genie.sim.uneven import UnevenPricing, direct_demand
@@ -71,7 +71,9 @@ def algorithm_edges(ctype: int, ranks: np.ndarray, size: int) -> tuple:
 class TopologyPricer(UnevenPricing, CachedPricer):
     """Link loads of transfers on a collectives ``Topology`` with a rank placement."""
 
-    def __init__(self, topology: Any, placement: Sequence[int | str], n_ranks: int | None = None):
+    def __init__(
+        self, topology: Topology, placement: Sequence[int | str], n_ranks: int | None = None
+    ):
         super().__init__()
         self.topology = topology
         n = len(placement) if n_ranks is None else n_ranks
@@ -164,7 +166,7 @@ class TopologyPricer(UnevenPricing, CachedPricer):
         # a calibrated topology's per-step software overhead: each message a rank sends costs a
         # SEND and a REDUCE/COPY step of its software, one after another
         sends = max(steps, len(src) // max(1, len(ranks)))
-        over = 2 * sends * float(getattr(self.topology, "step_overhead", 0.0))
+        over = 2 * sends * self.topology.step_overhead
         return Demand(latency=steps * lat + over, links=uniq.astype(np.int64), nbytes=nbytes)
 
     def _price_uneven(self, transfer: Transfer, mat: np.ndarray) -> Demand:

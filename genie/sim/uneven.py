@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import Self
 
 import numpy as np
 
+from genie.collectives.topology import Topology
 from genie.sim.network import CachedPricer, Demand, Transfer
 from genie.vocabulary import UNEVEN_ATTR
 
@@ -54,7 +55,7 @@ class UnevenPricing(CachedPricer):
 
 
 def direct_demand(
-    topology: Any, host_of: np.ndarray, n_topo: int, ranks: tuple[int, ...], mat: np.ndarray
+    topology: Topology, host_of: np.ndarray, n_topo: int, ranks: tuple[int, ...], mat: np.ndarray
 ) -> Demand:
     """Every block on its own route at once (one step): bytes per link and the longest latency.
 
@@ -77,7 +78,7 @@ def direct_demand(
             for lid, w in res:
                 loads[int(lid)] += w * nb
             lat = max(lat, float(rlat))
-    over = 2 * (len(ranks) - 1) * float(getattr(topology, "step_overhead", 0.0))
+    over = 2 * (len(ranks) - 1) * topology.step_overhead
     links = np.asarray(sorted(loads), np.int64)
     return Demand(lat + over, links, np.asarray([loads[k] for k in links.tolist()], np.float64))
 
