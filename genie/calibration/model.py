@@ -73,6 +73,11 @@ class Calibration(msgspec.Struct, kw_only=True):
     notes: list[str] = []
     rows: list[dict[str, Any]] = []  # per point: label, measured, nominal, calibrated, held
 
+    def to_dict(self) -> dict[str, Any]:
+        """The calibration as plain data (what the store keeps; ``genie calibrate --json``)."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
     @property
     def label(self) -> str:
         """What reports print for numbers this calibration priced."""

@@ -16,14 +16,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
-import msgspec
-
-from genie import progress
 from genie.commands import _args as A
-from genie.errors import StoreError, UsageError
-from genie.store import DEFAULT_STORE, RunStore
+from genie.errors import UsageError
+from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:
+    from genie.api.calibration import CalibrateSpec
+    from genie.calibration.model import Calibration
 
 
 def _pct(v: float | None) -> str:
@@ -36,53 +38,32 @@ def _err(model: float | None, measured: float) -> str:
     return f"{(model - measured) / measured * 100:+.1f} %"
 
 
-def _fit_runs(args: argparse.Namespace) -> int:
-    from genie.calibration.fit import assign_holdout, fit
-    from genie.calibration.runs import bucket_note, run_points
+def spec_from_args(args: argparse.Namespace) -> CalibrateSpec:
+    """The ``CalibrateSpec`` of ``genie calibrate RUN...``'s command line."""
+    from genie.api.calibration import CalibrateSpec
 
-    path = Path(args.store)
-    if not path.is_file():
-        raise StoreError(f"no run store at {path} (runs are recorded by genie bench; --store)")
-    with RunStore(path) as st:
-        points, infos = [], []
-        for rid in args.items:
-            info, pts = run_points(st, rid)
-            infos.append(info)
-            points.extend(pts)
-    names = sorted({i.testbed_name for i in infos})
-    if len(names) > 1:
-        raise UsageError(
-            f"the runs are of different testbeds ({', '.join(names)}): a calibration is of one"
-        )
-    rule = assign_holdout(points, args.holdout)
-    run_ids = [i.run_id for i in infos]
-    with progress.stage(f"fitting the model to {len(points)} measured points") as st:
-        result = fit(
-            points,
-            testbed_name=names[0],
-            runs=run_ids,
-            holdout=rule,
-            on_iteration=lambda k: st.describe(f"fitting: iteration {k + 1}"),
-        )
-    cal = result.calibration
-    cal.notes += [n for n in (bucket_note(i, points) for i in infos) if n]
-    if not args.no_save:
-        with RunStore(path) as st:
-            cal.cal_id = st.add_calibration(
-                msgspec.to_builtins(cal),
-                testbed_name=names[0],
-                testbed_text=infos[0].testbed,
-                runs=run_ids,
-            )
+    return CalibrateSpec(
+        runs=tuple(args.items), store=args.store, holdout=args.holdout, save=not args.no_save
+    )
+
+
+def _fit_runs(args: argparse.Namespace) -> int:
+    """Handle ``genie calibrate RUN...``: parse -> spec -> ``genie.api.calibrate`` -> render."""
+    from genie.api.calibration import calibrate
+
+    spec = spec_from_args(args)
+    cal = calibrate(spec)
     if args.json:
-        json.dump(msgspec.to_builtins(cal), sys.stdout, indent=1)
+        json.dump(cal.to_dict(), sys.stdout, indent=1)
         print()
         return 0
-    print_calibration(cal, nominal=infos[0].testbed_name, store=None if args.no_save else path)
+    print_calibration(cal, nominal=cal.testbed_name, store=Path(spec.store) if spec.save else None)
     return 0
 
 
-def print_calibration(cal, nominal: str, store: Path | None, file=None) -> None:
+def print_calibration(
+    cal: Calibration, nominal: str, store: Path | None, file: TextIO | None = None
+) -> None:
     """The calibration's parameters, MAPE before and after, and its per-point table."""
     from rich.console import Console
     from rich.table import Table

@@ -10,8 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from genie.store import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    from genie.api.report import ReportSpec
 
 DESCRIPTION = """\
 Write PNG plots, one self-contained report.html (images inlined, no server or network needed)
@@ -29,13 +33,24 @@ Needs matplotlib (the 'report' extra: from a clone, pip install '.[report]'; int
 genie, pip install matplotlib)."""
 
 
-def _run(args: argparse.Namespace) -> int:
-    from genie import progress
-    from genie.report import build_report
+def spec_from_args(args: argparse.Namespace) -> ReportSpec:
+    """The ``ReportSpec`` of ``genie report``'s command line."""
+    from genie.api.report import ReportSpec
 
-    runs = ([args.run_id] if args.run_id else []) + list(args.compare or [])
-    with progress.stage(f"drawing the report into {args.out}"):
-        rep = build_report(args.store, runs, args.out, sims=args.sim or [], traces=args.trace or [])
+    return ReportSpec(
+        out=args.out,
+        runs=tuple(([args.run_id] if args.run_id else []) + list(args.compare or [])),
+        sims=tuple(args.sim or ()),
+        traces=tuple(args.trace or ()),
+        store=args.store,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Handle ``genie report``: parse -> spec -> ``genie.api.write_report`` -> render."""
+    from genie.api.report import write_report
+
+    rep = write_report(spec_from_args(args))
     if args.json:
         json.dump(rep.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")

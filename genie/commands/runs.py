@@ -6,17 +6,20 @@ import argparse
 import datetime as dt
 import json
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from genie.commands import _args as A
 from genie.errors import StoreError
 from genie.store import DEFAULT_STORE, RunStore
 
+if TYPE_CHECKING:
+    from genie.api.runs import RunComparison
+
 
 def _open(args: argparse.Namespace) -> RunStore:
-    if not Path(args.store).exists():
-        raise StoreError(f"no run store at {args.store} (runs are recorded by genie bench)")
-    return RunStore(args.store)
+    from genie.api.runs import open_store
+
+    return open_store(args.store)
 
 
 def _when(t: float | None) -> str:
@@ -119,87 +122,47 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _p50_by_key(st: RunStore, run_id: str) -> dict[tuple[str, str, int, int], list[float]]:
-    """Measured times (warm-up left out) per (collective, algorithm, ranks, size) of a run."""
-    out: dict[tuple[str, str, int, int], list[float]] = {}
-    for x in st.instances(run_id):
-        key = (x["collective"], x["algorithm"], int(x["n_ranks"]), int(x["size"]))
-        out.setdefault(key, []).append(float(x["time_s"]))
-    return out
-
-
-def compare_rows(a: dict, b: dict) -> list[dict]:
-    """Side-by-side rows of two runs' time lists per key: p50 of each, B/A and B vs A in %.
-
-    Only collectives (collective, algorithm, ranks) both runs measured are compared; a size
-    only one of them measured gets a row with the other side None.
-    """
-    from genie.controller.results import stats
-
-    both = {k[:3] for k in a} & {k[:3] for k in b}
-    rows = []
-    for key in sorted(k for k in set(a) | set(b) if k[:3] in both):
-        pa = stats(a[key]).p50 if key in a else None
-        pb = stats(b[key]).p50 if key in b else None
-        ratio = pb / pa if pa and pb else None
-        rows.append(
-            {
-                "collective": key[0],
-                "algorithm": key[1],
-                "n_ranks": key[2],
-                "size": key[3],
-                "a_p50_s": pa,
-                "b_p50_s": pb,
-                "b_over_a": ratio,
-                "b_vs_a_pct": None if ratio is None else (ratio - 1) * 100,
-            }
-        )
-    return rows
-
-
 def _compare(args: argparse.Namespace) -> int:
+    """Handle ``genie runs compare``: ``genie.api.compare_runs`` -> render."""
+    from genie.api.runs import compare_runs
+
+    cmp = compare_runs(args.run_a, args.run_b, store=args.store)
+    if args.json:
+        print(json.dumps(cmp.to_dict(), indent=2))
+        return 0
+    render_comparison(cmp)
+    return 0
+
+
+def render_comparison(cmp: RunComparison) -> None:
+    """Print two runs side by side: what each is, then the p50 table."""
     from rich.console import Console
     from rich.table import Table
 
     from genie.units import format_bytes, format_seconds
 
-    with _open(args) as st:
-        ra, rb = st.run(args.run_a), st.run(args.run_b)
-        a, b = _p50_by_key(st, ra.run_id), _p50_by_key(st, rb.run_id)
-    rows = compare_rows(a, b)
-    if not rows:
-        have_a = sorted({f"{c}/{al} n={n}" for c, al, n, _ in a}) or ["nothing"]
-        have_b = sorted({f"{c}/{al} n={n}" for c, al, n, _ in b}) or ["nothing"]
-        raise StoreError(
-            f"runs {ra.run_id} ({', '.join(have_a)}) and {rb.run_id} ({', '.join(have_b)}) "
-            "measured no collective in common"
-        )
-    if args.json:
-        print(json.dumps({"a": ra.run_id, "b": rb.run_id, "rows": rows}, indent=2))
-        return 0
     con = Console(highlight=False)
-    for tag, r in (("A", ra), ("B", rb)):
+    for tag, r in (("A", cmp.a), ("B", cmp.b)):
         dil = r.meta.get("dilation") or 1
         extra = f", dilation x{dil:g} (times stored undilated)" if dil != 1 else ""
         con.print(f"{tag} = {r.run_id}: testbed {r.testbed_name}{extra}: {r.command}", markup=False)
     t = Table(title="measured p50 side by side (warm-up left out)", title_justify="left")
     for c in ("collective", "ranks", "size", "A p50", "B p50", "B/A", "B vs A"):
         t.add_column(c, justify="left" if c == "collective" else "right")
-    for row in rows:
+    for row in cmp.rows:
         t.add_row(
-            f"{row['collective']}/{row['algorithm']}",
-            str(row["n_ranks"]),
-            format_bytes(row["size"]),
-            "-" if row["a_p50_s"] is None else format_seconds(row["a_p50_s"]),
-            "-" if row["b_p50_s"] is None else format_seconds(row["b_p50_s"]),
-            "-" if row["b_over_a"] is None else f"{row['b_over_a']:.3f}",
-            "-" if row["b_vs_a_pct"] is None else f"{row['b_vs_a_pct']:+.1f} %",
+            f"{row.collective}/{row.algorithm}",
+            str(row.n_ranks),
+            format_bytes(row.size),
+            "-" if row.a_p50_s is None else format_seconds(row.a_p50_s),
+            "-" if row.b_p50_s is None else format_seconds(row.b_p50_s),
+            "-" if row.b_over_a is None else f"{row.b_over_a:.3f}",
+            "-" if row.b_vs_a_pct is None else f"{row.b_vs_a_pct:+.1f} %",
         )
     con.print(t)
-    only = [r for r in rows if r["b_over_a"] is None]
+    only = [r for r in cmp.rows if r.b_over_a is None]
     if only:
         con.print(f"{len(only)} size(s) measured by one run only (-)", markup=False)
-    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
