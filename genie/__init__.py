@@ -25,6 +25,7 @@ import importlib
 __version__ = "0.1.0"
 
 _API = (
+    "Axis",
     "BenchResult",
     "BenchSpec",
     "CalibrateComputeSpec",
@@ -48,6 +49,9 @@ _API = (
     "RunComparison",
     "SimulateSpec",
     "Simulation",
+    "SweepResult",
+    "SweepRow",
+    "SweepSpec",
     "Transformer",
     "bench",
     "calibrate",
@@ -58,6 +62,7 @@ _API = (
     "emulate",
     "generate",
     "place",
+    "run_sweep",
     "simulate",
     "write_report",
 )

@@ -1,34 +1,56 @@
 """``genie sweep``: ``genie simulate`` over a grid of options, one table and one figure.
 
-Every point of the grid (``genie.sweep.grid``) is one simulate run of the same workload; the
+Every point of the grid is one simulation of the same workload (``genie.api.run_sweep``); the
 points run on every core (a process pool) or, with ``--dask ADDRESS``, on an existing Dask
-distributed cluster (``genie.sweep.pool``). Each point's command line goes through simulate's
-own parser first, so a bad value stops the sweep before anything runs. Written to ``--out``:
-``sweep.json`` (every point: its options and the replay's numbers), ``sweep.csv`` and the figure
-``sweep.{png,svg,pdf}`` (grouped bars side by side for two or three points, small multiples for
-more).
+distributed cluster (``genie.sweep.pool``). The keys of ``--grid KEY=V1,V2`` and ``--set
+KEY=VALUE`` (``genie.sweep.grid``) are simulate's options; here each becomes the spec field it
+sets (``FIELDS``) and each value goes through simulate's own parser first, so a bad value stops
+the sweep before anything runs. Written to ``--out``: ``sweep.json`` (every point: its options
+and the replay's numbers), ``sweep.csv`` and the figure ``sweep.{png,svg,pdf}`` (grouped bars
+side by side for two or three points, small multiples for more).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
-from genie import progress
 from genie.commands import _args as A
-from genie.errors import GenieError, MissingDependency, UsageError
-from genie.sweep.grid import KEYS, Grid, label, parse_grid
-from genie.sweep.pool import default_workers, run_all
+from genie.errors import UsageError
+from genie.sweep.grid import KEYS, label, parse_grid
+from genie.sweep.pool import default_workers
 from genie.units import format_seconds
 
-MODEL = "genie simulate, analytical model"
+if TYPE_CHECKING:
+    from genie.api.sweep import SweepResult, SweepSpec, Value
+
+#: sweep key (a simulate option) -> the ``SimulateSpec`` field it sets
+FIELDS = {
+    "topology": "fabric.topology",
+    "bandwidth": "fabric.bandwidth",
+    "latency": "fabric.latency",
+    "oversubscription": "fabric.oversubscription",
+    "spines": "fabric.spines",
+    "leaves": "fabric.leaves",
+    "routing": "fabric.routing",
+    "algorithm": "model.algorithm",
+    "chunks": "model.chunks",
+    "placement": "fabric.placement",
+    "ranks-per-host": "fabric.ranks_per_host",
+    "intra-bandwidth": "fabric.intra_bandwidth",
+    "calibration": "fabric.calibration",
+    "comm-concurrency": "model.comm_concurrency",
+    "pricer": "model.pricer",
+    "testbed": "fabric.testbed",
+    "straggler": "perturb.stragglers",
+    "jitter": "perturb.jitter",
+    "seed": "perturb.seed",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,30 +75,49 @@ def parse_point(argv: list[str]) -> argparse.Namespace:
     return _simulate_parser().parse_args(["simulate", *argv])
 
 
-def run_point(argv: list[str]) -> dict[str, Any]:
-    """Simulate one point (in a worker); its numbers, or the one-line error it hit."""
-    from genie.api.simulation import simulate
+def _value(parser: argparse.ArgumentParser, prefix: str, key: str, text: str) -> Value:
+    """The spec value of ``--KEY TEXT`` as simulate reads it (its own parser and checks)."""
     from genie.commands.simulate import spec_from_args
 
-    progress.set_quiet(True)
+    args = parser.parse_args(["simulate", prefix, KEYS[key], text])
+    value: object = spec_from_args(args)
+    for part in FIELDS[key].split("."):
+        value = getattr(value, part)
+    assert value is None or isinstance(value, str | int | float | tuple)
+    return value
+
+
+def spec_from_args(args: argparse.Namespace) -> SweepSpec:
+    """The ``SweepSpec`` of ``genie sweep``'s command line: its keys (simulate's options) as
+    spec fields, each value read by simulate's own parser, so checked as simulate checks it."""
+    from genie.api.sweep import Axis, SweepSpec
+    from genie.commands.simulate import spec_from_args as simulate_spec
+
+    grid = parse_grid(args.grid or [], args.set)
+    parser = _simulate_parser()
+
+    def axis(key: str, texts: tuple[str, ...]) -> Axis:
+        values = tuple(_value(parser, args.workload, key, v) for v in texts)
+        return Axis(field=FIELDS[key], values=values, name=key, labels=texts)
+
     try:
-        sim = simulate(spec_from_args(parse_point(argv)))
-    except GenieError as exc:
-        return {"error": str(exc)}
-    rep = sim.reports[0]
-    link = rep.links[0] if rep.links else None
-    return {
-        "workload": sim.workload.name,
-        "network": sim.network,
-        "backend": rep.backend,
-        "iteration_s": rep.iteration_s,
-        "compute_s": rep.mean("compute"),
-        "exposed_comm_s": rep.mean("exposed_comm"),
-        "wait_s": rep.mean("wait"),
-        "idle_s": rep.mean("idle"),
-        "busiest_link": link["link"] if link else None,
-        "busiest_link_bottleneck_share": link["bottleneck_share"] if link else None,
-    }
+        fixed = tuple(axis(k, (v,)) for k, v in grid.fixed)
+        axes = tuple(axis(k, vals) for k, vals in grid.axes)
+    except UsageError as exc:  # say so of the first point simulate would refuse
+        for pt in grid.points():
+            try:
+                parse_point(grid.argv(args.workload, pt))
+            except UsageError as bad:
+                raise UsageError(f"point {label(pt)}: {bad}") from None
+        raise exc
+    return SweepSpec(
+        base=simulate_spec(parser.parse_args(["simulate", args.workload])),
+        axes=axes,
+        fixed=fixed,
+        workers=args.workers,
+        dask=args.dask,
+        out=args.out,
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -116,109 +157,49 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _rows(grid: Grid, points: list[dict], results: list[dict]) -> list[dict]:
-    best = min((r["iteration_s"] for r in results if "iteration_s" in r), default=None)
-    out = []
-    for pt, res in zip(points, results, strict=True):
-        row = {"point": pt, "label": label(pt, grid.keys), **res}
-        if best and "iteration_s" in res:
-            row["vs_best"] = res["iteration_s"] / best
-        out.append(row)
-    return out
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else format_seconds(value)
 
 
-def _title(prefix: str, grid: Grid, rows: list[dict]) -> str:
-    name = next((r["workload"] for r in rows if "workload" in r), Path(prefix).name)
-    fixed = ", ".join(f"{k} {v}" for k, v in grid.fixed)
-    return f"{name}" + (f" ({fixed})" if fixed else "") + f": sweep of {', '.join(grid.keys)}"
-
-
-def _write(out: Path, grid: Grid, rows: list[dict], title: str) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "title": title,
-        "model": MODEL,
-        "keys": grid.keys,
-        "fixed": dict(grid.fixed),
-        "units": {"time": "s"},
-        "rows": rows,
-    }
-    files = [out / "sweep.json", out / "sweep.csv"]
-    files[0].write_text(json.dumps(doc, indent=1))
-    cols = ["iteration_s", "exposed_comm_s", "compute_s", "wait_s", "idle_s", "vs_best"]
-    cols += ["busiest_link", "error"]
-    with files[1].open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow([*grid.keys, *cols])
-        for r in rows:
-            w.writerow([*(r["point"][k] for k in grid.keys), *(r.get(c, "") for c in cols)])
-    try:
-        from genie.report.data import sweep_figure
-        from genie.report.plots import draw
-
-        fig = sweep_figure(rows, grid.keys, title, MODEL)
-        files += draw(fig, out / "sweep.png", all_formats=True)
-    except MissingDependency as exc:
-        print(f"note: no figure: {exc}", file=sys.stderr)
-    return files
-
-
-def _print(con: Console, grid: Grid, rows: list[dict], title: str, where: str) -> None:
-    t = Table(title=f"{title} ({MODEL}; {where})", title_justify="left")
-    for k in grid.keys:
+def _print(con: Console, res: SweepResult) -> None:
+    """The sweep's table: one row per point."""
+    t = Table(title=f"{res.title} ({res.model}; {res.where})", title_justify="left")
+    for k in res.keys:
         t.add_column(k)
     for c in ("iteration", "exposed comm", "compute", "wait", "vs best", "busiest link"):
         t.add_column(c, justify="left" if c == "busiest link" else "right")
-    for r in rows:
-        cells = [r["point"][k] for k in grid.keys]
-        if "error" in r:
-            t.add_row(*cells, "error", r["error"][:60], "", "", "", "")
+    for r in res.rows:
+        cells = [r.point[k] for k in res.keys]
+        if r.error is not None:
+            t.add_row(*cells, "error", r.error[:60], "", "", "", "")
             continue
-        link = r["busiest_link"] or "-"
-        if r["busiest_link_bottleneck_share"]:
-            link += f" ({r['busiest_link_bottleneck_share']:.0%} saturated)"
+        link = r.busiest_link or "-"
+        if r.busiest_link_bottleneck_share:
+            link += f" ({r.busiest_link_bottleneck_share:.0%} saturated)"
         t.add_row(
             *cells,
-            format_seconds(r["iteration_s"]),
-            format_seconds(r["exposed_comm_s"]),
-            format_seconds(r["compute_s"]),
-            format_seconds(r["wait_s"]),
-            f"{r['vs_best']:.2f}x",
+            *(_seconds(x) for x in (r.iteration_s, r.exposed_comm_s, r.compute_s, r.wait_s)),
+            "-" if r.vs_best is None else f"{r.vs_best:.2f}x",
             link,
         )
     con.print(t)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handle ``genie sweep``."""
-    grid = parse_grid(args.grid or [], args.set)
-    points = grid.points()
-    argvs = [grid.argv(args.workload, pt) for pt in points]
-    for pt, argv in zip(points, argvs, strict=True):  # every point as simulate would read it
-        try:
-            parse_point(argv)
-        except UsageError as exc:
-            raise UsageError(f"point {label(pt)}: {exc}") from None
-    workers = args.workers or default_workers()
-    where = f"Dask at {args.dask}" if args.dask else f"{min(workers, len(points))} processes"
-    with progress.bar(f"sweep on {where}", len(points), "points") as bar:
+    """Handle ``genie sweep``: parse -> spec -> ``genie.api.run_sweep`` -> render."""
+    from genie.api.sweep import run_sweep
 
-        def done(i: int, res: dict) -> None:
-            bar.advance()
-            bar.describe(f"{label(points[i])} done")
-
-        results = run_all(run_point, argvs, workers=workers, dask=args.dask, on_result=done)
-    rows = _rows(grid, points, results)
-    title = _title(args.workload, grid, rows)
-    files = _write(Path(args.out), grid, rows, title)
-    failed = [r for r in rows if "error" in r]
+    res = run_sweep(spec_from_args(args))
+    for note in res.notes:
+        print(f"note: {note}", file=sys.stderr)
     if args.json:
-        json.dump({"title": title, "model": MODEL, "rows": rows}, sys.stdout, indent=1)
+        json.dump(res.to_dict(), sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        _print(Console(width=None if sys.stdout.isatty() else 140), grid, rows, title, where)
-        print(f"wrote {', '.join(str(f) for f in files)}")
-    if failed:
-        print(f"genie: {len(failed)} of {len(rows)} points failed (see the table)", file=sys.stderr)
+        _print(Console(width=None if sys.stdout.isatty() else 140), res)
+        print(f"wrote {', '.join(str(f) for f in res.files)}")
+    if res.failed:
+        n, total = len(res.failed), len(res.rows)
+        print(f"genie: {n} of {total} points failed (see the table)", file=sys.stderr)
         return 1
     return 0
