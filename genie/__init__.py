@@ -13,8 +13,10 @@ workload on three fabrics and compare::
         print(bw, sim.iteration_s, sim.reports[0].mean("exposed_comm"))
 
 Specs are frozen and typed (``Fabric``, ``Model``, ``Compute``, ``Perturb``, ``Job``,
-``SimulateSpec``, ``EmulateSpec``, ``BenchSpec``, the generators); ``simulate``, ``emulate``,
-``bench`` and ``generate`` take them and return typed results whose ``to_dict()`` (``doc()``)
+``SimulateSpec``, ``EmulateSpec``, ``BenchSpec``, the generators, ``CalibrateSpec``,
+``CalibrateComputeSpec``, ``ReportSpec``, ``SweepSpec``); ``simulate``, ``emulate``, ``bench``,
+``generate``, ``calibrate``, ``calibrate_compute``, ``write_report`` and ``run_sweep`` take
+them (``compare_runs`` two run ids) and return typed results whose ``to_dict()`` (``doc()``)
 is the JSON the CLI prints. See ``genie.api`` and docs/api.md. Names load on first use.
 """
 

@@ -9,7 +9,8 @@ Describe what to run with frozen, typed specs, call one function, read a typed r
 
 Specs (``genie.api.specs``, ``genie.api.workload``, ``genie.api.benchmark``): ``Fabric``,
 ``Model``, ``Compute``, ``Perturb``, ``Job``, ``SimulateSpec``, ``EmulateSpec``, ``BenchSpec``,
-and the generators ``Microbench``, ``DataParallel``, ``Transformer``, ``MixtureOfExperts``; each
+the generators ``Microbench``, ``DataParallel``, ``Transformer``, ``MixtureOfExperts``, and
+``CalibrateSpec``, ``CalibrateComputeSpec``, ``ReportSpec``, ``SweepSpec`` (with ``Axis``); each
 converts to and from plain data (``to_dict``, ``from_dict``).
 
 Calls:
@@ -22,6 +23,13 @@ Calls:
 * ``bench(BenchSpec) -> BenchResult``: one collective over sizes on the agents, nccl-tests style;
 * ``generate(Microbench | DataParallel | Transformer | MixtureOfExperts) -> Generated``;
 * ``place(n_ranks, mode, ...) -> Placement``: the one rule that puts ranks on hosts;
+* ``calibrate(CalibrateSpec) -> Calibration``: the cost model fitted to bench runs, its error
+  on held-back sizes (nominal and calibrated), stored for later pricing;
+* ``calibrate_compute(CalibrateComputeSpec) -> ComputeCalibration``: compute durations from
+  shapes (timed on a local accelerator, else the roofline), written as new files;
+* ``compare_runs(a, b, store=...) -> RunComparison``: two stored runs' p50s side by side;
+* ``write_report(ReportSpec) -> Report``: PNG/SVG/PDF plots, report.html, figures.json;
+* ``run_sweep(SweepSpec) -> SweepResult``: one simulation over a grid of spec fields;
 * ``load_workload(prefix)``, ``save_workload(workload, prefix)``: Chakra ET files.
 
 A result's ``to_dict()`` (``doc()`` for emulate) is the JSON document the CLI prints with

@@ -4,8 +4,9 @@
 order of ``items``; ``cb(index, result)`` hears each as it arrives (for progress). ``fn`` must
 be importable by name (a module-level function) and its items and results picklable. Locally a
 pool of ``workers`` processes (default: every core; ``spawn``, so no lock or thread of this
-process is inherited); with one worker or one item it runs here. With ``dask`` the items go to
-the scheduler at that address (``distributed.Client``; the ``sweep`` extra).
+process is inherited, and a script starts the work under ``if __name__ == "__main__":``, else
+its workers die: a RuntimeFault); with one worker or one item it runs here. With ``dask`` the
+items go to the scheduler at that address (``distributed.Client``; the ``sweep`` extra).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import multiprocessing
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from genie.errors import RuntimeFault
@@ -50,18 +52,24 @@ def run_all(
                 on_result(i, out[i])
         return out
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-        futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
-        try:
-            for fut in as_completed(futures):
-                i = futures[fut]
-                out[i] = fut.result()
-                if on_result:
-                    on_result(i, out[i])
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+    try:
+        with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
+            try:
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    out[i] = fut.result()
+                    if on_result:
+                        on_result(i, out[i])
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    except BrokenProcessPool:
+        raise RuntimeFault(
+            "a worker process died before it finished (from a script, start the work under "
+            "`if __name__ == '__main__':`, which spawned workers import; or use one worker)"
+        ) from None
     return out
 
 
