@@ -1,5 +1,5 @@
-"""``genie calibrate compute``: durations from shapes (roofline here; a timer where a GPU is),
-written to new files only."""
+"""Compute calibration (``genie.calibrate_compute``, ``genie calibrate compute``): durations from
+shapes (roofline here; a timer where a GPU is), written to new files only."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import hashlib
 
 import pytest
 
+import genie
 from genie.calibration.compute import (
     DEVICES,
     Gemm,
@@ -18,6 +19,7 @@ from genie.calibration.compute import (
     rewrite,
 )
 from genie.cli import main
+from genie.errors import UsageError
 from genie.workload import load_workload, save_workload
 from genie.workload.generators import data_parallel
 from genie.workload.generators.llm import llm
@@ -67,14 +69,17 @@ def test_roofline_rewrite_and_a_timer_where_an_accelerator_would_be():
     assert node.duration_micros == round(want * 1e6)
 
 
-def test_cli_writes_new_files_and_never_touches_the_input(tmp_path, capsys):
+def test_calibrate_compute_writes_new_files_and_never_touches_the_input(tmp_path):
     src = tmp_path / "dp"
     files = save_workload(data_parallel(2, layers=1, hidden=256, seq=64, batch=2), src)
     before = _digest(files)
     out = tmp_path / "new" / "dp"
-    assert main(["calibrate", "compute", str(src), "--out", str(out), "--device", "a100"]) == 0
-    text = capsys.readouterr().out
-    assert "no accelerator here" in text and "roofline of a100" in text
+    spec = genie.CalibrateComputeSpec(
+        workload=str(src), out=str(out), device="a100", use_accelerator=False
+    )
+    res = genie.calibrate_compute(spec)
+    assert not res.timed and "roofline of a100" in res.rewrite.roofline
+    assert res.out == out and sorted(res.files) == sorted(out.parent.glob("dp.*.et"))
     assert _digest(files) == before
     old, new = load_workload(src), load_workload(out)
     peak, mem = DEVICES["a100"]
@@ -88,9 +93,46 @@ def test_cli_writes_new_files_and_never_touches_the_input(tmp_path, capsys):
         else:
             assert b.duration_micros == a.duration_micros
     assert rewritten == 3  # fwd, bwd, optimizer
+    # per rank before and after: the trace's durations, then the roofline's
+    trace, now = res.per_rank_s()
+    assert trace == pytest.approx(sum(res.rewrite.old.values()) / 2)
+    assert now == pytest.approx(sum(res.rewrite.durations.values()) / 2)
+    ops = res.operations()
+    assert sum(op.nodes for op in ops) == len(res.rewrite.durations) == 2 * rewritten
+    assert all(op.timed_s is None and not op.gemm for op in ops)
+    doc = res.to_dict()
+    assert doc["nodes_rewritten"] == 6 and doc["timer"] is None and len(doc["files"]) == 2
+    # refusals: never over existing files, never in place, a device it knows
+    with pytest.raises(UsageError, match="exists"):
+        genie.calibrate_compute(spec)
+    with pytest.raises(UsageError, match="input's own prefix"):
+        genie.calibrate_compute(spec.replace(out=str(src)))
+    with pytest.raises(UsageError, match="--device 'z'"):
+        genie.calibrate_compute(spec.replace(out=str(tmp_path / "x"), device="z"))
+    with pytest.raises(UsageError, match="needs --out"):
+        genie.calibrate_compute(spec.replace(out=""))
+
+
+def test_the_roofline_takes_the_numbers_given_over_the_device_preset(tmp_path):
+    from genie.api.calibration import roofline
+
+    spec = genie.CalibrateComputeSpec(workload="w", out="o", device="H200")
+    assert roofline(spec) == Roofline(*DEVICES["h200"], device="h200")
+    mine = roofline(spec.replace(peak_flops=1e14, memory_bandwidth="1TB/s", efficiency=0.5))
+    assert mine == Roofline(1e14, 1e12, 0.5, device="")  # not a preset any more: no name
+
+
+def test_cli_writes_new_files_and_says_what_priced_them(tmp_path, capsys):
+    src = tmp_path / "dp"
+    save_workload(data_parallel(2, layers=1, hidden=256, seq=64, batch=2), src)
+    out = tmp_path / "new" / "dp"
+    assert main(["calibrate", "compute", str(src), "--out", str(out), "--device", "a100"]) == 0
+    text = capsys.readouterr().out
+    assert "roofline of a100" in text and "per distinct operation" in text
+    assert f"wrote 2 files: {out}.*.et (the input is unchanged)" in " ".join(text.split())
+    assert load_workload(out).n_ranks == 2
     assert main(["calibrate", "compute", str(src), "--out", str(out)]) == 2
-    assert "exists" in capsys.readouterr().err
-    assert main(["calibrate", "compute", str(src), "--out", str(src)]) == 2
-    assert "input's own prefix" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists" in err[0]
     assert main(["calibrate", "compute", str(src), "--out", str(tmp_path / "x"), "--device", "z"])
     assert "--device" in capsys.readouterr().err

@@ -1,5 +1,6 @@
-"""Calibration: the fit recovers known parameters, the calibrated model prices what it says, the
-CLI prints MAPE before/after from a store and refuses what it cannot fit, errors and
+"""Calibration: the fit recovers known parameters, the calibrated model prices what it says,
+genie.calibrate fits and stores from a store's runs (MAPE on held-back sizes) and refuses what it
+cannot fit, genie.compare_runs puts two runs side by side, the CLI prints both, errors and
 extrapolations are explained."""
 
 from __future__ import annotations
@@ -259,7 +260,47 @@ def bench_store(tmp_path):
     return path, ids
 
 
-def test_calibrate_prints_mape_before_and_after_and_stores_the_calibration(bench_store, capsys):
+def test_a_calibration_is_fit_judged_on_held_back_sizes_and_stored(bench_store):
+    from genie.store import RunStore
+
+    path, ids = bench_store
+    cal = genie.calibrate(genie.CalibrateSpec(runs=tuple(ids), store=str(path)))
+    assert cal.cal_id and cal.testbed_name == "calib-test" and cal.runs == ids
+    assert "every other size" in cal.holdout
+    m = cal.mape
+    assert m["held_calibrated"] < 3.0 < 30.0 < m["held_nominal"]
+    assert abs(cal.step_overhead_s - 80e-6) < 0.05 * 80e-6
+    assert abs(cal.classes[INTER].bandwidth_fraction - 0.7) < 0.02 * 0.7
+    # the held-back MAPE is the mean error over exactly the points the fit never saw
+    held = [r for r in cal.rows if r["held"]]
+    assert len(held) == cal.points_held == len(cal.rows) - cal.points_fit > 0
+    errs = [abs(r["calibrated_s"] - r["measured_s"]) / r["measured_s"] * 100 for r in held]
+    assert m["held_calibrated"] == pytest.approx(sum(errs) / len(errs))
+    with RunStore(path) as st:
+        (doc,) = st.calibrations("calib-test")
+    assert doc["cal_id"] == cal.cal_id and doc["mape"] == pytest.approx(m)
+    # unsaved: the same fit, nothing stored
+    again = genie.calibrate(genie.CalibrateSpec(runs=tuple(ids), store=str(path), save=False))
+    assert again.cal_id == "" and again.mape == pytest.approx(m)
+    with RunStore(path) as st:
+        assert len(st.calibrations()) == 1
+
+
+def test_the_holdout_rule_decides_what_is_judged(bench_store):
+    path, ids = bench_store
+    spec = genie.CalibrateSpec(runs=(ids[0],), store=str(path), save=False)
+    largest = genie.calibrate(spec.replace(holdout="largest"))
+    sizes = sorted({r["size"] for r in largest.rows if r["held"]})
+    assert sizes == SIZES[-2:]  # the largest quarter of 8 sizes
+    none = genie.calibrate(spec.replace(holdout="none"))
+    assert none.points_held == 0 and none.mape["held_calibrated"] is None
+    with pytest.raises(genie.errors.UsageError, match="CalibrateSpec"):
+        genie.CalibrateSpec.from_dict({"runs": ["x"], "holdout": "random"})
+
+
+def test_calibrate_prints_mape_before_and_after_and_its_json_is_the_calibration(
+    bench_store, capsys
+):
     from genie.store import RunStore
 
     path, ids = bench_store
@@ -268,28 +309,20 @@ def test_calibrate_prints_mape_before_and_after_and_stores_the_calibration(bench
     assert "MAPE" in out and "held back" in out and "every other size" in out
     assert "step overhead" in out and "line rate" in out
     with RunStore(path) as st:
-        docs = st.calibrations("calib-test")
-    assert len(docs) == 1 and docs[0]["cal_id"] in out
-    m = docs[0]["mape"]
-    assert m["held_calibrated"] < 3.0 < 30.0 < m["held_nominal"]
-    assert abs(docs[0]["step_overhead_s"] - 80e-6) < 0.05 * 80e-6
-    frac = docs[0]["classes"][INTER]["bandwidth_fraction"]
-    assert abs(frac - 0.7) < 0.02 * 0.7
-    # --json, unsaved: the same fit as data
+        (stored,) = st.calibrations("calib-test")
+    assert f"stored as calibration {stored['cal_id']} in" in out
     assert main(["calibrate", *ids, "--store", str(path), "--json", "--no-save"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["cal_id"] == "" and doc["runs"] == [st_id for st_id in ids]
-    with RunStore(path) as st:
-        assert len(st.calibrations()) == 1
+    spec = genie.CalibrateSpec(runs=tuple(ids), store=str(path), save=False)
+    assert doc == json.loads(json.dumps(genie.calibrate(spec).to_dict()))
 
 
-def test_simulate_and_bench_price_with_a_stored_calibration(bench_store, capsys, tmp_path):
+def test_simulate_and_bench_price_with_a_stored_calibration(bench_store, tmp_path):
     from genie.workload import save_workload
     from genie.workload.generators import data_parallel
 
     path, ids = bench_store
-    assert main(["calibrate", *ids, "--store", str(path), "--json"]) == 0
-    cal_id = json.loads(capsys.readouterr().out)["cal_id"]
+    cal_id = genie.calibrate(genie.CalibrateSpec(runs=tuple(ids), store=str(path))).cal_id
     tb = tmp_path / "tb.toml"
     tb.write_text(TESTBED)
     save_workload(data_parallel(4, layers=1, hidden=256, seq=64, batch=2), tmp_path / "dp")
@@ -317,12 +350,24 @@ def test_calibrate_refuses_what_it_cannot_fit(bench_store, capsys, tmp_path):
     path, ids = bench_store
     with RunStore(path) as st:
         over = _store_run(st, "all_reduce", "ring", meta={"mode": "overlapped"})
+
+    def spec(*runs: str, store=path) -> genie.CalibrateSpec:
+        return genie.CalibrateSpec(runs=runs, store=str(store))
+
+    with pytest.raises(CalibrationError, match="overlapped emulate run"):
+        genie.calibrate(spec(over))
+    with pytest.raises(StoreError, match="no run 'rnope'"):
+        genie.calibrate(spec("rnope"))
+    with pytest.raises(StoreError, match="no run store"):
+        genie.calibrate(spec(ids[0], store=tmp_path / "none.sqlite"))
+    with pytest.raises(genie.errors.UsageError, match="no runs"):
+        genie.calibrate(spec())
+    with RunStore(path) as st:
+        assert st.calibrations() == []  # nothing stored by a refusal
+    # the command line: one line, exit 2
     assert main(["calibrate", over, "--store", str(path)]) == 2
-    assert "overlapped emulate run" in capsys.readouterr().err
-    assert main(["calibrate", "rnope", "--store", str(path)]) == 2
-    assert "no run 'rnope'" in capsys.readouterr().err
-    assert main(["calibrate", ids[0], "--store", str(tmp_path / "none.sqlite")]) == 2
-    assert "no run store" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "overlapped emulate run" in err[0]
     assert main(["calibrate", ids[0], "--store", str(path), "--out", "x"]) == 2
     assert "only for genie calibrate compute" in capsys.readouterr().err
 
@@ -333,15 +378,32 @@ def test_runs_compare_shows_two_runs_side_by_side(bench_store, capsys):
     path, ids = bench_store
     with RunStore(path) as st:
         again = _store_run(st, "all_reduce", "ring", noise=0.0)
-    assert main(["runs", "compare", ids[0], again, "--store", str(path), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert [r["size"] for r in doc["rows"]] == SIZES
+    cmp = genie.compare_runs(ids[0], again[:-2], store=path)
+    assert (cmp.a.run_id, cmp.b.run_id) == (ids[0], again)
+    assert [r.size for r in cmp.rows] == SIZES
     # the same truth with 1 % noise vs none: within a few percent at every size
-    assert all(abs(r["b_vs_a_pct"]) < 5 for r in doc["rows"])
+    assert all(r.b_vs_a_pct is not None and abs(r.b_vs_a_pct) < 5 for r in cmp.rows)
+    assert all(r.b_over_a == pytest.approx(r.b_p50_s / r.a_p50_s) for r in cmp.rows)
+    with pytest.raises(StoreError, match="no collective in common"):
+        genie.compare_runs(ids[0], ids[1], store=path)
+    # the command line: --json is the comparison's to_dict, the text a table
+    assert main(["runs", "compare", ids[0], again, "--store", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(cmp.to_dict()))
     assert main(["runs", "compare", ids[0], again, "--store", str(path)]) == 0
     assert "B/A" in capsys.readouterr().out
     assert main(["runs", "compare", ids[0], ids[1], "--store", str(path)]) == 2
     assert "no collective in common" in capsys.readouterr().err
+
+
+def test_the_compare_rows_keep_a_size_only_one_run_measured():
+    from genie.api.runs import compare_rows
+
+    a = {("all_reduce", "ring", 4, 1024): [1.0, 3.0, 2.0], ("all_reduce", "ring", 4, 2048): [4.0]}
+    b = {("all_reduce", "ring", 4, 1024): [3.0], ("all_gather", "ring", 4, 1024): [1.0]}
+    (one, two) = compare_rows(a, b)  # all_gather: measured by B only, not compared
+    assert (one.a_p50_s, one.b_p50_s, one.b_over_a) == (2.0, 3.0, 1.5)
+    assert one.b_vs_a_pct == pytest.approx(50.0)
+    assert (two.size, two.a_p50_s, two.b_p50_s, two.b_over_a) == (2048, 4.0, None, None)
 
 
 def test_measured_backend_says_why_it_extrapolated():
@@ -367,13 +429,12 @@ def test_measured_backend_says_why_it_extrapolated():
     assert "x 4.88" in text
 
 
-def test_the_html_report_shows_nominal_and_calibrated_error(bench_store, capsys, tmp_path):
+def test_the_html_report_shows_nominal_and_calibrated_error(bench_store, tmp_path):
+    pytest.importorskip("matplotlib", reason="the report needs matplotlib (extra 'report')")
     path, ids = bench_store
-    assert main(["calibrate", *ids, "--store", str(path), "--json"]) == 0
-    cal_id = json.loads(capsys.readouterr().out)["cal_id"]
-    args = ["report", ids[1], "--store", str(path), "--out", str(tmp_path / "rep"), "--json"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    cal_id = genie.calibrate(genie.CalibrateSpec(runs=tuple(ids), store=str(path))).cal_id
+    spec = genie.ReportSpec(runs=(ids[1],), store=str(path), out=str(tmp_path / "rep"))
+    doc = genie.write_report(spec).to_dict()
     (fig,) = [f for f in doc["figures"] if f["kind"] == "model_error"]
     nominal, calibrated = fig["series"]
     assert calibrated["label"].endswith(f"calibrated {cal_id}")
