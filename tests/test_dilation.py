@@ -193,9 +193,8 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
     # the HTML report of the emulate JSON carries the same rows
     sim = tmp_path / "emulate.json"
     sim.write_bytes(msgspec.json.encode(doc, enc_hook=_plain))
-    assert main(["report", "--sim", str(sim), "--out", str(tmp_path / "rep")]) == 0
-    capsys.readouterr()
-    html = (tmp_path / "rep" / "report.html").read_text()
+    rep = genie.write_report(genie.ReportSpec(out=str(tmp_path / "rep"), sims=(str(sim),)))
+    html = rep.html.read_text()
     assert f"model error of {sim}" in html and "iteration (replayed)" in html
     render(_emulate(cluster, prefix, store, calibration="none"))  # what genie emulate prints
     out = capsys.readouterr().out

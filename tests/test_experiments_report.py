@@ -3,7 +3,6 @@ side comparisons as grouped bars, aggregated timelines with a drill-down, no run
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import msgspec
@@ -13,7 +12,6 @@ import pytest
 pytest.importorskip("matplotlib")
 
 import genie
-from genie.cli import main
 from genie.report.data import aggregate_ranks, network_label, sweep_figure
 from genie.report.plots import draw, time_unit
 from genie.workload import save_workload
@@ -73,7 +71,7 @@ def test_many_ranks_are_aggregated_into_lanes() -> None:
     )
 
 
-def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -> None:
+def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path) -> None:
     dp = tmp_path / "dp"
     save_workload(data_parallel(4, layers=2, hidden=512, seq=256, batch=1), dp)
     big = tmp_path / "llm"
@@ -82,16 +80,15 @@ def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -
     for bw in ("100gbit", "400gbit"):
         fabric = genie.Fabric(bandwidth=bw)
         sim = genie.simulate(genie.SimulateSpec(workload=str(dp), fabric=fabric))
-        sims += ["--sim", str(_write_json(tmp_path / f"{bw}.json", sim.to_dict()))]
+        sims.append(str(_write_json(tmp_path / f"{bw}.json", sim.to_dict())))
     trace = tmp_path / "t.json"
     four = genie.Fabric(ranks_per_host=4)
     sim = genie.simulate(genie.SimulateSpec(workload=str(big), fabric=four))
     assert sim.write_trace(trace) > 0
     _write_json(tmp_path / "big.json", sim.to_dict())
     out = tmp_path / "rep"
-    args = ["report", *sims, "--trace", str(trace), "--out", str(out), "--json"]
-    assert main(args) == 0
-    doc = json.loads(capsys.readouterr().out)
+    rep = genie.write_report(genie.ReportSpec(out=str(out), sims=tuple(sims), traces=(str(trace),)))
+    doc = rep.to_dict()
     figs = {f["id"]: f for f in doc["figures"]}
     cmp_ = figs["compare_iterations"]
     assert cmp_["kind"] == "grouped_bars" and len(cmp_["series"]) == 2
@@ -106,9 +103,8 @@ def test_two_simulations_side_by_side_and_a_64_rank_timeline(tmp_path, capsys) -
         png = Path(f["file"])
         assert png.with_suffix(".svg").is_file() and png.with_suffix(".pdf").is_file()
     # the 64-rank simulation's collectives: groups aggregated by kind, every group drilled down
-    assert main(["report", "--sim", str(tmp_path / "big.json"), "--out", str(tmp_path / "b"),
-                 "--json"]) == 0  # fmt: skip
-    one = {f["id"]: f for f in json.loads(capsys.readouterr().out)["figures"]}
+    big_only = genie.ReportSpec(out=str(tmp_path / "b"), sims=(str(tmp_path / "big.json"),))
+    one = {f["id"]: f for f in genie.write_report(big_only).figures}
     ctl = one["sim0_timeline"]
     assert len(ctl["series"]) <= 16 and len(ctl["drilldown"]["series"]) > 16
     assert any("p2p #->#" in s["label"] for s in ctl["series"])

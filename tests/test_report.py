@@ -1,4 +1,5 @@
-"""``genie report`` on real runs: a local cluster measures, the report plots and embeds it all."""
+"""Reports (``genie.write_report``, ``genie report``) of real runs: a local cluster measures, the
+report plots and embeds it all."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import genie
 from genie.api.benchmark import BenchSpec, bench
 from genie.cli import main
 from genie.controller.local import LocalCluster
+from genie.errors import StoreError, UsageError
 
 SIZES = (1024, 8192, 65536)
 PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -99,9 +101,16 @@ def _write_json(path: Path, doc: dict) -> Path:
     return path
 
 
-def _report(capsys, *args) -> dict:
-    assert main(["report", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+def _report(out: Path, *runs: str, store: Path, sims=(), traces=()) -> dict:
+    """``genie.write_report`` of ``runs`` (the first the main one) and files, as JSON data."""
+    spec = genie.ReportSpec(
+        out=str(out),
+        runs=runs,
+        store=str(store),
+        sims=tuple(str(s) for s in sims),
+        traces=tuple(str(t) for t in traces),
+    )
+    return json.loads(json.dumps(genie.write_report(spec).to_dict()))
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -125,10 +134,10 @@ def _check_pngs_and_html(doc: dict) -> None:
     assert "http://" not in html and "https://" not in html
 
 
-def test_report_of_a_real_run_has_valid_pngs_in_the_html(runs, tmp_path, capsys):
+def test_report_of_a_real_run_has_valid_pngs_in_the_html(runs, tmp_path):
     store, out = runs
     run_id, _ = out[3]
-    doc = _report(capsys, run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
+    doc = _report(tmp_path / "rep", run_id, store=store)
     assert doc["runs"] == [run_id]
     ids = {f["id"] for f in doc["figures"]}
     assert ids == {"busbw_all_reduce", "time_all_reduce", "error_all_reduce"}
@@ -139,10 +148,10 @@ def test_report_of_a_real_run_has_valid_pngs_in_the_html(runs, tmp_path, capsys)
     assert "CPUs logical/physical" in html and "127.0.0.1" in html
 
 
-def test_json_figures_hold_the_numbers_of_the_run(runs, tmp_path, capsys):
+def test_json_figures_hold_the_numbers_of_the_run(runs, tmp_path):
     store, out = runs
     run_id, rows = out[3]
-    doc = _report(capsys, run_id, "--store", str(store), "--out", str(tmp_path / "rep"))
+    doc = _report(tmp_path / "rep", run_id, store=store)
     figs = {f["id"]: f for f in doc["figures"]}
     meas = [s for s in figs["time_all_reduce"]["series"] if s["role"] == "measured"]
     assert len(meas) == 1 and meas[0]["run_id"] == run_id
@@ -167,13 +176,11 @@ def test_json_figures_hold_the_numbers_of_the_run(runs, tmp_path, capsys):
     assert json.loads(Path(doc["html"]).with_name("figures.json").read_text()) == doc
 
 
-def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path, capsys):
+def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path):
     store, out = runs
     (a, _), (b, rows_b) = out[3], out[2]
-    one = _report(capsys, a, "--store", str(store), "--out", str(tmp_path / "one"))
-    both = _report(
-        capsys, a[:-2], "--compare", b, "--store", str(store), "--out", str(tmp_path / "two")
-    )
+    one = _report(tmp_path / "one", a, store=store)
+    both = _report(tmp_path / "two", a[:-2], b, store=store)
     assert both["runs"] == [a, b]
     _check_pngs_and_html(both)
     fig = next(f for f in both["figures"] if f["id"] == "busbw_all_reduce")
@@ -192,10 +199,10 @@ def test_compare_overlays_two_runs_on_one_plot(runs, tmp_path, capsys):
     assert html.count("<h2>Run ") == 2
 
 
-def test_each_collective_gets_its_own_plots_and_table(runs, tmp_path, capsys):
+def test_each_collective_gets_its_own_plots_and_table(runs, tmp_path):
     store, out = runs
     (ar, _), (ag, rows) = out[3], out["ag"]
-    doc = _report(capsys, ag, "--compare", ar, "--store", str(store), "--out", str(tmp_path / "r"))
+    doc = _report(tmp_path / "r", ag, ar, store=store)
     _check_pngs_and_html(doc)
     ids = {f["id"] for f in doc["figures"]}
     assert ids == {
@@ -210,12 +217,11 @@ def test_each_collective_gets_its_own_plots_and_table(runs, tmp_path, capsys):
     assert "all_gather / ring on 3 ranks" in Path(doc["html"]).read_text()
 
 
-def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path, capsys):
+def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path):
     store, out = runs
     sim, trace = sim_files
     simdoc = json.loads(sim.read_text())
-    args = [out[3][0], "--store", str(store), "--sim", str(sim), "--trace", str(trace)]
-    doc = _report(capsys, *args, "--out", str(tmp_path / "rep"))
+    doc = _report(tmp_path / "rep", out[3][0], store=store, sims=[sim], traces=[trace])
     _check_pngs_and_html(doc)
     figs = {f["id"]: f for f in doc["figures"]}
     rep = simdoc["reports"][0]
@@ -236,11 +242,10 @@ def test_simulated_iteration_breakdown_and_timelines(runs, sim_files, tmp_path, 
     assert {"compute", "comm"} <= set(tl["series"][0]["spans"])
 
 
-def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path, capsys):
+def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path):
     store, out = runs
     emu = json.loads(out["emulate"].read_text())
-    args = [emu["run_id"], "--store", str(store), "--sim", str(out["emulate"])]
-    doc = _report(capsys, *args, "--out", str(tmp_path / "rep"))
+    doc = _report(tmp_path / "rep", emu["run_id"], store=store, sims=[out["emulate"]])
     _check_pngs_and_html(doc)
     figs = {f["id"]: f for f in doc["figures"]}
     assert {"busbw_all_reduce", "sim0_iteration", "sim0_breakdown0", "sim0_timeline"} <= set(figs)
@@ -272,33 +277,58 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     assert {r["size"] for r in tab["rows"]} == stored
 
 
-def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path, capsys):
+def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path):
     store, _ = runs
-    cases = [
-        (["nosuchrun", "--store", str(store)], "no run 'nosuchrun'"),
-        (["r1", "--store", str(tmp_path / "none.sqlite")], "run store not found"),
-        (["--store", str(store)], "nothing to report"),
-        (["--sim", str(store)], "not JSON"),
-        (["--sim", str(tmp_path / "missing.json")], "file not found"),
-    ]
     (tmp_path / "x.json").write_text('{"a": 1}')
-    cases.append((["--sim", str(tmp_path / "x.json")], "no 'reports'"))
-    cases.append((["--trace", str(tmp_path / "x.json")], "no 'traceEvents'"))
-    for args, msg in cases:
-        assert main(["report", *args, "--out", str(tmp_path / "o")]) == 2, args
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("genie: error:") and msg in err[0], err
+    cases = [
+        ({"runs": ("nosuchrun",)}, StoreError, "no run 'nosuchrun'"),
+        ({"runs": ("r1",), "store": str(tmp_path / "none.sqlite")}, UsageError, "store not found"),
+        ({}, UsageError, "nothing to report"),
+        ({"sims": (str(store),)}, UsageError, "not JSON"),
+        ({"sims": (str(tmp_path / "missing.json"),)}, UsageError, "file not found"),
+        ({"sims": (str(tmp_path / "x.json"),)}, UsageError, "no 'reports'"),
+        ({"traces": (str(tmp_path / "x.json"),)}, UsageError, "no 'traceEvents'"),
+    ]
+    for fields, error, msg in cases:
+        spec = genie.ReportSpec.from_dict(
+            {"out": str(tmp_path / "o"), "store": str(store), **fields}
+        )
+        with pytest.raises(error, match=msg) as exc:
+            genie.write_report(spec)
+        assert "\n" not in str(exc.value)
     assert not (tmp_path / "none.sqlite").exists()
 
 
-def test_a_run_without_instances_is_a_clear_error(tmp_path, capsys):
+def test_the_command_prints_the_report_or_one_line(runs, tmp_path, capsys):
+    store, out = runs
+    run_id = out[3][0]
+    spec = genie.ReportSpec(out=str(tmp_path / "rep"), runs=(run_id,), store=str(store))
+    rep = genie.write_report(spec)
+    args = ["report", run_id, "--store", str(store), "--out", str(tmp_path / "rep")]
+    assert main([*args, "--json"]) == 0  # the same report, drawn again into the same place
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(rep.to_dict()))
+    assert main(args) == 0
+    text = capsys.readouterr().out.strip()
+    assert text == f"wrote {len(rep.files)} plots and {rep.html} (figure data: {rep.json_path})"
+    for argv, msg in (
+        (["nosuchrun", "--store", str(store)], "no run 'nosuchrun'"),
+        (["--store", str(store)], "nothing to report"),
+        (["--trace", str(store)], "not JSON"),
+    ):
+        assert main(["report", *argv, "--out", str(tmp_path / "o")]) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("genie: error:") and msg in err[0], err
+
+
+def test_a_run_without_instances_is_a_clear_error(tmp_path):
     from genie.store import RunStore
 
     with RunStore(tmp_path / "s.sqlite") as st:
         rid = st.start_run("genie bench (interrupted before any size)")
-    assert main(["report", rid, "--store", str(tmp_path / "s.sqlite"), "--out", "o"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"genie: error: run {rid} has no measured instances to plot"]
+    spec = genie.ReportSpec(out=str(tmp_path / "o"), runs=(rid,), store=str(tmp_path / "s.sqlite"))
+    with pytest.raises(UsageError, match=f"^run {rid} has no measured instances to plot$"):
+        genie.write_report(spec)
+    assert not (tmp_path / "o").exists()
 
 
 def test_missing_matplotlib_says_how_to_install(runs, tmp_path, capsys, monkeypatch):
@@ -327,14 +357,14 @@ window.addEventListener('load', function () {
 </script>"""
 
 
-def test_every_image_loads_in_headless_chromium(runs, sim_files, tmp_path, capsys):
+def test_every_image_loads_in_headless_chromium(runs, sim_files, tmp_path):
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if not exe:
         pytest.skip("chromium not installed (Debian: apt-get install chromium)")
     store, out = runs
     sim, trace = sim_files
-    args = [out[3][0], "--compare", out[2][0], "--store", str(store), "--sim", str(sim)]
-    doc = _report(capsys, *args, "--trace", str(trace), "--out", str(tmp_path / "rep"))
+    runs_ = (out[3][0], out[2][0])
+    doc = _report(tmp_path / "rep", *runs_, store=store, sims=[sim], traces=[trace])
     page = tmp_path / "probe.html"
     page.write_text(Path(doc["html"]).read_text().replace("</body>", _PROBE + "</body>"))
     cmd = [
