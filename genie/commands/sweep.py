@@ -54,7 +54,7 @@ FIELDS = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """simulate's parser, whose errors are a UsageError (not an exit) in a worker."""
+    """simulate's parser, whose errors are a UsageError (not an exit): the sweep names the point."""
 
     def error(self, message: str) -> NoReturn:
         """Raise the message as a UsageError."""
