@@ -1,7 +1,8 @@
-"""How an agent process is started: the command line every launcher uses.
+"""How an agent process is started: the command lines every launcher uses.
 
 Local clusters, netns testbeds and lab deploys all start agents with ``launch_command(python)``
-followed by the agent's options (``genie_agent/cli.py``).
+followed by the agent's options (``genie_agent/cli.py``); local clusters start each agent under
+its supervisor (``supervised_command``: ``genie.deploy.supervise``), which says how it ended.
 """
 
 from __future__ import annotations
@@ -24,3 +25,10 @@ def is_agent_cmdline(argv: list[str]) -> bool:
         if arg.endswith("genie") and argv[i + 1] == "agent":  # `genie agent`, `-m genie agent`
             return True
     return False
+
+
+def supervised_command(python: str, root: str, stem: str = "agent") -> list[str]:
+    """The command line of a supervisor running the agent of ``ROOT/STEM.json``
+    (``genie.deploy.supervise``: it writes ``ROOT/STEM.log``, ``.pid`` and ``.exit.json``)."""
+    cmd = [python, "-P", "-m", "genie.deploy.supervise", root]
+    return cmd if stem == "agent" else [*cmd, "--name", stem]
