@@ -2,9 +2,11 @@
 
 A transport moves opaque frames: ``send(agent, frame)`` and ``recv(timeout_s) -> (agent, frame)
 | None``. The controller encodes and decodes, so both transports exercise the real codec. Each
-transport also says which agents refused its handshake (``refused``) and why an agent may not
-answer (``describe``), so a silent agent is described ("nothing listens at ...", "... does not
-speak genie's control protocol", "refused the CURVE handshake") instead of a bare timeout.
+transport also says which agents refused its handshake (``refused``), whose connection dropped
+and is not back (``dropped``: a dead agent's socket closes at once, long before it misses a
+beat), and why an agent may not answer (``describe``), so a silent agent is described ("nothing
+listens at ...", "... does not speak genie's control protocol", "refused the CURVE handshake")
+instead of a bare timeout.
 
 Every failure is a ``ControlUnreachable`` naming the agent and its cause
 (``genie.controller.faults``): a send that fails because the agent refused the handshake says
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -48,6 +51,12 @@ class Channel(Protocol):
         """Agent -> why it refused this channel's handshake (as of the last send or recv)."""
         ...
 
+    @property
+    def dropped(self) -> Mapping[str, int]:
+        """Agent -> failed reconnection attempts, for each agent whose connection dropped and is
+        not back (as of the last recv)."""
+        ...
+
     def describe(self, agent: str) -> str:
         """One phrase: why ``agent`` may not answer (what its connection did)."""
         ...
@@ -69,9 +78,15 @@ class Link:
     tries: int = 0  # failed connection attempts
     connected: int = 0  # TCP connections made
     handshakes: int = 0  # ZMTP handshakes completed
+    down: bool = False  # the connection dropped and is not back
+    retries_down: int = 0  # failed reconnection attempts since it dropped
 
     def describe(self) -> str:
         """One phrase: why this agent may not answer."""
+        if self.down and self.retries_down > 0:
+            return (
+                f"its connection dropped and nothing accepts connections at {self.address} any more"
+            )
         if self.handshakes:
             return f"the agent at {self.address} is connected but did not answer"
         if self.connected:
@@ -83,6 +98,15 @@ class Link:
         if self.tries:
             return f"nothing accepts connections at {self.address} (connection refused)"
         return f"no connection to {self.address} yet"
+
+
+_V4_MAPPED = re.compile(r"^tcp://\[::ffff:(\d+\.\d+\.\d+\.\d+)\]:")
+
+
+def _unmapped(endpoint: str) -> str:
+    """``endpoint`` with an IPv4-mapped IPv6 address as the IPv4 address it maps (libzmq names
+    a reconnection to 127.0.0.1 ``tcp://[::ffff:127.0.0.1]:PORT`` on an IPv6-enabled socket)."""
+    return _V4_MAPPED.sub(r"tcp://\1:", endpoint)
 
 
 def _refusal(kind: int, value: int) -> str:
@@ -163,7 +187,7 @@ class ZmqChannel:
         if self.monitor is None:
             return
         for ev in sockets.read_events(self.monitor, 10_000):
-            who = self._by_endpoint.get(ev.endpoint, ev.endpoint)
+            who = self._by_endpoint.get(_unmapped(ev.endpoint), ev.endpoint)
             link = self.links.get(who)
             if ev.kind == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL and not self.curve:
                 continue  # the peer hung up mid-handshake: not a genie agent (see Link)
@@ -173,11 +197,23 @@ class ZmqChannel:
                 continue
             elif ev.kind == zmq.EVENT_CONNECT_RETRIED:
                 link.tries += 1
+                # libzmq schedules a reconnect as a connection drops (one event), then once per
+                # failed attempt
+                link.retries_down += link.down
             elif ev.kind == zmq.EVENT_CONNECTED:
                 link.connected += 1
+            elif ev.kind == zmq.EVENT_DISCONNECTED:
+                if link.handshakes:  # a connection that never spoke is no agent that went away
+                    link.down, link.retries_down = True, -1
             elif ev.kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 link.handshakes += 1
+                link.down, link.retries_down = False, 0
                 self.refused.pop(who, None)
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Agent -> failed reconnection attempts, for agents whose connection dropped."""
+        return {a: max(0, k.retries_down) for a, k in self.links.items() if k.down}
 
     def describe(self, agent: str) -> str:
         """Why ``agent`` may not answer, from what its connection did."""
@@ -255,6 +291,7 @@ class InProcChannel:
         self.sent: list[tuple[str, bytes]] = []
         self.drop: set[str] = set()  # agents whose frames vanish (a cut cable)
         self.refused: dict[str, str] = {}  # agents that refuse this channel (a wrong key)
+        self.dropped: dict[str, int] = {}  # agents whose connection closed (a dead process)
 
     def send(self, agent: str, frame: bytes) -> None:
         """Deliver ``frame`` to the agent's handler at once."""

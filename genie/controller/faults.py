@@ -29,6 +29,8 @@ TIMED_OUT = "timed-out"  # a bounded wait ran out
 NO_HELLO = "no-hello"  # an agent never answered the hello
 MISSED_BEATS = "missed-beats"  # an agent stopped beating
 SILENT_TO_PROBE = "silent-to-probe"  # an agent did not answer a probe after a peer's failure
+AGENT_DIED = "agent-died"  # an agent's process ended (its exit status or signal is known)
+CONNECTION_DROPPED = "connection-dropped"  # its connection closed; its address refuses since
 DATA_UNREACHABLE = "data-unreachable"  # after a stall: agents cannot reach peers' data ports
 
 _TYPES: dict[str, type[AgentFault]] = {
@@ -45,6 +47,8 @@ _TYPES: dict[str, type[AgentFault]] = {
     NO_HELLO: AgentUnreachable,
     MISSED_BEATS: AgentLost,
     SILENT_TO_PROBE: AgentLost,
+    AGENT_DIED: AgentLost,
+    CONNECTION_DROPPED: AgentLost,
     DATA_UNREACHABLE: RunTimeout,
 }
 
