@@ -309,9 +309,11 @@ class InProcChannel:
         self.inbox.extend((agent, f) for f in self.handlers[agent](frame))
 
     def describe(self, agent: str) -> str:
-        """Why ``agent`` may not answer: refused, cut off, unknown, or silent."""
+        """Why ``agent`` may not answer: refused, gone, cut off, unknown, or silent."""
         if agent in self.refused:
             return _refused_text(agent, self.refused[agent])
+        if self.dropped.get(agent, 0) > 0:
+            return f"its connection dropped and agent {agent} does not take it again"
         if agent in self.drop:
             return f"agent {agent} is cut off (its frames are dropped)"
         if agent not in self.handlers:
