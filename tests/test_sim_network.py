@@ -81,6 +81,26 @@ def test_latency_tail_does_not_hold_links():
     assert done == {0: pytest.approx(15 * US), 1: pytest.approx(25 * US)}
 
 
+def test_tiny_transfers_sharing_a_link_late_in_the_step_finish():
+    """Two 4 KiB transfers sharing a 1.2 TB/s link 1.3 s into the step: their rates change while
+    their bytes take picoseconds, less than the clock can tell apart at 1.3 s. Every event must
+    still pop (a dilated emulate replay spun forever here: bandwidth x4 made every transfer
+    four times shorter)."""
+    be = AnalyticalBackend(FixedPricer([1.2e12], {0: [(0, 4096)], 1: [(0, 4096)]}))
+    be.start(tr(0), 1.3)
+    be.next_time()  # the first runs alone for a picosecond
+    be.start(tr(1), 1.3 + 1e-12)
+    done: dict[int, float] = {}
+    for _ in range(50):  # bounded: a stuck event fails here instead of hanging the suite
+        t = be.next_time()
+        if t == float("inf"):
+            break
+        for iid in be.pop(t):
+            done[iid] = t
+    assert sorted(done) == [0, 1]
+    assert all(1.3 <= t < 1.3 + 1e-8 for t in done.values())
+
+
 def test_parse_bandwidth_units_are_explicit():
     assert parse_bandwidth("50GiB/s") == 50 * 2**30
     assert parse_bandwidth("50GB/s") == 50e9

@@ -184,6 +184,7 @@ def is_per_member(backend: NetworkBackend) -> TypeGuard[PerMemberBackend]:
 
 
 _REL = 1e-12
+_ULPS = 8 * 2.0**-52  # a few units in the last place of a time, relative
 
 
 def fill(cap: np.ndarray, links: list[np.ndarray], demand: list[np.ndarray]) -> list[float] | None:
@@ -502,7 +503,11 @@ class AnalyticalBackend(_Fluid):
         active = self._active
         while (head := self._head()) is not None:
             st = head[1]
-            if st[0] - st[1] * (now - st[7]) > _REL * st[2] * 16 + 1e-18:
+            # done within the bytes' own tolerance, or within what the clock can tell apart
+            # at ``now`` (a fast link moves more than the bytes' tolerance in one ulp of a
+            # time near a second: without it the event never pops and the replay spins)
+            slack = _REL * st[2] * 16 + st[1] * abs(now) * _ULPS + 1e-18
+            if st[0] - st[1] * (now - st[7]) > slack:
                 break
             heapq.heappop(self._heap)
             finished.append(st)
