@@ -68,6 +68,11 @@ class TestbedDown(TestbedError):
     exit_code = 1
 
 
+class AdmissionError(GenieError):
+    """A plan needs more than the testbed has (a host's memory): refused before any agent
+    allocates anything."""
+
+
 class RuntimeFault(GenieError):
     """A job on the agents failed (agent lost, data error, timeout...)."""
 

@@ -12,7 +12,10 @@ building runs on a worker thread, so the loop never stalls. A frame larger than 
 limit (``genie.wire.frames``) is answered with an ``Error(limit)`` before it is copied, and a
 reply that would exceed it is replaced by one. The control socket's monitor tells which
 connection the holder speaks on, so its close is evidence the holder is gone, and logs failed
-CURVE handshakes. Every line goes through ``LogBook`` (rate-limited, sanitised).
+CURVE handshakes. Every line goes through ``LogBook`` (rate-limited, sanitised). When a job is
+dropped (released, aborted, failed), the loop gives its memory back to the OS
+(``genie_agent.memory``); while no job is held, the memory the agent reports in its hello is
+re-read before frames are handled, so a Hello carries what the host has now.
 
 With a key directory (``keys_dir``, or the ``GENIE_KEYS`` environment variable) the control
 socket is a CURVE server and a ZAP handler admits only the trusted controller public keys; each
@@ -36,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import msgspec
 import zmq
 
 from genie.errors import FrameTooLarge, TransportError
@@ -46,8 +50,9 @@ from genie.wire.liveness import HEARTBEAT_INTERVAL_S
 from genie.wire.messages import Error, Limits, Msg, encode
 from genie_agent.clock import tighten_timer_slack
 from genie_agent.dataplane.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
-from genie_agent.facts import host_facts
+from genie_agent.facts import available_memory, host_facts
 from genie_agent.logbook import LogBook
+from genie_agent.memory import release_memory
 from genie_agent.state import AgentCore, Event
 
 if TYPE_CHECKING:
@@ -55,6 +60,7 @@ if TYPE_CHECKING:
 
 REFUSED_KEYS_MAX = 256  # distinct refused keys remembered (a key-rotating peer stays bounded)
 IDLE_WAKE_MS = 1000  # an unclaimed idle agent still checks its stop flag this often
+FACTS_FRESH_S = 0.2  # available memory is re-read at most this often (only while no job is held)
 
 
 class _TrustedKeys:
@@ -160,6 +166,32 @@ def agent_logger(agent_id: str) -> logging.Logger:
         logger.setLevel(logging.INFO)
         logger.propagate = False
     return logger
+
+
+class _JobMemory:
+    """Gives a dropped job's memory back, and keeps the hello's available memory current."""
+
+    def __init__(self, core: AgentCore, say: Callable[[str], None]) -> None:
+        self.core = core
+        self.say = say
+        self.job = ""
+        self.read_at = 0.0
+
+    def before_frames(self) -> None:
+        """No job held: re-read the available memory the next Hello reports (rate-limited)."""
+        now = time.monotonic()
+        if self.core.job or now - self.read_at < FACTS_FRESH_S:
+            return
+        self.read_at = now
+        facts = self.core.facts
+        self.core.facts = msgspec.structs.replace(facts, memory_available=available_memory())
+
+    def after_step(self) -> None:
+        """A job was dropped since the last step: collect and trim the heaps."""
+        if self.job and not self.core.job:
+            self.say(release_memory())
+            self.read_at = 0.0
+        self.job = self.core.job
 
 
 def _start_thread(work: Callable[[], None]) -> None:
@@ -279,6 +311,7 @@ def run_agent(
         builder=_start_thread,
     )
     conns = _Connections(core, say)
+    memory = _JobMemory(core, say)
     stop = {"flag": False}
 
     def on_signal(_sig, _frm) -> None:
@@ -315,6 +348,7 @@ def run_agent(
                 if s is monitor:
                     _read_monitor(monitor, conns)
                 elif s is ctl:
+                    memory.before_frames()
                     _read_control(ctl, core, conns, send)
                 else:
                     with contextlib.suppress(BlockingIOError):
@@ -328,6 +362,7 @@ def run_agent(
             send(core.tick())
             for line in core.drain_log():
                 say(line)
+            memory.after_step()
             book.tick()
     finally:
         dp.close()

@@ -1,10 +1,12 @@
 """A cluster of agent processes on this machine's loopback, and opening a controller on a testbed.
 
 ``LocalCluster.start(n)`` launches ``python -m genie_agent`` (= ``genie agent``) n times on
-127.0.0.1 (consecutive free control ports, data ports chosen by each agent), waits until each
-says it listens, and writes ``testbed.toml``, ``agents.pids`` and one log per agent in its
-directory.
-``stop()`` ends exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
+127.0.0.1 (consecutive free control ports, data ports chosen by each agent), each under its
+supervisor (``genie.controller.local_agents``: it records how the agent ended), waits until each
+says it listens, and writes ``testbed.toml``, ``agents.pids`` (the agents' pids) and one log per
+agent in its directory. ``restart_agents`` starts dead agents of a directory again on their
+ports. ``stop()`` ends exactly those processes, by pid (SIGTERM, then SIGKILL after a bound).
+A controller opened here reads how a local agent died (``genie.controller.postmortem``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import random
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,9 +28,19 @@ from pathlib import Path
 import msgspec
 
 from genie.controller.channel import ZmqChannel
+from genie.controller.local_agents import (
+    AgentProcess,
+    alive,
+    forget,
+    is_agent,
+    log_path,
+    restart_hint,
+)
+from genie.controller.local_agents import state as agent_state
+from genie.controller.local_agents import states as agent_states
+from genie.controller.postmortem import LocalPostmortem
 from genie.controller.session import Controller, Timeouts
 from genie.errors import RuntimeFault, TestbedError
-from genie.wire.launch import is_agent_cmdline, launch_command
 from genie.wire.messages import DataOptions
 
 PIDFILE = "agents.pids"
@@ -61,22 +72,12 @@ def free_port_range(n: int, lo: int = 20000, hi: int = 60000) -> int:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return alive(pid)
 
 
 def _is_our_agent(pid: int) -> bool:
     """True if ``pid`` is a genie agent process (guards against a recycled pid)."""
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
-        return False
-    return is_agent_cmdline(cmd)
+    return is_agent(pid)
 
 
 def stop_pids(pids: Sequence[int], timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
@@ -103,9 +104,9 @@ def stop_pids(pids: Sequence[int], timeout_s: float = STOP_TIMEOUT_S) -> list[in
 class LocalCluster:
     """N agents on loopback, their testbed file and pid file, stoppable by pid."""
 
-    def __init__(self, directory: Path, procs: list[subprocess.Popen], testbed) -> None:
+    def __init__(self, directory: Path, procs: list[AgentProcess], testbed) -> None:
         self.dir = directory
-        self.procs = procs
+        self.procs = procs  # the agents, read like Popen objects (pid, poll, wait)
         self.testbed = testbed
         self.testbed_path = directory / TESTBED_FILE
         self.own_dir = False
@@ -121,10 +122,12 @@ class LocalCluster:
         heartbeat_s: float = 0.5,
         python: str | None = None,
         keys_dir: str | os.PathLike | None = None,
+        memory_limit: int = 0,
     ) -> LocalCluster:
         """Start the agents, wait until all listen, write the testbed; stop all on failure.
 
-        ``keys_dir``: agents serve CURVE with these keys (passed as ``GENIE_KEYS``).
+        ``keys_dir``: agents serve CURVE with these keys; ``memory_limit``: each agent's address
+        space is capped at this many bytes (RLIMIT_AS; 0: no cap).
         """
         from genie.testbed import dumps_testbed, loopback_testbed
 
@@ -134,79 +137,44 @@ class LocalCluster:
         d.mkdir(parents=True, exist_ok=True)
         old = d / PIDFILE
         if old.exists() and any(_alive(p) and _is_our_agent(p) for p in read_pids(d)):
-            raise TestbedError(f"a local cluster is already running in {d} (stop it first)")
+            dead = "".join(f"; {x}" for x in dead_agents(d).values())
+            raise TestbedError(f"a local cluster is already running in {d} (stop it first){dead}")
+        forget(d)  # the agents of a cluster that ran here before
         base = base_port or free_port_range(n_agents)
         tb = loopback_testbed(n_agents, base_port=base, ranks_per_host=ranks_per_host)
-        procs: list[subprocess.Popen] = []
-        logs = []
-        env = dict(os.environ)
-        if keys_dir:
-            env["GENIE_KEYS"] = str(keys_dir)
+        procs: list[AgentProcess] = []
         try:
             for h in tb.hosts:
-                log = open(d / f"agent-{h.name}.log", "wb")  # noqa: SIM115 (closed below)
-                logs.append(log)
-                cmd = [
-                    *launch_command(python or sys.executable),
-                    "--listen",
-                    h.control,
-                    "--id",
-                    h.name,
-                    "--data-addr",
-                    h.data_addr,
-                    "--heartbeat",
-                    str(heartbeat_s),
-                ]
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                        env=env,
-                    )
-                )
+                log_path(d, h.name).write_bytes(b"")
+                cfg: dict[str, object] = {
+                    "listen": h.control,
+                    "data_addr": h.data_addr,
+                    "heartbeat": heartbeat_s,
+                    "python": python or sys.executable,
+                }
+                if keys_dir:
+                    cfg["keys"] = str(keys_dir)
+                if memory_limit:
+                    cfg["memory_limit"] = int(memory_limit)
+                procs.append(AgentProcess.launch(h.name, d, cfg, python))
+            _wait_listening(d, procs, {p.name: 0 for p in procs})
             (d / PIDFILE).write_text(json.dumps([p.pid for p in procs]))
-            cls._wait_listening(d, tb, procs)
             (d / TESTBED_FILE).write_text(dumps_testbed(tb))
         except BaseException:
-            stop_pids([p.pid for p in procs])
+            stop_pids([p.pid for p in procs if p.pid])
             for p in procs:
-                with contextlib.suppress(Exception):
-                    p.wait(timeout=1)
+                p.reap()
             raise
-        finally:
-            for log in logs:
-                log.close()
         cl = cls(d, procs, tb)
         cl.own_dir = directory is None  # made here: removed again by stop()
         return cl
 
-    @staticmethod
-    def _wait_listening(d: Path, tb, procs: list[subprocess.Popen]) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        pending = {h.name: p for h, p in zip(tb.hosts, procs, strict=True)}
-        while pending:
-            for name, p in list(pending.items()):
-                text = (d / f"agent-{name}.log").read_text(errors="replace")
-                if "listening on" in text:
-                    del pending[name]
-                elif p.poll() is not None:
-                    last = text.strip().splitlines()[-1] if text.strip() else "no output"
-                    raise TestbedError(f"agent {name} exited with {p.returncode}: {last}")
-            if pending and time.monotonic() > deadline:
-                raise TestbedError(
-                    f"agents {', '.join(sorted(pending))} did not start within {START_TIMEOUT_S}s"
-                )
-            time.sleep(0.02)
-
     def stop(self) -> None:
-        """Stop this cluster's agents by pid and remove the pid file."""
-        stop_pids([p.pid for p in self.procs])
+        """Stop this cluster's agents (and any restarted since) by pid; remove the pid file."""
+        pids = [p.pid for p in self.procs if p.pid]
+        stop_pids(pids + [p for p in read_pids(self.dir) if p not in pids])
         for p in self.procs:
-            with contextlib.suppress(Exception):
-                p.wait(timeout=1)
+            p.reap()
         with contextlib.suppress(FileNotFoundError):
             (self.dir / PIDFILE).unlink()
         if self.own_dir:
@@ -217,6 +185,67 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _wait_listening(d: Path, procs: Sequence[AgentProcess], offsets: dict[str, int]) -> None:
+    """Wait until every agent's log says it listens (after ``offsets``); say how one ended."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    pending = {p.name: p for p in procs}
+    while pending:
+        for name, p in list(pending.items()):
+            with open(log_path(d, name), "rb") as f:
+                f.seek(offsets.get(name, 0))
+                text = f.read().decode(errors="replace")
+            if "listening on" in text and p.pid:
+                del pending[name]
+            elif p.poll() is not None:
+                rec = p.exit_record()
+                mine = [x for x in text.strip().splitlines() if not x.startswith("genie-super")]
+                last = mine[-1] if mine else "no output"
+                how = rec.describe() if rec else f"exited with {p.poll()}"
+                raise TestbedError(f"agent {name} {how}: {last}")
+        if pending and time.monotonic() > deadline:
+            raise TestbedError(
+                f"agents {', '.join(sorted(pending))} did not start within {START_TIMEOUT_S}s"
+            )
+        time.sleep(0.02)
+
+
+def restart_agents(directory: str | Path, names: Sequence[str]) -> list[AgentProcess]:
+    """Start the named agents of a local cluster again (same ports, same options) where they
+    are not running; update its pid file; return the agents started."""
+    d = Path(directory)
+    pids = read_pids(d)
+    started: list[AgentProcess] = []
+    offsets: dict[str, int] = {}
+    old_pids: dict[str, int] = {}
+    try:
+        for name in names:
+            cfg_file = d / f"agent-{name}.json"
+            if not cfg_file.exists():
+                raise TestbedError(f"no agent {name} in the local cluster of {d}")
+            st = agent_state(d, name)
+            if st.running:
+                continue
+            cfg = json.loads(cfg_file.read_text())
+            log = log_path(d, name)
+            offsets[name] = log.stat().st_size if log.exists() else 0
+            started.append(AgentProcess.launch(name, d, cfg, cfg.get("python")))
+            old_pids[name] = st.pid
+        _wait_listening(d, started, offsets)
+    except BaseException:
+        stop_pids([p.pid for p in started if p.pid])
+        for p in started:
+            p.reap()
+        raise
+    for p in started:  # in place: the pid file keeps the testbed's order
+        old = old_pids.get(p.name, 0)
+        if old in pids:
+            pids[pids.index(old)] = p.pid
+        else:
+            pids.append(p.pid)
+    (d / PIDFILE).write_text(json.dumps(pids))
+    return started
 
 
 def read_pids(directory: str | Path) -> list[int]:
@@ -271,6 +300,7 @@ def open_controller(
         keepalive=True,
     )
     ctl.job_options = functools.partial(options_for_testbed, testbed)
+    ctl.postmortem = LocalPostmortem()  # how an agent on this machine ended, if one does
     return ctl
 
 
@@ -316,8 +346,33 @@ def start_hint(testbed, source: str = "") -> str:
     made = Path(source).parent if source else None  # by `genie cluster local`?
     if made and any((made / n).exists() for n in (PIDFILE, f"agent-{testbed.hosts[0].name}.log")):
         d = shlex.quote(str(made))
+        dead = dead_agents(made) if (made / PIDFILE).exists() else {}
+        if dead:
+            return "; ".join(dead.values())
         return f"start the agents: `genie cluster local --agents {len(testbed.hosts)} --dir {d}`"
     local = all(h.control_ip.startswith("127.") or h.control_ip == "::1" for h in testbed.hosts)
     if local:
         return "start the agents (`genie cluster local` writes a testbed file with running agents)"
     return f"start the agents: `genie agents restart all --testbed {path}` (or `genie deploy`)"
+
+
+def local_deaths(testbed, source: str | Path = "") -> dict[str, str]:
+    """For a testbed file that ``genie cluster local`` wrote: per agent of it whose process has
+    ended, how (and how to restart it); empty for any other testbed."""
+    if not source or testbed.kind == "netns":
+        return {}
+    made = Path(source).parent
+    if not (made / PIDFILE).exists():
+        return {}
+    return dead_agents(made, {h.name for h in testbed.hosts})
+
+
+def dead_agents(directory: str | Path, names: set[str] | None = None) -> dict[str, str]:
+    """Per agent of a local cluster (of ``names``, if given) that no longer runs: one line on
+    how it ended and how to restart it."""
+    d = Path(directory)
+    return {
+        st.name: f"agent {st.name} {st.describe()}; restart it: `{restart_hint(d, st.name)}`"
+        for st in agent_states(d)
+        if not st.running and (names is None or st.name in names)
+    }

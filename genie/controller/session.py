@@ -9,8 +9,11 @@ agent and a ``RuntimeFault`` names the agent and what was being waited for.
 Every message after the Hello carries the session secret the agent gave in its HelloReply (the
 agent's proof that this controller holds it). ``start_keepalive`` beats from a thread between
 phases (while the caller builds programs, prices them or waits on the run store), so agents
-never take a busy controller for a dead one. Results are checked against the Go they answer
-(ranks, shapes, time ranges) before anything uses them.
+never take a busy controller for a dead one. An agent whose control connection drops is judged
+at once: its ``Postmortem`` (``genie.controller.postmortem``: agents on this machine) says how
+its process ended (exit status, signal, the kernel's OOM kill), and an agent whose address then
+refuses connections is lost without waiting for its missed beats. Results are checked against
+the Go they answer (ranks, shapes, time ranges) before anything uses them.
 """
 
 from __future__ import annotations
@@ -31,14 +34,18 @@ from genie.collectives.program import Op, Program, ProgramSpec
 from genie.collectives.registry import max_steps_per_rank
 from genie.controller.channel import Channel
 from genie.controller.faults import (
+    AGENT_DIED,
+    CONNECTION_DROPPED,
     DATA_UNREACHABLE,
     HANDSHAKE_REFUSED,
     MISSED_BEATS,
     NO_HELLO,
+    NOT_CONNECTED,
     SILENT_TO_PROBE,
     TIMED_OUT,
     fault,
 )
+from genie.controller.postmortem import Postmortem
 from genie.controller.results import Instance, check_result, completion_times, step_times
 from genie.errors import (
     AgentBusy,
@@ -196,6 +203,9 @@ class Controller:
         # what the testbed adds to a job's data options (intra-host model, ranks' NIC
         # addresses): set by ``open_controller``; (options, placement) -> options
         self.job_options: Callable[[DataOptions, Sequence[str]], DataOptions] | None = None
+        # how an agent whose connection dropped ended (set by ``open_controller``)
+        self.postmortem: Postmortem | None = None
+        self._dropped_at: dict[str, int] = {}  # agent -> when its dropped connection was seen
 
     # ---- plumbing -------------------------------------------------------------------------
     def _send(self, agent: str, msg: Msg, about: str = "") -> None:
@@ -214,6 +224,10 @@ class Controller:
             except ControlUnreachable as exc:
                 if exc.cause == HANDSHAKE_REFUSED:
                     raise self._refusal(agent, about or type(msg).__name__.lower()) from None
+                # (a beat is not judged here: the keepalive thread must not wait for a record)
+                gone = exc.cause == NOT_CONNECTED and agent in self.hello
+                if gone and not isinstance(msg, Heartbeat):
+                    self._if_dead(agent, about or type(msg).__name__.lower())
                 raise
 
     def _refusal(self, agent: str, about: str) -> AgentFault:
@@ -305,9 +319,13 @@ class Controller:
                     f"{', '.join(sorted(pending))}",
                     *sorted(pending),
                 )
+            for a in sorted(pending):
+                if a in self.hello and a in self.t.dropped:
+                    self._judge_drop(a, about)
             for a in sorted(pending) if drained else ():
                 silent = (now - self.last_heard.get(a, start)) // self.hb_ns
                 if a in self.hello and silent >= self.missed_limit:
+                    self._if_dead(a, about)
                     self.lost.add(a)
                     raise fault(
                         MISSED_BEATS,
@@ -344,6 +362,7 @@ class Controller:
                 if not match_job or (msg.job, msg.epoch) == (self.job, self.epoch) or not msg.job:
                     detail = f"{msg.code}: {msg.message}"
                     if msg.code in ("run", "prepare") and self.job:
+                        self._name_dead(agents, agent, about, detail)
                         self._name_lost(agents, agent, about, detail)
                     if msg.code == "malformed" and want is HelloReply:  # an older agent
                         detail += (
@@ -362,6 +381,46 @@ class Controller:
             else:
                 log.debug("dropped unexpected %s from %s", type(msg).__name__, agent)
         return got
+
+    def _if_dead(self, agent: str, about: str, detail: str = "") -> bool | None:
+        """Raise AgentLost saying how ``agent``'s process ended, if the postmortem knows it.
+
+        Returns whether it still runs: False, or None where the postmortem cannot tell.
+        """
+        fate = self.postmortem.fate(agent) if self.postmortem is not None else None
+        if fate is None or not fate.dead:
+            return None if fate is None else fate.dead
+        self.lost.add(agent)
+        text = f"agent {agent} lost during {about}: {fate.text}"
+        if detail:
+            text += f" (agent {detail})"
+        if fate.hint:
+            text += f"; restart it: `{fate.hint}`"
+        raise fault(AGENT_DIED, text, agent)
+
+    def _judge_drop(self, agent: str, about: str) -> None:
+        """``agent``'s connection dropped: lost if its process ended, or if its address refuses
+        connections for a heartbeat interval (its process may have died); else wait on."""
+        now = self.clock.now()
+        since = self._dropped_at.setdefault(agent, now)
+        if self._if_dead(agent, about) is False:
+            return  # the process runs: the connection comes back, or its beats decide
+        if self.t.dropped.get(agent, 0) < 1 or now - since < self.hb_ns:
+            return
+        self.lost.add(agent)
+        raise fault(
+            CONNECTION_DROPPED,
+            f"agent {agent} lost during {about}: {self.t.describe(agent)} (for "
+            f"{(now - since) / 1e9:.1f} s): the agent process may have died "
+            f"(`genie agents status {agent} --testbed FILE`)",
+            agent,
+        )
+
+    def _name_dead(self, agents: Sequence[str], reporter: str, about: str, detail: str) -> None:
+        """After ``reporter`` failed a job step: raise naming an agent whose process ended."""
+        for a in sorted(set(agents) - {reporter} - self.lost):
+            if a in self.t.dropped:
+                self._if_dead(a, about, f"{reporter} reported: {detail}")
 
     def _name_lost(self, agents: Sequence[str], reporter: str, about: str, detail: str) -> None:
         """After ``reporter`` failed a job step: raise naming any agent that no longer answers.
@@ -386,6 +445,8 @@ class Controller:
             if item is not None:
                 self.last_heard[item[0]] = self.clock.now()
                 silent.discard(item[0])
+        for a in sorted(silent):
+            self._if_dead(a, about, f"{reporter} reported: {detail}")
         if silent:
             self.lost |= silent
             beats = (self.clock.now() - min(self.last_heard.get(a, start) for a in silent)) / (
@@ -394,7 +455,13 @@ class Controller:
             raise fault(
                 SILENT_TO_PROBE,
                 f"agent {', '.join(sorted(silent))} lost during {about}: no answer for "
-                f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})",
+                f"{beats:.1f} heartbeat intervals (agent {reporter} reported: {detail})"
+                + "".join(
+                    f"; {a}: {self.t.describe(a)}: the agent process may have died "
+                    f"(`genie agents status {a} --testbed FILE`)"
+                    for a in sorted(silent)
+                    if self.t.dropped.get(a, 0) > 0
+                ),
                 *sorted(silent),
             )
 
@@ -428,6 +495,9 @@ class Controller:
                 log.warning("agent %s runs genie %s, controller %s", a, r.version, __version__)
         self.hello = {a: replies[a] for a in self.agents}  # type: ignore[misc]
         self.sessions = {a: h.session for a, h in self.hello.items()}
+        self._dropped_at = {}
+        if self.postmortem is not None:
+            self.postmortem.watch(self.hello)
         if self.auto_keepalive:
             self.start_keepalive()
         for a, h in self.hello.items():
@@ -642,22 +712,29 @@ class Controller:
         lead_s: float | None = None,
         after: dict[int, list[list[int]]] | None = None,
         on_start: Callable[[int], None] | None = None,
+        instance_program: Sequence[int] | None = None,
     ) -> OpListOutcome:
         """Start every rank's op list over the prepared programs at one controller instant.
 
-        ``rank_ops``: rank -> its ops in order, each (index of a prepared program, indices of
-        earlier ops it waits for, compute gap in ns before it); ``rank_agents``: rank -> agent;
-        ``after``: rank -> per op the earlier ops it waits for in issue order (no gap);
-        ``on_start`` is told the common start (controller clock ns) before any Go is sent.
-        The wait is bounded by every program's iteration timeout plus the longest rank's gaps,
-        plus the base; on failure the job is aborted everywhere.
+        ``rank_ops``: rank -> its ops in order, each (instance id, indices of earlier ops it
+        waits for, compute gap in ns before it); ``instance_program``: instance id -> index of
+        the prepared program it runs (None: the instance id is the program's index, each used
+        once); ``rank_agents``: rank -> agent; ``after``: rank -> per op the earlier ops it waits
+        for in issue order (no gap); ``on_start`` is told the common start (controller clock ns)
+        before any Go is sent. The wait is bounded by every instance's iteration timeout plus
+        the longest rank's gaps, plus the base; on failure the job is aborted everywhere.
         """
         if not self.job:
             raise RuntimeFault("run before prepare")
         involved = sorted(set(rank_agents))
         self._resync_if_due()
         gaps = max((sum(g for _, _, g in ops) for ops in rank_ops.values()), default=0)
-        timeout = sum(self.iteration_timeout(p) for p in self.programs) + gaps / 1e9
+        per_program = [self.iteration_timeout(p) for p in self.programs]
+        if instance_program is None:
+            timeout = sum(per_program)
+        else:
+            timeout = sum(per_program[k] for k in instance_program)
+        timeout += gaps / 1e9
         timeout += self.to.base_s + self.to.outage_s
         lead = lead_s if lead_s is not None else 0.01 + 0.002 * len(involved)
         start_at = self.clock.now() + int(lead * 1e9)
@@ -669,7 +746,13 @@ class Controller:
                 RankOps(
                     rank=r,
                     ops=[
-                        OpItem(program=p, deps=list(d), gap_ns=g, after=list(o))
+                        OpItem(
+                            program=p if instance_program is None else instance_program[p],
+                            deps=list(d),
+                            gap_ns=g,
+                            after=list(o),
+                            instance=-1 if instance_program is None else p,
+                        )
                         for (p, d, g), o in zip(
                             rank_ops[r],
                             (after or {}).get(r) or [[]] * len(rank_ops[r]),

@@ -24,7 +24,8 @@ from typing import Any
 
 import msgspec
 
-from genie.controller.local import open_controller, start_hint
+from genie.controller.faults import AGENT_DIED, fault
+from genie.controller.local import local_deaths, open_controller, start_hint
 from genie.controller.session import Controller, Timeouts
 from genie.errors import AgentUnreachable, GenieError, StoreBusy
 from genie.store import RunStore
@@ -78,6 +79,9 @@ class StoredRun:
             log.info("run %s started in %s", self.run_id, self.store_path)
         try:
             source = str(self.testbed_path)
+            dead = local_deaths(self.testbed, source)  # a local cluster's agent died before
+            if dead:
+                raise fault(AGENT_DIED, "; ".join(dead.values()), *dead)
             self.ctl = open_controller(self.testbed, timeouts=self.timeouts, source=source)
             try:
                 self.hellos = self.ctl.connect()

@@ -10,30 +10,41 @@ replays the workload with the measured times beside the nominal (and calibrated)
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from genie import progress
+from genie.controller.admission import check_memory
+from genie.controller.results import Instance
 from genie.faults.run import scheduler, widen_timeouts
+from genie.live.plan import OpListPlan, describe_payload
+from genie.live.run import Pass
 from genie.live.stored import live_run, replay_all, wire_notes
 from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.streams import order_collectives
+from genie.wire.messages import HostFacts
 
 JsonDoc = dict[str, Any]  # a JSON document (seconds, bytes)
 
 
-def _instances_of(plan, passes, warmup: int, iid: int) -> list:
-    """The store's Instance rows of one communication instance, one per pass."""
-    from genie.controller.results import Instance
-
+def _instances_of(
+    plan: OpListPlan,
+    where: dict[tuple[int, int], int],
+    passes: Sequence[Pass],
+    warmup: int,
+    iid: int,
+) -> list[Instance]:
+    """The store's Instance rows of one communication instance, one per pass (``where``:
+    ``plan.op_index()``)."""
     out = []
-    ranks = list(plan.programs[iid].spec.ranks)
+    ranks = list(plan.program_of(iid).spec.ranks)
     for k, p in enumerate(passes):
         first, _last_start, end = p.inst[iid]
         starts, ends = [], []
         for r in ranks:
-            j = plan.op_iid[r].index(iid)
+            j = where[(r, iid)]
             s, e = p.rank_times[r][j]
             starts.append(s)
             ends.append(e)
@@ -132,7 +143,8 @@ def run_overlapped(
     warmup: int,
     algorithms: dict[str, str] | None = None,
     chunks: int = 1,
-    max_instances: int = 256,
+    max_instances: int = 0,
+    payload: str = "lean",
     symmetry: bool = True,
     trace: str | None = None,
     command: str = "genie emulate",
@@ -201,6 +213,9 @@ def run_overlapped(
         total=iterations + warmup,
         timeouts=widen_timeouts(None, faults) if faults is not None else None,
     ) as (run, bar):
+        # the agents sharing a machine must fit in its memory together: refused here, in one
+        # line, before any Prepare makes an agent allocate
+        check_memory(plan.peak_bytes(agents, payload), {a: h.facts for a, h in run.hellos.items()})
 
         def on_pass(j, p) -> None:
             bar.advance()
@@ -218,15 +233,17 @@ def run_overlapped(
                 iters=iterations,
                 warmup=warmup,
                 on_pass=on_pass,
-                options=plan.data_options(tb.routing.flows),
+                options=plan.data_options(tb.routing.flows, payload),
                 on_start=sched.start if sched else None,
             )
         fault_doc = None
         if sched is not None:
             fault_doc = _fault_doc(sched.records(), passes, warmup)
             run.update_meta(faults=fault_doc)
-        for iid, program in zip(plan.iids, plan.programs, strict=True):
-            run.add_instances(program.spec, _instances_of(plan, passes, warmup, iid))
+        where = plan.op_index()
+        for iid in plan.iids:
+            spec = plan.program_of(iid).spec
+            run.add_instances(spec, _instances_of(plan, where, passes, warmup, iid))
     run_id = run.run_id
     medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
     model_backends = models.backends(ends, cw.n_ranks, algos, chunks, cw.instances.splits)
@@ -239,9 +256,14 @@ def run_overlapped(
     reports, raws = replay_all(cw, backends, symmetry, trace, strag)
     measured = passes[warmup:]
     rows = []
-    for iid, program in zip(plan.iids, plan.programs, strict=True):
+    priced: dict[int, tuple[float | None, float | None]] = {}  # per program: nominal, calibrated
+    for iid in plan.iids:
+        program = plan.program_of(iid)
         spec = program.spec
-        nominal, calibrated = models.price(program, [ends[r] for r in spec.ranks])
+        k_prog = plan.instance_program[iid]
+        if k_prog not in priced:
+            priced[k_prog] = models.price(program, [ends[r] for r in spec.ranks])
+        nominal, calibrated = priced[k_prog]
         rows.append(
             {
                 "iid": iid,
@@ -259,7 +281,7 @@ def run_overlapped(
                 "rank_intervals_s": [
                     [
                         [r, *((t - p.start_at_ns) / 1e9 / k for t in p.rank_times[r][j])]
-                        for r, j in ((r, plan.op_iid[r].index(iid)) for r in spec.ranks)
+                        for r, j in ((r, where[(r, iid)]) for r in spec.ranks)
                     ]
                     for p in measured
                 ],
@@ -274,6 +296,7 @@ def run_overlapped(
             "start_s": (p.start_at_ns - passes[min(warmup, len(passes) - 1)].start_at_ns) / 1e9 / k,
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
+            "cpu_s": {str(r): c for r, c in sorted(p.cpu_s.items())},  # per rank thread
             "warmup": j < warmup,
         }
         for j, p in enumerate(passes)
@@ -281,6 +304,11 @@ def run_overlapped(
     network = f"{model_backends[0].pricer.describe()}; model of {models.nominal_label}"
     notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
     wire = [plan.describe_order(), *wire_notes(tb, agents, plan.n_channels)]
+    wire.append(describe_payload(payload))
+    facts = {a: h.facts for a, h in run.hellos.items()}
+    cpu_note = cpu_load(measured, agents, facts)
+    if cpu_note:
+        wire.append(cpu_note)
     if fault_doc is not None and trace:
         _trace_faults(trace, fault_doc, runs, cw.n_ranks)
     return Overlapped(
@@ -300,6 +328,41 @@ def run_overlapped(
         last_comm_end_s(raws[0]) if raws else None,
         cw,
     )
+
+
+def cpu_load(passes: Sequence[Pass], agents: Sequence[str], facts: dict[str, HostFacts]) -> str:
+    """What the rank threads cost the agents' CPUs over the measured runs (each rank's CPU time
+    over the run's wall time), and a warning when a host's agents came near its cores: then the
+    agents, not the network, may have set the pace."""
+    rank_share: list[float] = []
+    host_cores: dict[str, float] = {}
+    for p in passes:
+        wall = p.makespan_s
+        if wall <= 0 or not p.cpu_s:
+            continue
+        per_host: dict[str, float] = {}
+        for r, c in p.cpu_s.items():
+            rank_share.append(c / wall)
+            f = facts.get(agents[r])
+            host = (f.host_id or f.hostname) if f is not None else agents[r]
+            per_host[host] = per_host.get(host, 0.0) + c / wall
+        for h, c in per_host.items():
+            host_cores[h] = max(host_cores.get(h, 0.0), c)
+    if not rank_share:
+        return ""
+    cores = {(f.host_id or f.hostname): f.cpus_logical for f in facts.values()}
+    busiest = max(host_cores, key=lambda h: host_cores[h])
+    used, have = host_cores[busiest], cores.get(busiest, 0)
+    text = (
+        f"agent CPU (measured): a rank thread used at most {max(rank_share):.0%} of a core; the "
+        f"busiest host's agents {used:.2f} cores" + (f" of its {have}" if have else "")
+    )
+    if have and used >= 0.9 * have:
+        text += (
+            ": near all of them, so the agents, not the network, may have set the pace "
+            "(--dilation stretches compute and gives them time)"
+        )
+    return text
 
 
 def _fault_doc(records: dict, passes: list, warmup: int) -> dict:

@@ -66,6 +66,12 @@ class HostFacts(msgspec.Struct, kw_only=True):
     nics: list[dict[str, str | int | bool | list[str]]] = []
     python: str = ""
     platform: str = ""
+    # bytes the agent may still allocate when it answers the hello (the host's available
+    # memory, less where the agent's memory cgroup allows less); 0: not known (older agent)
+    memory_available: int = 0
+    # the machine, i.e. the running kernel (genie.wire.hostid): agents with one host_id share
+    # its memory; "": not known (older agent)
+    host_id: str = ""
 
 
 class Hello(Msg, tag="hello"):
@@ -143,6 +149,10 @@ class QpFacts(msgspec.Struct, kw_only=True, array_like=True):
     slots: list[tuple[int, int, int, int, int, int]] = []
 
 
+LEAN_REGION = 8 << 20  # lean payloads: bytes of a rank's send region (and of its receive sink)
+LEAN_SAMPLE = 4096  # lean payloads: bytes at the head of each part whose CRC is checked
+
+
 class DataOptions(msgspec.Struct, kw_only=True):
     """Data-plane settings for one job."""
 
@@ -158,6 +168,12 @@ class DataOptions(msgspec.Struct, kw_only=True):
     sndbuf: int = 0  # SO_SNDBUF in bytes; 0 keeps the kernel's autotuning
     rcvbuf: int = 0  # SO_RCVBUF in bytes; 0 keeps the kernel's autotuning
     verify: bool = True  # checksum every message and check its header on receipt
+    # what a step's bytes are: "real" (each run has working buffers of its own and the
+    # collective is computed in them: its results are checkable), "lean" (a rank sends pattern
+    # bytes from one fixed region and receives into another, skips the reductions, and with
+    # verify on checksums the first ``LEAN_SAMPLE`` bytes of each part: the same bytes on the
+    # wire, memory that does not grow with the message sizes)
+    payload: str = "real"
     min_part: int = 65536  # a step is split across streams only in parts at least this big
     token: str = ""  # per-job secret a data connection must present
     connect_timeout_s: float = 10.0
@@ -191,11 +207,19 @@ class Prepared(Msg, tag="prepared"):
 class OpItem(msgspec.Struct, kw_only=True, array_like=True):
     """One communication op of a rank's op list (see ``genie_agent.oplist``)."""
 
-    program: int  # index into the job's programs (each op list uses a program at most once)
+    program: int  # index into the job's programs: the collective it runs (a template)
     deps: list[int] = []  # earlier ops of this rank's list that must have finished
     gap_ns: int = 0  # compute wait after the last dep finished (after the start if no deps)
     # earlier ops that must have finished too, with no gap (issue order of a process group)
     after: list[int] = []
+    # the collective instance, the same number on every rank that takes part and carried by its
+    # frames; at most once per op list (-1: the program's index, each program used once)
+    instance: int = -1
+
+    @property
+    def key(self) -> int:
+        """What this op's frames carry: its instance (or its program when it names none)."""
+        return self.instance if self.instance >= 0 else self.program
 
 
 class RankOps(msgspec.Struct, kw_only=True, array_like=True):
@@ -234,6 +258,7 @@ class RankResult(msgspec.Struct, kw_only=True, array_like=True):
     bytes_received: int = 0
     messages_verified: int = 0
     buffer_crc: int = -1  # CRC-32 of the working buffer after the last iteration (verify on)
+    cpu_ns: int = -1  # CPU time the rank's thread used from the start to its end (-1: unknown)
 
 
 class Result(Msg, tag="result"):
@@ -351,7 +376,7 @@ class Limits(msgspec.Struct, kw_only=True):
     """Bounds an agent checks before allocating anything a message asks for."""
 
     max_ranks: int = 4096
-    max_programs: int = 256
+    max_programs: int = 4096  # distinct programs of a job (a step's instances share them)
     max_rank_bytes: int = 8 << 30  # buffer + scratch of one rank of one program
     max_agent_bytes: int = 12 << 30  # all buffers of all programs on this agent
     max_streams: int = 64
