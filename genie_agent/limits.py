@@ -51,6 +51,8 @@ def check_options(opts: DataOptions, limits: Limits) -> None:
         raise ProtocolError(f"connect timeout {t} s outside (0, {CONNECT_TIMEOUT_MAX_S:g}]")
     if not _TOKEN.match(opts.token):
         raise ProtocolError("job token must be 32 lowercase hex digits")
+    if opts.payload not in ("real", "lean"):
+        raise ProtocolError(f"payload {opts.payload!r}; use real or lean")
     if opts.intra not in ("model", "wire"):
         raise ProtocolError(f"intra {opts.intra!r}; use model or wire")
     bw, lat = opts.intra_bandwidth, opts.intra_latency

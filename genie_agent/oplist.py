@@ -2,10 +2,11 @@
 
 An op list is how ``genie emulate`` runs a whole workload's communication on the agents without
 the controller on the critical path. The controller ships, in one ``Go``, for each rank the ordered
-list of its communication ops. Op ``j`` names a program of the job (one collective instance of
-the trace; a program appears at most once per rank, so every op has buffers of its own and ops
-may be in flight together), the earlier ops of the list it depends on, and a compute gap. The
-rank starts op ``j`` at::
+list of its communication ops. Op ``j`` names a program of the job (the collective it runs: a
+step's instances of one layer's all-reduce share one), its instance (one collective instance
+of the trace: the same number on every rank taking part, at most once per list, carried by its
+frames, so ops may be in flight together), the earlier ops of the list it depends on, and a
+compute gap. The rank starts op ``j`` at::
 
     due(j) = max(end(d) for d in deps) + gap_ns     (deps non-empty)
     due(j) = start + gap_ns                          (no deps: the gap is the offset from the start)
@@ -15,7 +16,7 @@ process group run one at a time, or N at a time, as NCCL's per-communicator stre
 is added after them). Both lists name earlier ops only.
 
 and runs every started op's steps concurrently over the rank's streams (the TCP executor's
-``run_ops``, in ``genie_agent.dataplane.tcp_oplist``). Frames carry their program, so a receive
+``run_ops``, in ``genie_agent.dataplane.tcp_oplist``). Frames carry their instance, so a receive
 of an op that has not started yet on this rank (its peer was earlier) lands in that op's own
 scratch at once and completes when it starts.
 
@@ -31,7 +32,8 @@ from genie.errors import ProtocolError
 from genie.wire.messages import OpItem, RankOps
 from genie_agent.plan import AgentPlan
 
-MAX_OPS_PER_RANK = 4096
+MAX_OPS_PER_RANK = 1_000_000  # the Go frame limit bounds a list first (about 12 bytes an op)
+MAX_INSTANCE = (1 << 32) - 1  # frames carry it in 32 bits
 MAX_DEPS_PER_OP = 256
 MAX_GAP_NS = 3600 * 10**9  # an hour of compute between two ops is surely a mistake
 
@@ -58,9 +60,11 @@ def check_ops(ranks_ops: Sequence[RankOps], plan: AgentPlan) -> dict[int, list[O
                 raise ProtocolError(
                     f"rank {ro.rank} op {j}: rank takes no part in program {op.program}"
                 )
-            if op.program in used:
-                raise ProtocolError(f"rank {ro.rank} op {j}: program {op.program} used twice")
-            used.add(op.program)
+            if not -1 <= op.instance <= MAX_INSTANCE:
+                raise ProtocolError(f"rank {ro.rank} op {j}: instance {op.instance} out of range")
+            if op.key in used:
+                raise ProtocolError(f"rank {ro.rank} op {j}: instance {op.key} used twice")
+            used.add(op.key)
             if len(op.deps) > MAX_DEPS_PER_OP or len(set(op.deps)) != len(op.deps):
                 raise ProtocolError(f"rank {ro.rank} op {j}: too many or repeated deps")
             if any(not 0 <= d < j for d in op.deps):

@@ -67,8 +67,6 @@ def plan_rank(program: Program, group_rank: int, limits: Limits) -> RankPlan:
     if len(steps) > limits.max_steps:
         raise ProtocolError(f"rank {group_rank} has {len(steps)} steps; limit {limits.max_steps}")
     n = len(steps)
-    buffer_bytes = int(getattr(program, "buffer_bytes", lambda r: 0)(group_rank) or 0)
-    buffer_bytes = max(buffer_bytes, spec.size)
     scratch_offset = [-1] * n
     seq = [-1] * n
     peer_global = [-1] * n
@@ -96,14 +94,12 @@ def plan_rank(program: Program, group_rank: int, limits: Limits) -> RankPlan:
                 scratch_offset[i] = scratch
                 scratch += st.nbytes
                 recv_index[(q, st.tag, seq[i])] = i
-            else:
-                buffer_bytes = max(buffer_bytes, st.offset + st.nbytes)
         else:
             if not 0 <= st.src < i or steps[st.src].op != Op.RECV:
                 raise CollectiveError(f"step {i} of rank {group_rank} reduces a non-RECV step")
             if st.nbytes > steps[st.src].nbytes:
                 raise CollectiveError(f"step {i} of rank {group_rank} uses more than it received")
-            buffer_bytes = max(buffer_bytes, st.offset + st.nbytes)
+    buffer_bytes, _ = program.footprint(group_rank)  # the one rule (genie.collectives.program)
     if buffer_bytes + scratch > limits.max_rank_bytes:
         raise ProtocolError(
             f"rank {me} needs {buffer_bytes + scratch} bytes; limit {limits.max_rank_bytes}"
@@ -131,7 +127,6 @@ def plan_agent(
     mine = [r for r, a in enumerate(placement) if a == agent]
     rank_plans: list[dict[int, RankPlan]] = []
     pairs: set[tuple[int, int]] = set()
-    total = 0
     for prog in programs:
         plans: dict[int, RankPlan] = {}
         for r in mine:
@@ -139,14 +134,18 @@ def plan_agent(
             if g is None:
                 continue
             rp = plan_rank(prog, g, limits)
-            total += rp.buffer_bytes + rp.scratch_bytes
             plans[r] = rp
             for q in rp.peer_global:
                 if q >= 0:
                     pairs.add((min(r, q), max(r, q)))
+        # buffers are taken per run (a Go runs one program on every local rank at once; an op
+        # list runs what is in flight, bounded by the data plane's memory bound as it runs)
+        total = sum(rp.buffer_bytes + rp.scratch_bytes for rp in plans.values())
+        if total > limits.max_agent_bytes:
+            raise ProtocolError(
+                f"{prog!r} needs {total} bytes on {agent}; limit {limits.max_agent_bytes}"
+            )
         rank_plans.append(plans)
-    if total > limits.max_agent_bytes:
-        raise ProtocolError(f"job needs {total} bytes on {agent}; limit {limits.max_agent_bytes}")
     mine_set = set(mine)
     outgoing = sorted((a, b) for a, b in pairs if a in mine_set)
     incoming = sorted((a, b) for a, b in pairs if b in mine_set)

@@ -108,9 +108,7 @@ def test_dp_step_without_overlap_agrees_with_bench(star, tmp_path, capsys) -> No
     doc = _emulate(star, prefix, tmp_path, capsys)
     (inst,) = doc["instances"]
     assert inst["size"] == size
-    cfg = BenchSpec(
-        testbed=str(star), sizes=[size], iters=10, warmup=1, store=None, progress=False
-    )
+    cfg = BenchSpec(testbed=str(star), sizes=[size], iters=10, warmup=1, store=None, progress=False)
     rows = bench(cfg).rows
     # the shaped link sets the floor both reach; a busy 2-core machine only adds to a run
     # (bench batches seen from 132 to 250 ms per iteration around emulate's 128-150 ms), so

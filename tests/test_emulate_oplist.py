@@ -25,8 +25,7 @@ from genie_agent.state import Event
 SIZE = 8 << 20
 
 
-@pytest.fixture
-def job():
+def _prepared(payload: str):
     """Two planes (one rank each) prepared with two 2-rank all-reduces of SIZE bytes."""
     dps = [TcpDataPlane("127.0.0.1") for _ in range(2)]
     progs = [build_program("all_reduce", "ring", 2, SIZE, ranks=(0, 1)) for _ in range(2)]
@@ -37,13 +36,29 @@ def job():
         programs=[p.to_bytes() for p in progs],
         placement=placement,
         endpoints={f"a{i}": f"127.0.0.1:{dp.port}" for i, dp in enumerate(dps)},
-        options=DataOptions(token=new_token(), verify=True),
+        options=DataOptions(token=new_token(), verify=True, payload=payload),
     )
     events: queue.Queue[Event] = queue.Queue()
     rebuilt = [rebuild(b) for b in prep.programs]
     for i, dp in enumerate(dps):
         dp.prepare(plan_agent(f"a{i}", rebuilt, placement, Limits()), prep, events.put)
     assert all(events.get(timeout=10).kind == "prepared" for _ in dps)
+    return dps, progs, events
+
+
+@pytest.fixture
+def job():
+    """Real payloads: every op computes its all-reduce in buffers of its own."""
+    dps, progs, events = _prepared("real")
+    yield dps, progs, events
+    for dp in dps:
+        dp.close()
+
+
+@pytest.fixture
+def lean_job():
+    """Lean payloads: pattern bytes from one region per rank, no reductions."""
+    dps, progs, events = _prepared("lean")
     yield dps, progs, events
     for dp in dps:
         dp.close()
@@ -73,45 +88,43 @@ def intervals(res) -> list[tuple[int, int]]:
     ]
 
 
-def expected_crc(progs, used: list[int], reps: dict[int, int], rank: int) -> int:
-    """CRC chained over the used programs' buffers after ``reps[p]`` runs (the agent's crc)."""
+def expected_crc(progs, ops: list[int], rank: int) -> int:
+    """The agent's buffer CRC of one op-list run: the CRC-32 of each op's final buffer (one run
+    of its program from the pattern: an op's buffers live from its start to its end), chained
+    in list order as 4 little-endian bytes each."""
     crc = 0
-    for p in sorted(used):
+    for p in ops:
         prog = progs[p]
         bufs = []
         for r in range(prog.n_ranks):
             b = np.empty(prog.buffer_bytes(r), dtype=np.uint8)
             pattern_fill(b, r)
             bufs.append(b.astype(np.int64))
-        for _ in range(reps[p]):
-            bufs = [b % 256 for b in run_data(prog, bufs).buffers]
-        crc = zlib.crc32(bufs[rank].astype(np.uint8).tobytes(), crc)
+        bufs = [b % 256 for b in run_data(prog, bufs).buffers]
+        one = zlib.crc32(bufs[rank].astype(np.uint8).tobytes())
+        crc = zlib.crc32(one.to_bytes(4, "little"), crc)
     return crc
 
 
 def test_overlapping_ops_are_on_the_wire_together_and_slower_than_alone(job) -> None:
     dps, progs, events = job
     alone, together = [], []
-    reps = {0: 0, 1: 0}
     # alone and together alternate, so the load of the shared machine swings both alike
     for _ in range(4):
         res, _ = go_ops(dps, events, [OpItem(program=0)])
         (a,) = intervals(res)
         alone.append(a[1] - a[0])
-        reps[0] += 1
         for rr in res.values():
             assert rr.bytes_sent == rr.bytes_received == SIZE // 2 * 2  # ring on 2: 2 halves each
             assert rr.messages_verified > 0
         res, _ = go_ops(dps, events, [OpItem(program=0), OpItem(program=1)])
         (a, b) = intervals(res)
-        reps[0] += 1
-        reps[1] += 1
         assert a[0] < b[1] and b[0] < a[1], "two ops with no deps must overlap in time"
         together.append((a[1] - a[0], b[1] - b[0]))
         for rr in res.values():
             assert rr.bytes_sent == rr.bytes_received == 2 * SIZE  # both programs' bytes
     for r, rr in res.items():
-        assert rr.buffer_crc == expected_crc(progs, [0, 1], reps, r)
+        assert rr.buffer_crc == expected_crc(progs, [0, 1], r)  # each op computed its all-reduce
     # the dependency path: op 1 after op 0 plus a 5 ms compute gap does not overlap it
     for _ in range(2):
         res, _ = go_ops(
@@ -157,10 +170,14 @@ def test_bad_op_lists_are_refused_before_running(job) -> None:
     plan = dps[0]._plan
     good = [RankOps(rank=0, ops=[OpItem(program=0), OpItem(program=1, deps=[0])])]
     assert set(check_ops(good, plan)) == {0}
+    shared = [RankOps(rank=0, ops=[OpItem(program=0, instance=k) for k in range(3)])]
+    assert len(check_ops(shared, plan)[0]) == 3  # a program runs for several instances
     bad = [
         [RankOps(rank=1, ops=[OpItem(program=0)])],  # rank not on this agent
         [RankOps(rank=0, ops=[OpItem(program=5)])],  # no such program
-        [RankOps(rank=0, ops=[OpItem(program=0), OpItem(program=0)])],  # program twice
+        [RankOps(rank=0, ops=[OpItem(program=0), OpItem(program=0)])],  # instance 0 twice
+        [RankOps(rank=0, ops=[OpItem(program=0, instance=3), OpItem(program=1, instance=3)])],
+        [RankOps(rank=0, ops=[OpItem(program=0, instance=-2)])],  # instance out of range
         [RankOps(rank=0, ops=[OpItem(program=0, deps=[0])])],  # dep on itself
         [RankOps(rank=0, ops=[OpItem(program=0, gap_ns=-1)])],
         [RankOps(rank=0, ops=[OpItem(program=0, after=[0])])],  # order dep on itself
@@ -173,6 +190,47 @@ def test_bad_op_lists_are_refused_before_running(job) -> None:
     dps[0].go(go, time.monotonic_ns(), events.put)
     ev = events.get(timeout=5)
     assert ev.kind == "run_failed" and "op list refused" in ev.error
+
+
+def test_many_instances_of_one_program_run_together_and_hold_only_what_is_in_flight(job):
+    """One program, 24 instances: frames go by instance, each op computes its all-reduce, and
+    the rank's buffers are those of the ops in flight (issue order: one at a time), not 40."""
+    dps, progs, events = job
+    n = 24
+    ops = [OpItem(program=0, instance=100 + k, after=[k - 1] if k else []) for k in range(n)]
+    res, _ = go_ops(dps, events, ops, timeout_s=60.0)
+    for r, rr in res.items():
+        assert len(rr.start) == n and all(e > s for s, e in zip(rr.start, rr.end, strict=True))
+        assert rr.bytes_sent == rr.bytes_received == n * SIZE
+        assert rr.buffer_crc == expected_crc(progs, [0] * n, r)
+    for dp in dps:
+        (ex,) = dp._execs.values()
+        foot = ex.plans[0].buffer_bytes + ex.plans[0].scratch_bytes
+        # the pool held the buffers of at most two instances at once (one in flight, one that
+        # a peer started early), never the 24 the list names
+        assert ex.pool.budget.peak <= 3 * foot < n * foot
+    # two ops of one program in flight together: frames are told apart by their instance
+    res, _ = go_ops(dps, events, [OpItem(program=0, instance=7), OpItem(program=0, instance=9)])
+    (a, b) = intervals(res)
+    assert a[0] < b[1] and b[0] < a[1]
+    for r, rr in res.items():
+        assert rr.buffer_crc == expected_crc(progs, [0, 0], r)
+
+
+def test_lean_payloads_put_the_same_bytes_on_the_wire_from_a_fixed_region(lean_job) -> None:
+    """Lean: every message's bytes are sent and its sample checksummed, no reduction computed,
+    and the rank holds one send region and one sink (8 MiB here) whatever the op count."""
+    dps, _progs, events = lean_job
+    n = 12
+    ops = [OpItem(program=k % 2, instance=k, after=[k - 2] if k > 1 else []) for k in range(n)]
+    res, _ = go_ops(dps, events, ops, timeout_s=60.0)
+    for rr in res.values():
+        assert rr.bytes_sent == rr.bytes_received == n * SIZE  # ring on 2: SIZE each way
+        assert rr.messages_verified > 0 and rr.buffer_crc == -1  # sampled, no results to check
+    for dp in dps:
+        (ex,) = dp._execs.values()
+        assert ex.lean and len(ex.region) == len(ex.sink) == SIZE // 2  # the biggest message
+        assert ex.pool.budget.peak == 2 * (SIZE // 2)  # no buffer per op, ever
 
 
 def test_a_missing_peer_op_times_out_bounded(job) -> None:

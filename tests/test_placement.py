@@ -37,6 +37,7 @@ b = "sw0"
 rate = "10gbit"
 """
 
+
 def test_testbed_mode_fills_the_declared_slots_in_order() -> None:
     p = place(3, "testbed", slots=[2, 2])
     assert p.hosts == (0, 0, 1) and p.note == ""

@@ -99,8 +99,12 @@ def test_emulate_refuses_a_testbed_without_agents(tmp_path, capsys):
 
     tb.write_text(dumps_testbed(loopback_testbed(2, base_port=1)))
     args = ["emulate", str(prefix), "--testbed", str(tb), "--max-collectives", "0"]
-    assert main(args) == 2
+    assert main([*args, "--mode", "isolated"]) == 2  # refused before any agent is asked
     assert "distinct collectives" in capsys.readouterr().err
+    # overlapped runs any number of distinct collectives: it gets as far as the agents
+    assert main([*args, "--json"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no hello from agents h0, h1" in err[0]
 
 
 def test_overlapped_emulation_runs_a_pipeline_of_send_recv(cluster, tmp_path, capsys):

@@ -146,12 +146,16 @@ def test_a_data_dependency_already_ordering_the_group_adds_no_order_dep() -> Non
     assert plan.rank_ops[0][1][1] == [0] and plan.rank_after[0] == [[], []]
 
 
-def test_too_many_instances_are_refused_with_a_hint() -> None:
+def test_repeated_instances_share_one_program_and_a_cap_is_the_users() -> None:
     b = GraphBuilder(2)
     for r in range(2):
         for _ in range(5):
             b.collective(r, "all_reduce", 100)
-    with pytest.raises(UsageError, match="--mode isolated"):
+    plan = compile_oplists(b.build())  # no cap by default
+    assert len(plan.iids) == 5 and len(plan.programs) == 1
+    assert plan.instance_program == [0] * 5 and plan.op_iid[0] == [0, 1, 2, 3, 4]
+    assert plan.sent_bytes() == 5 * plan.sent_bytes() // 5 > 0
+    with pytest.raises(UsageError, match="more than --max-instances 4"):
         compile_oplists(b.build(), max_instances=4)
 
 
@@ -302,18 +306,18 @@ def test_each_process_group_sends_on_a_connection_set_of_its_own() -> None:
     cw = _buckets(["tp", "dp", "tp", "dp"])
     plan = compile_oplists(cw)
     groups = [int(cw.instances.group[i]) for i in plan.iids]
-    # one set per group: programs share a set exactly when they share a group
+    # one set per group: instances share a set exactly when they share a group
     assert len(set(groups)) == 2 and sorted(set(plan.channels)) == [0, 1]
     for a in range(4):
         for b in range(4):
             same = groups[a] == groups[b]
-            assert (plan.channels[a] == plan.channels[b]) == same
+            assert (plan.channel_of(a) == plan.channel_of(b)) == same
     opts = plan.data_options(2)
     assert (opts.streams, opts.channels, opts.program_channels) == (4, 2, plan.channels)
     assert plan.n_channels == 2
     assert "for each of 2 sets of process groups (4 in all)" in describe_connections(2, 2)
     one = compile_oplists(_buckets(["dp"] * 3))
-    assert one.channels == [0, 0, 0] and one.data_options(2).streams == 2
+    assert {one.channel_of(i) for i in one.iids} == {0} and one.data_options(2).streams == 2
     assert one.n_channels == 1
     assert "2 TCP connection(s) per rank pair (the flows" in describe_connections(2)
     # send/recv (group -1) get a set of their own; groups beyond the limit share round-robin

@@ -64,7 +64,7 @@ def emulate(spec: EmulateSpec) -> Emulation:
             f"the workload has {len(cw.instances.splits)} uneven all-to-alls (all-to-all-v), "
             "which isolated mode does not measure: use --mode overlapped (the default)"
         )
-    if len(keys) > spec.max_collectives:
+    if spec.mode == "isolated" and len(keys) > spec.max_collectives:
         raise UsageError(
             f"the workload has {len(keys)} distinct collectives (more than --max-collectives "
             f"{spec.max_collectives})"
@@ -85,6 +85,7 @@ def emulate(spec: EmulateSpec) -> Emulation:
             algorithms=algos,
             chunks=spec.chunks,
             max_instances=spec.max_instances,
+            payload=spec.payload,
             symmetry=spec.symmetry,
             trace=spec.trace,
             command=spec.command,
@@ -172,6 +173,7 @@ def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
             algorithms=algos,
             chunks=spec.chunks,
             max_instances=spec.max_instances,
+            payload=spec.payload,
             symmetry=spec.symmetry,
             trace=trace,
             command=spec.command,

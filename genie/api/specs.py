@@ -195,7 +195,10 @@ class EmulateSpec(Spec, frozen=True, kw_only=True):
     comm_concurrency: int = 1
     streams: int | None = None
     max_collectives: int = 64
-    max_instances: int = 256
+    max_instances: int = 0  # refuse workloads with more communication instances (0: no cap)
+    # overlapped: "lean" sends pattern bytes from a fixed region per rank (memory that does not
+    # grow with message sizes); "real" computes each collective in buffers of its own
+    payload: Literal["lean", "real"] = "lean"
     dilation: float = 1.0
     calibration: str = "latest"
     perturb: Perturb = Perturb()

@@ -123,6 +123,19 @@ class Program:
 
         return buffer_bytes(self.spec)
 
+    def footprint(self, rank: int) -> tuple[int, int]:
+        """(buffer, scratch) bytes group rank ``rank`` holds while it runs this program: the
+        working buffer (at least the spec's size and every step's extent) and one scratch area
+        per RECV. What an agent allocates and what the controller's memory admission counts."""
+        buf = max(self.buffer_bytes(rank), self.spec.size)
+        scratch = 0
+        for st in self.steps(rank):
+            if st.op == Op.RECV:
+                scratch += st.nbytes
+            else:
+                buf = max(buf, st.offset + st.nbytes)
+        return buf, scratch
+
     def input_region(self, rank: int) -> tuple[int, int]:
         """(offset, nbytes) of ``rank``'s buffer that holds its input at the start."""
         from genie.collectives.layout import input_region

@@ -76,13 +76,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-collectives",
         type=A.integer(0, 1000000),
         default=64,
-        help="refuse more distinct ones",
+        help="isolated: refuse workloads with more distinct collectives (each runs alone)",
     )
     p.add_argument(
         "--max-instances",
-        type=A.integer(0, 1000000),
-        default=256,
-        help="overlapped: refuse more communication instances (each has buffers of its own)",
+        type=A.integer(0, 10**9),
+        default=0,
+        help="overlapped: refuse workloads with more communication instances (0: no cap; an "
+        "agent holds buffers only for the instances in flight)",
+    )
+    p.add_argument(
+        "--payload",
+        choices=("lean", "real"),
+        default="lean",
+        help="overlapped: lean sends pattern bytes from a fixed region per rank (memory that "
+        "does not grow with message sizes); real computes every collective in buffers of its "
+        "own (memory: the instances in flight)",
     )
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
     add_calibration_argument(p, "latest")
@@ -118,6 +127,7 @@ def spec_from_args(args: argparse.Namespace) -> EmulateSpec:
         streams=args.streams,
         max_collectives=args.max_collectives,
         max_instances=args.max_instances,
+        payload=args.payload,
         dilation=args.dilation,
         calibration=args.calibration,
         perturb=X.perturb_spec(args),

@@ -12,15 +12,16 @@ Nothing here touches a socket, the controller or the store: plans are data, test
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from genie.collectives.program import Program
+from genie.collectives.program import Op, Program
 from genie.sim.compiled import CompiledRank, CompiledWorkload
 from genie.sim.network import ZeroNetwork
 from genie.vocabulary import P2P, planned_name
-from genie.wire.messages import DataOptions
+from genie.wire.messages import LEAN_REGION, DataOptions
 
 Key = tuple[int, int, tuple[int, ...]]  # (comm_type, size, global ranks)
 MAX_CHANNELS = 4  # connection sets per rank pair (process groups beyond share them)
@@ -48,37 +49,106 @@ def plan_key(key: Key, algorithms: dict[str, str] | None = None, chunks: int = 1
 
 @dataclass
 class OpListPlan:
-    """The compiled communication of a workload: one program per instance, per-rank op lists."""
+    """The compiled communication of a workload: its programs (each a collective with its ranks,
+    size and connection set; the step's instances of one repeat share one), which program each
+    communication instance runs, and per rank the op list over the instances."""
 
-    iids: list[int]  # program index -> instance id
-    programs: list[Program]
-    rank_ops: dict[int, list[tuple[int, list[int], int]]]  # rank -> [(program, deps, gap_ns)]
+    iids: list[int]  # every communication instance id, in order
+    programs: list[Program]  # distinct programs (templates)
+    instance_program: list[int]  # instance id -> index of the program it runs
+    rank_ops: dict[int, list[tuple[int, list[int], int]]]  # rank -> [(instance, deps, gap_ns)]
     op_iid: dict[int, list[int]]  # rank -> instance id of each op
     # rank -> per op the earlier ops it waits for in issue order (same process group), no gap
     rank_after: dict[int, list[list[int]]] = field(default_factory=dict)
     comm_concurrency: int = 1  # collectives of one group in flight at once per rank (0: any)
     # per program, the set of connections its bytes take (``program_channels``)
     channels: list[int] = field(default_factory=list)
+    group_of: list[int] = field(default_factory=list)  # instance id -> process group (-1: p2p)
+
+    def program_of(self, iid: int) -> Program:
+        """The program instance ``iid`` runs."""
+        return self.programs[self.instance_program[iid]]
+
+    def op_index(self) -> dict[tuple[int, int], int]:
+        """(rank, instance id) -> the op's position in that rank's list."""
+        return {(r, iid): j for r, iids in self.op_iid.items() for j, iid in enumerate(iids)}
+
+    def channel_of(self, iid: int) -> int:
+        """The connection set instance ``iid`` sends on."""
+        return self.channels[self.instance_program[iid]]
 
     @property
     def n_channels(self) -> int:
         """How many connection sets each rank pair opens."""
         return max(self.channels, default=0) + 1
 
-    def data_options(self, flows: int) -> DataOptions:
-        """Data-plane options: ``flows`` connections per rank pair for each channel."""
+    def data_options(self, flows: int, payload: str = "lean") -> DataOptions:
+        """Data-plane options: ``flows`` connections per rank pair for each channel; the
+        payload mode (``DataOptions.payload``: lean unless the results are to be checked)."""
         n = self.n_channels
-        return DataOptions(streams=flows * n, channels=n, program_channels=list(self.channels))
+        return DataOptions(
+            streams=flows * n,
+            channels=n,
+            program_channels=list(self.channels),
+            payload=payload,
+        )
 
     def sent_bytes(self) -> int:
-        """Bytes every SEND step of every program moves (what the agents must report sent)."""
-        from genie.collectives.program import Op
+        """Bytes every SEND step of every instance moves (what the agents must report sent)."""
 
-        total = 0
-        for p in self.programs:
-            for _, steps in p.iter_ranks():
-                total += sum(s.nbytes for s in steps if s.op == Op.SEND)
-        return total
+        per_program = [
+            sum(st.nbytes for _, steps in p.iter_ranks() for st in steps if st.op == Op.SEND)
+            for p in self.programs
+        ]
+        return sum(per_program[k] for k in self.instance_program)
+
+    def peak_bytes(self, placement: Sequence[str], payload: str = "lean") -> dict[str, int]:
+        """Bytes of buffers each agent may hold at once (``placement``: rank -> agent).
+
+        Lean payloads: each rank one send region and one sink, as big as its largest message
+        up to ``LEAN_REGION``. Real payloads: an agent holds the buffers of its ranks' ops in
+        flight (``genie_agent.dataplane.pool``). With issue order (``comm_concurrency`` N >= 1)
+        a rank has at most N collectives of a process group in flight, and peers at most N more
+        it has not started (their frames land early): per group, 2N times its largest op, never
+        more than all its ops. Without issue order, and for send/recv (no group), every op
+        counts.
+        """
+        foot: dict[tuple[int, int], int] = {}  # (program, rank) -> bytes it needs
+
+        def bytes_of(k: int, rank: int) -> int:
+            got = foot.get((k, rank))
+            if got is None:
+                prog = self.programs[k]
+                ranks = prog.spec.ranks or tuple(range(prog.n_ranks))
+                g = ranks.index(rank)
+                if payload == "lean":
+                    got = max((st.nbytes for st in prog.steps(g) if st.op <= Op.RECV), default=0)
+                else:
+                    got = sum(prog.footprint(g))
+                foot[(k, rank)] = got
+            return got
+
+        n = self.comm_concurrency
+        out: dict[str, int] = {}
+        for rank, iids in self.op_iid.items():
+            if payload == "lean":
+                biggest = max((bytes_of(self.instance_program[i], rank) for i in iids), default=0)
+                agent = placement[rank]
+                out[agent] = out.get(agent, 0) + 2 * max(1, min(LEAN_REGION, biggest))
+                continue
+            per_group: dict[int, list[int]] = {}
+            for iid in iids:
+                k = self.instance_program[iid]
+                per_group.setdefault(self.group_of[iid], []).append(bytes_of(k, rank))
+            need = 0
+            for g, sizes in per_group.items():
+                bound = sum(sizes)
+                if n >= 1 and g >= 0:
+                    bound = min(bound, 2 * n * max(sizes))
+                need += bound
+            agent = placement[rank]
+            out[agent] = out.get(agent, 0) + need
+        return out
 
     def describe_order(self) -> str:
         """One phrase for reports: how collectives of one process group are ordered."""
@@ -137,10 +207,15 @@ def compile_oplists(
     cw: CompiledWorkload,
     algorithms: dict[str, str] | None = None,
     chunks: int = 1,
-    max_instances: int = 256,
+    max_instances: int = 0,
     comm_concurrency: int = 1,
 ) -> OpListPlan:
     """Plan every communication instance and each rank's op list (see ``genie_agent.oplist``).
+
+    Instances that run the same collective (type, algorithm, size, chunks, ranks, connection
+    set) share one program: a step's thousands of instances are a few programs, and an agent
+    takes each instance's buffers only while it runs. ``max_instances`` > 0 refuses longer
+    workloads (0: no cap).
 
     The compute gaps come from a replay on a network where communication takes no time: op j of
     a rank becomes due ``gap`` after the latest of its communication ancestors (in the rank's
@@ -158,33 +233,45 @@ def compile_oplists(
     from genie.sim.engine import simulate
 
     ins = cw.instances
-    if len(ins) > max_instances:
+    if 0 < max_instances < len(ins):
         raise UsageError(
-            f"the workload has {len(ins)} communication instances; overlapped emulation runs "
-            f"at most {max_instances} (each gets buffers of its own): use --mode isolated"
+            f"the workload has {len(ins)} communication instances, more than --max-instances "
+            f"{max_instances}"
         )
     if comm_concurrency < 0:
         raise UsageError(f"comm concurrency must be >= 0 (0: unlimited), got {comm_concurrency}")
     raw = simulate(cw, ZeroNetwork())
     iids = list(range(len(ins)))
-    programs = []
+    groups = [int(g) for g in ins.group.tolist()]
+    inst_channel = program_channels(groups)
+    programs: list[Program] = []
+    channels: list[int] = []
+    instance_program: list[int] = []
+    known: dict[tuple, int] = {}
     for iid in iids:
         ctype, size, ranks = int(ins.comm_type[iid]), int(ins.size[iid]), cw.instance_ranks(iid)
         name = planned_name(ctype)
         algo = (algorithms or {}).get(name)
         mat = ins.splits.get(iid)  # an uneven all-to-all: its per-peer bytes
-        programs.append(  # a trace's send/recv moves one way: src (group rank 0) to dst
-            build_program(
-                name,
-                algo,
-                len(ranks),
-                size,
-                chunks=chunks,
-                ranks=ranks,
-                oneway=ctype == P2P,
-                splits=() if mat is None else tuple(int(x) for x in mat.ravel()),
+        splits = () if mat is None else tuple(int(x) for x in mat.ravel())
+        key = (ctype, algo, size, tuple(ranks), splits, inst_channel[iid])
+        k = known.get(key)
+        if k is None:
+            k = known[key] = len(programs)
+            programs.append(  # a trace's send/recv moves one way: src (group rank 0) to dst
+                build_program(
+                    name,
+                    algo,
+                    len(ranks),
+                    size,
+                    chunks=chunks,
+                    ranks=ranks,
+                    oneway=ctype == P2P,
+                    splits=splits,
+                )
             )
-        )
+            channels.append(inst_channel[iid])
+        instance_program.append(k)
     inst_end = raw.inst_end
     rank_ops: dict[int, list[tuple[int, list[int], int]]] = {}
     rank_after: dict[int, list[list[int]]] = {}
@@ -195,46 +282,101 @@ def compile_oplists(
         ready = raw.ready[sl]
         order = _topo(cr.n_nodes, cr.dep_ptr, cr.dep_idx)
         pos = {v: i for i, v in enumerate(order)}
-        comm_nodes = [v for v in order if cr.instance[v] >= 0]
-        bit = {v: i for i, v in enumerate(comm_nodes)}
-        anc: dict[int, int] = {}  # node -> bitset (by ``bit``) of comm nodes among its ancestors
-        for v in order:
-            bits = 0
-            for d in cr.dep_idx[cr.dep_ptr[v] : cr.dep_ptr[v + 1]].tolist():
-                bits |= anc.get(d, 0)
-                if d in bit:
-                    bits |= 1 << bit[d]
-            anc[v] = bits
+        reach = _CommReach(cr, order, pos)
+        comm_nodes = reach.comm
         prev = _issue_order(cr, comm_nodes, ins.group, ins.seq, comm_concurrency)
         keys = {v: (float(ready[v]), pos[v]) for v in comm_nodes}
-        comm = _list_order(comm_nodes, anc, prev, keys)
+        comm = _list_order(comm_nodes, reach.deps, prev, keys)
         op_of = {v: j for j, v in enumerate(comm)}
         ops, after = [], []
         for v in comm:
-            bits = anc[v]
-            mine = [op_of[comm_nodes[b]] for b in range(len(comm_nodes)) if bits >> b & 1]
-            implied: set[int] = set()  # ancestors of ancestors: they end before their dependents
-            for i in mine:
-                b = anc[comm[i]]
-                implied.update(op_of[comm_nodes[x]] for x in range(len(comm_nodes)) if b >> x & 1)
-            deps = sorted(i for i in mine if i not in implied)
+            deps = sorted(op_of[d] for d in reach.deps[v])
             iid = int(cr.instance[v])
             base = max((float(inst_end[int(cr.instance[comm[d]])]) for d in deps), default=0.0)
             gap = max(0, round((float(ready[v]) - base) * 1e9))
             ops.append((iid, deps, gap))
             p = prev.get(v)
-            after.append([op_of[p]] if p is not None and op_of[p] not in mine else [])
-        rank_ops[r] = ops  # program index == iid
+            after.append([op_of[p]] if p is not None and not reach.is_ancestor(p, v) else [])
+        rank_ops[r] = ops
         rank_after[r] = after
         op_iid[r] = [iid for iid, _, _ in ops]
     return OpListPlan(
         iids=iids,
         programs=programs,
+        instance_program=instance_program,
         rank_ops=rank_ops,
         op_iid=op_iid,
         rank_after=rank_after,
         comm_concurrency=comm_concurrency,
-        channels=program_channels([int(ins.group[i]) for i in iids]),
+        channels=channels,
+        group_of=groups,
+    )
+
+
+class _CommReach:
+    """Which communication nodes of one rank come before which, in its data-dep DAG.
+
+    ``deps[v]``: the nearest communication ancestors of comm node ``v`` that are no ancestor
+    of one another (the transitive reduction of the DAG restricted to comm nodes); ancestry is
+    answered by a walk up those, pruned by topological position. Linear in the nodes for the
+    DAGs traces have (frontiers of a few nodes); no bitset of all ancestors per node, which grew
+    as nodes x instances.
+    """
+
+    def __init__(self, cr: CompiledRank, order: list[int], pos: dict[int, int]) -> None:
+        self.pos = pos
+        inst = cr.instance
+        ptr, idx = cr.dep_ptr, cr.dep_idx
+        self.comm = [v for v in order if inst[v] >= 0]
+        self.deps: dict[int, list[int]] = {}
+        frontier: dict[int, list[int]] = {}  # non-comm node -> its nearest comm ancestors
+        for v in order:
+            cands: set[int] = set()
+            for d in idx[ptr[v] : ptr[v + 1]].tolist():
+                if inst[d] >= 0:
+                    cands.add(d)
+                else:
+                    cands.update(frontier[d])
+            front = self._maximal(cands)
+            if inst[v] >= 0:
+                self.deps[v] = front
+            else:
+                frontier[v] = front
+
+    def _maximal(self, cands: set[int]) -> list[int]:
+        """``cands`` without those that are ancestors of another of them."""
+        if len(cands) < 2:
+            return list(cands)
+        return [x for x in cands if not any(y != x and self.is_ancestor(x, y) for y in cands)]
+
+    def is_ancestor(self, x: int, y: int) -> bool:
+        """True when comm node ``x`` comes before comm node ``y`` in the DAG."""
+        px = self.pos[x]
+        if px >= self.pos[y]:
+            return False
+        stack, seen = [y], {y}
+        while stack:
+            for d in self.deps.get(stack.pop(), ()):
+                if d == x:
+                    return True
+                if d not in seen and self.pos[d] > px:
+                    seen.add(d)
+                    stack.append(d)
+        return False
+
+
+def describe_payload(payload: str) -> str:
+    """One phrase for reports: what the bytes on the wire are."""
+    if payload == "lean":
+        return (
+            "payloads are pattern bytes from one fixed region per rank (8 MiB at most), "
+            "reductions are not computed, and the first 4 KiB of each message part is "
+            "checksummed: the same bytes on the wire, memory that does not grow with the "
+            "message sizes (--payload real computes every collective in buffers of its own)"
+        )
+    return (
+        "every instance computes its collective in buffers of its own while it runs, each "
+        "message checksummed whole"
     )
 
 
@@ -260,15 +402,19 @@ def program_channels(groups: list[int], max_channels: int = MAX_CHANNELS) -> lis
 
 
 def _list_order(
-    nodes: list[int], anc: dict[int, int], prev: dict[int, int], key: dict[int, tuple]
+    nodes: list[int],
+    deps: dict[int, list[int]],
+    prev: dict[int, int],
+    key: dict[int, tuple[float, int]],
 ) -> list[int]:
     """The comm nodes in list order: by ``key`` (ready time, then DAG position), yet never
-    before a data ancestor or the collective it waits for in issue order."""
+    before a data ancestor (``deps``: the nearest ones) or the collective it waits for in issue
+    order."""
     index = {v: i for i, v in enumerate(nodes)}
     succ: list[list[int]] = [[] for _ in nodes]
     pending = [0] * len(nodes)
     for i, v in enumerate(nodes):
-        before = {b for b in range(len(nodes)) if anc[v] >> b & 1}
+        before = {index[d] for d in deps[v]}
         if v in prev:
             before.add(index[prev[v]])
         pending[i] = len(before)

@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -84,6 +84,7 @@ class Pass:
     bytes_sent: int
     bytes_received: int
     verified: int
+    cpu_s: dict[int, float] = field(default_factory=dict)  # rank -> CPU its thread used, s
 
     @property
     def makespan_s(self) -> float:
@@ -110,15 +111,23 @@ def run_pass(
     from genie.errors import RuntimeFault
 
     out = ctl.run_oplists(
-        plan.rank_ops, rank_agents, lead_s=lead_s, after=plan.rank_after, on_start=on_start
+        plan.rank_ops,
+        rank_agents,
+        lead_s=lead_s,
+        after=plan.rank_after,
+        on_start=on_start,
+        instance_program=plan.instance_program,
     )
     start_at = out.start_at_ns
     inst: dict[int, tuple[int, int, int]] = {}
     rank_times: dict[int, list[tuple[int, int]]] = {}
     sent = received = verified = 0
+    cpu: dict[int, float] = {}
     for a, res in out.results.items():
         off = out.offsets_ns.get(a, 0)
         for rr in res.ranks:
+            if rr.cpu_ns >= 0:
+                cpu[rr.rank] = rr.cpu_ns / 1e9
             sent += rr.bytes_sent
             received += rr.bytes_received
             verified += rr.messages_verified
@@ -132,7 +141,7 @@ def run_pass(
         raise RuntimeFault(
             f"op-list run moved {sent} bytes sent / {received} received; the plan has {want}"
         )
-    return Pass(start_at, inst, rank_times, sent, received, verified)
+    return Pass(start_at, inst, rank_times, sent, received, verified, cpu)
 
 
 def emulate_overlapped(

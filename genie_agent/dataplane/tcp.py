@@ -31,9 +31,19 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from genie.errors import GenieError, TransportError
-from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, RankResult, Result
+from genie.wire.messages import (
+    DataOptions,
+    Go,
+    Limits,
+    OpItem,
+    Prepare,
+    Prepared,
+    RankResult,
+    Result,
+)
 from genie.wire.tokens import new_token, token_bytes
 from genie_agent.dataplane.intra import LocalHub
+from genie_agent.dataplane.pool import Budget
 from genie_agent.dataplane.steps import pattern_fill
 from genie_agent.dataplane.steps import set_realtime as _set_realtime
 from genie_agent.dataplane.tcp_admission import Admission
@@ -95,6 +105,7 @@ class TcpDataPlane:
         data_addr: str | Sequence[str],
         port: int = 0,
         log: Callable[[str], None] | None = None,
+        memory_bound: int = Limits().max_agent_bytes,
     ):
         addrs = [data_addr] if isinstance(data_addr, str) else list(data_addr)
         self.listeners: list[socket.socket] = []
@@ -111,6 +122,7 @@ class TcpDataPlane:
         self.addrs = addrs  # one per NIC; the first is the agent's data address
         self.port = port
         self.log = log or (lambda _m: None)
+        self.memory_bound = memory_bound  # bytes of buffers a job may hold at once
         self._lock = threading.Condition()
         self._token = b""
         self._expected: set[tuple[int, int, int]] = set()
@@ -178,14 +190,19 @@ class TcpDataPlane:
                 peers_here[b].add(a)
             self._hub = LocalHub()
             self._execs = {}
-            allocated = 0
+            budget = Budget(self.memory_bound)  # every rank's buffers of this job, together
             for r in plan.ranks:
                 rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
-                ex = RankExecutor(
-                    r, streams[r], rplans, opts, self._abort, self._hub, frozenset(peers_here[r])
+                self._execs[r] = RankExecutor(
+                    r,
+                    streams[r],
+                    rplans,
+                    opts,
+                    self._abort,
+                    self._hub,
+                    frozenset(peers_here[r]),
+                    budget,
                 )
-                allocated += ex.allocate()
-                self._execs[r] = ex
             msg = Prepared(
                 job=prep.job,
                 epoch=prep.epoch,

@@ -33,9 +33,10 @@ import numpy as np
 
 from genie.collectives.program import Op
 from genie.errors import TransportError
-from genie.wire.messages import DataOptions
+from genie.wire.messages import LEAN_REGION, LEAN_SAMPLE, DataOptions
 from genie_agent.dataplane.intra import LocalFrame, LocalHub, LocalPort, Mailbox, transfer_ns
-from genie_agent.dataplane.steps import local_step, pattern_fill, set_realtime
+from genie_agent.dataplane.pool import Budget, BufferPool
+from genie_agent.dataplane.steps import local_step, set_realtime
 from genie_agent.dataplane.tcp_wire import HDR, OutFrame, Stream, split_parts
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ from genie_agent.plan import RankPlan
 POLL_S = 0.05  # how often a waiting executor re-checks abort
 Peer = Stream | LocalPort  # where a frame comes from: a TCP stream, or a co-located rank
 SPIN_BEFORE_NS = 1_000_000  # timers closer than this are waited for by polling, not sleeping
+UNBOUNDED = 1 << 62  # a rank engine's memory bound when its plane gives none (tests)
+EMPTY = np.empty(0, dtype=np.uint8)
+Incoming = tuple["StepKey", memoryview | None, int, int, int, int]  # ``Stream.cur``
 
 
 class ProgRun:
@@ -65,6 +69,7 @@ class ProgRun:
         "st_end",
         "st_start",
         "started",
+        "wire",
     )  # fmt: skip
 
     def __init__(
@@ -79,8 +84,10 @@ class ProgRun:
         st_end: list[int] | None = None,
         op: int = -1,
         on_done: Callable[[ProgRun], None] | None = None,
+        wire: int | None = None,
     ) -> None:
-        self.program = program
+        self.program = program  # the prepared program (plan, channel) it runs
+        self.wire = program if wire is None else wire  # what its frames carry: program/instance
         self.it = it  # the iteration its frames carry
         self.op = op  # its index in the op list, -1 outside op-list mode
         self.on_done = on_done  # called when its last step completes
@@ -109,6 +116,7 @@ class RankEngine:
         abort: threading.Event,
         hub: LocalHub | None = None,
         local_peers: frozenset[int] = frozenset(),
+        budget: Budget | None = None,
     ) -> None:
         self.rank = rank
         self.streams = streams
@@ -116,7 +124,19 @@ class RankEngine:
         self.plans = plans  # program index -> plan
         self.opts = opts
         self.abort = abort
-        self.buffers: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # buffers by lifetime: taken when a program starts to run, given back when it ends
+        self.pool = BufferPool(rank, budget if budget is not None else Budget(UNBOUNDED))
+        # lean payloads: every SEND reads one pattern region, every RECV lands in one sink
+        self.lean = opts.payload == "lean"
+        self.region = self.sink = EMPTY
+        if self.lean:
+            biggest = max(
+                (st.nbytes for pl in plans.values() for st in pl.steps if st.op <= Op.RECV),
+                default=0,
+            )
+            size = max(1, min(LEAN_REGION, biggest))
+            self.region = self.pool.take(size, fill=True)
+            self.sink = self.pool.take(size)
         self.sel = selectors.DefaultSelector()
         for s in self.all_streams:
             s.sock.setblocking(False)
@@ -158,22 +178,35 @@ class RankEngine:
             for p, plan in plans.items()
         }
 
-    def allocate(self) -> int:
-        """Allocate and pattern-fill every program's buffer and scratch; return bytes used."""
-        total = 0
-        for p, plan in self.plans.items():
-            buf = np.empty(plan.buffer_bytes, dtype=np.uint8)
-            pattern_fill(buf, self.rank)
-            scratch = np.zeros(plan.scratch_bytes, dtype=np.uint8)
-            self.buffers[p] = (buf, scratch)
-            total += buf.nbytes + scratch.nbytes
-        return total
+    def take_buffers(self, plan: RankPlan) -> tuple[np.ndarray, np.ndarray]:
+        """(buffer, scratch) for one run of ``plan``: from the pool, the buffer pattern-filled
+        when messages are verified (otherwise its bytes are whatever they were); none with
+        lean payloads (the rank's fixed regions serve every run)."""
+        if self.lean:
+            return EMPTY, EMPTY
+        verify = self.opts.verify
+        return (
+            self.pool.take(plan.buffer_bytes, fill=verify),
+            self.pool.take(plan.scratch_bytes),
+        )
+
+    def give_buffers(self, ps: ProgRun) -> None:
+        """Give a finished run's buffers back to the pool."""
+        if not self.lean:
+            self.pool.give(ps.buf)
+            self.pool.give(ps.scratch)
+
+    def lean_payload(self, ln: int) -> list[memoryview]:
+        """``ln`` bytes of the pattern region as pieces (the region repeated)."""
+        mv = memoryview(self.region.data)
+        whole, rest = divmod(ln, len(mv))
+        return [mv] * whole + ([mv[:rest]] if rest else [])
 
     def close(self) -> None:
         """Release the selector and buffers (sockets and mailboxes are closed by the plane)."""
         with contextlib.suppress(Exception):
             self.sel.close()
-        self.buffers.clear()
+        self.pool.clear()
         self.timers.clear()
         self.local_parked.clear()
 
@@ -239,13 +272,17 @@ class RankEngine:
             touched = []
             for k, (off, ln) in enumerate(parts):
                 s = lst[k % len(lst)] if len(parts) > 1 else lst[plan.seq[i] % len(lst)]
-                payload = mv[st.offset + off : st.offset + off + ln]
-                crc = zlib.crc32(payload) if verify else 0
+                if self.lean:
+                    pieces = self.lean_payload(ln)
+                    crc = zlib.crc32(self.region.data[: min(LEAN_SAMPLE, ln)]) if verify else 0
+                else:
+                    pieces = [mv[st.offset + off : st.offset + off + ln]]
+                    crc = zlib.crc32(pieces[0]) if verify else 0
                 hdr = HDR.pack(
-                    ps.program, ps.it, self.rank, peer, st.tag, plan.seq[i], k, len(parts),
+                    ps.wire, ps.it, self.rank, peer, st.tag, plan.seq[i], k, len(parts),
                     off, ln, crc,
                 )  # fmt: skip
-                s.out.append(OutFrame([memoryview(hdr), payload], (ps, i)))
+                s.out.append(OutFrame([memoryview(hdr), *pieces], (ps, i)))
                 self.bytes_sent += ln
                 touched.append(s)
             for s in touched:
@@ -255,7 +292,8 @@ class RankEngine:
             if ps.left[i] == 0:
                 self.complete(ps, i)
         else:
-            local_step(st, ps.buf, ps.scratch, plan.scratch_offset[st.src])
+            if not self.lean:  # lean payloads carry no data to reduce
+                local_step(st, ps.buf, ps.scratch, plan.scratch_offset[st.src])
             self.complete(ps, i)
 
     # ---- intra-host steps (genie_agent.dataplane.intra) ---------------------------------------
@@ -280,8 +318,8 @@ class RankEngine:
         out = max(time.monotonic_ns(), self.port_free) + transfer_ns(n, self.opts.intra_bandwidth)
         self.port_free = out
         arrive = out + round(self.opts.intra_latency * 1e9)
-        hdr = (ps.program, ps.it, self.rank, peer, st.tag, plan.seq[i], 0, 1, 0, n, 0)
-        payload = ps.buf.data[st.offset : st.offset + n]
+        hdr = (ps.wire, ps.it, self.rank, peer, st.tag, plan.seq[i], 0, 1, 0, n, 0)
+        payload = None if self.lean else ps.buf.data[st.offset : st.offset + n]
         ps.left[i] = 2  # its bytes out (a timer) and the receiver's copy taken (an ack)
         self.bytes_sent += n
         self._hub().post(peer, LocalFrame(hdr, payload, arrive, self.rank, (ps, i)))
@@ -330,10 +368,13 @@ class RankEngine:
             raise TransportError(
                 f"rank {self.rank}: local step from {src} tag {tag} seq {seq} matches no receive"
             )
-        if f.payload is None:
-            raise TransportError(f"rank {self.rank}: local frame from rank {f.src} without bytes")
-        base = plan.scratch_offset[i]
-        ps.scratch.data[base : base + ln] = f.payload
+        if not self.lean:
+            if f.payload is None:
+                raise TransportError(
+                    f"rank {self.rank}: local frame from rank {f.src} without bytes"
+                )
+            base = plan.scratch_offset[i]
+            ps.scratch.data[base : base + ln] = f.payload
         self._hub().post(f.src, LocalFrame(f.header, None, 0, self.rank, f.key, ack=True))
         self.at(f.arrive_ns, self.local_arrived, ps, i, ln)
 
@@ -365,18 +406,22 @@ class RankEngine:
                 f"rank {self.rank}: frame from {src} {where}tag {tag} seq {seq} part {part} "
                 f"matches no receive of {which} program"
             )
-        base = plan.scratch_offset[i] + off
-        s.cur = ((ps, i), ps.scratch.data[base : base + ln], 0, ln, crc)
+        if self.lean:  # into the sink, over and over; the sample's CRC kept as it lands
+            s.cur = ((ps, i), None, 0, ln, crc, 0)
+        else:
+            base = plan.scratch_offset[i] + off
+            s.cur = ((ps, i), ps.scratch.data[base : base + ln], 0, ln, crc, 0)
         if ln == 0:
             self.finish_part(s, s.cur)
 
-    def finish_part(self, s: Stream, cur: tuple[StepKey, memoryview, int, int, int]) -> None:
+    def finish_part(self, s: Stream, cur: Incoming) -> None:
         """A part (``s.cur``) is in: check its CRC (with verify on) and complete its step when
         all are."""
-        (ps, i), view, _, ln, crc = cur
+        (ps, i), view, _, ln, crc, sample = cur
         s.cur = None
         if self.opts.verify:
-            if zlib.crc32(view) != crc:
+            got = sample if view is None else zlib.crc32(view)
+            if got != crc:
                 where = (
                     f"program {ps.program}, step {i}"
                     if ps.op >= 0
@@ -397,6 +442,9 @@ class RankEngine:
             cur = s.cur
             if cur is None:
                 view, have = memoryview(s.hdr)[s.hdr_got :], -1
+            elif cur[1] is None:  # lean: the sink takes what fits, again and again
+                have = cur[2]
+                view = memoryview(self.sink.data)[: min(len(self.sink), cur[3] - have)]
             else:
                 view, have = cur[1][cur[2] :], cur[2]
             try:
@@ -415,8 +463,10 @@ class RankEngine:
                     if s.parked is not None:
                         return
             else:
-                key, v, _, ln, crc = cur
-                s.cur = (key, v, have + got, ln, crc)
+                key, v, _, ln, crc, sample = cur
+                if v is None and self.opts.verify and have < LEAN_SAMPLE:
+                    sample = zlib.crc32(view[: min(got, LEAN_SAMPLE - have)], sample)
+                s.cur = (key, v, have + got, ln, crc, sample)
                 if have + got == ln:
                     self.finish_part(s, s.cur)
 

@@ -18,8 +18,11 @@ import zlib
 from collections import deque
 from collections.abc import Generator
 
+import numpy as np
+
 from genie.errors import TransportError
 from genie.wire.messages import Go, OpItem, RankResult
+from genie_agent.dataplane.pool import PAGE
 from genie_agent.dataplane.steps import run_iterations, set_realtime
 from genie_agent.dataplane.tcp_engine import POLL_S, Peer, ProgRun, RankEngine
 from genie_agent.dataplane.tcp_oplist import run_ops
@@ -37,16 +40,26 @@ class RankExecutor(RankEngine):
         def rt_on() -> None:
             self.realtime = go.rt_start and set_realtime(True)
 
-        starts, ends, sst, sen = run_iterations(
-            go,
-            self.abort,
-            self.rank,
-            len(plan.steps),
-            start_local_ns,
-            lambda it, st_start, st_end: self._iteration(go, plan, it, st_start, st_end),
-            rt_on,
-        )
-        final = zlib.crc32(self.buffers[go.program][0].data) if self.opts.verify else -1
+        # taken before the start, so the timed iterations find their pages faulted in
+        buf, scratch = self.take_buffers(plan)
+        buf[::PAGE] = buf[::PAGE]
+        scratch[::PAGE] = 0
+        try:
+            starts, ends, sst, sen = run_iterations(
+                go,
+                self.abort,
+                self.rank,
+                len(plan.steps),
+                start_local_ns,
+                lambda it, st_start, st_end: self._iteration(
+                    go, plan, buf, scratch, it, st_start, st_end
+                ),
+                rt_on,
+            )
+            final = zlib.crc32(buf.data) if self.opts.verify else -1
+        finally:
+            self.pool.give(buf)
+            self.pool.give(scratch)
         return RankResult(
             rank=self.rank,
             buffer_crc=final,
@@ -60,13 +73,19 @@ class RankExecutor(RankEngine):
         )
 
     def _iteration(
-        self, go: Go, plan: RankPlan, it: int, st_start: list[int], st_end: list[int]
+        self,
+        go: Go,
+        plan: RankPlan,
+        buf: np.ndarray,
+        scratch: np.ndarray,
+        it: int,
+        st_start: list[int],
+        st_end: list[int],
     ) -> Generator[None, int, None]:
         """Set one iteration up, yield, then run it from the start time sent in."""
         steps = plan.steps
         n = len(steps)
         prog = go.program
-        buf, scratch = self.buffers[prog]
         ps = ProgRun(prog, it, plan, buf, scratch, self.parts[prog], st_start, st_end)
         self.ready = deque((ps, i) for i in range(n) if ps.pending[i] == 0)
         timeout_ns = int(go.timeout_s * 1e9)

@@ -1,10 +1,13 @@
 """Op-list mode of the TCP rank executor: one rank runs a whole list of programs in one go.
 
 See ``genie_agent.oplist`` for what an op list is. Each op starts when its deps and compute gap
-allow (a timer heap of due times), and the steps of every started op progress together over the same
-streams (``genie_agent.dataplane.tcp_engine``): frames carry their program, each program has its own
-buffers, so a frame of an op that has not started yet on this rank lands in that op's scratch at
-once and its RECV completes when the op starts. The result's start/end are per op.
+allow (a timer heap of due times), and the steps of every started op progress together over the
+same streams (``genie_agent.dataplane.tcp_engine``). Frames carry their op's instance. An op's
+buffers are taken from the rank's pool when it starts, or when a peer's first frame for it
+arrives (that frame lands in the op's scratch at once and its RECV completes when the op starts),
+and given back when it ends: a rank holds what its ops in flight need, whatever the length of
+its list. The result's start/end are per op; with verify on, its buffer CRC combines each op's
+final buffer in list order.
 """
 
 from __future__ import annotations
@@ -28,48 +31,61 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
     ex.reset_counters()
     rank = ex.rank
     n_ops = len(ops)
-    by_prog = {op.program: j for j, op in enumerate(ops)}
+    by_key = {op.key: j for j, op in enumerate(ops)}
     op_start = [0] * n_ops
     op_end = [0] * n_ops
+    op_crc = [0] * n_ops
     op_pending = [waits(op) for op in ops]
     op_after = dependents(ops)
-    states: dict[int, ProgRun] = {}
+    states: dict[int, ProgRun] = {}  # op -> its run, from its start or first frame to its end
     timers: list[tuple[int, int]] = []
     timeout_ns = int(go.timeout_s * 1e9)
     ops_left = n_ops
+    verify = ex.opts.verify
 
     def op_done(ps: ProgRun) -> None:
         nonlocal ops_left
         j = ps.op
         op_end[j] = time.monotonic_ns()
         ops_left -= 1
+        if verify:
+            op_crc[j] = zlib.crc32(ps.buf.data)
+        del states[j]
+        ex.give_buffers(ps)
         for k in op_after[j]:
             op_pending[k] -= 1
             if op_pending[k] == 0:
                 heapq.heappush(timers, (due_ns(ops[k], op_end, start_local_ns), k))
 
-    def state(p: int) -> ProgRun:
-        ps = states.get(p)
+    def state(j: int) -> ProgRun:
+        ps = states.get(j)
         if ps is None:
-            buf, scratch = ex.buffers[p]
-            ps = ProgRun(p, 0, ex.plans[p], buf, scratch, ex.parts[p], op=by_prog[p])
+            if op_end[j]:
+                raise TransportError(
+                    f"rank {rank}: a frame for instance {ops[j].key} after its op {j} ended"
+                )
+            p = ops[j].program
+            plan = ex.plans[p]
+            buf, scratch = ex.take_buffers(plan)
+            ps = ProgRun(p, 0, plan, buf, scratch, ex.parts[p], op=j, wire=ops[j].key)
             ps.on_done = op_done
-            states[p] = ps
+            states[j] = ps
         return ps
 
     def match(s: Peer, h: tuple) -> ProgRun:
-        hprog, hit, src, dst = h[0], h[1], h[2], h[3]
-        if hprog not in by_prog or hit != 0 or src != s.peer or dst != rank:
+        key, hit, src, dst = h[0], h[1], h[2], h[3]
+        j = by_key.get(key)
+        if j is None or hit != 0 or src != s.peer or dst != rank:
             raise TransportError(
-                f"rank {rank}: unexpected frame from {s.peer}: program {hprog} "
+                f"rank {rank}: unexpected frame from {s.peer}: instance {key} "
                 f"iteration {hit} src {src} dst {dst} (not in this rank's op list)"
             )
-        return state(hprog)
+        return state(j)
 
     def start_op(j: int) -> None:
         op_start[j] = time.monotonic_ns()
         ex.end_realtime()
-        ps = state(ops[j].program)
+        ps = state(j)
         if ps.remaining == 0:
             op_done(ps)
             return
@@ -77,6 +93,11 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
             if ps.pending[i] == 0:
                 ex.ready.append((ps, i))
 
+    # the first ops' buffers before the start: their pages are faulted in off the clock
+    first = [ops[j].program for j in range(n_ops) if op_pending[j] == 0 and not ex.lean]
+    ex.pool.warm(
+        [n for p in first for n in (ex.plans[p].buffer_bytes, ex.plans[p].scratch_bytes) if n]
+    )
     ex.ready = deque()
     ex.match = match
     wait_for_start(ex.abort, rank, start_local_ns, go.spin_ns)
@@ -86,6 +107,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
     ex.realtime = go.rt_start and set_realtime(True)
     sleep_until(start_local_ns, go.spin_ns)
     ex.end_realtime()
+    cpu0 = time.thread_time_ns()
     deadline = time.monotonic_ns() + timeout_ns
     while True:
         now = time.monotonic_ns()
@@ -102,7 +124,7 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
             raise TransportError(
                 f"rank {rank}: op list timed out after {go.timeout_s:.3g} s with "
                 f"{len(waiting)} of {n_ops} ops unfinished (first: op {waiting[0]}, "
-                f"program {ops[waiting[0]].program}, "
+                f"instance {ops[waiting[0]].key}, "
                 f"{'started' if op_start[waiting[0]] else 'not started'})"
             )
         wait_ns = deadline - now
@@ -110,11 +132,12 @@ def run_ops(ex: RankEngine, go: Go, ops: list[OpItem], start_local_ns: int) -> R
             wait_ns = min(wait_ns, timers[0][0] - now)
         ex.poll(max(0.0, min(POLL_S, wait_ns / 1e9)))
     crc = 0
-    for p in sorted(by_prog):
-        crc = zlib.crc32(ex.buffers[p][0].data, crc)
+    for c in op_crc:
+        crc = zlib.crc32(c.to_bytes(4, "little"), crc)
     return RankResult(
         rank=rank,
-        buffer_crc=crc if ex.opts.verify else -1,
+        buffer_crc=crc if ex.opts.verify and not ex.lean else -1,
+        cpu_ns=time.thread_time_ns() - cpu0,
         start=op_start,
         end=op_end,
         bytes_sent=ex.bytes_sent,

@@ -107,6 +107,8 @@ class Stream:
     out: deque[OutFrame] = field(default_factory=deque)
     hdr: bytearray = field(default_factory=lambda: bytearray(HDR.size))
     hdr_got: int = 0
-    cur: tuple[StepKey, memoryview, int, int, int] | None = None  # (step, dest, got, len, crc)
+    # the part being received: (step, where it lands or None for a lean sink, bytes in, length,
+    # the sender's CRC, the CRC of a lean part's sample so far)
+    cur: tuple[StepKey, memoryview | None, int, int, int, int] | None = None
     parked: tuple | None = None  # header of a frame of a later iteration
     mask: int = 0
