@@ -106,3 +106,23 @@ def test_emulate_refuses_a_plan_larger_than_the_host_before_any_prepare(
     print(f"\n{text}")
     assert "\n" not in text and "(agents h0, h1)" in text and "2.1e+06 GiB" in text
     assert not prepared
+
+
+def test_bench_refuses_a_size_beyond_the_host_before_any_prepare(
+    cluster, tmp_path, monkeypatch
+) -> None:
+    prepared: list = []
+    monkeypatch.setattr(Controller, "prepare", lambda self, *a, **k: prepared.append(a))
+    spec = genie.BenchSpec(
+        testbed=str(cluster.testbed_path),
+        sizes=(1 << 20, 1 << 45),  # 32 TiB: no host of this test has it
+        iters=1,
+        warmup=0,
+        store=None,
+        progress=False,
+    )
+    with pytest.raises(AdmissionError) as info:
+        genie.bench(spec)
+    text = str(info.value)
+    assert "\n" not in text and "GiB available" in text
+    assert not prepared  # refused before the first size was prepared

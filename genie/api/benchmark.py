@@ -29,6 +29,7 @@ from genie.collectives.cost import nccl_size
 from genie.collectives.program import Program
 from genie.collectives.registry import DEFAULT_ALGORITHM, canonical_algorithm, canonical_collective
 from genie.collectives.topology import Topology
+from genie.controller.admission import check_memory, one_at_a_time
 from genie.controller.results import Instance
 from genie.controller.session import Timeouts
 from genie.controller.stored_run import StoredRun
@@ -175,6 +176,9 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         tb, spec.testbed, spec.command, store=spec.store, meta=meta, timeouts=waits
     ) as run:
         assert run.ctl is not None  # StoredRun connected it on entering
+        # the sweep prepares one size at a time: its largest must fit each host's memory
+        facts = {a: h.facts for a, h in run.hellos.items()}
+        check_memory(one_at_a_time(programs, placement), facts)
         run_id, offsets = run.run_id, run.offsets
         what = f"{coll}/{algo} on {len(placement)} ranks"
         shown = progress.bar(what, len(programs), "sizes") if spec.progress else None
