@@ -44,6 +44,7 @@ class RankExecutor(RankEngine):
         buf, scratch = self.take_buffers(plan)
         buf[::PAGE] = buf[::PAGE]
         scratch[::PAGE] = 0
+        cpu0 = time.thread_time_ns()
         try:
             starts, ends, sst, sen = run_iterations(
                 go,
@@ -70,6 +71,7 @@ class RankExecutor(RankEngine):
             bytes_sent=self.bytes_sent,
             bytes_received=self.bytes_received,
             messages_verified=self.verified,
+            cpu_ns=time.thread_time_ns() - cpu0,  # warm-up and waiting for the start included
         )
 
     def _iteration(
