@@ -77,8 +77,9 @@ def test_link_down_mid_flow_names_the_cut_off_host(star) -> None:
         ctl.t.close()
     msg = str(info.value)
     print(f"\nlink h2-sw0 down: error after {detected:.2f} s: {msg}")
-    # the agents see a stall (timed out) or a peer's closed connection, whichever comes first
-    assert "timed out" in msg or "closed the link" in msg
+    # the agents see a stall (timed out), a peer's closed connection or its reset (the kernel
+    # gives up on the link), whichever comes first: seen all three on this machine
+    assert any(w in msg for w in ("timed out", "closed the link", "Connection reset by peer"))
     assert "h2 is cut off" in msg and "the link of host h2 is down" in msg
     assert "h0->h2" in msg and "h1->h2" in msg
     assert detected < ITER_TIMEOUT_S + 3.0  # the iteration bound plus abort and probe
