@@ -197,7 +197,8 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
                 sched = None
                 if fault_plan is not None:
                     clock = run.ctl.clock.now
-                    sched = undo.enter_context(scheduler(fault_plan, clock, spec.testbed))
+                    sched = scheduler(fault_plan, clock, spec.testbed)
+                    undo.enter_context(sched)
                 sweep(
                     run.ctl,
                     programs,

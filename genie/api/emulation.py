@@ -16,10 +16,13 @@ import numpy as np
 from genie import progress
 from genie.api.experiments import job_layout, job_names, perturbation
 from genie.api.specs import EmulateSpec
+from genie.calibration.model import Calibration
 from genie.calibration.stored import resolve
 from genie.collectives.registry import parse_algorithms
 from genie.errors import UsageError
+from genie.faults.lab_plan import LabPlan
 from genie.faults.run import plan as plan_faults
+from genie.faults.schedule import FaultPlan
 from genie.live.isolated import Isolated, run_isolated
 from genie.live.jobs import JobsOnWire, wire_doc
 from genie.live.overlapped import Overlapped, run_overlapped
@@ -29,7 +32,9 @@ from genie.sim.adapter import compile_workload, load_workload
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.job_report import hosts_text
 from genie.sim.jobs import JobSpec, merge_jobs
+from genie.sim.perturb import Perturbation
 from genie.testbed import load_testbed
+from genie.testbed.model import Testbed
 
 Emulation = Overlapped | Isolated | JobsOnWire
 
@@ -74,27 +79,16 @@ def emulate(spec: EmulateSpec) -> Emulation:
     store = spec.store
     cal = resolve(spec.calibration, store, tb.name)
     if spec.mode == "overlapped":
-        o = run_overlapped(
+        o = _overlapped(
+            spec,
             cw,
             tb,
-            spec.testbed,
             agents,
-            store=store,
-            iterations=spec.iterations,
-            warmup=spec.warmup,
-            algorithms=algos,
-            chunks=spec.chunks,
-            max_instances=spec.max_instances,
-            payload=spec.payload,
-            symmetry=spec.symmetry,
+            algos,
+            cal,
             trace=spec.trace,
-            command=spec.command,
-            calibration=cal,
-            dilation=spec.dilation,
-            asked=spec.calibration,
             unperturbed=base,
-            perturbation=pert,
-            comm_concurrency=spec.comm_concurrency,
+            pert=pert,
             faults=faults,
         )
         if placed.note:
@@ -123,6 +117,47 @@ def emulate(spec: EmulateSpec) -> Emulation:
     if placed.note:
         iso.notes.append(placed.note)
     return iso
+
+
+def _overlapped(
+    spec: EmulateSpec,
+    cw: CompiledWorkload,
+    tb: Testbed,
+    agents: list[str],
+    algos: dict[str, str],
+    cal: Calibration | None,
+    *,
+    trace: str | None,
+    unperturbed: CompiledWorkload | None = None,
+    pert: Perturbation | None = None,
+    faults: FaultPlan | LabPlan | None = None,
+    meta: dict[str, object] | None = None,
+) -> Overlapped:
+    """``run_overlapped`` with the settings ``spec`` gives every overlapped run."""
+    return run_overlapped(
+        cw,
+        tb,
+        spec.testbed,
+        agents,
+        store=spec.store,
+        iterations=spec.iterations,
+        warmup=spec.warmup,
+        algorithms=algos,
+        chunks=spec.chunks,
+        max_instances=spec.max_instances,
+        payload=spec.payload,
+        symmetry=spec.symmetry,
+        trace=trace,
+        command=spec.command,
+        calibration=cal,
+        dilation=spec.dilation,
+        asked=spec.calibration,
+        unperturbed=unperturbed,
+        perturbation=pert,
+        comm_concurrency=spec.comm_concurrency,
+        meta=meta,
+        faults=faults,
+    )
 
 
 def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
@@ -162,27 +197,8 @@ def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
     algos = parse_algorithms(spec.algorithm)
 
     def run(cw: CompiledWorkload, where: list[str], phase: str, trace: str | None) -> Overlapped:
-        return run_overlapped(
-            cw,
-            tb,
-            spec.testbed,
-            where,
-            store=store,
-            iterations=spec.iterations,
-            warmup=spec.warmup,
-            algorithms=algos,
-            chunks=spec.chunks,
-            max_instances=spec.max_instances,
-            payload=spec.payload,
-            symmetry=spec.symmetry,
-            trace=trace,
-            command=spec.command,
-            calibration=cal,
-            dilation=spec.dilation,
-            asked=spec.calibration,
-            comm_concurrency=spec.comm_concurrency,
-            meta={"jobs": jobs_meta, "jobs_phase": phase},
-        )
+        meta: dict[str, object] = {"jobs": jobs_meta, "jobs_phase": phase}
+        return _overlapped(spec, cw, tb, where, algos, cal, trace=trace, meta=meta)
 
     together = run(merged, agents, "together", spec.trace)
     alone = [

@@ -4,12 +4,18 @@ applies it (netns or lab hosts), and the controller timeouts a run needs to live
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
 
+from genie.controller.session import Timeouts
 from genie.errors import UsageError
+from genie.faults.lab import LabFaultScheduler
+from genie.faults.lab_plan import LabPlan
+from genie.faults.netns import FaultScheduler
+from genie.faults.schedule import FaultPlan
+from genie.testbed.model import Testbed
 
 
-def plan(value: str | None, tb: Any, dilation: float = 1.0) -> Any:
+def plan(value: str | None, tb: Testbed, dilation: float = 1.0) -> FaultPlan | LabPlan | None:
     """The schedule ``value`` resolved on ``tb`` (None without one); refused with a dilation."""
     if not value:
         return None
@@ -20,18 +26,15 @@ def plan(value: str | None, tb: Any, dilation: float = 1.0) -> Any:
     return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(value)))
 
 
-def scheduler(fault_plan: Any, now: Any, testbed_path: str) -> Any:
+def scheduler(
+    fault_plan: FaultPlan | LabPlan, now: Callable[[], int], testbed_path: str
+) -> FaultScheduler | LabFaultScheduler:
     """The scheduler that applies ``fault_plan``: tc/ip in namespaces (netns testbeds), or
     detached commands over the testbed's SSH access (lab hosts; ``[deploy]`` in its file)."""
-    from genie.faults.lab_plan import LabPlan
-
     if isinstance(fault_plan, LabPlan):
         from genie.deploy.config import load_deploy
-        from genie.faults.lab import LabFaultScheduler
 
         return LabFaultScheduler(fault_plan, now, load_deploy(testbed_path)[1].hosts)
-    from genie.faults.netns import FaultScheduler
-
     return FaultScheduler(fault_plan, now)
 
 
@@ -40,13 +43,11 @@ def scheduler(fault_plan: Any, now: Any, testbed_path: str) -> Any:
 TCP_RECOVERY_S = 8.0
 
 
-def widen_timeouts(timeouts: Any, fault_plan: Any) -> Any:
+def widen_timeouts(timeouts: Timeouts | None, fault_plan: FaultPlan | LabPlan | None) -> Timeouts:
     """``timeouts`` (a ``Timeouts``) that let a run live through ``fault_plan``: the slow rate
     no faster than the slowest rate it sets, the outage to live through as long as its links
     are down plus TCP's recovery after each down window (once per iteration of a Go, once per
     op-list run: not once per program of the run)."""
-    from genie.controller.session import Timeouts
-
     t = timeouts or Timeouts()
     if fault_plan is None:
         return t

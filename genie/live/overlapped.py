@@ -225,7 +225,8 @@ def run_overlapped(
         with contextlib.ExitStack() as undo:
             sched = None
             if faults is not None:
-                sched = undo.enter_context(scheduler(faults, run.ctl.clock.now, testbed_path))
+                sched = scheduler(faults, run.ctl.clock.now, testbed_path)
+                undo.enter_context(sched)
             passes = emulate_overlapped(
                 run.ctl,
                 plan,
