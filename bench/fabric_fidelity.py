@@ -69,7 +69,7 @@ def run_fabric(
 ) -> list[dict]:
     """Build ``tb``, run every collective at every size beside both models, tear down."""
     rows = []
-    topo = tb.with_flows(streams).to_topology(tcp_goodput=True)
+    topo = tb.with_flows(streams).to_topology()
     hosts = [h.name for h in tb.hosts]
     with live(tb, "bench/fabric_fidelity.py", PREFIX) as (ctl, meter):
         for coll, algo, order in RUNS:

@@ -129,7 +129,7 @@ def run_testbed(
 ) -> list[dict]:
     """Build ``tb``, run every (collective, algorithm, placement) over ``sizes``, tear down."""
     rows = []
-    topo = tb.to_topology(tcp_goodput=True)
+    topo = tb.to_topology()
     with live(tb, "bench/netns_fidelity.py") as (ctl, meter):
         for coll, algo, placement in runs:
             for prog in plan_sizes(coll, algo, len(placement), sizes, chunks=chunks):

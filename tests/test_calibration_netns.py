@@ -104,12 +104,12 @@ def test_calibrate_lowers_the_error_on_held_back_sizes_of_a_star(tmp_path, capsy
     m = cal["mape"]
     assert cal["points_held"] == 6 and cal["points_fit"] == 6
     assert any("token bucket" in n for n in cal["notes"])  # 256 KiB on 2 ranks: 128 KiB sends
-    # The nominal model misses a steady ~5 % on every size (frame and TCP/IP overheads the
-    # declared rate does not carry), which calibration takes out: it lowers the error on every
-    # held-back size the wire ran cleanly, and the MAPE by about that much. Bidirectional TCP
-    # through two tbf queues on this 2-core machine also stalls some sizes' medians by 25-60 %
-    # in some runs (the fastest iterations stay on the model), which no alpha-beta model
-    # carries; an absolute MAPE bound on the held-back sizes fails on those runs, so the test
-    # asserts the improvement instead.
-    assert m["held_calibrated"] <= m["held_nominal"] - 2.0
-    assert m["fit_calibrated"] <= m["fit_nominal"] - 2.0
+    # The nominal model prices the payload after TCP/IP and frame headers, so what the fit has
+    # left to find is physical: the fraction of that payload rate the wire carries is close to
+    # 1 (it was a steady ~0.95 of line rate, the headers, before the model took them off).
+    # Bidirectional TCP through two tbf queues on this 2-core machine stalls some sizes' medians
+    # by 25-60 % in some runs (the fastest iterations stay on the model), which pulls a fit
+    # down and no alpha-beta model carries: hence a band, and no absolute MAPE bound.
+    (inter,) = [c for k, c in cal["classes"].items() if k != "intra"]
+    assert 0.85 <= inter["bandwidth_fraction"] <= 1.03, inter
+    assert m["held_calibrated"] <= m["held_nominal"] + 1.0  # calibration does no harm

@@ -38,7 +38,8 @@ def test_the_loopback_model_prices_this_machine_and_says_so(probed, tmp_path, ca
     argv = ["bench", "--testbed", str(cl.testbed_path), "--sizes", "1KiB,4MiB", "--iters", "5"]
     assert main([*argv, "--warmup", "2", "--no-store", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["model"] == f"genie cost model of {tb.model}"
+    # the probe measured payload rates: taken as they are, no headers taken off again
+    assert doc["model"] == f"genie cost model of {tb.model}; link rates as measured payload rates"
     small, _ = doc["rows"]
     # on nominal 10 Gbit/s links with no latency this read 972 at 1 KiB; the probed model
     # prices the per-message software cost, so it is the right order of magnitude

@@ -284,7 +284,7 @@ def test_key_lines_handles_inline_tables_and_comments() -> None:
 
 
 def test_to_topology_star_is_symmetric_with_link_rates() -> None:
-    topo = load_testbed(EXAMPLES / "netns-star.toml").to_topology()
+    topo = load_testbed(EXAMPLES / "netns-star.toml").to_topology("line")
     assert topo.symmetry == "star" and topo.hosts == ("h0", "h1", "h2", "h3")
     route = topo.route("h1", "h3")
     assert [topo.link_name(i) for i in route] == ["h1->sw0", "sw0->h3"]
@@ -294,7 +294,7 @@ def test_to_topology_star_is_symmetric_with_link_rates() -> None:
 
 def test_to_topology_leafspine_routes_cross_leaf_over_the_uplink() -> None:
     text = (EXAMPLES / "netns-leafspine.toml").read_text().replace('"2:1"', '"4:1"')
-    topo = loads_testbed(text).to_topology()
+    topo = loads_testbed(text).to_topology("line")
     cross = [topo.link_name(i) for i in topo.route("h0", "h3")]
     assert cross == ["h0->leaf0", "leaf0->spine0", "spine0->leaf1", "leaf1->h3"]
     assert topo.route_bandwidth(topo.route("h0", "h3")) == 0.5e9 / 8
@@ -313,16 +313,29 @@ def test_to_topology_ring_and_link_latency() -> None:
     assert loads_testbed(dumps_testbed(tb)) == tb
 
 
-def test_tcp_goodput_topology_takes_headers_off_the_line_rate() -> None:
-    from genie.testbed.to_topology import tcp_payload_fraction
+def test_the_model_prices_payload_after_headers_by_default() -> None:
+    from msgspec.structs import replace
+
+    from genie.testbed.to_topology import roce_payload_fraction, tcp_payload_fraction
 
     tb = load_testbed(EXAMPLES / "netns-star.toml")
     assert tcp_payload_fraction(1500) == pytest.approx(1448 / 1514)
     assert tcp_payload_fraction(9000, kind="static") == pytest.approx(8948 / 9038)
-    line = tb.to_topology()
-    good = tb.to_topology(tcp_goodput=True)
+    # RoCEv2: the largest RDMA MTU that fits, 4096 at 9000 and 1024 at 1500, per packet
+    assert roce_payload_fraction(9000) == pytest.approx(4096 / (4096 + 44 + 14 + 24))
+    assert roce_payload_fraction(1500) == pytest.approx(1024 / (1024 + 44 + 14 + 24))
+    line = tb.to_topology("line")
+    good = tb.to_topology()  # the default: payload after headers
     assert good.symmetry == "star"
     assert good.links[0].bandwidth == pytest.approx(line.links[0].bandwidth * 1448 / 1514)
+    assert "less TCP/IPv4 headers (95.6% of line rate at MTU 1500" in tb.model_note()
+    measured = replace(tb, rates="payload")  # a probe's rates: taken as they are
+    assert measured.to_topology().links[0].bandwidth == line.links[0].bandwidth
+    assert "as measured payload rates" in measured.model_note()
+    rdma = replace(tb, transport="rdma").to_topology()
+    assert rdma.links[0].bandwidth == pytest.approx(line.links[0].bandwidth * 1024 / 1082)
+    with pytest.raises(ValueError, match="payload or line"):
+        tb.to_topology("goodput")
 
 
 def test_deploy_table_is_left_to_the_deploy_loader() -> None:

@@ -168,7 +168,7 @@ def _check(args: argparse.Namespace) -> int:
         raise TestbedError(f"testbed {tb.name} is not up (no {sorted(missing)[0]}): run `up`")
     if len(tb.hosts) < 2:
         raise TestbedError("check needs at least 2 hosts")
-    topo = tb.to_topology()
+    topo = tb.to_topology("line")  # "set" is the line rate; the TCP ceiling is beside it
     table = Table(
         "flow", "set (Mbit/s)", "measured (Mbit/s)", "measured/set", "TCP ceiling/set",
         title="one TCP flow at a time (Mbit = 10^6 bit)",

@@ -99,7 +99,7 @@ def probed_testbed(tb: Testbed, probe: FabricProbe) -> Testbed:
         Link(a=lk.a, b=lk.b, rate=probe.rate_Bps, mtu=lk.mtu, latency=probe.alpha_s / 2)
         for lk in tb.links
     ]
-    return msgspec.structs.replace(tb, links=links, model=probe.describe())
+    return msgspec.structs.replace(tb, links=links, model=probe.describe(), rates="payload")
 
 
 def probe_cluster(cluster) -> FabricProbe:

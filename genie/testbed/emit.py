@@ -31,6 +31,8 @@ def dumps_testbed(tb: Testbed) -> str:
     out.append(f"transport = {_str(tb.transport)}")
     if tb.model:
         out.append(f"model = {_str(tb.model)}")
+    if tb.rates != "line":
+        out.append(f"rates = {_str(tb.rates)}")
     if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
         out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
     if tb.routing != Routing():

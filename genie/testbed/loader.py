@@ -45,7 +45,7 @@ _TOP_KEYS = {
     "deploy",
     "routing",
 }
-_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model"}
+_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model", "rates"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
 _HOST_KEYS |= {"faults"}  # lab hosts: opt in to link faults (genie.faults.schedule)
 _NIC_KEYS = {"name", "data_addr", "device", "rdma_device"}
@@ -220,6 +220,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
             f"must be 'genie-' or 'genie-TAG-' with TAG 1-4 of a-z 0-9; got {prefix!r}",
         )
     model = ctx.get(tb, "model", ("testbed",), (str,), "")
+    rates = ctx.get_choice(tb, "rates", ("testbed",), ("line", "payload"), "line")
     control_port = ctx.get_int(tb, "control_port", ("testbed",), DEFAULT_CONTROL_PORT, lo=1)
     if control_port > 65535:
         raise ctx.error(("testbed", "control_port"), f"must be <= 65535, got {control_port}")
@@ -283,6 +284,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         intra_host=intra,
         netns_prefix=prefix,
         model=model,
+        rates=rates,
         routing=routing,
     )
 

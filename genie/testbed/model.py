@@ -125,6 +125,9 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     intra_host: IntraHost = msgspec.field(default_factory=IntraHost)
     netns_prefix: str = DEFAULT_NETNS_PREFIX
     model: str = ""  # where the link rates come from ("" = declared by the file's author)
+    # what the link rates are: "line" (a NIC's or a switch port's rate: the model takes each
+    # packet's headers off) or "payload" (measured payload rates, e.g. a probe's: taken as is)
+    rates: Literal["line", "payload"] = "line"
     routing: Routing = msgspec.field(default_factory=Routing)  # how flows spread over paths
 
     @property
@@ -142,10 +145,13 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         return replace(self, routing=replace(self.routing, channels=flows, qps=1))
 
     def model_note(self) -> str:
-        """Which fabric the model prices and, where paths can differ, how flows take them."""
+        """Which fabric the model prices, what its rates are (payload after headers), and, where
+        paths can differ, how flows take them."""
+        from genie.testbed.to_topology import describe_wire
+
         switches = {lk.a for lk in self.links} | {lk.b for lk in self.links}
         several = len(set(self.switch_names()) & switches) > 1 or any(h.nics for h in self.hosts)
-        text = self.model_source
+        text = f"{self.model_source}; {describe_wire(self)}"
         return f"{text}; routing {self.routing.describe()}" if several else text
 
     @property
@@ -227,11 +233,10 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         """Names of all switches, in order."""
         return [s.name for s in self.switches]
 
-    def to_topology(self, tcp_goodput: bool = False) -> Any:
-        """This testbed as a ``genie.collectives.topology.Topology`` for the cost model.
-
-        ``tcp_goodput``: link bandwidths are the TCP payload rate (headers taken off).
-        """
+    def to_topology(self, wire: str = "payload") -> Any:
+        """This testbed as a ``genie.collectives.topology.Topology`` for the cost model: link
+        bandwidths are the payload rate of its transport after headers (``wire`` "line": the
+        declared line rates)."""
         from genie.testbed.to_topology import testbed_topology
 
-        return testbed_topology(self, tcp_goodput)
+        return testbed_topology(self, wire)

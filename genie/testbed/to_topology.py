@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamp option 12
 ETH_HEADER = 14  # what tbf and veth count per frame
 ETH_WIRE_EXTRA = 24  # preamble 8 + FCS 4 + inter-frame gap 12, on real Ethernet only
+ROCE_HEADERS = 20 + 8 + 12 + 4  # RoCEv2 per packet: IPv4 20 + UDP 8 + BTH 12 + ICRC 4
+ROCE_MTUS = (4096, 2048, 1024, 512, 256)  # the RDMA path MTUs a port may run
 
 
 def tcp_payload_fraction(mtu: int, kind: str = "netns") -> float:
@@ -20,22 +22,55 @@ def tcp_payload_fraction(mtu: int, kind: str = "netns") -> float:
     return (mtu - TCP_IP_HEADERS) / per_frame
 
 
+def roce_payload_fraction(mtu: int, kind: str = "static") -> float:
+    """RoCEv2 payload bytes per byte the link carries: the largest RDMA path MTU that fits the
+    netdev MTU with its headers (4096 at a 9000 MTU: 0.980 on Ethernet), per packet."""
+    path = next((m for m in ROCE_MTUS if m + ROCE_HEADERS <= mtu), 256)
+    per_frame = path + ROCE_HEADERS + ETH_HEADER + (ETH_WIRE_EXTRA if kind != "netns" else 0)
+    return path / per_frame
+
+
+def payload_fraction(transport: str, mtu: int, kind: str) -> float:
+    """Payload bytes per byte a link carries for ``transport`` ("tcp" or "rdma") at ``mtu``."""
+    if transport == "rdma":
+        return roce_payload_fraction(mtu, kind)
+    return tcp_payload_fraction(mtu, kind)
+
+
+def describe_wire(tb: Testbed) -> str:
+    """One phrase for reports: what the model's link rates are."""
+    mtus = sorted({lk.mtu for lk in tb.links})
+    if not mtus:
+        return "no links"
+    if tb.rates == "payload":
+        return "link rates as measured payload rates"
+    proto = "RoCEv2" if tb.transport == "rdma" else "TCP/IPv4"
+    fr = ", ".join(
+        f"{payload_fraction(tb.transport, m, tb.kind):.1%} of line rate at MTU {m}" for m in mtus
+    )
+    where = "veth frame" if tb.kind == "netns" else "Ethernet frame with preamble and gap"
+    return f"link rates less {proto} headers ({fr}: payload per byte of {where})"
+
+
 def _uniform(tb: Testbed) -> bool:
     return len({(lk.rate, lk.latency, lk.mtu) for lk in tb.links}) == 1
 
 
-def testbed_topology(tb: Testbed, tcp_goodput: bool = False) -> Topology:
+def testbed_topology(tb: Testbed, wire: str = "payload") -> Topology:
     """The Topology of ``tb``: its hosts, switches and links (both directions) with their rates.
 
-    With ``tcp_goodput`` each link's bandwidth is the TCP payload it can carry (line rate x
-    ``tcp_payload_fraction``), which is what a TCP transport can at best measure.
+    ``wire`` "payload" (the default): each link's bandwidth is the payload it can carry for
+    the testbed's transport (line rate x ``payload_fraction``: the headers of every packet taken
+    off), which is what the wire can at best deliver; "line": the declared line rates.
     """
     from msgspec.structs import replace
 
     from genie.collectives import topology
 
-    if tcp_goodput:
-        frac = {lk.mtu: tcp_payload_fraction(lk.mtu, tb.kind) for lk in tb.links}
+    if wire not in ("payload", "line"):
+        raise ValueError(f"wire {wire!r}: payload or line")
+    if wire == "payload" and tb.rates == "line":
+        frac = {lk.mtu: payload_fraction(tb.transport, lk.mtu, tb.kind) for lk in tb.links}
         tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
     hosts = tb.endpoint_names()
     multi = len(hosts) > len(tb.hosts)  # some host has several NICs: one endpoint per NIC
