@@ -24,6 +24,7 @@ CONNECT_TIMEOUT_MAX_S = 600.0
 INTRA_BW_RANGE = (1e3, 1e15)  # bytes/s: 1 kB/s .. 1 PB/s
 INTRA_LAT_MAX_S = 1.0
 _TOKEN = re.compile(r"^([0-9a-f]{32})?$")
+_CONGESTION = re.compile(r"^[a-z0-9_]{1,15}(,[a-z0-9_]{1,15}){0,3}$")
 
 
 def check_options(opts: DataOptions, limits: Limits) -> None:
@@ -51,6 +52,8 @@ def check_options(opts: DataOptions, limits: Limits) -> None:
         raise ProtocolError(f"connect timeout {t} s outside (0, {CONNECT_TIMEOUT_MAX_S:g}]")
     if not _TOKEN.match(opts.token):
         raise ProtocolError("job token must be 32 lowercase hex digits")
+    if opts.congestion and not _CONGESTION.match(opts.congestion):
+        raise ProtocolError(f"congestion control {opts.congestion[:40]!r} is not a name list")
     if opts.payload not in ("real", "lean"):
         raise ProtocolError(f"payload {opts.payload!r}; use real or lean")
     if opts.intra not in ("model", "wire"):

@@ -43,7 +43,7 @@ from genie.testbed import load_testbed
 from genie.testbed.model import Testbed
 from genie.units import format_bytes
 from genie.wire.clock import ClockEstimate
-from genie.wire.messages import DataOptions, RdmaOptions
+from genie.wire.messages import DataOptions, RdmaOptions, WireConditions
 
 FAULT_ORIGIN = "the first measured Go of the first size (after its warm-ups)"
 JsonDoc = dict[str, object]
@@ -77,6 +77,7 @@ class BenchSpec(Spec, frozen=True, kw_only=True):
     calibration: str | None = None  # an id, "latest" or None/"none"
     dilation: float = 1.0
     faults: str | None = None
+    congestion: str | None = None  # TCP congestion control (None: the testbed's [tcp])
     store: str | None = DEFAULT_STORE
     command: str = "genie bench"
     progress: bool = True
@@ -97,6 +98,10 @@ class BenchResult:
     calibration: Calibration | None
     notes: list[str] = field(default_factory=list)
     faults: JsonDoc | None = None  # the faults as applied and their effect per size
+    # per agent, what its data connections ran under (read back: congestion control, buffers,
+    # MTU, qdisc, sysctls, kernel); and TCP segments the sweep retransmitted (-1: unknown)
+    conditions: dict[str, WireConditions] = field(default_factory=dict)
+    retransmits: int = -1
 
     def error_rows(self) -> list[ErrorRow]:
         """The sweep's rows as model-error rows (measured p50 vs nominal vs calibrated)."""
@@ -123,6 +128,8 @@ class BenchResult:
             "notes": self.notes,
             "clock_offsets": {a: msgspec.to_builtins(e) for a, e in self.offsets.items()},
             "rows": rows_json(self.rows),
+            "conditions": {a: msgspec.to_builtins(c) for a, c in self.conditions.items()},
+            "retransmits": self.retransmits,
             **({"faults": self.faults} if self.faults is not None else {}),
         }
 
@@ -152,6 +159,7 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         topology = None
     calibrated = calibrate_topology(topology, cal) if cal and topology else None
     opts = DataOptions(
+        congestion=spec.congestion or tb.tcp.congestion_control,
         streams=streams,
         sndbuf=spec.sndbuf,
         rcvbuf=spec.rcvbuf,
@@ -216,6 +224,8 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
             if sched is not None:
                 faults = fault_doc(sched.records(), sched.start_at_ns, rows)
                 run.update_meta(faults=faults)
+        conditions = dict(run.ctl.conditions)
+        retransmits = sum(run.ctl.retransmits.values()) if run.ctl.retransmits else -1
     notes: list[str] = []
     lab = calibrated or topology
     if k != 1 and lab is not None:
@@ -232,6 +242,8 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         cal,
         notes,
         faults,
+        conditions,
+        retransmits,
     )
 
 

@@ -11,6 +11,7 @@ time in it says whether it was measured on the wire or priced by which model.
 
 from __future__ import annotations
 
+import msgspec
 import numpy as np
 
 from genie import progress
@@ -39,6 +40,15 @@ from genie.testbed.model import Testbed
 Emulation = Overlapped | Isolated | JobsOnWire
 
 
+def _with_congestion(tb: Testbed, congestion: str | None) -> Testbed:
+    """``tb`` with its data connections on ``congestion`` (None: as its ``[tcp]`` says)."""
+    if not congestion:
+        return tb
+    return msgspec.structs.replace(
+        tb, tcp=msgspec.structs.replace(tb.tcp, congestion_control=congestion)
+    )
+
+
 def _check(spec: EmulateSpec) -> None:
     """One-line refusals of what no mode can run."""
     if spec.iterations < 1 or spec.warmup < 0:
@@ -59,7 +69,7 @@ def emulate(spec: EmulateSpec) -> Emulation:
         base = compile_workload(wl)
         pert = perturbation(spec.perturb)
         cw = perturb.apply(base, pert)  # the compute gaps on the wire are the perturbed ones
-    tb = load_testbed(spec.testbed)
+    tb = _with_congestion(load_testbed(spec.testbed), spec.congestion)
     faults = plan_faults(spec.faults, tb, spec.dilation)
     placed = tb.place(cw.n_ranks, spec.placement, spec.ranks_per_host)
     agents = tb.rank_host_names(placed)
@@ -172,7 +182,7 @@ def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
             st.describe(f"loading {pre}")
             cws.append(compile_workload(load_workload(pre)))  # run_overlapped orders them
     layout, starts = job_layout(spec.jobs, [cw.n_ranks for cw in cws], spec.ranks_per_host)
-    tb = load_testbed(spec.testbed)
+    tb = _with_congestion(load_testbed(spec.testbed), spec.congestion)
     top = max((max(h) for h in layout), default=0)
     if top >= len(tb.hosts):
         raise UsageError(

@@ -196,6 +196,7 @@ class EmulateSpec(Spec, frozen=True, kw_only=True):
     streams: int | None = None
     max_collectives: int = 64
     max_instances: int = 0  # refuse workloads with more communication instances (0: no cap)
+    congestion: str | None = None  # TCP congestion control (None: the testbed's [tcp])
     # overlapped: "lean" sends pattern bytes from a fixed region per rank (memory that does not
     # grow with message sizes); "real" computes each collective in buffers of its own
     payload: Literal["lean", "real"] = "lean"

@@ -28,6 +28,7 @@ from rich.table import Table
 
 from genie.api.benchmark import FAULT_ORIGIN, BenchResult, BenchSpec, bench
 from genie.commands import _args as A
+from genie.commands import _tcp_cc as cc
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
 from genie.commands._faults import add_argument as add_faults_argument
@@ -70,7 +71,17 @@ def spec_from_args(args: argparse.Namespace) -> BenchSpec:
 def _run(args: argparse.Namespace) -> int:
     """Handle ``genie bench``: parse -> spec -> ``genie.api.bench`` -> render."""
     spec = spec_from_args(args)
-    res = bench(spec)
+    ccs = cc.algorithms(args.tcp_cc)
+    if len(ccs) > 1:  # congestion control as an experiment: one run each, side by side
+        results = {a: bench(spec.replace(congestion=a)) for a in ccs}
+        if args.json:
+            docs = {a: r.to_dict() for a, r in results.items()}
+            json.dump({"tcp_cc": docs}, sys.stdout, indent=2)
+            print()
+        else:
+            cc.print_bench(results)
+        return 0
+    res = bench(spec.replace(congestion=ccs[0]) if ccs else spec)
     if args.json:
         json.dump(res.to_dict(), sys.stdout, indent=2)
         print()
@@ -249,6 +260,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_dilation_argument(p, "every time reported / K and bandwidths x K")
     add_calibration_argument(p, "latest")
     add_faults_argument(p, FAULT_ORIGIN)
+    cc.add_argument(p)
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")

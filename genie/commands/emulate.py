@@ -17,11 +17,13 @@ from genie.api.emulation import Emulation, emulate
 from genie.api.specs import EmulateSpec
 from genie.commands import _args as A
 from genie.commands import _experiments as X
+from genie.commands import _tcp_cc as cc
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
 from genie.commands._emulate_output import print_isolated, print_overlapped, print_wire_jobs
 from genie.commands._faults import add_argument as add_faults_argument
 from genie.commands._sim_output import dump_json
+from genie.errors import UsageError
 from genie.live.isolated import Isolated
 from genie.live.overlapped import Overlapped
 from genie.placement import MODES as PLACEMENTS
@@ -98,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     X.add_perturb_arguments(p)
     X.add_job_arguments(p, ranks_per_host=True)
     add_faults_argument(p, "the first measured run's Go (after --warmup)")
+    cc.add_argument(p)
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
@@ -152,7 +155,19 @@ def render(e: Emulation) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Handle ``genie emulate``: parse -> spec -> ``genie.api.emulate`` -> render."""
-    e = emulate(spec_from_args(args))
+    spec = spec_from_args(args)
+    ccs = cc.algorithms(args.tcp_cc)
+    if len(ccs) > 1:  # congestion control as an experiment: one run each, side by side
+        if spec.jobs or spec.mode != "overlapped":
+            raise UsageError("--tcp-cc with several algorithms compares one overlapped workload")
+        results = {a: emulate(spec.replace(congestion=a)) for a in ccs}
+        runs = {a: o for a, o in results.items() if isinstance(o, Overlapped)}
+        if args.json:
+            dump_json({"tcp_cc": {a: o.doc() for a, o in runs.items()}})
+        else:
+            cc.print_emulate(runs)
+        return 0
+    e = emulate(spec.replace(congestion=ccs[0]) if ccs else spec)
     if args.json:
         dump_json(e.doc())
     else:

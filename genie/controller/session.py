@@ -83,6 +83,7 @@ from genie.wire.messages import (
     Result,
     TimeProbe,
     TimeReply,
+    WireConditions,
     decode,
     encode,
 )
@@ -186,6 +187,10 @@ class Controller:
         self.ended_jobs: set[str] = set()  # jobs this controller released or aborted
         self.epoch = 0
         self.programs: list[Program] = []
+        # what the agents' data connections run under, as each read them back at its last
+        # Prepare; and TCP segments retransmitted over this controller's runs (per agent)
+        self.conditions: dict[str, WireConditions] = {}
+        self.retransmits: dict[str, int] = {}
         self.placement: list[str] = []
         self.last_heard: dict[str, int] = {}
         self._next_beat = 0
@@ -595,7 +600,10 @@ class Controller:
         try:
             for a in involved:
                 self._send(a, prep)
-            self._wait(Prepared, involved, bound, "prepare")
+            ready = self._wait(Prepared, involved, bound, "prepare")
+            for a, m in ready.items():
+                if isinstance(m, Prepared):
+                    self.conditions[a] = m.conditions
         except FrameTooLarge as exc:  # refused at the first send: the same size for every agent
             self.abort("prepare failed")
             raise FrameTooLarge(
@@ -691,6 +699,7 @@ class Controller:
                     raise fault(DATA_UNREACHABLE, f"{exc}; {where}", *exc.agents) from None
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        self._count_retransmits(results)
         ranks_of = self._ranks_of(prog.spec.ranks or range(prog.spec.n_ranks))
         steps = max_steps_per_rank(prog.spec) if record_steps else 0
         self._check_results(results, ranks_of, iters + warmup, steps, start_at, program, warmup)
@@ -782,11 +791,18 @@ class Controller:
             self.abort("op-list run failed")
             raise
         results = {a: r for a, r in got.items() if isinstance(r, Result)}
+        self._count_retransmits(results)
         ranks_of = self._ranks_of(r for r, ops in rank_ops.items() if ops)
         counts = {r: len(ops) for r, ops in rank_ops.items()}
         self._check_results(results, ranks_of, counts, 0, start_at, 0, None)
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
         return OpListOutcome(start_at_ns=start_at, results=results, offsets_ns=offs)
+
+    def _count_retransmits(self, results: Mapping[str, Result]) -> None:
+        """Add each agent's retransmitted segments of a Go (where it could count them)."""
+        for a, r in results.items():
+            if r.retransmits >= 0:
+                self.retransmits[a] = self.retransmits.get(a, 0) + r.retransmits
 
     def _ranks_of(self, ranks) -> dict[str, list[int]]:
         """agent -> the global ranks (of ``ranks``) placed on it."""

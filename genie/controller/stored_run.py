@@ -16,6 +16,7 @@ that never answer are named with what to run to start them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -115,8 +116,17 @@ class StoredRun:
             self.store.add_instances(self.run_id, spec, instances, streams=streams)
 
     def _end(self, exc: BaseException | None) -> None:
-        """Finish the run with the status ``exc`` implies; close controller and store."""
+        """Finish the run with the status ``exc`` implies (its wire's conditions and TCP
+        retransmissions recorded with it); close controller and store."""
         try:
+            if self.ctl is not None and (self.ctl.conditions or self.ctl.retransmits):
+                with contextlib.suppress(GenieError):
+                    self.update_meta(
+                        conditions={
+                            a: msgspec.to_builtins(c) for a, c in self.ctl.conditions.items()
+                        },
+                        retransmits=dict(self.ctl.retransmits),
+                    )
             if self.store and self.run_id:
                 status, reason = outcome(exc)
                 self._finish(status, reason)

@@ -144,7 +144,7 @@ def run_isolated(
             chunks=chunks,
             on_done=on_done,
             model_placement=ends,
-            options=DataOptions(streams=tb.routing.flows),
+            options=DataOptions(streams=tb.routing.flows, congestion=tb.tcp.congestion_control),
         )
     run_id = run.run_id
     calibrated: dict[Key, float | None] = {}

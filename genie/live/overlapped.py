@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from genie import progress
 from genie.controller.admission import check_memory
 from genie.controller.results import Instance
@@ -24,7 +26,7 @@ from genie.live.stored import live_run, replay_all, wire_notes
 from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.streams import order_collectives
-from genie.wire.messages import HostFacts
+from genie.wire.messages import HostFacts, WireConditions
 
 JsonDoc = dict[str, Any]  # a JSON document (seconds, bytes)
 
@@ -84,6 +86,9 @@ class Overlapped:
     # stops there; the iteration also counts the compute after it)
     replay_comm_end_s: float | None = None
     compiled: CompiledWorkload | None = None  # the workload replayed (issue order applied)
+    # per agent, what its data connections ran under (read back); TCP segments retransmitted
+    conditions: dict[str, WireConditions] = field(default_factory=dict)
+    retransmits: int = -1
 
     def errors(self) -> list:
         """Per instance: measured vs nominal vs calibrated (``ErrorRow``)."""
@@ -128,6 +133,8 @@ class Overlapped:
             "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
             "notes": self.notes,
             "reports": [with_closed(r.to_dict(), None) for r in self.reports],
+            "conditions": {a: msgspec.to_builtins(c) for a, c in self.conditions.items()},
+            "retransmits": self.retransmits,
             **({"faults": self.faults} if self.faults is not None else {}),
         }
 
@@ -234,13 +241,15 @@ def run_overlapped(
                 iters=iterations,
                 warmup=warmup,
                 on_pass=on_pass,
-                options=plan.data_options(tb.routing.flows, payload),
+                options=plan.data_options(tb.routing.flows, payload, tb.tcp.congestion_control),
                 on_start=sched.start if sched else None,
             )
         fault_doc = None
         if sched is not None:
             fault_doc = _fault_doc(sched.records(), passes, warmup)
             run.update_meta(faults=fault_doc)
+        conditions = dict(run.ctl.conditions)
+        retransmits = sum(run.ctl.retransmits.values()) if run.ctl.retransmits else -1
         where = plan.op_index()
         for iid in plan.iids:
             spec = plan.program_of(iid).spec
@@ -328,6 +337,8 @@ def run_overlapped(
         fault_doc,
         last_comm_end_s(raws[0]) if raws else None,
         cw,
+        conditions,
+        retransmits,
     )
 
 

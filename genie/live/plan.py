@@ -82,15 +82,17 @@ class OpListPlan:
         """How many connection sets each rank pair opens."""
         return max(self.channels, default=0) + 1
 
-    def data_options(self, flows: int, payload: str = "lean") -> DataOptions:
+    def data_options(self, flows: int, payload: str = "lean", congestion: str = "") -> DataOptions:
         """Data-plane options: ``flows`` connections per rank pair for each channel; the
-        payload mode (``DataOptions.payload``: lean unless the results are to be checked)."""
+        payload mode (``DataOptions.payload``: lean unless the results are to be checked); the
+        TCP congestion control (``DataOptions.congestion``)."""
         n = self.n_channels
         return DataOptions(
             streams=flows * n,
             channels=n,
             program_channels=list(self.channels),
             payload=payload,
+            congestion=congestion,
         )
 
     def sent_bytes(self) -> int:

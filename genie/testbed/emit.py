@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from genie.collectives.topology import Routing
-from genie.testbed.model import DEFAULT_NETNS_PREFIX, Testbed
+from genie.testbed.model import DEFAULT_NETNS_PREFIX, TcpSettings, Testbed
 
 
 def _str(value: str) -> str:
@@ -35,6 +35,11 @@ def dumps_testbed(tb: Testbed) -> str:
         out.append(f"rates = {_str(tb.rates)}")
     if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
         out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
+    if tb.tcp != TcpSettings():
+        t = tb.tcp
+        out += ["", "[tcp]", f"congestion_control = {_str(t.congestion_control)}"]
+        out += [f"ecn = {_str(t.ecn)}"]
+        out += [f"slow_start_after_idle = {'true' if t.slow_start_after_idle else 'false'}"]
     if tb.routing != Routing():
         r = tb.routing
         out += ["", "[routing]", f"policy = {_str(r.policy)}", f"channels = {r.channels}"]

@@ -17,6 +17,7 @@ from genie.collectives.topology import (
 from genie.errors import TestbedError, UnitError
 from genie.testbed import addressing, shapes
 from genie.testbed.model import (
+    CONGESTION_DEFAULT,
     DEFAULT_CONTROL_PORT,
     DEFAULT_INTRA_BW,
     DEFAULT_INTRA_LAT,
@@ -27,6 +28,7 @@ from genie.testbed.model import (
     Link,
     Nic,
     Switch,
+    TcpSettings,
     Testbed,
 )
 from genie.testbed.toml_lines import Path, format_path, key_lines, line_of
@@ -44,6 +46,7 @@ _TOP_KEYS = {
     "links",
     "deploy",
     "routing",
+    "tcp",
 }
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model", "rates"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
@@ -241,6 +244,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         )
 
     routing = _routing(ctx, data["routing"]) if "routing" in data else Routing()
+    tcp = _tcp(ctx, data["tcp"]) if "tcp" in data else TcpSettings()
 
     raw_hosts = ctx.array_of_tables(data["hosts"], ("hosts",)) if "hosts" in data else []
     topo = ctx.table(data["topology"], ("topology",)) if "topology" in data else None
@@ -286,7 +290,21 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         model=model,
         rates=rates,
         routing=routing,
+        tcp=tcp,
     )
+
+
+def _tcp(ctx: _Ctx, raw: Any) -> TcpSettings:
+    """``[tcp]``: congestion_control, ecn (off, on, passive), slow_start_after_idle."""
+    path = ("tcp",)
+    t = ctx.table(raw, path)
+    ctx.check_keys(t, {"congestion_control", "ecn", "slow_start_after_idle"}, path)
+    cc = ctx.get(t, "congestion_control", path, (str,), CONGESTION_DEFAULT)
+    if not re.fullmatch(r"[a-z0-9_]{1,15}(,[a-z0-9_]{1,15}){0,3}", cc):
+        raise ctx.error((*path, "congestion_control"), f"not an algorithm name: {cc!r}")
+    ecn = ctx.get_choice(t, "ecn", path, ("off", "on", "passive"), "passive")
+    sst = ctx.get(t, "slow_start_after_idle", path, (bool,), False)
+    return TcpSettings(congestion_control=cc, ecn=ecn, slow_start_after_idle=sst)
 
 
 def _routing(ctx: _Ctx, raw: Any) -> Routing:

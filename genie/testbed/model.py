@@ -111,6 +111,33 @@ class IntraHost(msgspec.Struct, frozen=True, kw_only=True):
     latency: float = DEFAULT_INTRA_LAT
 
 
+# Linux's usual default, what lab hosts run; reno where the host does not let genie use cubic
+# (a network namespace may only use net.ipv4.tcp_allowed_congestion_control)
+CONGESTION_DEFAULT = "cubic,reno"
+
+
+class TcpSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The TCP stack every data connection of a job runs with (``[tcp]``), set by genie and
+    recorded with each run: never silently the host's own default.
+
+    ``congestion_control``: the algorithm of every data socket, or a preference list (the first
+    the host accepts; default cubic, else reno), set per socket by the agents and read back into
+    each run's conditions; ``ecn``: ``off``, ``on``
+    or ``passive`` (``net.ipv4.tcp_ecn`` 0, 1, 2) in netns hosts; ``slow_start_after_idle``:
+    whether an idle connection restarts from a small window (netns hosts; off: the model has
+    no slow start).
+    """
+
+    congestion_control: str = CONGESTION_DEFAULT
+    ecn: Literal["off", "on", "passive"] = "passive"
+    slow_start_after_idle: bool = False
+
+    def describe(self) -> str:
+        """One phrase for reports."""
+        sst = "on" if self.slow_start_after_idle else "off"
+        return f"TCP {self.congestion_control}, ECN {self.ecn}, slow start after idle {sst}"
+
+
 class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     """A whole testbed: what runs where and how it is connected."""
 
@@ -129,6 +156,7 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     # packet's headers off) or "payload" (measured payload rates, e.g. a probe's: taken as is)
     rates: Literal["line", "payload"] = "line"
     routing: Routing = msgspec.field(default_factory=Routing)  # how flows spread over paths
+    tcp: TcpSettings = msgspec.field(default_factory=TcpSettings)  # the data connections' TCP
 
     @property
     def model_source(self) -> str:

@@ -66,6 +66,15 @@ def run_command(
     return Result(returncode=cp.returncode, stdout=cp.stdout, stderr=cp.stderr)
 
 
+def allowed_congestion() -> frozenset[str]:
+    """The congestion controls a network namespace may take as its default on this kernel."""
+    try:
+        text = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read_text()
+    except OSError:
+        return frozenset()
+    return frozenset(text.split())
+
+
 def kernel_has_hash_seed() -> bool:
     """Whether this kernel lets a namespace fix its ECMP hash seed (Linux 6.11+)."""
     return Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists()
@@ -139,7 +148,12 @@ def up(
     missing = tools_missing() if runner is run_command else []
     if missing:
         raise TestbedError(f"netns testbeds need {', '.join(missing)} (Debian: iproute2)")
-    plan = plan_up(tb, hash_seed=runner is run_command and kernel_has_hash_seed())
+    real = runner is run_command
+    plan = plan_up(
+        tb,
+        hash_seed=real and kernel_has_hash_seed(),
+        allowed_cc=allowed_congestion() if real else frozenset(),
+    )
     existing = set(list_namespaces(runner, tb.netns_prefix)) & set(plan.namespaces)
     existing |= set(list_root_links(runner, tb.netns_prefix)) & set(plan.root_links)
     if existing:

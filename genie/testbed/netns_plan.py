@@ -71,6 +71,9 @@ class Plan(msgspec.Struct, frozen=True):
     ports: list[Port]
 
 
+ECN = {"off": "0", "on": "1", "passive": "2"}  # net.ipv4.tcp_ecn
+
+
 def ip(netns: str | None, *args: str) -> list[str]:
     """``ip [-n NS] ARGS``."""
     return ["ip", *(["-n", netns] if netns else []), *args]
@@ -173,12 +176,15 @@ def ring_routes(tb: Testbed) -> dict[str, list[tuple[str, str, str]]]:
     return routes
 
 
-def plan_up(tb: Testbed, hash_seed: bool = False) -> Plan:
+def plan_up(tb: Testbed, hash_seed: bool = False, allowed_cc: frozenset[str] = frozenset()) -> Plan:
     """The ordered commands that build ``tb`` as namespaces, veths, switches and tbf shapers.
 
     ``hash_seed``: the kernel has ``net.ipv4.fib_multipath_hash_seed`` (Linux 6.11+): routed
     switches then hash with seeds fixed by the testbed's routing seed, reproducible across boots
-    (without it a boot's random seed holds until the next reboot).
+    (without it a boot's random seed holds until the next reboot). ``allowed_cc``: the
+    congestion controls a namespace may take as its default
+    (``net.ipv4.tcp_allowed_congestion_control``): the testbed's is set there when allowed (the
+    agents set it per socket either way).
     """
     if tb.kind != "netns":
         raise TestbedError(f"testbed {tb.name!r} is kind {tb.kind!r}; only netns testbeds build")
@@ -199,8 +205,15 @@ def plan_up(tb: Testbed, hash_seed: bool = False) -> Plan:
     for ns in namespaces:
         add(netns_add(ns), f"namespace {ns}")
         add(ip(ns, "link", "set", "lo", "up"), f"loopback up in {ns}")
-    for h in tb.hosts:  # a job's connections idle between runs; the model has no slow start
-        add(sysctl(h.netns or "", "net.ipv4.tcp_slow_start_after_idle", "0"), f"{h.name}: warm TCP")
+    tcp = tb.tcp
+    for h in tb.hosts:  # the testbed's TCP stack in every host ([tcp]; default no slow start)
+        ns = h.netns or ""
+        sst = "1" if tcp.slow_start_after_idle else "0"
+        add(sysctl(ns, "net.ipv4.tcp_slow_start_after_idle", sst), f"{h.name}: slow start")
+        add(sysctl(ns, "net.ipv4.tcp_ecn", ECN[tcp.ecn]), f"{h.name}: ECN {tcp.ecn}")
+        cc = next((c for c in tcp.congestion_control.split(",") if c in allowed_cc), None)
+        if cc is not None:
+            add(sysctl(ns, "net.ipv4.tcp_congestion_control", cc), f"{h.name}: TCP {cc}")
     for i, h in enumerate(tb.hosts):
         ns = h.netns or ""
         root_if = addressing.root_control_ifname(tb.netns_prefix, i)

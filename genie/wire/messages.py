@@ -168,6 +168,9 @@ class DataOptions(msgspec.Struct, kw_only=True):
     sndbuf: int = 0  # SO_SNDBUF in bytes; 0 keeps the kernel's autotuning
     rcvbuf: int = 0  # SO_RCVBUF in bytes; 0 keeps the kernel's autotuning
     verify: bool = True  # checksum every message and check its header on receipt
+    # TCP congestion control of every data socket: an algorithm, or a preference list
+    # ("cubic,reno": the first the host accepts); "": the host's default. Recorded either way.
+    congestion: str = ""
     # what a step's bytes are: "real" (each run has working buffers of its own and the
     # collective is computed in them: its results are checkable), "lean" (a rank sends pattern
     # bytes from one fixed region and receives into another, skips the reductions, and with
@@ -196,12 +199,29 @@ class Prepare(Msg, tag="prepare"):
     options: DataOptions = msgspec.field(default_factory=DataOptions)
 
 
+class WireConditions(msgspec.Struct, kw_only=True):
+    """The TCP conditions an agent's data connections run under, read back after they are set
+    up (what is in force, not what was asked): every value a measurement depends on."""
+
+    congestion: list[str] = []  # congestion control of the data sockets (each kind once)
+    sndbuf: list[int] = []  # SO_SNDBUF in force, bytes (each value once)
+    rcvbuf: list[int] = []
+    mss: list[int] = []  # TCP maximum segment size, bytes
+    kernel: str = ""
+    # sysctls of the agent's network namespace: tcp_congestion_control, tcp_ecn,
+    # tcp_slow_start_after_idle, tcp_rmem, tcp_wmem, fib_multipath_hash_policy, ...
+    sysctl: dict[str, str] = {}
+    # per data NIC (name): its MTU and root qdisc as `tc` shows it ("" where unknown)
+    nics: dict[str, dict[str, str]] = {}
+
+
 class Prepared(Msg, tag="prepared"):
     """Job set up on this agent."""
 
     ranks: list[int]
     connections: int
     setup_s: float
+    conditions: WireConditions = msgspec.field(default_factory=WireConditions)
 
 
 class OpItem(msgspec.Struct, kw_only=True, array_like=True):
@@ -268,6 +288,7 @@ class Result(Msg, tag="result"):
     warmup: int
     ranks: list[RankResult]
     start_lateness_ns: int = 0  # how late the agent began relative to the requested start
+    retransmits: int = -1  # TCP segments the data sockets retransmitted during this Go (-1: ?)
 
 
 class Error(Msg, tag="error"):

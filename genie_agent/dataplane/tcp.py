@@ -49,6 +49,7 @@ from genie_agent.dataplane.steps import set_realtime as _set_realtime
 from genie_agent.dataplane.tcp_admission import Admission
 from genie_agent.dataplane.tcp_engine import POLL_S
 from genie_agent.dataplane.tcp_exec import RankExecutor
+from genie_agent.dataplane.tcp_state import conditions, retransmits
 from genie_agent.dataplane.tcp_wire import (
     HANDSHAKE,
     HANDSHAKE_MAGIC,
@@ -130,6 +131,7 @@ class TcpDataPlane:
         self._abort = threading.Event()
         self._threads: list[threading.Thread] = []
         self._socks: list[socket.socket] = []
+        self._retrans = -1  # the job's data sockets' retransmitted segments so far (-1: n/a)
         self._execs: dict[int, RankExecutor] = {}
         self._plan: AgentPlan | None = None
         self._hub: LocalHub | None = None
@@ -203,12 +205,14 @@ class TcpDataPlane:
                     frozenset(peers_here[r]),
                     budget,
                 )
+            self._retrans = retransmits(self._socks) if opts.transport == "tcp" else -1
             msg = Prepared(
                 job=prep.job,
                 epoch=prep.epoch,
                 ranks=list(plan.ranks),
                 connections=len(self._socks),
                 setup_s=time.monotonic() - t0,
+                conditions=conditions(self._socks, self.addrs),
             )
             post(Event("prepared", prep.job, prep.epoch, msg))
         except (TransportError, OSError, ValueError) as exc:
@@ -378,6 +382,10 @@ class TcpDataPlane:
             post(Event("run_failed", go.job, go.epoch, error=first))
             return
         lateness = max(0, min((r.start[0] for r in results.values()), default=0) - start_local_ns)
+        retrans = -1
+        if self._retrans >= 0:
+            now = retransmits(self._socks)
+            retrans, self._retrans = (now - self._retrans if now >= 0 else -1), now
         msg = Result(
             job=go.job,
             epoch=go.epoch,
@@ -385,6 +393,7 @@ class TcpDataPlane:
             warmup=go.warmup,
             ranks=[results[r] for r in sorted(results)],
             start_lateness_ns=lateness,
+            retransmits=retrans,
         )
         post(Event("result", go.job, go.epoch, msg))
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from genie.collectives.topology import flow_hash
 from genie.wire.messages import DataOptions
+from genie_agent.dataplane.tcp_state import set_congestion
 
 if TYPE_CHECKING:
     from genie_agent.dataplane.tcp_engine import ProgRun
@@ -65,8 +66,11 @@ def split_parts(nbytes: int, streams: int, min_part: int) -> list[tuple[int, int
 
 
 def tune(sock: socket.socket, opts: DataOptions) -> None:
-    """Set TCP_NODELAY and the job's socket buffer sizes on a data connection."""
+    """Set TCP_NODELAY, the job's congestion control and socket buffer sizes on a data
+    connection (a congestion control the kernel refuses is a TransportError line)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if opts.congestion:
+        set_congestion(sock, opts.congestion)
     if opts.sndbuf:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, opts.sndbuf)
     if opts.rcvbuf:

@@ -1,0 +1,127 @@
+"""A controlled wire: the testbed's TCP stack set by genie, read back and recorded with each run.
+
+Unit tests on loopback sockets and the pure plan; a live part (root) on a 2-host netns star:
+the congestion control a run records is the one in force inside the namespaces, it lands in the
+run store, and ``genie bench --tcp-cc reno,bbr`` puts the two side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+import genie
+from genie.cli import main
+from genie.errors import TestbedError, TransportError
+from genie.store import RunStore
+from genie.testbed import dumps_testbed, loads_testbed
+from genie.testbed.netns_plan import plan_up
+from genie_agent.dataplane.tcp_state import (
+    conditions,
+    congestion,
+    retransmits,
+    set_congestion,
+    sysctl,
+)
+from tests.netns_helpers import netns_testbed, unavailable
+
+PREFIX = "genie-tc-"
+STAR = """
+[testbed]
+name = "tc"
+kind = "netns"
+netns_prefix = "genie-tc-"
+
+[topology]
+shape = "star"
+hosts = 2
+rate = "200mbit"
+"""
+
+
+def _pair() -> tuple[socket.socket, socket.socket, socket.socket]:
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    a = socket.create_connection(ls.getsockname())
+    b, _ = ls.accept()
+    return ls, a, b
+
+
+def test_the_tcp_table_is_read_written_and_checked() -> None:
+    tb = loads_testbed(STAR)
+    assert tb.tcp.congestion_control == "cubic,reno"  # explicit, never the host's own
+    assert not tb.tcp.slow_start_after_idle and tb.tcp.ecn == "passive"
+    text = STAR + '\n[tcp]\ncongestion_control = "bbr"\necn = "on"\n'
+    tcp = loads_testbed(text).tcp
+    assert (tcp.congestion_control, tcp.ecn) == ("bbr", "on")
+    assert loads_testbed(dumps_testbed(loads_testbed(text))).tcp == tcp  # round trip
+    for bad in ('congestion_control = "b b r"', 'ecn = "maybe"', "window = 3"):
+        with pytest.raises(TestbedError, match=r"tcp\."):
+            loads_testbed(STAR + f"\n[tcp]\n{bad}\n")
+
+
+def test_namespaces_get_the_stack_and_only_an_allowed_default() -> None:
+    tb = loads_testbed(STAR)
+    cmds = [" ".join(c.argv) for c in plan_up(tb, allowed_cc=frozenset({"reno"})).commands]
+    assert any("net.ipv4.tcp_ecn=2" in c for c in cmds)
+    assert any("net.ipv4.tcp_slow_start_after_idle=0" in c for c in cmds)
+    # cubic is not allowed as a namespace default here: reno, the next preferred, is set
+    assert sum("net.ipv4.tcp_congestion_control=reno" in c for c in cmds) == 2
+    none = [" ".join(c.argv) for c in plan_up(tb).commands]
+    assert not any("tcp_congestion_control" in c for c in none)
+
+
+def test_a_socket_takes_the_first_algorithm_it_may_and_says_so() -> None:
+    ls, a, b = _pair()
+    try:
+        assert set_congestion(a, "no_such_cc,reno") == "reno"
+        assert congestion(a) == "reno"
+        with pytest.raises(TransportError, match=r"'no_such_cc' refused .*this host allows"):
+            set_congestion(a, "no_such_cc")
+        a.sendall(b"x" * 4096)
+        b.recv(4096)
+        cond = conditions([a, b], ["127.0.0.1"])
+        assert "reno" in cond.congestion and cond.kernel and cond.mss
+        assert cond.sysctl["tcp_congestion_control"] == sysctl("tcp_congestion_control")
+        assert "lo" in cond.nics and cond.nics["lo"]["mtu"]
+        assert retransmits([a, b]) >= 0
+    finally:
+        for s in (ls, a, b):
+            s.close()
+
+
+_WHY = unavailable(PREFIX)
+
+
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
+    tmp_path: Path, capsys
+) -> None:
+    body = '[topology]\nshape = "star"\nhosts = 2\nrate = "200mbit"\n'
+    with netns_testbed(tmp_path, "tc-star2", PREFIX, body) as path:
+        store = tmp_path / "runs.sqlite"
+        spec = genie.BenchSpec(
+            testbed=str(path), sizes=(1 << 20,), iters=2, warmup=1, store=str(store)
+        )
+        res = genie.bench(spec.replace(congestion="reno"))
+        assert sorted(res.conditions) == ["h0", "h1"]
+        for c in res.conditions.values():
+            assert c.congestion == ["reno"]  # read back from the data sockets
+            assert c.sysctl["tcp_slow_start_after_idle"] == "0"  # the namespace's, as set
+            assert c.sysctl["tcp_ecn"] == "2"
+            (nic,) = c.nics.values()
+            assert nic["mtu"] == "1500" and nic["qdisc"].startswith("tbf")
+        with RunStore(store) as st:
+            meta = st.run(res.run_id or "").meta
+        assert meta["conditions"]["h0"]["congestion"] == ["reno"]
+        argv = ["bench", "--testbed", str(path), "--sizes", "1MiB", "--iters", "2"]
+        assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr"]) == 0
+        out = capsys.readouterr().out
+        assert "reno" in out and "bbr" in out and "retransmits" in out and "in force" in out
+        assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr", "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)["tcp_cc"]
+        assert doc["bbr"]["conditions"]["h1"]["congestion"] == ["bbr"]
