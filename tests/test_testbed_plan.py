@@ -171,12 +171,20 @@ def test_ring_plan_routes_the_short_way_through_forwarding_hosts() -> None:
 def test_tbf_parameters_follow_rate_mtu_and_queue() -> None:
     bits, burst, limit = tbf_params(1e9 / 8, 1500, None)
     assert bits == 1_000_000_000
-    assert burst == 625_000  # 5 ms at 1 Gbit/s
+    assert burst == 125_000  # 1 ms at 1 Gbit/s: no burst above line rate for longer
     assert limit == 4 * 2**20  # at least 4 MiB (16 ms at 1 Gbit/s is 2 MB)
     assert tbf_params(10e9 / 8, 1500, None)[2] == 20_000_000  # 16 ms at 10 Gbit/s
     bits, burst, limit = tbf_params(1e6 / 8, 9000, 100_000)
-    assert burst == 131_072 and limit == 100_000  # two 64 KiB GSO packets at least
-    assert tbf_params(100e9 / 8, 65535, None)[1] == 62_500_000
+    assert burst == 36_056 and limit == 100_000  # four 9000-byte frames at least
+    assert tbf_params(200e6 / 8, 1500, None)[1] == 2 * (16384 + 14)  # two GSO packets
+    assert tbf_params(100e9 / 8, 65535, None)[1] == 12_500_000
+
+
+def test_every_shaped_port_sends_small_gso_packets() -> None:
+    plan = plan_up(load_testbed(EXAMPLES / "netns-star.toml"))
+    gso = [c.argv for c in plan.commands if "gso_max_size" in c.argv]
+    tbf = [c.argv for c in plan.commands if "tbf" in c.argv]
+    assert len(gso) == len(tbf) == 8 and all(a[-1] == "16384" for a in gso)
 
 
 def test_static_testbeds_are_not_built() -> None:
