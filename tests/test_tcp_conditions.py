@@ -125,3 +125,39 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
         assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr", "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)["tcp_cc"]
         assert doc["bbr"]["conditions"]["h1"]["congestion"] == ["bbr"]
+
+
+def test_a_queue_depth_is_bytes_or_time_of_the_rate() -> None:
+    text = STAR.replace('rate = "200mbit"', 'rate = "200mbit"\nqueue_limit = "2ms"')
+    assert {lk.queue_limit for lk in loads_testbed(text).links} == {50_000}  # 2 ms of 25 MB/s
+    text = STAR.replace('rate = "200mbit"', 'rate = "200mbit"\nqueue_limit = "64KiB"')
+    assert {lk.queue_limit for lk in loads_testbed(text).links} == {65_536}
+    with pytest.raises(TestbedError, match="queue_limit"):
+        loads_testbed(STAR.replace('rate = "200mbit"', 'rate = "200mbit"\nqueue_limit = "0ms"'))
+
+
+@pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
+def test_a_shallow_queue_shows_incast_and_the_run_records_it(tmp_path: Path) -> None:
+    """Four hosts all-to-all at 200 Mbit/s: three senders converge on every receiver's port.
+    With a 1 ms queue TCP loses segments and retransmits (slower than the model, which assumes
+    lossless links); with the default 16 ms queue it does not."""
+    out = {}
+    for q in ("1ms", "16ms"):
+        body = f'[topology]\nshape = "star"\nhosts = 4\nrate = "200mbit"\nqueue_limit = "{q}"\n'
+        (tmp_path / q).mkdir()
+        with netns_testbed(tmp_path / q, f"tc-q{q}", PREFIX, body) as path:
+            spec = genie.BenchSpec(
+                testbed=str(path),
+                collective="all_to_all",
+                sizes=(4 << 20,),
+                iters=3,
+                warmup=1,
+                store=None,
+                progress=False,
+            )
+            res = genie.bench(spec)
+            (row,) = res.rows
+            out[q] = (row.stats.p50 / (row.modeled_s or 1), res.retransmits)
+    print(f"\nmeasured/model and retransmits by queue depth: {out}")
+    assert out["1ms"][1] > 50 and out["1ms"][0] > 1.3  # drops, and the time they cost
+    assert out["16ms"][1] < out["1ms"][1] / 10 and out["16ms"][0] < 1.15

@@ -160,6 +160,21 @@ class _Ctx:
             raise self.error((*path, key), "must be positive")
         return size
 
+    def get_queue(self, table: dict[str, Any], key: str, path: Path, rate: float) -> int | None:
+        """A queue depth: bytes ("256KiB", 65536) or time at ``rate`` bytes/s ("2ms")."""
+        value = self.get(table, key, path, (str, int), None)
+        if value is None:
+            return None
+        if isinstance(value, str) and re.fullmatch(r"\s*[0-9.]+\s*(ns|us|ms|s)\s*", value):
+            try:
+                seconds = parse_duration(value)
+            except UnitError as exc:
+                raise self.error((*path, key), str(exc)) from None
+            if seconds <= 0:
+                raise self.error((*path, key), "must be positive")
+            return max(1, round(seconds * rate))
+        return self.get_size(table, key, path, None)
+
     def get_duration(
         self, table: dict[str, Any], key: str, path: Path, default: Any = _MISSING
     ) -> Any:
@@ -324,12 +339,13 @@ def _routing(ctx: _Ctx, raw: Any) -> Routing:
 
 def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:
     ctx.check_keys(lk, _LINK_KEYS, path)
+    rate = ctx.get_rate(lk, "rate", path)
     return Link(
         a=ctx.get(lk, "a", path, (str,)),
         b=ctx.get(lk, "b", path, (str,)),
-        rate=ctx.get_rate(lk, "rate", path),
+        rate=rate,
         mtu=ctx.get_mtu(lk, path, DEFAULT_MTU),
-        queue_limit=ctx.get_size(lk, "queue_limit", path, None),
+        queue_limit=ctx.get_queue(lk, "queue_limit", path, rate),
         latency=ctx.get_duration(lk, "latency", path, 0.0),
     )
 
@@ -342,7 +358,7 @@ def _expand(
     shape = ctx.get_choice(topo, "shape", path, ("star", "leafspine", "ring", "rail"), _MISSING)
     rate = ctx.get_rate(topo, "rate", path)
     mtu = ctx.get_mtu(topo, path, DEFAULT_MTU)
-    queue_limit = ctx.get_size(topo, "queue_limit", path, None)
+    queue_limit = ctx.get_queue(topo, "queue_limit", path, rate)
     latency = ctx.get_duration(topo, "latency", path, 0.0)
     template = Link(a="", b="", rate=rate, mtu=mtu, queue_limit=queue_limit, latency=latency)
     allowed = {
