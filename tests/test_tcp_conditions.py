@@ -15,7 +15,7 @@ import pytest
 
 import genie
 from genie.cli import main
-from genie.errors import TestbedError, TransportError
+from genie.errors import TestbedError, TransportError, UsageError
 from genie.store import RunStore
 from genie.testbed import dumps_testbed, loads_testbed
 from genie.testbed.netns_plan import plan_up
@@ -118,6 +118,14 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
         with RunStore(store) as st:
             meta = st.run(res.run_id or "").meta
         assert meta["conditions"]["h0"]["congestion"] == ["reno"]
+        other = genie.bench(spec.replace(congestion="bbr"))
+        cmp = genie.compare_runs(res.run_id or "", other.run_id or "", store=str(store))
+        assert "congestion: reno vs bbr" in cmp.conditions_differ()
+        runs = (res.run_id or "", other.run_id or "")
+        with pytest.raises(UsageError, match=r"different conditions .*congestion: reno vs bbr"):
+            genie.calibrate(genie.CalibrateSpec(runs=runs, store=str(store), save=False))
+        assert main(["runs", "show", res.run_id or "", "--store", str(store)]) == 0
+        assert "congestion: reno" in capsys.readouterr().out
         argv = ["bench", "--testbed", str(path), "--sizes", "1MiB", "--iters", "2"]
         assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr"]) == 0
         out = capsys.readouterr().out
@@ -125,6 +133,21 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
         assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr", "--json"]) == 0
         doc = json.loads(capsys.readouterr().out)["tcp_cc"]
         assert doc["bbr"]["conditions"]["h1"]["congestion"] == ["bbr"]
+
+
+def test_conditions_flatten_and_differ_in_words() -> None:
+    from genie.wire.conditions import conditions_of, differences, flatten
+
+    a = {"h0": {"congestion": ["reno"], "kernel": "6.1", "nics": {"eth0": {"mtu": "1500"}}}}
+    b = {"h0": {"congestion": ["bbr"], "kernel": "6.1", "nics": {"eth0": {"mtu": "9000"}}}}
+    b["h1"] = {"congestion": ["reno"], "kernel": "6.1"}
+    assert flatten(a) == {"congestion": "reno", "kernel": "6.1", "mtu of the data NIC": "1500"}
+    assert flatten(b)["congestion"] == "h0=bbr, h1=reno"  # agents that disagree, each named
+    assert differences(a, b) == [
+        "congestion: reno vs h0=bbr, h1=reno",
+        "mtu of the data NIC: 1500 vs 9000",
+    ]
+    assert differences(a, a) == [] and conditions_of({"meta": 1}) == {}
 
 
 def test_a_queue_depth_is_bytes_or_time_of_the_rate() -> None:

@@ -28,6 +28,7 @@ from genie.calibration.model import Calibration
 from genie.calibration.runs import bucket_note, run_points
 from genie.errors import StoreError, UsageError
 from genie.store import DEFAULT_STORE, RunInfo, RunStore
+from genie.wire.conditions import conditions_of, differences
 from genie.workload import load_workload, save_workload
 from genie.workload.loader import find_rank_files
 
@@ -40,12 +41,15 @@ class CalibrateSpec(Spec, frozen=True, kw_only=True):
 
     ``holdout``: the points not fitted, to measure the error on: every other size of each series
     (``alternate``), the largest quarter (``largest``) or none. ``save``: store the calibration.
+    ``mix_conditions``: pool runs whose recorded conditions (congestion control, buffers, MTU,
+    qdisc, kernel, ...) differ; refused otherwise, naming what differs.
     """
 
     runs: tuple[str, ...]
     store: str = DEFAULT_STORE
     holdout: Literal["alternate", "largest", "none"] = "alternate"
     save: bool = True
+    mix_conditions: bool = False
 
 
 def calibrate(spec: CalibrateSpec) -> Calibration:
@@ -67,6 +71,16 @@ def calibrate(spec: CalibrateSpec) -> Calibration:
         raise UsageError(
             f"the runs are of different testbeds ({', '.join(names)}): a calibration is of one"
         )
+    if not spec.mix_conditions:
+        first = conditions_of(infos[0].meta)
+        for info in infos[1:]:
+            diff = differences(first, conditions_of(info.meta))
+            if diff:
+                raise UsageError(
+                    f"runs {infos[0].run_id} and {info.run_id} ran under different conditions "
+                    f"({'; '.join(diff[:3])}{'; ...' if len(diff) > 3 else ''}): a calibration "
+                    "pools like with like (--mix-conditions to pool them anyway)"
+                )
     rule = assign_holdout(points, spec.holdout)
     run_ids = [i.run_id for i in infos]
     with progress.stage(f"fitting the model to {len(points)} measured points") as stage:

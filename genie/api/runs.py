@@ -15,6 +15,7 @@ from pathlib import Path
 
 from genie.errors import StoreError
 from genie.store import DEFAULT_STORE, RunInfo, RunStore
+from genie.wire.conditions import conditions_of, differences
 
 JsonDoc = dict[str, object]
 Key = tuple[str, str, int, int]  # collective, algorithm, ranks, size
@@ -42,12 +43,19 @@ class RunComparison:
     b: RunInfo
     rows: list[ComparedSize]
 
+    def conditions_differ(self) -> list[str]:
+        """The recorded conditions the two runs do not share, one phrase each."""
+        return differences(conditions_of(self.a.meta), conditions_of(self.b.meta))
+
     def to_dict(self) -> JsonDoc:
         """The ``genie runs compare --json`` document (seconds)."""
         return {
             "a": self.a.run_id,
             "b": self.b.run_id,
             "rows": [dataclasses.asdict(r) for r in self.rows],
+            "conditions_differ": differences(
+                conditions_of(self.a.meta), conditions_of(self.b.meta)
+            ),
         }
 
 

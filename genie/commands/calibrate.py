@@ -43,7 +43,11 @@ def spec_from_args(args: argparse.Namespace) -> CalibrateSpec:
     from genie.api.calibration import CalibrateSpec
 
     return CalibrateSpec(
-        runs=tuple(args.items), store=args.store, holdout=args.holdout, save=not args.no_save
+        runs=tuple(args.items),
+        store=args.store,
+        holdout=args.holdout,
+        save=not args.no_save,
+        mix_conditions=args.mix_conditions,
     )
 
 
@@ -164,6 +168,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(alternate), the largest quarter (largest), or none (default alternate)",
     )
     p.add_argument("--no-save", action="store_true", help="do not store the calibration")
+    p.add_argument(
+        "--mix-conditions",
+        action="store_true",
+        help="pool runs whose recorded conditions (congestion control, buffers, MTU, qdisc, "
+        "kernel) differ (refused by default, naming what differs)",
+    )
     p.add_argument("--json", action="store_true", help="print the calibration as JSON")
     c = p.add_argument_group("compute (genie calibrate compute PREFIX --out NEW)")
     c.add_argument("--out", default=None, metavar="PREFIX", help="where the new files go")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from genie.commands import _args as A
 from genie.errors import StoreError
 from genie.store import DEFAULT_STORE, RunStore
+from genie.wire.conditions import conditions_of, flatten
 
 if TYPE_CHECKING:
     from genie.api.runs import RunComparison
@@ -112,6 +113,11 @@ def _show(args: argparse.Namespace) -> int:
             f"  host {a}: {f.get('hostname', '?')}, {f.get('cpus_logical', '?')} CPUs; "
             f"clock offset {off.get('offset_ns', '?')} ns"
         )
+    cond = flatten(conditions_of(info.meta))
+    if cond:
+        print("  conditions (read back from the agents' data connections):")
+        for name, value in cond.items():
+            print(f"    {name}: {value}")
     print(f"  {info.instances} instances (warm-up included); measured, per size:")
     for (c, a, n, size), ts in sorted(groups.items()):
         t = stats(ts)
@@ -160,6 +166,13 @@ def render_comparison(cmp: RunComparison) -> None:
             "-" if row.b_vs_a_pct is None else f"{row.b_vs_a_pct:+.1f} %",
         )
     con.print(t)
+    diff = cmp.conditions_differ()
+    if diff:
+        con.print("conditions that differ (A vs B):", markup=False)
+        for d in diff:
+            con.print(f"  {d}", markup=False)
+    elif conditions_of(cmp.a.meta) and conditions_of(cmp.b.meta):
+        con.print("conditions: the same in both runs", markup=False)
     only = [r for r in cmp.rows if r.b_over_a is None]
     if only:
         con.print(f"{len(only)} size(s) measured by one run only (-)", markup=False)
