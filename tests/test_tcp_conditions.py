@@ -114,18 +114,18 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
             assert c.sysctl["tcp_slow_start_after_idle"] == "0"  # the namespace's, as set
             assert c.sysctl["tcp_ecn"] == "2"
             (nic,) = c.nics.values()
-            assert nic["mtu"] == "1500" and nic["qdisc"].startswith("tbf")
+            assert nic["mtu"] == "1500" and nic["qdisc"].startswith("tbf rate 25000000 B/s")
         with RunStore(store) as st:
             meta = st.run(res.run_id or "").meta
         assert meta["conditions"]["h0"]["congestion"] == ["reno"]
         other = genie.bench(spec.replace(congestion="bbr"))
         cmp = genie.compare_runs(res.run_id or "", other.run_id or "", store=str(store))
-        assert "congestion: reno vs bbr" in cmp.conditions_differ()
+        assert "congestion control of the data sockets: reno vs bbr" in cmp.conditions_differ()
         runs = (res.run_id or "", other.run_id or "")
-        with pytest.raises(UsageError, match=r"different conditions .*congestion: reno vs bbr"):
+        with pytest.raises(UsageError, match=r"different conditions .*data sockets: reno vs bbr"):
             genie.calibrate(genie.CalibrateSpec(runs=runs, store=str(store), save=False))
         assert main(["runs", "show", res.run_id or "", "--store", str(store)]) == 0
-        assert "congestion: reno" in capsys.readouterr().out
+        assert "congestion control of the data sockets: reno" in capsys.readouterr().out
         argv = ["bench", "--testbed", str(path), "--sizes", "1MiB", "--iters", "2"]
         assert main([*argv, "--no-store", "--tcp-cc", "reno,bbr"]) == 0
         out = capsys.readouterr().out
@@ -141,12 +141,10 @@ def test_conditions_flatten_and_differ_in_words() -> None:
     a = {"h0": {"congestion": ["reno"], "kernel": "6.1", "nics": {"eth0": {"mtu": "1500"}}}}
     b = {"h0": {"congestion": ["bbr"], "kernel": "6.1", "nics": {"eth0": {"mtu": "9000"}}}}
     b["h1"] = {"congestion": ["reno"], "kernel": "6.1"}
-    assert flatten(a) == {"congestion": "reno", "kernel": "6.1", "mtu of the data NIC": "1500"}
-    assert flatten(b)["congestion"] == "h0=bbr, h1=reno"  # agents that disagree, each named
-    assert differences(a, b) == [
-        "congestion: reno vs h0=bbr, h1=reno",
-        "mtu of the data NIC: 1500 vs 9000",
-    ]
+    cc, mtu = "congestion control of the data sockets", "MTU of the data NIC (bytes)"
+    assert flatten(a) == {cc: "reno", "kernel": "6.1", mtu: "1500"}
+    assert flatten(b)[cc] == "h0=bbr, h1=reno"  # agents that disagree, each named
+    assert differences(a, b) == [f"{mtu}: 1500 vs 9000", f"{cc}: reno vs h0=bbr, h1=reno"]
     assert differences(a, a) == [] and conditions_of({"meta": 1}) == {}
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.units import format_bytes, format_seconds
+from genie.wire.conditions import conditions_of, flatten
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -90,6 +91,10 @@ def _run_section(facts: dict[str, Any]) -> str:
         out.append("<h3>Hosts (facts each agent reported at its hello)</h3>")
         cols = ["agent", "hostname", "CPUs logical/physical", "memory", "NICs up", "python"]
         out.append(_table([*cols, "platform"], hosts, left=2))
+    cond = flatten(conditions_of(facts["meta"] or {}))
+    if cond:
+        out.append("<h3>Conditions (read back from the agents' data connections)</h3>")
+        out.append(_table(["condition", "value"], [[k, v] for k, v in cond.items()], left=2))
     offs = [
         [
             a,

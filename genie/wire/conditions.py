@@ -12,15 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 IGNORED = ("tcp_allowed_congestion_control", "tcp_available_congestion_control")
+LABELS = {
+    "congestion": "congestion control of the data sockets",
+    "sndbuf": "SO_SNDBUF (bytes)",
+    "rcvbuf": "SO_RCVBUF (bytes)",
+    "mss": "TCP MSS (bytes)",
+}
+NIC_LABELS = {"mtu": "MTU of the data NIC (bytes)", "qdisc": "qdisc of the data NIC"}
 
 
 def _values(cond: Mapping[str, object]) -> dict[str, str]:
     """One agent's conditions as ``name -> value`` strings."""
     out: dict[str, str] = {}
-    for key in ("congestion", "sndbuf", "rcvbuf", "mss"):
+    for key, label in LABELS.items():
         v = cond.get(key)
         if isinstance(v, list) and v:
-            out[key] = ",".join(str(x) for x in v)
+            out[label] = ",".join(str(x) for x in v)
     kernel = cond.get("kernel")
     if isinstance(kernel, str) and kernel:
         out["kernel"] = kernel
@@ -28,14 +35,15 @@ def _values(cond: Mapping[str, object]) -> dict[str, str]:
     if isinstance(sysctl, Mapping):
         for k, v in sysctl.items():
             if k not in IGNORED and v:
-                out[f"net.ipv4.{k}"] = str(v)
+                default = " (the host's default)" if k == "tcp_congestion_control" else ""
+                out[f"net.ipv4.{k}{default}"] = str(v)
     nics = cond.get("nics")
     if isinstance(nics, Mapping):
         for attrs in nics.values():
             if isinstance(attrs, Mapping):
                 for k, v in attrs.items():
                     if v:
-                        out[f"{k} of the data NIC"] = str(v)
+                        out[NIC_LABELS.get(k, f"{k} of the data NIC")] = str(v)
     return out
 
 

@@ -109,8 +109,8 @@ def _qdisc(dev: str) -> str:
         return ""
     q = rows[0]
     opts = q.get("options", {})
-    keys = ("rate", "burst", "limit", "peakrate")
-    extra = " ".join(f"{k} {opts[k]}" for k in keys if k in opts)
+    units = {"rate": "B/s", "peakrate": "B/s", "burst": "B", "limit": "B"}  # tc -j: bytes
+    extra = " ".join(f"{k} {opts[k]} {u}" for k, u in units.items() if k in opts)
     return f"{q.get('kind', '?')} {extra}".strip()
 
 
