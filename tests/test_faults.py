@@ -306,7 +306,7 @@ def test_bench_fault_doc_splits_each_size_and_prints_its_effect(capsys) -> None:
     from types import SimpleNamespace
 
     from genie.api.benchmark import fault_doc
-    from genie.commands.bench import print_fault_effect
+    from genie.commands._bench_output import print_fault_effect
     from genie.controller.results import Instance
 
     def inst(start_s, t, warmup=False):

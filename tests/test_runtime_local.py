@@ -211,6 +211,8 @@ def test_bench_cli_prints_rows_and_fills_the_store(cluster, tmp_path, capsys) ->
             "3",
             "--warmup",
             "2",
+            "--repeats",
+            "2",
             "--json",
             "--store",
             str(store),
@@ -220,16 +222,19 @@ def test_bench_cli_prints_rows_and_fills_the_store(cluster, tmp_path, capsys) ->
     out = json.loads(capsys.readouterr().out)
     assert [r["size"] for r in out["rows"]] == [4096, 65536]
     for r in out["rows"]:
-        assert r["iterations"] == 3 and r["time_min_s"] <= r["time_p50_s"] <= r["time_max_s"]
+        # two repeats of 3 measured iterations each, pooled; each repeat's own p50 kept
+        assert r["iterations"] == 6 and r["time_min_s"] <= r["time_p50_s"] <= r["time_max_s"]
+        assert len(r["repeat_p50_s"]) == 2 and r["repeat_spread"] >= 0
+        assert all(r["time_min_s"] <= p <= r["time_max_s"] for p in r["repeat_p50_s"])
         assert r["busbw_Bps"] == pytest.approx(r["algbw_Bps"] * 3 / 4)
         assert r["modeled_s"] and r["modeled_s"] > 0
     with RunStore(store) as st:
         info = st.run(out["run_id"])
-        assert info.status == "ok" and info.instances == 2 * (3 + 2)
+        assert info.status == "ok" and info.instances == 2 * 2 * (3 + 2)
         assert sorted(info.clock_offsets) == ["h0", "h1", "h2", "h3"]
         assert info.host_facts["h0"]["cpus_logical"] >= 1
         times = st.size_times(info.run_id, "all_gather", "ring")
-        assert {k: len(v) for k, v in times.items()} == {4096: 3, 65536: 3}
+        assert {k: len(v) for k, v in times.items()} == {4096: 6, 65536: 6}
         assert min(times[4096]) == pytest.approx(out["rows"][0]["time_min_s"])
 
 

@@ -78,6 +78,7 @@ class BenchSpec(Spec, frozen=True, kw_only=True):
     dilation: float = 1.0
     faults: str | None = None
     congestion: str | None = None  # TCP congestion control (None: the testbed's [tcp])
+    repeats: int = 1  # each size run this many times over (its own prepare, warm-up, iterations)
     store: str | None = DEFAULT_STORE
     command: str = "genie bench"
     progress: bool = True
@@ -220,6 +221,7 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
                     calibrated=calibrated,
                     model_placement=tb.rank_endpoints(placement),
                     on_start=sched.start if sched else None,
+                    repeats=spec.repeats,
                 )
             if sched is not None:
                 faults = fault_doc(sched.records(), sched.start_at_ns, rows)
@@ -332,6 +334,8 @@ def rows_json(rows: Sequence[SizeRow]) -> list[JsonDoc]:
             "calibrated_s": r.calibrated_s,
             "nominal_error_pct": error_pct(r.modeled_s, r.stats.p50),
             "calibrated_error_pct": error_pct(r.calibrated_s, r.stats.p50),
+            "repeat_p50_s": r.repeat_p50_s,
+            "repeat_spread": r.spread,
         }
         for r in rows
     ]

@@ -18,26 +18,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from collections.abc import Sequence
-from typing import TextIO
 
-from rich.console import Console
-from rich.table import Table
-
-from genie.api.benchmark import FAULT_ORIGIN, BenchResult, BenchSpec, bench
+from genie.api.benchmark import FAULT_ORIGIN, BenchSpec, bench
 from genie.commands import _args as A
 from genie.commands import _tcp_cc as cc
+from genie.commands._bench_output import (
+    print_fault_effect,
+    print_model_error,
+    print_repeats,
+    print_table,
+)
 from genie.commands._calibration import add_argument as add_calibration_argument
 from genie.commands._calibration import add_dilation_argument
 from genie.commands._faults import add_argument as add_faults_argument
-from genie.commands._faults import print_applied
-from genie.commands._model_error import print_error_table
-from genie.controller.sweep import SizeRow
 from genie.placement import MODES as PLACEMENTS
 from genie.store import DEFAULT_STORE
-from genie.units import format_bytes, format_seconds
 
 
 def spec_from_args(args: argparse.Namespace) -> BenchSpec:
@@ -62,6 +58,7 @@ def spec_from_args(args: argparse.Namespace) -> BenchSpec:
         calibration=args.calibration,
         dilation=args.dilation,
         faults=args.faults,
+        repeats=args.repeats,
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=True,  # genie.progress draws it only on a terminal, never with -q
@@ -91,111 +88,12 @@ def _run(args: argparse.Namespace) -> int:
         title += f", dilated x{res.dilation:g} (times / {res.dilation:g})"
     print_table(res.rows, title, spec.iters, spec.warmup, model=res.model)
     print_model_error(res, spec.calibration)
+    print_repeats(res.rows)
     if res.faults is not None:
         print_fault_effect(res.faults)
     if res.run_id:
         print(f"stored as run {res.run_id} in {spec.store}")
     return 0
-
-
-def print_fault_effect(doc: dict, file: TextIO | None = None) -> None:
-    """The faults as applied, then per size the p50 with and without a fault overlapping."""
-
-    def p50(t: float | None) -> str:
-        return "-" if t is None else format_seconds(t)
-
-    out = file or sys.stdout
-    con = Console(file=out, highlight=False, width=None if out.isatty() else 160)
-    print_applied(con, doc, FAULT_ORIGIN)
-    con.print("fault effect per size (p50 of the measured iterations, measured on the wire):")
-    for s in doc["by_size"]:
-        ratio = s["fault_vs_clean"]
-        con.print(
-            f"  {format_bytes(s['size'])}: {s['clean_runs']} iterations overlapping no fault, "
-            f"p50 {p50(s['clean_median_s'])}; {s['fault_runs']} overlapping a fault, p50 "
-            f"{p50(s['fault_median_s'])}" + (f" ({ratio:.2f}x)" if ratio is not None else ""),
-            markup=False,
-        )
-        for e in s["events"]:
-            if e["runs"]:
-                con.print(
-                    f"    '{e['label']}' ({format_seconds(e['from_s'])} to "
-                    f"{format_seconds(e['to_s'])}): {e['runs']} iteration(s), p50 "
-                    f"{p50(e['median_s'])}",
-                    markup=False,
-                )
-
-
-def _us(t: float | None) -> str:
-    return "-" if t is None or not math.isfinite(t) else f"{t * 1e6:.1f}"
-
-
-def print_table(
-    rows: Sequence[SizeRow],
-    title: str,
-    iters: int,
-    warmup: int,
-    file: TextIO | None = None,
-    model: str = "its testbed's rates",
-) -> None:
-    """The nccl-tests-like table (rich); ``model`` says which fabric the model column priced."""
-    t = Table(
-        title=title,
-        caption=f"time = p50 of {iters} iterations after {warmup} warm-up; "
-        f"times in us; GB/s = 10^9 bytes/s;\nmodel = genie cost model (ring/direct step programs, "
-        f"fair link sharing) of {model}",
-        header_style="bold",
-    )
-    for col in (
-        "size (B)",
-        "count",
-        "type",
-        "time p50",
-        "algbw GB/s",
-        "busbw GB/s",
-        "p99",
-        "min",
-        "max",
-        "model",
-        "meas/model",
-    ):
-        t.add_column(col, justify="right")
-    for r in rows:
-        ratio = r.ratio
-        t.add_row(
-            str(r.size),
-            str(r.count),
-            r.dtype,
-            _us(r.stats.p50),
-            f"{r.algbw / 1e9:.3f}",
-            f"{r.busbw / 1e9:.3f}",
-            _us(r.stats.p99),
-            _us(r.stats.min),
-            _us(r.stats.max),
-            _us(r.modeled_s),
-            "-" if ratio is None else f"{ratio:.2f}",
-        )
-    out = file or sys.stdout
-    width = None if out.isatty() else 160  # never truncate columns when piped
-    Console(file=out, highlight=False, width=width).print(t)
-
-
-def print_model_error(res: BenchResult, asked: str | None, file: TextIO | None = None) -> None:
-    """The model-error table of a sweep and the run's notes (dilation)."""
-    out = file or sys.stdout
-    con = Console(file=out, highlight=False, width=None if out.isatty() else 160)
-    print_error_table(
-        con,
-        "model error per size",
-        res.error_rows(),
-        res.model,
-        res.calibration,
-        "not asked for (--calibration none)"
-        if asked in (None, "none")
-        else "no calibration of this testbed in the run store (genie calibrate RUN)",
-    )
-    for note in res.notes:
-        con.print(note, markup=False)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -261,6 +159,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_calibration_argument(p, "latest")
     add_faults_argument(p, FAULT_ORIGIN)
     cc.add_argument(p)
+    p.add_argument(
+        "--repeats",
+        type=A.integer(1, 100),
+        default=3,
+        help="run each size this many times over (its own prepare, warm-up and iterations) and "
+        "say how far the repeats' p50s lie apart",
+    )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
     p.add_argument("--no-store", action="store_true", help="do not record the run")

@@ -55,7 +55,7 @@ def _run(args: argparse.Namespace) -> int:
     from genie.api.benchmark import BenchSpec, bench
     from genie.api.emulation import emulate
     from genie.api.specs import EmulateSpec
-    from genie.commands.bench import print_table
+    from genie.commands._bench_output import print_table
     from genie.controller.local import LocalCluster
     from genie.controller.probe import probe_cluster
     from genie.live.overlapped import Overlapped

@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from genie.collectives import build_program
 from genie.collectives.cost import estimate, nccl_size
 from genie.collectives.program import Program
@@ -38,6 +40,14 @@ class SizeRow:
     modeled_s: float | None
     instances: list[Instance] = field(default_factory=list)
     calibrated_s: float | None = None  # the model with a calibration (None: none given)
+    repeat_p50_s: list[float] = field(default_factory=list)  # per repeat its p50 (repeats > 1)
+
+    @property
+    def spread(self) -> float | None:
+        """How far the repeats' p50s lie apart: max / min - 1 (None without repeats)."""
+        if len(self.repeat_p50_s) < 2 or min(self.repeat_p50_s) <= 0:
+            return None
+        return max(self.repeat_p50_s) / min(self.repeat_p50_s) - 1
 
     @property
     def ratio(self) -> float | None:
@@ -144,6 +154,21 @@ def run_size(
     return got
 
 
+def _renumbered(xs: list[Instance], base: int) -> list[Instance]:
+    """``xs`` with their iterations counted from ``base`` (a later repeat's)."""
+    return [msgspec.structs.replace(x, iteration=x.iteration + base) for x in xs]
+
+
+def _hand_over(
+    on_instances: Callable[[Program, list[Instance]], None],
+    prog: Program,
+    base: int,
+    xs: list[Instance],
+) -> None:
+    """Hand a batch of ``prog`` over, renumbered from ``base``."""
+    on_instances(prog, _renumbered(xs, base))
+
+
 def sweep(
     ctl: Controller,
     programs: Sequence[Program],
@@ -158,8 +183,13 @@ def sweep(
     calibrated=None,
     model_placement: Sequence[str] | None = None,
     on_start: Callable[[int], None] | None = None,
+    repeats: int = 1,
 ) -> list[SizeRow]:
     """Run every program in turn; ``on_size`` sees each row as soon as it is measured.
+
+    ``repeats`` > 1 runs each size that many times over (each its own prepare, warm-up and
+    iterations): the row's statistics are over every measured iteration, and
+    ``repeat_p50_s`` says how far the repeats' own p50s lie apart.
 
     ``topology`` prices the model column; ``calibrated`` (a calibrated topology) a second one.
     ``model_placement``: the topology host (NIC endpoint) of each rank for the model columns
@@ -171,19 +201,25 @@ def sweep(
     """
     rows = []
     for prog in programs:
-        per_batch = None
-        if on_instances is not None:
-            per_batch = functools.partial(on_instances, prog)
-        inst = run_size(
-            ctl,
-            prog,
-            placement,
-            iters=iters,
-            warmup=warmup,
-            options=options,
-            on_instances=per_batch,
-            on_start=on_start,
-        )
+        inst: list[Instance] = []
+        p50s: list[float] = []
+        for k in range(max(1, repeats)):
+            base = k * (iters + warmup)  # iterations numbered across repeats
+            hand = None
+            if on_instances is not None:
+                hand = functools.partial(_hand_over, on_instances, prog, base)
+            got = run_size(
+                ctl,
+                prog,
+                placement,
+                iters=iters,
+                warmup=warmup,
+                options=options,
+                on_instances=hand,
+                on_start=on_start if k == 0 else None,
+            )
+            p50s.append(stats(measured(got)).p50)
+            inst += _renumbered(got, base)
         st = stats(measured(inst))
         size = nccl_size(prog)
         bw = algbw(size, st.p50)
@@ -198,6 +234,7 @@ def sweep(
             modeled_s=modeled_time(prog, topology, model_placement or placement),
             instances=inst,
             calibrated_s=modeled_time(prog, calibrated, model_placement or placement),
+            repeat_p50_s=p50s if repeats > 1 else [],
         )
         rows.append(row)
         if on_size:
