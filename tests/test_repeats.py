@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from genie.commands._bench_output import SPREAD_WARN, print_repeats
-from genie.controller.results import Stats
+from genie.commands._bench_output import print_repeats
+from genie.controller.results import SPREAD_WARN, Stats
 from genie.controller.sweep import SizeRow
 
 

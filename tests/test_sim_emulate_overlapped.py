@@ -214,6 +214,8 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     for run in doc["runs"]:
         assert run["bytes_sent"] == 3 * 2 * ring_bytes
         assert run["messages_verified"] > 0
+    spans = [r["makespan_s"] for r in doc["runs"] if not r["warmup"]]
+    assert len(spans) == 3 and doc["runs_spread"] == pytest.approx(max(spans) / min(spans) - 1)
     testbed, analytical = doc["reports"]
     assert testbed["backend"] == f"testbed:{doc['run_id']}"
     times = sorted(r["time"] for r in testbed["collectives"])
@@ -261,10 +263,11 @@ def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     prefix = tmp_path / "ov"
     save_workload(_overlap_workload(), prefix)
     args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path)]
-    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "1", "--warmup", "0"]
+    args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "overlapped" in out and "trace on the wire" in out
+    assert "over 2 runs" in out and "the runs lie" in out  # how far apart the runs lie
     assert "on the wire: collectives of one process group run in issue order" in out
 
 

@@ -14,10 +14,9 @@ from rich.table import Table
 from genie.api.benchmark import FAULT_ORIGIN, BenchResult
 from genie.commands._faults import print_applied
 from genie.commands._model_error import print_error_table
+from genie.commands._steady import unsteady
 from genie.controller.sweep import SizeRow
 from genie.units import format_bytes, format_seconds
-
-SPREAD_WARN = 0.10  # repeats whose p50s lie further apart than this: the wire was not steady
 
 
 def print_repeats(rows: Sequence[SizeRow], file: TextIO | None = None) -> None:
@@ -32,12 +31,7 @@ def print_repeats(rows: Sequence[SizeRow], file: TextIO | None = None) -> None:
         f"{n} repeats per size (each its own prepare, warm-up and iterations): their p50s lie "
         f"at most {worst:.1%} apart ({format_bytes(worst_size)})"
     )
-    if worst > SPREAD_WARN:
-        text += (
-            f"; more than {SPREAD_WARN:.0%}: the wire or the hosts were not steady (other "
-            "traffic, CPU load), so compare these figures with care"
-        )
-    print(text, file=out)
+    print(text + unsteady(worst), file=out)
 
 
 def print_fault_effect(doc: dict, file: TextIO | None = None) -> None:

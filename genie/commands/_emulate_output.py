@@ -11,6 +11,7 @@ from genie.commands._faults import print_applied
 from genie.commands._jobs import job_cells, print_contended, seconds_pair, slowdown_cells
 from genie.commands._model_error import print_error_table
 from genie.commands._sim_output import print_reports
+from genie.commands._steady import unsteady
 from genie.live.isolated import Isolated
 from genie.live.overlapped import Overlapped
 from genie.units import format_bytes, format_seconds
@@ -97,11 +98,18 @@ def print_overlapped(con: Console, o: Overlapped, limit: int = 40) -> None:
         con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
     for note in o.wire:
         con.print(f"on the wire: {note}")
-    spans = [r["makespan_s"] for r in o.runs if not r["warmup"]]
+    spans = o.spans()
     dil = f" (divided by the dilation {o.models.k:g})" if o.models and o.models.k != 1 else ""
+    apart = o.spread()
     con.print(
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
         f"start to the last op's end, over {len(spans)} runs{dil}"
+        + (
+            ""
+            if apart is None
+            else f"; the runs lie {apart:.1%} apart (max / min - 1){unsteady(apart)}"
+        ),
+        markup=False,
     )
     if o.replay_comm_end_s is not None and o.reports:
         con.print(

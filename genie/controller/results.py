@@ -162,6 +162,16 @@ def stats(times: Sequence[float]) -> Stats:
     )
 
 
+SPREAD_WARN = 0.10  # repeats further apart than this (max / min - 1): the run was not steady
+
+
+def spread(times: Sequence[float]) -> float | None:
+    """How far repeated measurements lie apart: max / min - 1 (None for fewer than two)."""
+    if len(times) < 2 or min(times) <= 0:
+        return None
+    return max(times) / min(times) - 1
+
+
 def measured(instances: Sequence[Instance]) -> list[float]:
     """Completion times of the non-warm-up instances."""
     return [x.time_s for x in instances if not x.warmup]

@@ -17,7 +17,7 @@ import msgspec
 from genie.collectives import build_program
 from genie.collectives.cost import estimate, nccl_size
 from genie.collectives.program import Program
-from genie.controller.results import Instance, Stats, measured, stats
+from genie.controller.results import Instance, Stats, measured, spread, stats
 from genie.controller.session import Controller
 from genie.errors import GenieError
 from genie.vocabulary import algbw, bus_factor
@@ -45,9 +45,7 @@ class SizeRow:
     @property
     def spread(self) -> float | None:
         """How far the repeats' p50s lie apart: max / min - 1 (None without repeats)."""
-        if len(self.repeat_p50_s) < 2 or min(self.repeat_p50_s) <= 0:
-            return None
-        return max(self.repeat_p50_s) / min(self.repeat_p50_s) - 1
+        return spread(self.repeat_p50_s)
 
     @property
     def ratio(self) -> float | None:

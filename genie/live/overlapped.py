@@ -18,7 +18,7 @@ import msgspec
 
 from genie import progress
 from genie.controller.admission import check_memory
-from genie.controller.results import Instance
+from genie.controller.results import Instance, spread
 from genie.faults.run import scheduler, widen_timeouts
 from genie.live.plan import OpListPlan, describe_payload
 from genie.live.run import Pass
@@ -111,6 +111,14 @@ class Overlapped:
 
         return iteration_row(self.reports, "iteration (replayed)")
 
+    def spans(self) -> list[float]:
+        """The measured runs' makespans (seconds, from the common start to the last op's end)."""
+        return [r["makespan_s"] for r in self.runs if not r["warmup"]]
+
+    def spread(self) -> float | None:
+        """How far the measured runs' makespans lie apart: max / min - 1."""
+        return spread(self.spans())
+
     def to_dict(self) -> JsonDoc:
         """The JSON document (as ``doc()``), named as every genie result names it."""
         return self.doc()
@@ -129,6 +137,7 @@ class Overlapped:
             "dilation": self.models.k if self.models else 1.0,
             "instances": self.rows,
             "runs": self.runs,
+            "runs_spread": self.spread(),
             "replay_comm_end_s": self.replay_comm_end_s,
             "model_error": [e.to_dict() for e in [*self.errors(), self.iteration()]],
             "notes": self.notes,
