@@ -55,11 +55,13 @@ def test_the_tcp_table_is_read_written_and_checked() -> None:
     tb = loads_testbed(STAR)
     assert tb.tcp.congestion_control == "cubic,reno"  # explicit, never the host's own
     assert not tb.tcp.slow_start_after_idle and tb.tcp.ecn == "passive"
-    text = STAR + '\n[tcp]\ncongestion_control = "bbr"\necn = "on"\n'
+    assert tb.tcp.buffer_max is None  # the kernel's own autotuning limits
+    text = STAR + '\n[tcp]\ncongestion_control = "bbr"\necn = "on"\nbuffer_max = "8MiB"\n'
     tcp = loads_testbed(text).tcp
-    assert (tcp.congestion_control, tcp.ecn) == ("bbr", "on")
+    assert (tcp.congestion_control, tcp.ecn, tcp.buffer_max) == ("bbr", "on", 8 << 20)
     assert loads_testbed(dumps_testbed(loads_testbed(text))).tcp == tcp  # round trip
-    for bad in ('congestion_control = "b b r"', 'ecn = "maybe"', "window = 3"):
+    bad_values = ('buffer_max = "1KiB"', 'buffer_max = "2GiB"', 'buffer_max = "lots"')
+    for bad in ('congestion_control = "b b r"', 'ecn = "maybe"', "window = 3", *bad_values):
         with pytest.raises(TestbedError, match=r"tcp\."):
             loads_testbed(STAR + f"\n[tcp]\n{bad}\n")
 
@@ -73,6 +75,11 @@ def test_namespaces_get_the_stack_and_only_an_allowed_default() -> None:
     assert sum("net.ipv4.tcp_congestion_control=reno" in c for c in cmds) == 2
     none = [" ".join(c.argv) for c in plan_up(tb).commands]
     assert not any("tcp_congestion_control" in c for c in none)
+    assert not any("tcp_rmem" in c for c in none)  # no buffer_max: the kernel's limits stand
+    small = loads_testbed(STAR + '\n[tcp]\nbuffer_max = "96KiB"\n')
+    cmds = [" ".join(c.argv) for c in plan_up(small).commands]
+    assert sum("net.ipv4.tcp_rmem=4096 98304 98304" in c for c in cmds) == 2
+    assert sum("net.ipv4.tcp_wmem=4096 16384 98304" in c for c in cmds) == 2
 
 
 def test_a_socket_takes_the_first_algorithm_it_may_and_says_so() -> None:
@@ -102,6 +109,7 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
     tmp_path: Path, capsys
 ) -> None:
     body = '[topology]\nshape = "star"\nhosts = 2\nrate = "200mbit"\n'
+    body += '[tcp]\nbuffer_max = "2MiB"\n'
     with netns_testbed(tmp_path, "tc-star2", PREFIX, body) as path:
         store = tmp_path / "runs.sqlite"
         spec = genie.BenchSpec(
@@ -113,6 +121,7 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
             assert c.congestion == ["reno"]  # read back from the data sockets
             assert c.sysctl["tcp_slow_start_after_idle"] == "0"  # the namespace's, as set
             assert c.sysctl["tcp_ecn"] == "2"
+            assert c.sysctl["tcp_rmem"].split()[-1] == c.sysctl["tcp_wmem"].split()[-1] == "2097152"
             (nic,) = c.nics.values()
             assert nic["mtu"] == "1500" and nic["qdisc"].startswith("tbf rate 25000000 B/s")
         with RunStore(store) as st:

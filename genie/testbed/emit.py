@@ -40,6 +40,8 @@ def dumps_testbed(tb: Testbed) -> str:
         out += ["", "[tcp]", f"congestion_control = {_str(t.congestion_control)}"]
         out += [f"ecn = {_str(t.ecn)}"]
         out += [f"slow_start_after_idle = {'true' if t.slow_start_after_idle else 'false'}"]
+        if t.buffer_max is not None:
+            out += [f"buffer_max = {t.buffer_max}"]
     if tb.routing != Routing():
         r = tb.routing
         out += ["", "[routing]", f"policy = {_str(r.policy)}", f"channels = {r.channels}"]

@@ -17,6 +17,8 @@ from genie.collectives.topology import (
 from genie.errors import TestbedError, UnitError
 from genie.testbed import addressing, shapes
 from genie.testbed.model import (
+    BUFFER_MAX,
+    BUFFER_MIN,
     CONGESTION_DEFAULT,
     DEFAULT_CONTROL_PORT,
     DEFAULT_INTRA_BW,
@@ -310,16 +312,20 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
 
 
 def _tcp(ctx: _Ctx, raw: Any) -> TcpSettings:
-    """``[tcp]``: congestion_control, ecn (off, on, passive), slow_start_after_idle."""
+    """``[tcp]``: congestion_control, ecn (off, on, passive), slow_start_after_idle, buffer_max."""
     path = ("tcp",)
     t = ctx.table(raw, path)
-    ctx.check_keys(t, {"congestion_control", "ecn", "slow_start_after_idle"}, path)
+    keys = {"congestion_control", "ecn", "slow_start_after_idle", "buffer_max"}
+    ctx.check_keys(t, keys, path)
     cc = ctx.get(t, "congestion_control", path, (str,), CONGESTION_DEFAULT)
     if not re.fullmatch(r"[a-z0-9_]{1,15}(,[a-z0-9_]{1,15}){0,3}", cc):
         raise ctx.error((*path, "congestion_control"), f"not an algorithm name: {cc!r}")
     ecn = ctx.get_choice(t, "ecn", path, ("off", "on", "passive"), "passive")
     sst = ctx.get(t, "slow_start_after_idle", path, (bool,), False)
-    return TcpSettings(congestion_control=cc, ecn=ecn, slow_start_after_idle=sst)
+    buf = ctx.get_size(t, "buffer_max", path, None)
+    if buf is not None and not BUFFER_MIN <= buf <= BUFFER_MAX:
+        raise ctx.error((*path, "buffer_max"), f"{buf} B: from {BUFFER_MIN} B to {BUFFER_MAX} B")
+    return TcpSettings(congestion_control=cc, ecn=ecn, slow_start_after_idle=sst, buffer_max=buf)
 
 
 def _routing(ctx: _Ctx, raw: Any) -> Routing:

@@ -114,6 +114,8 @@ class IntraHost(msgspec.Struct, frozen=True, kw_only=True):
 # Linux's usual default, what lab hosts run; reno where the host does not let genie use cubic
 # (a network namespace may only use net.ipv4.tcp_allowed_congestion_control)
 CONGESTION_DEFAULT = "cubic,reno"
+BUFFER_MIN = 64 * 1024  # [tcp] buffer_max bounds, bytes: a few MTUs of window at least,
+BUFFER_MAX = 1 << 30  # at most what SO_SNDBUF accepts
 
 
 class TcpSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,17 +127,21 @@ class TcpSettings(msgspec.Struct, frozen=True, kw_only=True):
     each run's conditions; ``ecn``: ``off``, ``on``
     or ``passive`` (``net.ipv4.tcp_ecn`` 0, 1, 2) in netns hosts; ``slow_start_after_idle``:
     whether an idle connection restarts from a small window (netns hosts; off: the model has
-    no slow start).
+    no slow start); ``buffer_max``: the most bytes a data socket's send or receive buffer may
+    grow to by autotuning (netns hosts: the max of ``net.ipv4.tcp_rmem`` and ``tcp_wmem``;
+    None: the kernel's own).
     """
 
     congestion_control: str = CONGESTION_DEFAULT
     ecn: Literal["off", "on", "passive"] = "passive"
     slow_start_after_idle: bool = False
+    buffer_max: int | None = None
 
     def describe(self) -> str:
         """One phrase for reports."""
         sst = "on" if self.slow_start_after_idle else "off"
-        return f"TCP {self.congestion_control}, ECN {self.ecn}, slow start after idle {sst}"
+        buf = "" if self.buffer_max is None else f", socket buffers at most {self.buffer_max} B"
+        return f"TCP {self.congestion_control}, ECN {self.ecn}, slow start after idle {sst}{buf}"
 
 
 class Testbed(msgspec.Struct, frozen=True, kw_only=True):

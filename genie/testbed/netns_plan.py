@@ -218,6 +218,10 @@ def plan_up(tb: Testbed, hash_seed: bool = False, allowed_cc: frozenset[str] = f
         cc = next((c for c in tcp.congestion_control.split(",") if c in allowed_cc), None)
         if cc is not None:
             add(sysctl(ns, "net.ipv4.tcp_congestion_control", cc), f"{h.name}: TCP {cc}")
+        if tcp.buffer_max is not None:  # min and initial as Linux's defaults, the max the file's
+            for key, initial in (("tcp_rmem", 131072), ("tcp_wmem", 16384)):
+                triple = f"4096 {min(initial, tcp.buffer_max)} {tcp.buffer_max}"
+                add(sysctl(ns, f"net.ipv4.{key}", triple), f"{h.name}: {key} {triple} B")
     for i, h in enumerate(tb.hosts):
         ns = h.netns or ""
         root_if = addressing.root_control_ifname(tb.netns_prefix, i)
