@@ -100,6 +100,46 @@ def test_each_broken_fact_fails_with_its_fix() -> None:
     assert c["nic"].status == "fail" and "host has lo" in c["nic"].value
 
 
+TCP_LAB = LAB.replace('transport = "rdma"', 'transport = "tcp"')
+HOST_TCP = {
+    "tcp_available_congestion_control": "reno bbr cubic",
+    "tcp_allowed_congestion_control": "reno bbr",
+    "tcp_congestion_control": "bbr",
+    "tcp_ecn": "2",
+    "tcp_slow_start_after_idle": "1",
+    "tcp_rmem": "4096 131072 6291456",
+    "tcp_wmem": "4096 16384 4194304",
+    "fib_multipath_hash_policy": "0",
+    "euid": 1000,
+}
+
+
+def _tcp_rows(toml: str, **tcp) -> dict:
+    tb, cfg = loads_deploy(toml)
+    facts = _facts(tcp={**HOST_TCP, **tcp})
+    rows = _by_name(evaluate(tb, tb.host("n0"), cfg.hosts["n0"], facts, None))
+    return {k: v for k, v in rows.items() if k.startswith("tcp")}
+
+
+def test_tcp_rows_say_whether_the_agent_may_run_the_testbeds_stack() -> None:
+    # cubic is loaded but not allowed for an unprivileged agent: reno, the next preferred
+    rows = _tcp_rows(TCP_LAB)
+    assert rows["tcp congestion"].status == "ok" and rows["tcp congestion"].value.startswith("reno")
+    assert rows["tcp ecn"].status == "ok"  # passive on both sides
+    sst = rows["tcp slow start after idle"]  # the host restarts idle connections; genie would not
+    assert sst.status == "warn" and sst.fix == "sysctl -w net.ipv4.tcp_slow_start_after_idle=0"
+    assert _tcp_rows(TCP_LAB, euid=0)["tcp congestion"].value.startswith("cubic")  # root may
+    only_cubic = TCP_LAB + '[tcp]\ncongestion_control = "cubic"\nbuffer_max = "8MiB"\n'
+    rows = _tcp_rows(only_cubic)
+    cc = rows["tcp congestion"]
+    assert cc.status == "fail" and 'allowed_congestion_control="reno bbr cubic"' in cc.fix
+    assert rows["tcp tcp_rmem max"].status == "warn" and "8388608" in rows["tcp tcp_rmem max"].fix
+    dctcp = _tcp_rows(TCP_LAB + '[tcp]\ncongestion_control = "dctcp"\n')["tcp congestion"]
+    assert dctcp.status == "fail" and dctcp.fix == "modprobe tcp_dctcp"
+    assert not _tcp_rows(LAB)  # RDMA: no TCP rows
+    assert _tcp_rows(TCP_LAB, tcp_available_congestion_control=None)["tcp"].status == "skip"
+
+
 def test_probe_script_parses_on_this_python() -> None:
     compile(probe_source(), "remote_probe", "exec")
 
@@ -134,6 +174,12 @@ def test_hosts_check_over_ssh(sshd, capsys) -> None:
     assert h0["reachable"]["status"] == "ok" and h0["python"]["status"] == "ok"
     assert h0["genie"]["status"] == "fail" and "nothing-here" in h0["genie"]["value"]
     assert h0["clock"]["status"] == "ok"  # the same machine's clock
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as allowed:
+        may = allowed.read().split()
+    cc = h0["tcp congestion"]  # this host's own stack, read over SSH
+    assert cc["status"] in ("ok", "fail") and (
+        "allowed: " + " ".join(may) in cc["value"] or "root" in cc["value"]
+    )
     bad = data["wrongkey"]["checks"]
     assert [c["status"] for c in bad] == ["fail"]
     assert "authentication failed" in bad[0]["value"] and f"-p {server.port}" in bad[0]["fix"]

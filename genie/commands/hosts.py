@@ -41,9 +41,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     hs = p.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND", required=True)
     c = hs.add_parser(
         "check",
-        help="reachability, Python, genie, NICs, MTU, RDMA, clock, CPU governor, keys, agent",
+        help="reachability, Python, genie, NICs, MTU, TCP stack, RDMA, clock, CPU governor, keys, "
+        "agent",
         description="Check each host over SSH: reachable, Python >= 3.11 with venv, genie "
-        "version, data NIC (state, link speed, MTU against the testbed), RDMA devices and GIDs "
+        "version, data NIC (state, link speed, MTU against the testbed), the TCP stack against "
+        "the testbed's [tcp] (may the agent's user set its congestion control; ECN, slow start "
+        "after idle, buffer limits), RDMA devices and GIDs "
         "(/sys/class/infiniband), clock offset, CPU governor, the agent's key directory against "
         "[deploy] keys (modes, public keys, no controller secret), and a hello to the agent "
         "(over CURVE with the controller's keys when set). Every failure names its fix; "

@@ -15,31 +15,22 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from genie import __version__
+from genie.deploy.check import Check
 from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.deployer import MIN_PYTHON
 from genie.deploy.hello import say_hello
 from genie.deploy.keyfiles import key_plan_or_error, key_problem
 from genie.deploy.ssh import Remote, probe
+from genie.deploy.tcp_checks import tcp_checks
 from genie.errors import DeployError, SshError
 from genie.testbed import Host, Testbed
 
-Status = Literal["ok", "warn", "fail", "skip"]
 CLOCK_WARN_S = 0.005  # the controller syncs clocks itself; beyond this, timelines look skewed
 CLOCK_SAMPLES = 16
 AGENT_HELLO_S = 3.0  # how long hosts check waits for a deployed agent's hello
-
-
-@dataclass
-class Check:
-    """One check on one host."""
-
-    name: str
-    status: Status
-    value: str
-    fix: str = ""
 
 
 @dataclass
@@ -180,6 +171,8 @@ def evaluate(
     else:
         out.append(Check("genie", "ok", gv))
     out += nic_checks(testbed, host, facts.get("nics") or [])
+    if testbed.transport == "tcp":
+        out += tcp_checks(testbed, facts)
     out.append(_rdma_check(testbed, host, facts.get("rdma") or []))
     if clock is None:
         out.append(Check("clock", "skip", "not measured"))

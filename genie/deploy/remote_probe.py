@@ -107,6 +107,25 @@ def _rdma():
     return out
 
 
+_TCP_SYSCTLS = (
+    "tcp_available_congestion_control",
+    "tcp_allowed_congestion_control",
+    "tcp_congestion_control",
+    "tcp_ecn",
+    "tcp_slow_start_after_idle",
+    "tcp_rmem",
+    "tcp_wmem",
+    "fib_multipath_hash_policy",
+)
+
+
+def _tcp():
+    """The host's TCP stack (net.ipv4 sysctls; None where unreadable) and who runs the agent."""
+    out = dict((k, _read("/proc/sys/net/ipv4/" + k)) for k in _TCP_SYSCTLS)
+    out["euid"] = os.geteuid() if hasattr(os, "geteuid") else None
+    return out
+
+
 def _nics_sys():
     nics = []
     for path in sorted(glob.glob("/sys/class/net/*")):
@@ -198,6 +217,7 @@ def probe(root_arg):
         "systemd_user": _systemd_user(),
         "governors": {},
         "nics": None,
+        "tcp": _tcp(),
     }
     stamp = _read(os.path.join(root, "stamp.json"))
     if stamp:
