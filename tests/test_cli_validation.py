@@ -32,6 +32,8 @@ BAD = [
     (["simulate", "x", "--latency", "nan"], "--latency"),
     (["simulate", "x", "--oversubscription", "2:0"], "--oversubscription"),
     (["simulate", "x", "--peak-flops", "-1"], "--peak-flops"),
+    (["simulate", "x", "--headers", "tcp", "--mtu", "100"], "--mtu"),
+    (["simulate", "x", "--headers", "ib"], "--headers"),
     (
         ["collective", "show", "--type", "all_reduce", "--ranks", "1000000", "--size", "1"],
         "--ranks",

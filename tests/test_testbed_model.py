@@ -336,6 +336,35 @@ def test_the_model_prices_payload_after_headers_by_default() -> None:
     assert rdma.links[0].bandwidth == pytest.approx(line.links[0].bandwidth * 1024 / 1082)
     with pytest.raises(ValueError, match="payload or line"):
         tb.to_topology("goodput")
+    # hosts on IPv6 data addresses carry 20 more header bytes per packet
+    hosts6 = [replace(h, data_addr=f"fd00::{i + 1}") for i, h in enumerate(tb.hosts)]
+    v6 = replace(tb, hosts=hosts6)
+    assert "TCP/IPv6 headers (94.3% of line rate at MTU 1500" in v6.model_note()
+    assert v6.to_topology().links[0].bandwidth == pytest.approx(
+        line.links[0].bandwidth * 1428 / 1514
+    )
+
+
+def test_a_target_topology_is_priced_as_given_or_after_the_headers_asked_for() -> None:
+    import genie
+    from genie.api.fabric import build
+    from genie.errors import UsageError
+
+    def link_bw(**kw) -> tuple[float, tuple[str, ...]]:
+        b = build(genie.Fabric(topology="switch", bandwidth="100gbit", **kw), 4)
+        return b.topology.links[0].bandwidth, b.notes
+
+    given, notes = link_bw()
+    assert given == pytest.approx(12.5e9) and "as given: no packet headers" in notes[0]
+    roce, notes = link_bw(headers="rocev2", mtu=9000)
+    assert roce == pytest.approx(12.5e9 * 4096 / (4096 + 44 + 14 + 24))
+    assert "RoCEv2 headers (98.0% of line rate at MTU 9000" in notes[0]
+    tcp6, _ = link_bw(headers="tcp6", mtu=1500)
+    assert tcp6 == pytest.approx(12.5e9 * 1428 / 1538)  # Ethernet: preamble, FCS and gap too
+    with pytest.raises(UsageError, match="--mtu 100"):
+        link_bw(headers="tcp", mtu=100)
+    with pytest.raises(UsageError, match="testbed's transport and MTU"):
+        build(genie.Fabric(testbed=str(EXAMPLES / "netns-star.toml"), headers="tcp"), 4)
 
 
 def test_deploy_table_is_left_to_the_deploy_loader() -> None:

@@ -82,6 +82,10 @@ def build(
             raise UsageError("give either --testbed or --topology, not both")
         from genie.testbed import load_testbed
 
+        if fabric.headers != "none":
+            raise UsageError(
+                "--headers prices a --topology; a testbed's transport and MTU set its headers"
+            )
         tb = load_testbed(fabric.testbed)
         topo = tb.to_topology().with_routing(routing(fabric, tb.routing))
         notes: tuple[str, ...] = ()
@@ -99,6 +103,7 @@ def build(
         return Built(_calibrated(fabric, topo, tb.name, store), placed, notes)
     kind = fabric.topology or "switch"
     bw, lat = bandwidth(fabric.bandwidth), seconds(fabric.latency)
+    bw, wire = _payload(fabric, bw)
     if hosts is None:
         placed = place(n_ranks, fabric.placement or "packed", ranks_per_host=k)
     else:
@@ -131,8 +136,20 @@ def build(
             intra_latency=intra_lat,
             routing=rt,
         )
-    notes = (placed.note,) if placed.note else ()
+    notes = (wire, placed.note) if placed.note else (wire,)
     return Built(_calibrated(fabric, topo, None, store), placed, notes)
+
+
+def _payload(fabric: Fabric, bw: float) -> tuple[float, str]:
+    """The rate the model gives a target topology's links, and one note saying what it is."""
+    from genie.testbed.to_topology import payload_fraction, wire_phrase
+
+    if fabric.headers == "none":
+        return bw, "link rates as given: no packet headers taken off (--headers tcp|tcp6|rocev2)"
+    if not 576 <= fabric.mtu <= 65536:
+        raise UsageError(f"--mtu {fabric.mtu}: from 576 to 65536 bytes")
+    frac = payload_fraction(fabric.headers, fabric.mtu, "static")
+    return bw * frac, wire_phrase(fabric.headers, [fabric.mtu], "static")
 
 
 def _calibrated(

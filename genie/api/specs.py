@@ -69,7 +69,9 @@ class Fabric(Spec, frozen=True, kw_only=True):
     """The network a workload runs on: a testbed file, or a target topology built from numbers.
 
     With ``testbed`` the topology, links and rank slots are the file's; otherwise ``topology``
-    (default switch) with ``bandwidth`` and ``latency`` per link. ``placement``: ``testbed``,
+    (default switch) with ``bandwidth`` and ``latency`` per link, priced as given unless
+    ``headers`` (``tcp``, ``tcp6``, ``rocev2``) takes that stack's headers per ``mtu``-byte packet
+    off (a testbed's own transport and MTU decide for it). ``placement``: ``testbed``,
     ``packed`` or ``round-robin`` (``genie.placement``; default: ``testbed`` with a testbed file,
     else ``packed``). ``calibration``: a stored calibration id, ``latest`` or ``none``.
     """
@@ -89,6 +91,8 @@ class Fabric(Spec, frozen=True, kw_only=True):
     channels: int | None = None
     qps: int | None = None
     ecmp_seed: int | None = None
+    headers: Literal["none", "tcp", "tcp6", "rocev2"] = "none"
+    mtu: int = 1500
     calibration: str = "none"
 
 

@@ -80,6 +80,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--qps", type=A.integer(1, 1024), help="queue pairs per connection (default 1)")
     p.add_argument("--ecmp-seed", type=A.integer(0, 2**31), help="ECMP hash seed (default 0)")
     p.add_argument(
+        "--headers",
+        choices=("none", "tcp", "tcp6", "rocev2"),
+        default="none",
+        help="--topology's links carry this stack's packets: the model prices the payload after "
+        "their headers (and Ethernet's preamble and gap) at --mtu; none (default): the "
+        "bandwidth as given (a testbed file's transport and MTU decide for it)",
+    )
+    p.add_argument(
+        "--mtu", type=A.integer(576, 65536), default=1500, help="with --headers: bytes per packet"
+    )
+    p.add_argument(
         "--network",
         default="analytical",
         help="comma list of backends: analytical, measured:RUN_ID or measured:FILE.json",
@@ -163,6 +174,8 @@ def spec_from_args(args: argparse.Namespace) -> SimulateSpec:
         channels=args.channels,
         qps=args.qps,
         ecmp_seed=args.ecmp_seed,
+        headers=args.headers,
+        mtu=args.mtu,
         calibration=args.calibration,
     )
     model = Model(

@@ -10,16 +10,17 @@ if TYPE_CHECKING:
     from genie.collectives.topology import Topology
 
 TCP_IP_HEADERS = 52  # IPv4 20 + TCP 20 + timestamp option 12
+TCP_IP6_HEADERS = 72  # IPv6 40 + TCP 20 + timestamp option 12
 ETH_HEADER = 14  # what tbf and veth count per frame
 ETH_WIRE_EXTRA = 24  # preamble 8 + FCS 4 + inter-frame gap 12, on real Ethernet only
 ROCE_HEADERS = 20 + 8 + 12 + 4  # RoCEv2 per packet: IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 ROCE_MTUS = (4096, 2048, 1024, 512, 256)  # the RDMA path MTUs a port may run
 
 
-def tcp_payload_fraction(mtu: int, kind: str = "netns") -> float:
+def tcp_payload_fraction(mtu: int, kind: str = "netns", ipv6: bool = False) -> float:
     """TCP payload bytes per byte the link carries at this MTU (0.956 at 1500 on netns)."""
     per_frame = mtu + ETH_HEADER + (ETH_WIRE_EXTRA if kind != "netns" else 0)
-    return (mtu - TCP_IP_HEADERS) / per_frame
+    return (mtu - (TCP_IP6_HEADERS if ipv6 else TCP_IP_HEADERS)) / per_frame
 
 
 def roce_payload_fraction(mtu: int, kind: str = "static") -> float:
@@ -30,11 +31,34 @@ def roce_payload_fraction(mtu: int, kind: str = "static") -> float:
     return path / per_frame
 
 
+PROTOCOLS = {"tcp": "TCP/IPv4", "tcp6": "TCP/IPv6", "rdma": "RoCEv2", "rocev2": "RoCEv2"}
+
+
 def payload_fraction(transport: str, mtu: int, kind: str) -> float:
-    """Payload bytes per byte a link carries for ``transport`` ("tcp" or "rdma") at ``mtu``."""
-    if transport == "rdma":
+    """Payload bytes per byte a link carries for ``transport`` at ``mtu``: "tcp" (IPv4),
+    "tcp6", "rdma" or "rocev2"; ``kind`` "netns" counts veth frames, else real Ethernet."""
+    if transport in ("rdma", "rocev2"):
         return roce_payload_fraction(mtu, kind)
-    return tcp_payload_fraction(mtu, kind)
+    if transport not in ("tcp", "tcp6"):
+        raise ValueError(f"transport {transport!r}: one of {', '.join(PROTOCOLS)}")
+    return tcp_payload_fraction(mtu, kind, ipv6=transport == "tcp6")
+
+
+def wire_phrase(transport: str, mtus: list[int], kind: str) -> str:
+    """'link rates less PROTO headers (F of line rate at MTU M: payload per byte of ...)'."""
+    fr = ", ".join(
+        f"{payload_fraction(transport, m, kind):.1%} of line rate at MTU {m}" for m in mtus
+    )
+    where = "veth frame" if kind == "netns" else "Ethernet frame with preamble and gap"
+    return f"link rates less {PROTOCOLS[transport]} headers ({fr}: payload per byte of {where})"
+
+
+def wire_transport(tb: Testbed) -> str:
+    """The header stack of ``tb``'s data: rdma, or tcp / tcp6 by its hosts' data addresses."""
+    if tb.transport == "rdma":
+        return "rdma"
+    v6 = [":" in a for h in tb.hosts for a in (h.data_addr, *(n.data_addr for n in h.nics))]
+    return "tcp6" if v6 and all(v6) else "tcp"
 
 
 def describe_wire(tb: Testbed) -> str:
@@ -44,12 +68,7 @@ def describe_wire(tb: Testbed) -> str:
         return "no links"
     if tb.rates == "payload":
         return "link rates as measured payload rates"
-    proto = "RoCEv2" if tb.transport == "rdma" else "TCP/IPv4"
-    fr = ", ".join(
-        f"{payload_fraction(tb.transport, m, tb.kind):.1%} of line rate at MTU {m}" for m in mtus
-    )
-    where = "veth frame" if tb.kind == "netns" else "Ethernet frame with preamble and gap"
-    return f"link rates less {proto} headers ({fr}: payload per byte of {where})"
+    return wire_phrase(wire_transport(tb), mtus, tb.kind)
 
 
 def _uniform(tb: Testbed) -> bool:
@@ -70,7 +89,8 @@ def testbed_topology(tb: Testbed, wire: str = "payload") -> Topology:
     if wire not in ("payload", "line"):
         raise ValueError(f"wire {wire!r}: payload or line")
     if wire == "payload" and tb.rates == "line":
-        frac = {lk.mtu: payload_fraction(tb.transport, lk.mtu, tb.kind) for lk in tb.links}
+        proto = wire_transport(tb)
+        frac = {lk.mtu: payload_fraction(proto, lk.mtu, tb.kind) for lk in tb.links}
         tb = replace(tb, links=[replace(lk, rate=lk.rate * frac[lk.mtu]) for lk in tb.links])
     hosts = tb.endpoint_names()
     multi = len(hosts) > len(tb.hosts)  # some host has several NICs: one endpoint per NIC
