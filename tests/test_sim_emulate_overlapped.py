@@ -214,6 +214,10 @@ def test_overlapped_emulation_puts_overlapping_collectives_on_the_wire_together(
     for run in doc["runs"]:
         assert run["bytes_sent"] == 3 * 2 * ring_bytes
         assert run["messages_verified"] > 0
+        # what each agent sent over the run's makespan: together, every byte of the run
+        rate = sum(run["sent_Bps"].values())
+        assert sorted(run["sent_Bps"]) == ["h0", "h1"]
+        assert rate == pytest.approx(run["bytes_sent"] / run["makespan_s"], rel=1e-6)
     spans = [r["makespan_s"] for r in doc["runs"] if not r["warmup"]]
     assert len(spans) == 3 and doc["runs_spread"] == pytest.approx(max(spans) / min(spans) - 1)
     testbed, analytical = doc["reports"]
@@ -268,6 +272,7 @@ def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
     out = capsys.readouterr().out
     assert "overlapped" in out and "trace on the wire" in out
     assert "over 2 runs" in out and "the runs lie" in out  # how far apart the runs lie
+    assert "an agent sent at most" in out and "GB/s (10^9 B/s" in out
     assert "on the wire: collectives of one process group run in issue order" in out
 
 

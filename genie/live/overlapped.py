@@ -316,6 +316,9 @@ def run_overlapped(
             "bytes_sent": p.bytes_sent,
             "messages_verified": p.verified,
             "cpu_s": {str(r): c for r, c in sorted(p.cpu_s.items())},  # per rank thread
+            # per agent: bytes it sent over the run's makespan as the wire ran it (not divided
+            # by a dilation), bytes/s on average
+            "sent_Bps": dict(sorted(p.sent_rates(agents).items())),
             "warmup": j < warmup,
         }
         for j, p in enumerate(passes)
@@ -378,6 +381,12 @@ def cpu_load(passes: Sequence[Pass], agents: Sequence[str], facts: dict[str, Hos
         f"agent CPU (measured): a rank thread used at most {max(rank_share):.0%} of a core; the "
         f"busiest host's agents {used:.2f} cores" + (f" of its {have}" if have else "")
     )
+    rates = [v for p in passes for v in p.sent_rates(agents).values()]
+    if rates:
+        text += (
+            f"; an agent sent at most {max(rates) / 1e9:.3f} GB/s (10^9 B/s, bytes sent over "
+            "a run's makespan)"
+        )
     if have and used >= 0.9 * have:
         text += (
             ": near all of them, so the agents, not the network, may have set the pace "

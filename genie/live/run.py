@@ -85,6 +85,15 @@ class Pass:
     bytes_received: int
     verified: int
     cpu_s: dict[int, float] = field(default_factory=dict)  # rank -> CPU its thread used, s
+    rank_sent: dict[int, int] = field(default_factory=dict)  # rank -> bytes it sent
+
+    def sent_rates(self, rank_agents: Sequence[str]) -> dict[str, float]:
+        """Each agent's bytes sent over the run's makespan (bytes/s, on average)."""
+        wall = self.makespan_s
+        out: dict[str, float] = {}
+        for r, b in self.rank_sent.items():
+            out[rank_agents[r]] = out.get(rank_agents[r], 0.0) + (b / wall if wall > 0 else 0.0)
+        return out
 
     @property
     def makespan_s(self) -> float:
@@ -123,12 +132,14 @@ def run_pass(
     rank_times: dict[int, list[tuple[int, int]]] = {}
     sent = received = verified = 0
     cpu: dict[int, float] = {}
+    rank_sent: dict[int, int] = {}
     for a, res in out.results.items():
         off = out.offsets_ns.get(a, 0)
         for rr in res.ranks:
             if rr.cpu_ns >= 0:
                 cpu[rr.rank] = rr.cpu_ns / 1e9
             sent += rr.bytes_sent
+            rank_sent[rr.rank] = rr.bytes_sent
             received += rr.bytes_received
             verified += rr.messages_verified
             times = [(s - off, e - off) for s, e in zip(rr.start, rr.end, strict=True)]
@@ -141,7 +152,7 @@ def run_pass(
         raise RuntimeFault(
             f"op-list run moved {sent} bytes sent / {received} received; the plan has {want}"
         )
-    return Pass(start_at, inst, rank_times, sent, received, verified, cpu)
+    return Pass(start_at, inst, rank_times, sent, received, verified, cpu, rank_sent)
 
 
 def emulate_overlapped(
