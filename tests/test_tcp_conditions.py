@@ -8,6 +8,7 @@ run store, and ``genie bench --tcp-cc reno,bbr`` puts the two side by side.
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from pathlib import Path
 
@@ -95,6 +96,8 @@ def test_a_socket_takes_the_first_algorithm_it_may_and_says_so() -> None:
         assert "reno" in cond.congestion and cond.kernel and cond.mss
         assert cond.sysctl["tcp_congestion_control"] == sysctl("tcp_congestion_control")
         assert "lo" in cond.nics and cond.nics["lo"]["mtu"]
+        if shutil.which("ip"):  # segmentation offload limits, as ip -d link reports them
+            assert int(cond.nics["lo"]["gso_max_size"]) > 0
         assert retransmits([a, b]) >= 0
     finally:
         for s in (ls, a, b):
@@ -124,6 +127,7 @@ def test_the_recorded_congestion_control_is_the_one_in_force_in_the_namespaces(
             assert c.sysctl["tcp_rmem"].split()[-1] == c.sysctl["tcp_wmem"].split()[-1] == "2097152"
             (nic,) = c.nics.values()
             assert nic["mtu"] == "1500" and nic["qdisc"].startswith("tbf rate 25000000 B/s")
+            assert nic["gso_max_size"] == "16384"  # set by testbed up (a switch port's bursts)
         with RunStore(store) as st:
             meta = st.run(res.run_id or "").meta
         assert meta["conditions"]["h0"]["congestion"] == ["reno"]

@@ -1,10 +1,11 @@
 """The conditions a run ran under, as stored with it, flattened and compared.
 
 A run's meta keeps, per agent, the ``WireConditions`` its data connections reported (what was in
-force: congestion control, socket buffers, MSS, the namespace's TCP sysctls, MTU and qdisc of
-its data NIC, kernel). ``flatten`` turns that into one ``name -> value`` map (a value the agents
-agree on once; where they differ, each agent's); ``differences`` says in words which conditions
-two runs do not share, the check behind ``genie runs compare`` and ``genie calibrate``.
+force: congestion control, socket buffers, MSS, the namespace's TCP sysctls, MTU, qdisc and
+segmentation offload limits of its data NIC, kernel). ``flatten`` turns that into one
+``name -> value`` map (a value the agents agree on once; where they differ, each agent's);
+``differences`` says in words which conditions two runs do not share, the check behind
+``genie runs compare`` and ``genie calibrate``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ LABELS = {
     "rcvbuf": "SO_RCVBUF (bytes)",
     "mss": "TCP MSS (bytes)",
 }
-NIC_LABELS = {"mtu": "MTU of the data NIC (bytes)", "qdisc": "qdisc of the data NIC"}
+NIC_LABELS = {
+    "mtu": "MTU of the data NIC (bytes)",
+    "qdisc": "qdisc of the data NIC",
+    "gso_max_size": "GSO packets of the data NIC at most (bytes)",
+    "gso_max_segs": "GSO packets of the data NIC at most (segments)",
+    "tso_max_size": "TSO packets of the data NIC at most (bytes)",
+    "gro_max_size": "GRO packets of the data NIC at most (bytes)",
+}
 
 
 def _values(cond: Mapping[str, object]) -> dict[str, str]:

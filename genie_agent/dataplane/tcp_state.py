@@ -114,6 +114,31 @@ def _qdisc(dev: str) -> str:
     return f"{q.get('kind', '?')} {extra}".strip()
 
 
+OFFLOADS = ("gso_max_size", "gso_max_segs", "tso_max_size", "gro_max_size")  # ip -d link, bytes
+
+
+def _offloads(dev: str) -> dict[str, str]:
+    """The segmentation offload limits of ``dev`` as ``ip -d -j link`` reports them ({} without
+    ip or where the kernel does not say)."""
+    ip = shutil.which("ip")
+    if ip is None:
+        return {}
+    try:
+        out = subprocess.run(
+            [ip, "-d", "-j", "link", "show", "dev", dev],
+            capture_output=True,
+            text=True,
+            timeout=TC_TIMEOUT_S,
+            check=False,
+        ).stdout
+        rows = json.loads(out or "[]")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
+    if not rows or not isinstance(rows[0], dict):
+        return {}
+    return {k: str(rows[0][k]) for k in OFFLOADS if isinstance(rows[0].get(k), int)}
+
+
 def _nic_of(addr: str) -> str | None:
     """The interface holding ``addr`` (None where none does)."""
     import psutil
@@ -144,7 +169,7 @@ def conditions(socks: Sequence[socket.socket], addrs: Sequence[str]) -> WireCond
         if dev is None or dev in nics:
             continue
         st = stats.get(dev)
-        nics[dev] = {"mtu": str(st.mtu) if st else "", "qdisc": _qdisc(dev)}
+        nics[dev] = {"mtu": str(st.mtu) if st else "", "qdisc": _qdisc(dev), **_offloads(dev)}
     return WireConditions(
         congestion=sorted(cc),
         sndbuf=sorted(snd),
