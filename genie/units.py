@@ -115,6 +115,22 @@ def parse_ratio(text: str | int | float) -> float:
     return value
 
 
+def parse_fraction(text: str | int | float) -> float:
+    """Parse a fraction such as ``0.1%`` or ``0.001`` (a bare number is the fraction itself)."""
+    if isinstance(text, bool):
+        raise UnitError(f"not a fraction: {text!r} (use 0.1% or 0.001)")
+    if isinstance(text, int | float):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(%?)\s*", text)
+        if not m:
+            raise UnitError(f"not a fraction: {text!r} (use 0.1% or 0.001)")
+        value = float(m.group(1)) / (100 if m.group(2) else 1)
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise UnitError(f"a fraction is from 0 to 1 (0% to 100%): {text!r}")
+    return value
+
+
 def parse_duration(text: str | int | float) -> float:
     """Parse a duration such as ``500ns``, ``2ms`` or ``1.5`` (seconds) into seconds."""
     if isinstance(text, int | float):

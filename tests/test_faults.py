@@ -56,8 +56,11 @@ def test_parse_file_lines_and_comments(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("at 200ms: h2 link loss 1%", "netem"),
-        ("at 200ms: h2 link delay 5ms", "netem"),
+        ("at 200ms: h2 link jitter 1ms", "does not emulate jitter"),
+        ("at 200ms: h2 link delay 5ms 6ms", "jitter at most the delay"),
+        ("at 200ms: h2 link delay 20s", "from 0 to 10 s"),
+        ("at 200ms: h2 link loss 60%", "below 50%"),
+        ("at 200ms: h2 link loss", "use 'loss PERCENT'"),
         ("at 200xs: h2 link down", "not a duration"),
         ("at 200ms: h2 link rate 100", "needs a unit"),
         ("at 200ms: h2 link rate 100mbit; at 100ms: h1 link down", "time order"),
@@ -111,6 +114,44 @@ def test_plan_commands_windows_and_restore() -> None:
     assert sum("200000000bit" in c for c in plan.restore) == 4
     assert ("ip", "-n", "genie-fq-sw0", "link", "set", "p2", "up") in plan.restore
     assert plan.restore_routes == {}  # a bridge keeps no routes to restore
+
+
+def test_delay_and_loss_put_netem_over_the_rate_and_restore_the_file() -> None:
+    evs = parse_schedule("at 0s: h1 link delay 5ms 1ms for 1s; at 2s: h2 link loss 1.5%")
+    assert (evs[0].delay, evs[0].jitter, evs[1].loss) == (0.005, 0.001, 0.015)
+    plan = plan_faults(loads_testbed(STAR), evs)
+    delay, back, loss = plan.steps
+    assert "delay 5.000 ms +- 1.000 ms each way" in delay.label and "loss 1.500%" in loss.label
+    # each end: netem at the root (delay, jitter), the link's own tbf under it
+    assert len(delay.commands) == 4
+    root, child = delay.commands[:2]
+    assert root[7:12] == ("root", "handle", "1:", "netem", "limit")
+    assert root[-3:] == ("delay", "5000us", "1000us")
+    assert child[7:11] == ("parent", "1:1", "handle", "10:") and "200000000bit" in child
+    assert any(c[-2:] == ("loss", "1.5%") for c in loss.commands)
+    # the window's end and the run's end: plain tbf at the root again (the file has no netem)
+    assert back.restore and all(c[7:9] == ("root", "tbf") for c in back.commands)
+    assert all(c[:4] != ("tc",) or "netem" not in c for c in plan.restore)
+    # a testbed whose links have netem keeps it through a rate fault and its restore
+    lat = loads_testbed(STAR.replace('rate = "200mbit"', 'rate = "200mbit"\nlatency = "2ms"'))
+    plan = plan_faults(lat, parse_schedule("at 0s: h1 link rate 50mbit for 1s"))
+    cut, back = plan.steps
+    kinds = [next(w for w in c if w in ("netem", "tbf")) for c in cut.commands]
+    assert kinds == ["netem", "tbf", "netem", "tbf"]
+    assert "50000000bit" in cut.commands[1] and "delay" in cut.commands[0]
+    assert "2000us" in back.commands[0] and "200000000bit" in back.commands[1]
+
+
+def test_lab_hosts_refuse_delay_and_loss() -> None:
+    from genie.faults.lab_plan import plan_lab
+
+    lab = loads_testbed(
+        '[testbed]\nname = "lab"\nkind = "static"\n[topology]\nshape = "star"\n'
+        'rate = "10gbit"\n[[hosts]]\nname = "a"\ncontrol = "10.0.0.1:7000"\nnic = "e0"\n'
+        "faults = true\n[[hosts]]\nname = \"b\"\ncontrol = \"10.0.0.2:7000\"\n"
+    )
+    with pytest.raises(FaultError, match="run on netns testbeds"):
+        plan_lab(lab, parse_schedule("at 1s: a-e0 delay 5ms for 1s"))
 
 
 def test_routed_fabric_restores_the_routes_a_downed_port_lost() -> None:
@@ -227,7 +268,14 @@ def test_effect_compares_runs_overlapping_a_window_with_the_clean_ones() -> None
     assert any(e["ph"] == "X" and e["tid"] == 1 and e["dur"] == pytest.approx(2e5) for e in ev)
 
 
-def test_emulate_refuses_faults_it_cannot_run(dp, capsys) -> None:
+def _no_netem(monkeypatch) -> None:
+    import genie.testbed.netns as netns
+
+    monkeypatch.setattr(netns, "netem_available", lambda runner=None: False)
+
+
+def test_emulate_refuses_faults_it_cannot_run(dp, capsys, monkeypatch) -> None:
+    _no_netem(monkeypatch)  # as on a kernel without sch_netem
     for extra, message in [
         (["--faults", "at 1s: h1 link loss 2%"], "netem"),
         (["--faults", "at 1s: h9 link down"], "no such link"),
@@ -356,9 +404,14 @@ def test_a_schedule_widens_the_run_timeouts() -> None:
     # down 1 s, and one down event: TCP's backed-off resend after it
     assert t.slow_rate == pytest.approx(1e6)
     assert t.outage_s == pytest.approx(1 + TCP_RECOVERY_S) and t.base_s == Timeouts().base_s
+    # a delay costs its length and, like a loss, maybe a backed-off resend
+    plan = plan_faults(tb, parse_schedule("at 0s: h1 link delay 30ms; at 1s: h2 link loss 1%"))
+    t = widen_timeouts(Timeouts(), plan)
+    assert t.outage_s == pytest.approx(Timeouts().outage_s + 0.03 + 2 * TCP_RECOVERY_S)
 
 
-def test_bench_refuses_faults_it_cannot_run(capsys) -> None:
+def test_bench_refuses_faults_it_cannot_run(capsys, monkeypatch) -> None:
+    _no_netem(monkeypatch)
     for extra, message in [
         (["--faults", "at 1s: h1 link delay 5ms"], "netem"),
         (["--faults", "at 1s: h1 link down", "--dilation", "10"], "dilation"),

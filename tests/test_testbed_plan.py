@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from genie import cli
 from genie.errors import TestbedError
-from genie.testbed import load_testbed, loads_testbed, netns, state
+from genie.testbed import dumps_testbed, load_testbed, loads_testbed, netns, state
 from genie.testbed.netns_plan import plan_up, ring_routes, tbf_params
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "testbed"
@@ -185,6 +186,59 @@ def test_every_shaped_port_sends_small_gso_packets() -> None:
     gso = [c.argv for c in plan.commands if "gso_max_size" in c.argv]
     tbf = [c.argv for c in plan.commands if "tbf" in c.argv]
     assert len(gso) == len(tbf) == 8 and all(a[-1] == "16384" for a in gso)
+
+
+LOSSY = """
+[testbed]
+name = "lossy"
+kind = "netns"
+netns_prefix = "genie-ly-"
+[topology]
+shape = "star"
+hosts = 2
+rate = "100mbit"
+latency = "2ms"
+jitter = "100us"
+loss = "0.1%"
+"""
+
+
+def test_delay_jitter_and_loss_put_netem_over_each_ends_tbf() -> None:
+    tb = loads_testbed(LOSSY)
+    lk = tb.links[0]
+    assert (lk.latency, lk.jitter, lk.loss) == pytest.approx((0.002, 1e-4, 0.001))
+    assert loads_testbed(dumps_testbed(tb)).links == tb.links  # round trip
+    lines = _lines(LOSSY)
+    netem = [ln for ln in lines if " netem " in ln]
+    tbf = [ln for ln in lines if " tbf " in ln]
+    assert len(netem) == len(tbf) == 4  # both ends of both links
+    assert netem[0] == (
+        "tc -n genie-ly-h0 qdisc replace dev eth0 root handle 1: netem limit 1000 "
+        "delay 2000us 100us loss 0.1%"
+    )
+    assert all("parent 1:1 handle 10: tbf rate 100000000bit" in ln for ln in tbf)
+    # netem holds what the link carries over the delay, twice, at full-size frames
+    fast = loads_testbed(LOSSY.replace('"100mbit"', '"10gbit"').replace('"2ms"', '"20ms"'))
+    limits = {ln.split()[12] for ln in _lines(dumps_testbed(fast)) if " netem " in ln}
+    assert limits == {str(math.ceil(2 * 10e9 / 8 * 0.0201 / 1514))}
+    plain = _lines(EXAMPLES / "netns-star.toml")
+    assert not any("netem" in ln for ln in plain)
+    for bad, message in [('loss = "1.5"', "fraction"), ('loss = "100%"', "below 100%")]:
+        with pytest.raises(TestbedError, match=message):
+            loads_testbed(LOSSY.replace('loss = "0.1%"', bad))
+
+
+def test_up_refuses_delay_and_loss_without_netem_and_builds_nothing(monkeypatch) -> None:
+    monkeypatch.setattr(netns, "NETEM_MODULE", Path("/nonexistent/sch_netem"))
+    fake = FakeIp()
+    fake.fail_on = " netem"  # this kernel has no sch_netem: tc refuses the qdisc
+    with pytest.raises(TestbedError, match=r"link h0-sw0 has latency.*needs netem"):
+        netns.up(loads_testbed(LOSSY), runner=fake)
+    assert fake.namespaces == [] and state.load_all() == []  # the probe's namespace is gone
+    assert any(c[:3] == ["ip", "netns", "add"] and c[3].endswith("netem-probe") for c in fake.calls)
+    ok = FakeIp()  # a kernel with netem: the testbed goes up with netem on its links
+    netns.up(loads_testbed(LOSSY), runner=ok)
+    assert sum(" netem " in shlex.join(c) for c in ok.calls) == 4 + 1  # links, then the probe
 
 
 def test_static_testbeds_are_not_built() -> None:

@@ -9,7 +9,7 @@ import shlex
 from genie.commands import _args as A
 from genie.commands import _softroce as softroce
 from genie.errors import TestbedError
-from genie.units import format_bytes
+from genie.units import format_bytes, format_seconds
 
 NO_DELAY_NOTE = (
     "note: links are rate-limited with tc tbf; no delay is emulated (this kernel has no netem)"
@@ -48,10 +48,13 @@ def _show(args: argparse.Namespace) -> int:
             h.netns or "-",
         )  # fmt: skip
     con.print(hosts)
-    links = Table("a", "b", "rate (10^9 bit/s)", "mtu", "queue")
+    links = Table("a", "b", "rate (10^9 bit/s)", "mtu", "queue", "latency", "jitter", "loss")
     for lk in tb.links:
         q = format_bytes(lk.queue_limit) if lk.queue_limit else "auto"
-        links.add_row(lk.a, lk.b, _gbit(lk.rate), str(lk.mtu), q)
+        links.add_row(
+            lk.a, lk.b, _gbit(lk.rate), str(lk.mtu), q, format_seconds(lk.latency),
+            format_seconds(lk.jitter), f"{lk.loss:.3%}",
+        )  # fmt: skip
     con.print(links)
     ih = tb.intra_host
     con.print(f"intra-host: {ih.bandwidth / 1e9:g} GB/s (10^9 B/s), {ih.latency * 1e6:g} us")

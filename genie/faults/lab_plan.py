@@ -89,6 +89,11 @@ def plan_lab(tb: Testbed, events: list[Event]) -> LabPlan:
             (h for h in tb.hosts if ev.target.startswith(h.name + "-")), key=lambda h: len(h.name)
         )
         iface = check_iface(ev.target[len(host.name) + 1 :])
+        if ev.action in ("delay", "loss"):
+            raise FaultError(
+                f"fault {ev.text!r}: {ev.action} faults run on netns testbeds; on lab hosts "
+                "genie applies rate and down only"
+            )
         if ev.action == "up":
             raise FaultError(
                 f"fault {ev.text!r}: on lab hosts every fault carries its own restore ('down "

@@ -23,7 +23,17 @@ def plan(value: str | None, tb: Testbed, dilation: float = 1.0) -> FaultPlan | L
 
     if dilation != 1:
         raise UsageError("--faults is timed on the wire: give no --dilation with it")
-    return faults.plan_faults(tb, faults.parse_schedule(faults.read_schedule(value)))
+    events = faults.parse_schedule(faults.read_schedule(value))
+    netem = [e for e in events if e.action in faults.NETEM]
+    if netem and tb.kind == "netns":
+        from genie.testbed.netns import netem_available
+
+        if not netem_available():
+            raise faults.FaultError(
+                f"fault {netem[0].text!r}: {netem[0].action} needs netem (sch_netem), which "
+                "this kernel lacks; genie does not fake it (rate, down and up run here)"
+            )
+    return faults.plan_faults(tb, events)
 
 
 def scheduler(
@@ -53,6 +63,10 @@ def widen_timeouts(timeouts: Timeouts | None, fault_plan: FaultPlan | LabPlan | 
         return t
     rates = [e.rate for e in fault_plan.events if e.action == "rate" and e.rate]
     slow = min([t.slow_rate, *rates])
-    downs = sum(1 for e in fault_plan.events if e.action == "down")
-    extra = fault_plan.down_s() + TCP_RECOVERY_S * downs
+    # a down, a delay or a loss each may cost TCP a backed-off retransmit timer; a delay its length
+    hits = sum(1 for e in fault_plan.events if e.action in ("down", "delay", "loss"))
+    delays = sum(
+        (e.delay or 0.0) + (e.jitter or 0.0) for e in fault_plan.events if e.action == "delay"
+    )
+    extra = fault_plan.down_s() + TCP_RECOVERY_S * hits + delays
     return dataclasses.replace(t, slow_rate=slow, outage_s=t.outage_s + extra)

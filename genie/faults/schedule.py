@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from msgspec.structs import replace
+
 from genie.errors import UnitError, UsageError
 from genie.testbed.model import Testbed
-from genie.testbed.netns_plan import Port, ip, link_ports, tbf
-from genie.units import format_seconds, parse_bandwidth, parse_duration
+from genie.testbed.netns_plan import Port, ip, link_ports, shape
+from genie.units import format_seconds, parse_bandwidth, parse_duration, parse_fraction
 
 if TYPE_CHECKING:
     from genie.faults.lab_plan import LabPlan
@@ -39,7 +41,10 @@ if TYPE_CHECKING:
 MAX_EVENTS = 64
 MAX_TIME_S = 600.0
 MAX_FILE_BYTES = 64 * 1024
-NETEM = ("loss", "delay", "jitter", "duplicate", "corrupt", "reorder")
+MAX_DELAY_S = 10.0  # a delay fault's most, one way per link end
+MAX_LOSS = 0.5  # a loss fault below this fraction (TCP barely moves above it)
+NETEM = ("delay", "loss")  # need sch_netem
+UNSUPPORTED = ("jitter", "duplicate", "corrupt", "reorder")
 
 
 class FaultError(UsageError):
@@ -52,10 +57,13 @@ class Event:
 
     at_s: float
     target: str
-    action: str  # rate | down | up
+    action: str  # rate | delay | loss | down | up
     rate: float | None = None  # bytes/s
     for_s: float | None = None
     text: str = ""
+    delay: float | None = None  # s, one way per link end (delay)
+    jitter: float | None = None  # s (delay)
+    loss: float | None = None  # fraction of packets (loss)
 
 
 @dataclass(frozen=True)
@@ -147,10 +155,9 @@ def _parse_event(item: str) -> Event:
         raise FaultError(f"fault {item!r}: at {m['at']} is beyond {MAX_TIME_S:g} s")
     words = m["action"].split()
     verb = words[0].lower()
-    if verb in NETEM:
+    if verb in UNSUPPORTED:
         raise FaultError(
-            f"fault {item!r}: {verb} needs netem (sch_netem), which this kernel lacks; genie "
-            "does not fake it: only 'rate', 'down' and 'up' run here"
+            f"fault {item!r}: genie does not emulate {verb} (rate, delay, loss, down, up)"
         )
     rest, for_s = words[1:], None
     if len(rest) >= 2 and rest[-2].lower() == "for":
@@ -161,8 +168,29 @@ def _parse_event(item: str) -> Event:
         if not 0 < for_s <= MAX_TIME_S or at + for_s > MAX_TIME_S:
             raise FaultError(f"fault {item!r}: 'for' must be > 0 and end by {MAX_TIME_S:g} s")
         rest = rest[:-2]
-    rate = None
-    if verb == "rate":
+    rate = delay = jitter = loss = None
+    if verb == "delay":
+        if len(rest) not in (1, 2):
+            raise FaultError(f"fault {item!r}: use 'delay DURATION [JITTER]', e.g. 'delay 2ms'")
+        try:
+            delay = parse_duration(rest[0])
+            jitter = parse_duration(rest[1]) if len(rest) == 2 else 0.0
+        except UnitError as exc:
+            raise FaultError(f"fault {item!r}: {exc}") from None
+        if not (0 <= delay <= MAX_DELAY_S and 0 <= jitter <= delay):
+            raise FaultError(
+                f"fault {item!r}: a delay from 0 to {MAX_DELAY_S:g} s, jitter at most the delay"
+            )
+    elif verb == "loss":
+        if len(rest) != 1:
+            raise FaultError(f"fault {item!r}: use 'loss PERCENT', e.g. 'loss 1%'")
+        try:
+            loss = parse_fraction(rest[0])
+        except UnitError as exc:
+            raise FaultError(f"fault {item!r}: {exc}") from None
+        if loss >= MAX_LOSS:
+            raise FaultError(f"fault {item!r}: loss below {MAX_LOSS:.0%}")
+    elif verb == "rate":
         if len(rest) != 1:
             raise FaultError(f"fault {item!r}: use 'rate RATE', e.g. 'rate 100mbit'")
         try:
@@ -175,8 +203,8 @@ def _parse_event(item: str) -> Event:
         if verb == "up" and for_s is not None:
             raise FaultError(f"fault {item!r}: 'up' takes no 'for'")
     else:
-        raise FaultError(f"fault {item!r}: unknown action {verb!r} (rate, down, up)")
-    return Event(at, m["target"], verb, rate, for_s, item)
+        raise FaultError(f"fault {item!r}: unknown action {verb!r} (rate, delay, loss, down, up)")
+    return Event(at, m["target"], verb, rate, for_s, item, delay, jitter, loss)
 
 
 @dataclass(frozen=True)
@@ -240,12 +268,30 @@ def owner_of(tb: Testbed, link: int, end: int, owner: dict[str, str]) -> str:
     return owner.get(node, node)
 
 
-def _rate_cmds(ports: tuple[Port, Port], rate: float | None) -> tuple[tuple[str, ...], ...]:
-    """tbf on both ends at ``rate`` (None: each end's own rate from the testbed file)."""
-    return tuple(
-        tuple(tbf(p.netns, p.ifname, rate if rate is not None else p.rate, p.mtu, p.queue_limit))
-        for p in ports
-    )
+def _shape_cmds(ports: tuple[Port, Port], ev: Event | None) -> tuple[tuple[str, ...], ...]:
+    """Both ends as the testbed file has them, but for what ``ev`` sets (None: as the file)."""
+    out: list[tuple[str, ...]] = []
+    for p in ports:
+        if ev is not None and ev.rate is not None:
+            p = replace(p, rate=ev.rate)
+        if ev is not None and ev.delay is not None:
+            p = replace(p, delay=ev.delay, jitter=ev.jitter or 0.0)
+        if ev is not None and ev.loss is not None:
+            p = replace(p, loss=ev.loss)
+        out += [tuple(argv) for argv in shape(p)]
+    return tuple(out)
+
+
+def _fault_label(t: Target, ev: Event) -> str:
+    if ev.action == "rate":
+        assert ev.rate is not None
+        return f"{t.label} rate {ev.rate * 8 / 1e6:g} Mbit/s"
+    if ev.action == "delay":
+        assert ev.delay is not None
+        jit = f" +- {format_seconds(ev.jitter)}" if ev.jitter else ""
+        return f"{t.label} delay {format_seconds(ev.delay)}{jit} each way"
+    assert ev.loss is not None
+    return f"{t.label} loss {ev.loss:.3%} each way"
 
 
 def _link_cmd(p: Port, state: str) -> tuple[str, ...]:
@@ -272,11 +318,9 @@ def plan_faults(tb: Testbed, events: list[Event]) -> FaultPlan | LabPlan:
             continue
         if ev.action == "down" and ev.for_s is None:
             downed[(t.link, t.end)] = k
-        if ev.action == "rate":
-            assert ev.rate is not None
-            label = f"{t.label} rate {ev.rate * 8 / 1e6:g} Mbit/s"
-            steps.append(Step(ev.at_s, label, _rate_cmds(t.ports, ev.rate), k))
-            undo = _rate_cmds(t.ports, None)
+        if ev.action in ("rate", *NETEM):
+            steps.append(Step(ev.at_s, _fault_label(t, ev), _shape_cmds(t.ports, ev), k))
+            undo = _shape_cmds(t.ports, None)
         else:
             steps.append(Step(ev.at_s, f"{t.label} {ev.action}", (_link_cmd(end, ev.action),), k))
             undo = (_link_cmd(end, "up"),)
@@ -286,7 +330,7 @@ def plan_faults(tb: Testbed, events: list[Event]) -> FaultPlan | LabPlan:
     steps.sort(key=lambda s: s.at_s)  # stable: a window's end after what starts with it
     restore: list[tuple[str, ...]] = []
     for t in touched.values():
-        restore.extend(_rate_cmds(t.ports, None))
+        restore.extend(_shape_cmds(t.ports, None))
         restore.extend(_link_cmd(p, "up") for p in t.ports)
     return FaultPlan(events, steps, restore, _route_restore(tb, touched))
 

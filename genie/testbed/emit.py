@@ -78,4 +78,8 @@ def dumps_testbed(tb: Testbed) -> str:
             out.append(f"queue_limit = {lk.queue_limit}")
         if lk.latency:
             out.append(f"latency = {lk.latency!r}")
+        if lk.jitter:
+            out.append(f"jitter = {lk.jitter!r}")
+        if lk.loss:
+            out.append(f"loss = {lk.loss!r}")
     return "\n".join(out) + "\n"

@@ -34,7 +34,13 @@ from genie.testbed.model import (
     Testbed,
 )
 from genie.testbed.toml_lines import Path, format_path, key_lines, line_of
-from genie.units import parse_bandwidth, parse_duration, parse_ratio, parse_size
+from genie.units import (
+    parse_bandwidth,
+    parse_duration,
+    parse_fraction,
+    parse_ratio,
+    parse_size,
+)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
@@ -55,7 +61,7 @@ _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "ni
 _HOST_KEYS |= {"faults"}  # lab hosts: opt in to link faults (genie.faults.schedule)
 _NIC_KEYS = {"name", "data_addr", "device", "rdma_device"}
 MAX_NICS = 64
-_LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency"}
+_LINK_KEYS = {"a", "b", "rate", "mtu", "queue_limit", "latency", "jitter", "loss"}
 _TOPO_KEYS = {
     "shape",
     "hosts",
@@ -68,6 +74,8 @@ _TOPO_KEYS = {
     "mtu",
     "queue_limit",
     "latency",
+    "jitter",
+    "loss",
     "ranks_per_host",
     "rails",
 }
@@ -161,6 +169,17 @@ class _Ctx:
         if size <= 0:
             raise self.error((*path, key), "must be positive")
         return size
+
+    def get_loss(self, table: dict[str, Any], path: Path) -> float:
+        """``loss``: a fraction of packets ("0.1%" or 0.001), below 1."""
+        value = self.get(table, "loss", path, (str, int, float), 0.0)
+        try:
+            loss = parse_fraction(value)
+        except UnitError as exc:
+            raise self.error((*path, "loss"), str(exc)) from None
+        if not 0 <= loss < 1:
+            raise self.error((*path, "loss"), f"{value!r}: from 0 to below 100%")
+        return loss
 
     def get_queue(self, table: dict[str, Any], key: str, path: Path, rate: float) -> int | None:
         """A queue depth: bytes ("256KiB", 65536) or time at ``rate`` bytes/s ("2ms")."""
@@ -353,6 +372,8 @@ def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:
         mtu=ctx.get_mtu(lk, path, DEFAULT_MTU),
         queue_limit=ctx.get_queue(lk, "queue_limit", path, rate),
         latency=ctx.get_duration(lk, "latency", path, 0.0),
+        jitter=ctx.get_duration(lk, "jitter", path, 0.0),
+        loss=ctx.get_loss(lk, path),
     )
 
 
@@ -365,8 +386,16 @@ def _expand(
     rate = ctx.get_rate(topo, "rate", path)
     mtu = ctx.get_mtu(topo, path, DEFAULT_MTU)
     queue_limit = ctx.get_queue(topo, "queue_limit", path, rate)
-    latency = ctx.get_duration(topo, "latency", path, 0.0)
-    template = Link(a="", b="", rate=rate, mtu=mtu, queue_limit=queue_limit, latency=latency)
+    template = Link(
+        a="",
+        b="",
+        rate=rate,
+        mtu=mtu,
+        queue_limit=queue_limit,
+        latency=ctx.get_duration(topo, "latency", path, 0.0),
+        jitter=ctx.get_duration(topo, "jitter", path, 0.0),
+        loss=ctx.get_loss(topo, path),
+    )
     allowed = {
         "star": {"hosts"},
         "ring": {"hosts"},

@@ -101,7 +101,14 @@ class Link(msgspec.Struct, frozen=True, kw_only=True):
     rate: float  # bytes/s, each direction
     mtu: int = DEFAULT_MTU
     queue_limit: int | None = None  # bytes queued at each end before drops; None: chosen by genie
-    latency: float = 0.0  # s, per direction; for the cost model only (netns adds no delay)
+    latency: float = 0.0  # s, per direction; priced per hop; netns: netem delay at each end
+    jitter: float = 0.0  # s, netns: netem's delay variation at each end (not priced)
+    loss: float = 0.0  # fraction of packets dropped per direction, netns: netem (not priced)
+
+    @property
+    def impaired(self) -> bool:
+        """Whether a netns testbed needs netem for this link (delay, jitter or loss)."""
+        return self.latency > 0 or self.jitter > 0 or self.loss > 0
 
 
 class IntraHost(msgspec.Struct, frozen=True, kw_only=True):
@@ -186,7 +193,10 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
         switches = {lk.a for lk in self.links} | {lk.b for lk in self.links}
         several = len(set(self.switch_names()) & switches) > 1 or any(h.nics for h in self.hosts)
         text = f"{self.model_source}; {describe_wire(self)}"
-        return f"{text}; routing {self.routing.describe()}" if several else text
+        if any(lk.jitter > 0 or lk.loss > 0 for lk in self.links):
+            text += "; latency priced per hop, the links' jitter and loss emulated but not priced"
+        text = f"{text}; routing {self.routing.describe()}" if several else text
+        return text
 
     @property
     def identity(self) -> str:

@@ -80,6 +80,28 @@ def kernel_has_hash_seed() -> bool:
     return Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists()
 
 
+NETEM_PROBE = f"{NS_PREFIX}netem-probe"  # a scratch namespace, made and removed by the probe
+NETEM_MODULE = Path("/sys/module/sch_netem")
+
+
+def netem_available(runner: Runner = run_command) -> bool:
+    """Whether this kernel has netem (sch_netem): loaded, loadable, or built in (tried on a
+    scratch namespace's loopback, removed again)."""
+    if NETEM_MODULE.exists():
+        return True
+    if shutil.which("modprobe"):
+        runner(["modprobe", "-q", "sch_netem"], None)
+        if NETEM_MODULE.exists():
+            return True
+    if runner(["ip", "netns", "add", NETEM_PROBE], None).returncode != 0:
+        return False
+    try:
+        argv = ["tc", "-n", NETEM_PROBE, "qdisc", "add", "dev", "lo", "root", "netem"]
+        return runner([*argv, "delay", "1us"], None).returncode == 0
+    finally:
+        runner(["ip", "netns", "del", NETEM_PROBE], None)
+
+
 def tools_missing() -> list[str]:
     """Which of the tools netns testbeds need (ip, tc) are not installed."""
     return [t for t in ("ip", "tc") if shutil.which(t) is None]
@@ -149,6 +171,14 @@ def up(
     if missing:
         raise TestbedError(f"netns testbeds need {', '.join(missing)} (Debian: iproute2)")
     real = runner is run_command
+    impaired = [lk for lk in tb.links if lk.impaired]
+    if impaired and not netem_available(runner):
+        lk = impaired[0]
+        raise TestbedError(
+            f"link {lk.a}-{lk.b} has latency, jitter or loss: that needs netem (sch_netem), "
+            "which this kernel lacks; genie does not fake it: remove them from the testbed file "
+            "or run on a kernel with netem (Debian's has it)"
+        )
     plan = plan_up(
         tb,
         hash_seed=real and kernel_has_hash_seed(),

@@ -12,13 +12,16 @@ root. ``genie.testbed.netns`` applies a plan in one place. Layout of what gets b
   control link is ``ctl0``, a veth whose other end (``genie-<tag>c<i>``) is in the root
   namespace where the controller runs;
 - every data link is a veth pair shaped at both ends with ``tc tbf`` (rate, burst, queue
-  limit). No delay is added: this kernel has no netem (nor fq, fq_codel, prio or sfq: only
-  pfifo, bfifo, tbf and htb qdiscs exist here).
+  limit); a link with ``latency``, ``jitter`` or ``loss`` gets ``netem`` at each end as the
+  root with the tbf under it (delay first, then the rate), where the kernel has sch_netem
+  (``genie.testbed.netns`` refuses such a testbed in one line where it does not).
 - ring testbeds (host-to-host links) route over neighbours: the data address sits on ``lo`` as
   a /32, hosts forward, and each host has /32 routes the short way round.
 """
 
 from __future__ import annotations
+
+import math
 
 import msgspec
 
@@ -36,6 +39,9 @@ CONTROL_IF = "ctl0"
 # and a 36 KB bucket (4-host star, 200 Mbit/s, 8 iterations): ring all-reduce 256 KiB 1.006,
 # 4 MiB 1.009, 16 MiB 1.027; all-gather 1.011-1.031; all-to-all 4 and 16 MiB 1.02.
 GSO_MAX = 16384
+NETEM_HANDLE = "1:"  # a link end with delay or loss: netem at the root, tbf its child 10:
+TBF_HANDLE = "10:"
+NETEM_MIN_LIMIT = 1000  # packets (netem's own default)
 TBF_BURST_SECONDS = 0.001
 TBF_MIN_BURST = 2 * (GSO_MAX + 14)
 # Default queue: 16 ms of line rate (4 ms dropped GSO bursts: one flow 0.88 vs 0.95 of the
@@ -62,6 +68,14 @@ class Port(msgspec.Struct, frozen=True):
     rate: float
     mtu: int
     queue_limit: int | None
+    delay: float = 0.0  # s, netem at this end (0 with jitter and loss 0: no netem)
+    jitter: float = 0.0  # s
+    loss: float = 0.0  # fraction of packets
+
+    @property
+    def impaired(self) -> bool:
+        """Whether this end needs netem."""
+        return self.delay > 0 or self.jitter > 0 or self.loss > 0
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -113,13 +127,46 @@ def tbf_params(rate: float, mtu: int, queue_limit: int | None) -> tuple[int, int
     return bits, burst, limit
 
 
-def tbf(netns: str, dev: str, rate: float, mtu: int, queue_limit: int | None) -> list[str]:
-    """Shape ``dev``'s egress to ``rate`` bytes/s with a token bucket filter."""
+def tbf(
+    netns: str, dev: str, rate: float, mtu: int, queue_limit: int | None, under_netem: bool = False
+) -> list[str]:
+    """Shape ``dev``'s egress to ``rate`` bytes/s with a token bucket filter (the root qdisc,
+    or with ``under_netem`` the child of the netem root)."""
     bits, burst, limit = tbf_params(rate, mtu, queue_limit)
+    where = ["parent", f"{NETEM_HANDLE}1", "handle", TBF_HANDLE] if under_netem else ["root"]
     return [
-        "tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "tbf",
+        "tc", "-n", netns, "qdisc", "replace", "dev", dev, *where, "tbf",
         "rate", f"{bits}bit", "burst", str(burst), "limit", str(limit),
     ]  # fmt: skip
+
+
+def netem_limit(rate: float, mtu: int, delay: float, jitter: float) -> int:
+    """Packets netem holds: twice what the link carries over the delay at full-size frames."""
+    return max(NETEM_MIN_LIMIT, math.ceil(2 * rate * (delay + jitter) / (mtu + 14)))
+
+
+def netem(netns: str, dev: str, p: Port) -> list[str]:
+    """The netem root of ``dev``: ``p``'s delay (and jitter) and loss, the rate left to tbf."""
+    argv = [
+        "tc", "-n", netns, "qdisc", "replace", "dev", dev, "root", "handle", NETEM_HANDLE,
+        "netem", "limit", str(netem_limit(p.rate, p.mtu, p.delay, p.jitter)),
+        "delay", f"{round(p.delay * 1e6)}us",
+    ]  # fmt: skip
+    if p.jitter > 0:
+        argv.append(f"{round(p.jitter * 1e6)}us")
+    if p.loss > 0:
+        argv += ["loss", f"{p.loss * 100:.6g}%"]
+    return argv
+
+
+def shape(p: Port) -> list[list[str]]:
+    """What puts ``p``'s end in the state its fields say: tbf, or netem with tbf under it."""
+    if not p.impaired:
+        return [tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit)]
+    return [
+        netem(p.netns, p.ifname, p),
+        tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit, under_netem=True),
+    ]
 
 
 def sysctl(netns: str, key: str, value: str) -> list[str]:
@@ -148,7 +195,16 @@ def link_ports(tb: Testbed) -> dict[int, tuple[Port, Port]]:
         counters[node] = k + 1
         # a host's NIC k is eth<k>; ring hosts number their neighbour links
         name = f"p{k}" if node in switches else f"eth{k if ring else nic_of[node]}"
-        return Port(netns=ns, ifname=name, rate=lk.rate, mtu=lk.mtu, queue_limit=lk.queue_limit)
+        return Port(
+            netns=ns,
+            ifname=name,
+            rate=lk.rate,
+            mtu=lk.mtu,
+            queue_limit=lk.queue_limit,
+            delay=lk.latency,
+            jitter=lk.jitter,
+            loss=lk.loss,
+        )
 
     for i, lk in enumerate(tb.links):
         out[i] = (port(lk.a, lk), port(lk.b, lk))
@@ -262,7 +318,9 @@ def plan_up(tb: Testbed, hash_seed: bool = False, allowed_cc: frozenset[str] = f
             )
             if kind == "bridged" and p.netns in {s.netns for s in tb.switches}:
                 add(ip(p.netns, "link", "set", p.ifname, "master", BRIDGE), f"port {p.ifname}")
-            add(tbf(p.netns, p.ifname, p.rate, p.mtu, p.queue_limit), f"shape {p.ifname}")
+            what = f"netem and shape {p.ifname}" if p.impaired else f"shape {p.ifname}"
+            for argv in shape(p):
+                add(argv, what)
             add(ip(p.netns, "link", "set", p.ifname, "up"), f"{p.ifname} up")
     ports_of: dict[str, list[str]] = {}
     for p in all_ports:
