@@ -21,11 +21,12 @@ from __future__ import annotations
 import socket
 import struct
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from genie.collectives.topology import flow_hash
+# source ports per flow and parts per message: rules the controller and the model share
+from genie.collectives.connections import source_ports as source_ports
+from genie.collectives.connections import split_parts as split_parts
 from genie.wire.messages import DataOptions
 from genie_agent.dataplane.tcp_state import set_congestion
 
@@ -37,32 +38,7 @@ if TYPE_CHECKING:
 HANDSHAKE = struct.Struct("<4s16sIIHH")
 HANDSHAKE_MAGIC = b"GNI1"
 HDR = struct.Struct("<IIIIiIHHQQI")  # prog iter src dst tag seq part nparts off len crc
-# Source ports of data connections: fixed per flow, so a fabric that hashes the 5-tuple (ECMP)
-# puts a job's flows on the same paths every run. 20000..32767 lies below Linux's ephemeral
-# range (32768..60999), where the listeners' and other programs' ports come from.
-SOURCE_PORT_BASE = 20000
-SOURCE_PORT_SPAN = 12768
-SOURCE_PORT_TRIES = 16  # then the kernel picks one
 LINGER_ABORT = struct.pack("ii", 1, 0)  # close with a reset: no TIME_WAIT holds a fixed port
-
-
-def source_ports(src: int, dst: int, stream: int) -> Iterator[int]:
-    """The source ports connection ``stream`` of rank pair (src, dst) tries, in order."""
-    first = flow_hash(src, dst, stream) % SOURCE_PORT_SPAN
-    for j in range(SOURCE_PORT_TRIES):
-        yield SOURCE_PORT_BASE + (first + j) % SOURCE_PORT_SPAN
-
-
-def split_parts(nbytes: int, streams: int, min_part: int) -> list[tuple[int, int]]:
-    """Cut a message into (offset, length) parts, one per stream, each at least ``min_part``."""
-    k = max(1, min(streams, nbytes // max(1, min_part)))
-    base, extra = divmod(nbytes, k)
-    parts, off = [], 0
-    for i in range(k):
-        ln = base + (1 if i < extra else 0)
-        parts.append((off, ln))
-        off += ln
-    return parts
 
 
 def tune(sock: socket.socket, opts: DataOptions) -> None:
