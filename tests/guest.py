@@ -280,7 +280,9 @@ def run_in_guest(
             QEMU,
             "-accel",
             ACCEL,
-            *(["-cpu", "host"] if ACCEL == "kvm" else []),
+            # TCG's default CPU lacks what the venv's compiled wheels use (illegal instruction)
+            "-cpu",
+            "host" if ACCEL == "kvm" else "max",
             "-m",
             MEMORY,
             "-smp",
