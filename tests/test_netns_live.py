@@ -138,7 +138,7 @@ def test_up_with_agents_then_down_stops_them(tmp_path: Path, capsys) -> None:
     try:
         assert cli.main(["testbed", "up", str(path), "--agents"]) == 0
         out = capsys.readouterr().out
-        assert "no delay is emulated" in out
+        assert "no delay or loss is emulated" in out
         (rec,) = [st for _, st in state.load_all() if st is not None]
         assert [a.host for a in rec.agents] == ["h0", "h1"]
         procs = [psutil.Process(a.pid) for a in rec.agents]
@@ -214,4 +214,4 @@ def test_check_command_measures_every_neighbour_pair(tmp_path: Path, built, caps
     ratios = [float(r.split("│")[4]) for r in rows]
     assert all(0 < x <= 1.05 for x in ratios), ratios  # never above the set rate
     assert rc == (0 if min(ratios) >= 0.8 else 1)  # exit code says whether every link held up
-    assert "200.0" in out and "no delay is emulated" in out
+    assert "200.0" in out and "no delay or loss is emulated" in out

@@ -9,11 +9,21 @@ import shlex
 from genie.commands import _args as A
 from genie.commands import _softroce as softroce
 from genie.errors import TestbedError
+from genie.testbed.model import Testbed
 from genie.units import format_bytes, format_seconds
 
-NO_DELAY_NOTE = (
-    "note: links are rate-limited with tc tbf; no delay is emulated (this kernel has no netem)"
-)
+
+def wire_note(tb: Testbed) -> str:
+    """What the links add besides their rate: netem's delay, jitter and loss, or nothing."""
+    lks = [lk for lk in tb.links if lk.impaired]
+    if not lks:
+        return "note: links are rate-limited with tc tbf; no delay or loss is emulated (none set)"
+    lk = max(lks, key=lambda x: (x.latency, x.jitter, x.loss))
+    return (
+        f"note: links are rate-limited with tc tbf under netem: {len(lks)} of {len(tb.links)} "
+        f"links add delay, jitter or loss at each end (most: {format_seconds(lk.latency)} "
+        f"+- {format_seconds(lk.jitter)}, {lk.loss:.3%} loss)"
+    )
 
 
 def _rich_console():
@@ -97,7 +107,7 @@ def _up(args: argparse.Namespace) -> int:
         f"testbed {tb.name} is up: {len(tb.hosts)} host and {len(tb.switches)} switch "
         f"namespaces, {len(tb.links)} shaped links ({len(plan.commands)} commands)"
     )
-    con.print(NO_DELAY_NOTE)
+    con.print(wire_note(tb))
     if args.agents:
         try:
             started = netns.start_agents(tb, timeout=args.agent_timeout)
@@ -193,7 +203,7 @@ def _check(args: argparse.Namespace) -> int:
         )  # fmt: skip
     con = _rich_console()
     con.print(table)
-    con.print(NO_DELAY_NOTE)
+    con.print(wire_note(tb))
     return 0 if worst >= 0.8 else 1
 
 
@@ -212,8 +222,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "testbed",
         help="show testbed files; build and remove emulated (netns) testbeds",
         description="Testbeds are TOML files (see testbed/*.toml). netns testbeds are built "
-        "on this machine from network namespaces, veth pairs, bridges and tc tbf shaping. "
-        "No delay is emulated (no netem on this kernel).",
+        "on this machine from network namespaces, veth pairs, bridges and tc tbf shaping; a "
+        "link's latency, jitter and loss need netem (refused in one line where the kernel "
+        "lacks it).",
     )
     tsub = p.add_subparsers(dest="testbed_command", metavar="SUBCOMMAND", required=True)
     softroce.add_commands(tsub)  # `genie testbed softroce up|down|status`
