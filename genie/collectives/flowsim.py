@@ -1,16 +1,18 @@
 """A fluid event simulation of step programs: flows share resources, steps wait on deps.
 
 A SEND becomes a flow over a list of resources (links, or classes of links in the symmetric
-shortcut); a resource of capacity C whose flows weigh W in total gives each of them C / W
-(equal shares when every weight is 1; a weight is the fraction of the flow's bytes on that
-resource), and a flow runs at its tightest share. When the bytes are through the SEND completes
-(its buffer is free and the link is the next message's) and the message arrives after the route
-latency; the matching RECV completes then if it is ready (a RECV that becomes ready later
-completes at once). So latency overlaps with the next transmission, which is what pipelined
-chunks exploit. REDUCE and COPY take ``nbytes / compute_bandwidth`` (free when that is None).
-With a ``step_overhead`` every SEND, REDUCE and COPY first spends that long on its rank's CPU,
-one step after another (a rank's software handles one step at a time): the flow starts, or the
-compute begins, after it.
+shortcut); a resource of capacity C whose flows weigh W in total gives each of them C / W (equal
+shares when every weight is 1; a weight is the fraction of the flow's bytes on that resource),
+and a flow runs at its tightest share. A rank's messages to one peer over one route go out in
+order, one after another, as on a connection: a SEND that becomes ready while an earlier one on
+the same connection is on its way waits behind it (steps start in the order they became ready).
+When the bytes are through the SEND completes (its buffer is free and the connection is the next
+message's) and the message arrives after the route latency; the matching RECV completes then if
+it is ready (a RECV that becomes ready later completes at once). So latency overlaps with the
+next transmission, which is what pipelined chunks exploit. REDUCE and COPY take ``nbytes /
+compute_bandwidth`` (free when that is None). With a ``step_overhead`` every SEND, REDUCE and
+COPY first spends that long on its rank's CPU, one step after another (a rank's software handles
+one step at a time): the flow starts, or the compute begins, after it.
 
 Flows with the same resources and weights always run at the same rate, so they are kept as one
 *class* (processor sharing): the class tracks the bytes each of its flows has been served, and
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -149,7 +152,12 @@ class FlowSim:
         self.events = 0
         self.work = 0  # flow re-ratings so far
         self.max_work = max_work
-        self._ready: list[tuple[Instance, int, int]] = []
+        # steps made ready, started in the order they became ready (a rank's messages on one
+        # connection go out in that order)
+        self._ready: deque[tuple[Instance, int, int]] = deque()
+        # a connection (instance, rank, peer, route) with a message on its way -> the SENDs
+        # waiting behind it (step index, route latency)
+        self._line: dict[tuple[Instance, int, int, Resources], deque[tuple[int, float]]] = {}
 
     def add(self, inst: Instance) -> None:
         """Schedule an instance to start at ``inst.start``."""
@@ -193,7 +201,7 @@ class FlowSim:
                             self._ready.append((inst, r, i))
             ready = self._ready
             while ready:  # steps made ready by this event, started without recursion
-                self._start_step(*ready.pop())
+                self._start_step(*ready.popleft())
         for inst in self.instances:
             if inst.done != inst.total:
                 raise DeadlockError(_stuck(inst))
@@ -228,10 +236,18 @@ class FlowSim:
             else:
                 self._finish(inst, r, i)
 
-    def _send(self, inst: Instance, r: int, i: int) -> None:
-        """Put a SEND's message on its route (a flow, or straight to its latency)."""
+    def _send(
+        self, inst: Instance, r: int, i: int, route: tuple[Resources, float] | None = None
+    ) -> None:
+        """Put a SEND's message on its route (a flow, or straight to its latency), or behind
+        the message on the same connection (peer and route) still on its way."""
         st = inst.rank_steps[r][i]
-        res, lat = inst.route_of(r, st)
+        res, lat = route if route is not None else inst.route_of(r, st)
+        key = (inst, r, st.peer, res)
+        waiting = self._line.get(key)
+        if waiting is not None:
+            waiting.append((i, lat))
+            return
         inst.messages += 1
         inst.bytes_sent += st.nbytes
         if self.on_send is not None:
@@ -241,7 +257,20 @@ class FlowSim:
             self._push(self.now + lat, _ARRIVE, (inst, r, i))
             return
         flow = _Flow(inst, r, i, res, st.nbytes, lat)
+        self._line[key] = deque()
         self._add_flow(flow)
+
+    def _next_in_line(self, flow: _Flow) -> None:
+        """``flow``'s message is through: send those that waited behind it on its connection."""
+        inst, r = flow.inst, flow.rank
+        key = (inst, r, inst.rank_steps[r][flow.step].peer, flow.res)
+        waiting = self._line.pop(key)
+        while waiting:
+            i, lat = waiting.popleft()
+            self._send(inst, r, i, (flow.res, lat))
+            if key in self._line:  # that one is on its way: the rest wait behind it
+                self._line[key].extend(waiting)
+                return
 
     def _finish(self, inst: Instance, r: int, i: int) -> None:
         inst.done += 1
@@ -313,6 +342,7 @@ class FlowSim:
         self._finish(flow.inst, flow.rank, flow.step)
         self._push(self.now + flow.lat, _ARRIVE, (flow.inst, flow.rank, flow.step))
         self._rerate(touched)
+        self._next_in_line(flow)
 
     def _rerate(self, classes: set[_Class]) -> None:
         now = self.now
