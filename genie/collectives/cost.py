@@ -100,7 +100,7 @@ def _event_instance(
         a, b = hosts[r], hosts[st.peer]
         if topology.same_server(a, b):
             return ((("intra", spec.global_rank(r)), 1.0),), topology.intra_latency
-        return topology.flow_route(a, b, spec.global_rank(r), spec.global_rank(st.peer))
+        return topology.flow_route(a, b, spec.global_rank(r), spec.global_rank(st.peer), st.nbytes)
 
     steps = [program.steps(r) for r in range(program.n_ranks)]
     return Instance(

@@ -25,6 +25,12 @@ How traffic spreads over equal-cost paths is the ``routing`` policy (``Routing``
 ``flow_route`` gives the links a rank pair's traffic crosses with the fraction of its bytes on
 each (the resources the fluid models share); ``route`` is one deterministic path per host pair.
 
+Whatever the policy, paths learned from a real fabric override it for the flows they cover
+(``with_paths``: a ``genie.collectives.connections.FlowPaths``, e.g. the kernel's multipath
+hash read per flow on a netns fabric): a rank pair listed there loads the links its
+connections really take, a message of a given size on as many of them as the agent cuts it
+into; ``describe`` names where the paths came from.
+
 Two software terms are zero unless a calibration sets them (``genie.calibration``; ``derive``
 makes the calibrated copy): ``message_latency``, paid once by every message between hosts on top
 of its route's link latencies, and ``step_overhead``, the time a rank's software spends on each
@@ -38,10 +44,14 @@ import copy
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from genie.errors import TopologyError
+
+if TYPE_CHECKING:
+    from genie.collectives.connections import FlowPaths
 
 
 class Link(msgspec.Struct, frozen=True):
@@ -184,8 +194,9 @@ class Topology:
         self.model = ""
         self._dist_cache: dict[int, list[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._flow_cache: dict[tuple[int, int, int, int], tuple[tuple, float]] = {}
+        self._flow_cache: dict[tuple[int, int, int, int, int | None], tuple[tuple, float]] = {}
         self._observed: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+        self.paths: FlowPaths | None = None  # learned paths that override the policy
 
     # -- construction --------------------------------------------------------------------
 
@@ -283,19 +294,43 @@ class Topology:
         other._flow_cache = {}
         return other
 
+    def with_paths(self, paths: FlowPaths | None) -> Topology:
+        """This topology with the paths a fabric gives genie's connections (per rank pair;
+        ``None``: none): listed pairs take them whatever the routing policy, others follow it."""
+        other = copy.copy(self)
+        other.paths = paths if paths is not None and paths.paths else None
+        other._flow_cache = {}
+        return other
+
+    @property
+    def routes_by_rank(self) -> bool:
+        """Whether two rank pairs of one host pair may take different links (ECMP per flow on
+        a fabric with choices, or learned paths)."""
+        if self.paths is not None:
+            return True
+        return self.routing.policy == "ecmp" and self.kind not in ("star", "full", "ring")
+
     def flow_route(
-        self, src_host: int, dst_host: int, src_rank: int, dst_rank: int
+        self,
+        src_host: int,
+        dst_host: int,
+        src_rank: int,
+        dst_rank: int,
+        nbytes: float | None = None,
     ) -> tuple[tuple[tuple[int, float], ...], float]:
         """((link id, fraction of the pair's bytes on it), ...) and the latency of the pair.
 
-        Under ``ecmp`` the pair's ``flows`` flows are hashed onto paths one by one, each with an
-        equal part of the bytes; under ``spray`` the bytes split evenly at every hop; under
-        ``pinned`` the host pair's one ``route``. The latency is the slowest path's. Endpoints
-        of one server (its NICs) use the intra-host path.
+        With learned paths (``with_paths``) for the rank pair: its connections' paths, a message
+        of ``nbytes`` (None: a large one) on as many as the agent cuts it into. Else under
+        ``ecmp`` the pair's ``flows`` flows are hashed onto paths one by one, each with an equal
+        part of the bytes; under ``spray`` the bytes split evenly at every hop; under ``pinned``
+        the host pair's one ``route``. The latency is the slowest path's. Endpoints of one
+        server (its NICs) use the intra-host path.
         """
         if self.server_of[src_host] == self.server_of[dst_host]:
             return (), self.intra_latency
-        key = (src_host, dst_host, src_rank, dst_rank)
+        parts = None if self.paths is None else self.paths.parts(src_rank, dst_rank, nbytes)
+        key = (src_host, dst_host, src_rank, dst_rank, parts)
         hit = self._flow_cache.get(key)
         if hit is not None:
             return hit
@@ -303,7 +338,13 @@ class Topology:
         weights: dict[int, float] = {}
         lat = 0.0
         seen = self._observed.get((src_host, dst_host))
-        if seen:
+        if parts is not None:
+            assert self.paths is not None
+            for path, share in self.paths.shares(src_rank, dst_rank, parts):
+                for lid in path:
+                    weights[lid] = weights.get(lid, 0.0) + share
+                lat = max(lat, self.route_latency(path))
+        elif seen:
             for path in seen:
                 for lid in path:
                     weights[lid] = weights.get(lid, 0.0) + 1.0 / len(seen)
@@ -387,7 +428,10 @@ class Topology:
 
     @property
     def symmetry(self) -> str | None:
-        """'star', 'full' or 'ring' when every host sees the same uniform network, else None."""
+        """'star', 'full' or 'ring' when every host sees the same uniform network, else None
+        (also with learned paths: they may tell rank pairs apart)."""
+        if self.paths is not None:
+            return None
         return self.kind if self.kind in ("star", "full", "ring") else None
 
     def describe(self) -> str:
@@ -402,6 +446,8 @@ class Topology:
         )
         if self.kind not in ("star", "full", "ring"):
             text += f"; routing {self.routing.describe()}"
+        if self.paths is not None:
+            text += f"; paths {self.paths.describe()}, other pairs as the routing says"
         return f"{text}, {self.model}" if self.model else text
 
     def derive(

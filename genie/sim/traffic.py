@@ -139,16 +139,13 @@ class TopologyPricer(UnevenPricing, CachedPricer):
         lat = float(self.topology.intra_latency) if same.any() else 0.0
         if (~same).any():
             # one path set per host pair where routing cannot tell ranks apart, else per rank pair
-            by_rank = self.topology.routing.policy == "ecmp" and self.topology.kind not in (
-                "star",
-                "full",
-                "ring",
-            )
+            by_rank = self.topology.routes_by_rank
             ends = np.stack([src[~same], dst[~same]] if by_rank else [hs[~same], hd[~same]], 1)
             pairs, counts = np.unique(ends, axis=0, return_counts=True)
+            message = per_edge / max(1, steps)  # bytes of each message an edge carries
             for (a, b), c in zip(pairs.tolist(), counts.tolist(), strict=True):
                 ha, hb = (int(self.host_of[a]), int(self.host_of[b])) if by_rank else (a, b)
-                res, rlat = self.topology.flow_route(ha, hb, a, b)
+                res, rlat = self.topology.flow_route(ha, hb, a, b, message)
                 if res:
                     lids, ws = zip(*res, strict=True)
                     parts.append(np.asarray(lids, np.int64))
