@@ -20,6 +20,7 @@ from genie import progress
 from genie.controller.admission import check_memory
 from genie.controller.results import Instance, spread
 from genie.faults.run import scheduler, widen_timeouts
+from genie.live.paths import learn_paths, with_paths
 from genie.live.plan import OpListPlan, describe_payload
 from genie.live.run import Pass
 from genie.live.stored import live_run, replay_all, wire_notes
@@ -233,9 +234,14 @@ def run_overlapped(
         # line, before any Prepare makes an agent allocate
         check_memory(plan.peak_bytes(agents, payload), {a: h.facts for a, h in run.hellos.items()})
 
+        options = plan.data_options(tb.routing.flows, payload, tb.tcp.congestion_control)
+        learned: list = []  # the paths the fabric gives the job's connections, once they are up
+
         def on_pass(j, p) -> None:
             bar.advance()
             bar.describe(f"run {j + 1}: {p.makespan_s / k:.4g} s")
+            if j == 0:
+                learned.append(learn_paths(tb, models.nominal, ends, plan, options))
 
         assert run.ctl is not None  # StoredRun connected it on entering
         with contextlib.ExitStack() as undo:
@@ -250,7 +256,7 @@ def run_overlapped(
                 iters=iterations,
                 warmup=warmup,
                 on_pass=on_pass,
-                options=plan.data_options(tb.routing.flows, payload, tb.tcp.congestion_control),
+                options=options,
                 on_start=sched.start if sched else None,
             )
         fault_doc = None
@@ -264,6 +270,8 @@ def run_overlapped(
             spec = plan.program_of(iid).spec
             run.add_instances(spec, _instances_of(plan, where, passes, warmup, iid))
     run_id = run.run_id
+    paths, paths_note = learned[0] if learned else (None, None)
+    models = with_paths(models, paths)
     medians = {iid: t / k for iid, t in instance_medians(passes, warmup).items()}
     model_backends = models.backends(ends, cw.n_ranks, algos, chunks, cw.instances.splits)
 
@@ -324,7 +332,7 @@ def run_overlapped(
         for j, p in enumerate(passes)
     ]
     network = f"{model_backends[0].pricer.describe()}; model of {models.nominal_label}"
-    notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry)] if n]
+    notes = [n for n in [models.dilation_note(cw, ends, algos, chunks, symmetry), paths_note] if n]
     wire = [plan.describe_order(), *wire_notes(tb, agents, plan.n_channels)]
     wire.append(describe_payload(payload))
     facts = {a: h.facts for a, h in run.hellos.items()}

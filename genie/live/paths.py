@@ -1,0 +1,61 @@
+"""Which paths the model prices a live run on: the fabric's own, learned while the job runs.
+
+On a netns fabric whose switches hash flows over equal-cost paths, the paths of the job's
+connections are read from the switches once the connections are up
+(``genie.testbed.flows.kernel_paths``) and the models the run is compared with price every
+rank pair on them (``Topology.with_paths``); elsewhere the model's own routing stands. Either
+way the run's notes say which applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from genie.collectives.connections import FlowPaths, pair_channels
+from genie.errors import GenieError
+from genie.live.compare import Models
+from genie.live.plan import OpListPlan
+from genie.testbed import flows
+from genie.testbed.model import Testbed
+from genie.wire.messages import DataOptions
+
+OWN_HASH = "the model's own ECMP hash"
+
+
+def learn_paths(
+    tb: Testbed,
+    topology: object,
+    rank_endpoints: Sequence[str],
+    plan: OpListPlan,
+    options: DataOptions,
+) -> tuple[FlowPaths | None, str | None]:
+    """(paths, note) for a job whose connections are up: the fabric's where ``tb`` is a netns
+    fabric with a choice of paths, else none; a failure to read them is a note, not an error."""
+    if not flows.has_choices(tb):
+        return None, None
+    try:
+        paths = flows.kernel_paths(
+            tb,
+            topology,
+            rank_endpoints,
+            options.streams,
+            options.channels,
+            pair_channels(plan.programs, plan.channels),
+            options.min_part,
+        )
+    except GenieError as exc:
+        return None, f"model paths: {OWN_HASH} (the fabric's could not be read: {exc})"
+    return paths, f"model paths: {paths.describe()}"
+
+
+def with_paths(models: Models, paths: FlowPaths | None) -> Models:
+    """``models`` pricing on ``paths`` (unchanged for None)."""
+    if paths is None:
+        return models
+    return dataclasses.replace(
+        models,
+        nominal=models.nominal.with_paths(paths),
+        calibrated=None if models.calibrated is None else models.calibrated.with_paths(paths),
+        lab=models.lab.with_paths(paths),
+    )
