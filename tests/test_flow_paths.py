@@ -71,8 +71,10 @@ def _names(topo) -> dict[str, int]:
 
 
 def _via(topo, spine: str, a: str = "h0", b: str = "h1") -> tuple[int, ...]:
+    """The link ids from host ``a`` through ``spine`` to host ``b`` (on another leaf)."""
     n = _names(topo)
-    la, lb = ("leaf0", "leaf1") if a == "h0" else ("leaf1", "leaf0")
+    leaf = {lk.src: lk.dst for lk in topo.links if lk.src.startswith("h")}
+    la, lb = leaf[a], leaf[b]
     return tuple(n[x] for x in (f"{a}->{la}", f"{la}->{spine}", f"{spine}->{lb}", f"{lb}->{b}"))
 
 
@@ -235,3 +237,31 @@ def test_kernel_paths_walk_each_connection_both_ways() -> None:
     # one ip -batch per switch and hop (2 per hop here), not one process per flow and hop
     batches = [c for c in fake.calls if "-batch" in c]
     assert len(batches) == 3 * 2
+
+
+def test_jobs_links_are_the_run_togethers_and_paths_of_other_hosts_do_not_apply() -> None:
+    """Two 2-rank jobs across the leaves; the paths learned for the run together put job A
+    (global ranks 0, 1) on spine0 and B (ranks 2, 3) on spine1: no link carries both, though
+    B alone (ranks 0, 1 on its own hosts) would not take A's learned paths."""
+    from genie.sim.adapter import compile_workload
+    from genie.sim.job_report import job_link_bytes
+    from genie.sim.jobs import JobSpec, merge_jobs
+    from genie.sim.program_pricer import ProgramPricer
+    from genie.workload.generators import data_parallel
+
+    topo = leaf_spine(2, 2, 2, 1e9, 0.0)  # h0, h1 on leaf0; h2, h3 on leaf1
+    cw = compile_workload(data_parallel(2, layers=1, hidden=64, bucket_bytes=2**30))
+    merged, jm = merge_jobs([JobSpec("A", cw, (0, 2)), JobSpec("B", cw, (1, 3))])
+    paths = {}
+    pairs = (((0, 1), ("h0", "h2"), "spine0"), ((2, 3), ("h1", "h3"), "spine1"))
+    for (r, q), (a, b), spine in pairs:
+        fwd, back = _via(topo, spine, a, b), _via(topo, spine, b, a)
+        paths[(r, q)], paths[(q, r)] = ((fwd, fwd),), ((back, back),)
+    seen = topo.with_paths(FlowPaths(paths, "learned"))
+    per_job = job_link_bytes(jm, merged, ProgramPricer(seen, jm.placement, 4))
+    n = _names(topo)
+    for k, (mine, other) in enumerate((("spine0", "spine1"), ("spine1", "spine0"))):
+        assert per_job[k][n[f"leaf0->{mine}"]] > 0 and per_job[k][n[f"leaf1->{mine}"]] > 0
+        assert per_job[k][n[f"leaf0->{other}"]] == 0 == per_job[k][n[f"leaf1->{other}"]]
+    # B alone is ranks 0 and 1 on hosts h1, h3: the paths learned for ranks 0, 1 ran h0 -> h2
+    assert seen.flow_route(1, 3, 0, 1) == topo.flow_route(1, 3, 0, 1)

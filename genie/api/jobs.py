@@ -82,5 +82,5 @@ def simulate_jobs(
     rep.notes.append(f"{len(jm.jobs)} jobs on one fabric; groups are named JOB/GROUP")
     if pert:
         rep.notes.append(f"stragglers/jitter (global ranks): {pert.describe()}")
-    doc = jobs_doc(jm, raw, rep, be, pricer, alone, spec.workloads())
+    doc = jobs_doc(jm, raw, rep, be, pricer, alone, spec.workloads(), merged)
     return Simulation(merged, describe(pricer), [rep], None, facts, [raw], doc)

@@ -338,9 +338,11 @@ class Topology:
         weights: dict[int, float] = {}
         lat = 0.0
         seen = self._observed.get((src_host, dst_host))
-        if parts is not None:
-            assert self.paths is not None
-            for path, share in self.paths.shares(src_rank, dst_rank, parts):
+        flows = (
+            [] if parts is None else self._learned(src_host, dst_host, src_rank, dst_rank, parts)
+        )
+        if flows:
+            for path, share in flows:
                 for lid in path:
                     weights[lid] = weights.get(lid, 0.0) + share
                 lat = max(lat, self.route_latency(path))
@@ -366,6 +368,17 @@ class Topology:
         if len(self._flow_cache) < 1_000_000:
             self._flow_cache[key] = hit
         return hit
+
+    def _learned(
+        self, s: int, d: int, src_rank: int, dst_rank: int, parts: int
+    ) -> list[tuple[tuple[int, ...], float]]:
+        """The learned (path, share) of a message between the rank pair, [] unless every path
+        runs from host ``s`` to host ``d`` (paths learned for other hosts do not apply)."""
+        assert self.paths is not None
+        flows = self.paths.shares(src_rank, dst_rank, parts)
+        ends = (self.hosts[s], self.hosts[d])
+        ok = all(p and (self.links[p[0]].src, self.links[p[-1]].dst) == ends for p, _ in flows)
+        return flows if ok else []
 
     def _next_hops(self, v: int, dist: list[int]) -> list[int]:
         return [

@@ -51,6 +51,7 @@ def wire_doc(
         together.backends[1].pricer,
         [(j.name, a.backends[1], a.reports[1]) for j, a in zip(jm.jobs, alone, strict=True)],
         prefixes,
+        together.compiled,
     )
     measured = job_times(jm, together.raws[0])
     for k, (row, job) in enumerate(zip(model["jobs"], jm.jobs, strict=True)):
