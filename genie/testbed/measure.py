@@ -1,4 +1,6 @@
-"""Measure TCP rates between hosts of a netns testbed with the bounded rate probe."""
+"""Measure a netns testbed: TCP rates between hosts with the bounded rate probe
+(``measure_flows``), and the bytes every link has carried (``link_tx_bytes``: the sending
+end's interface counters, read in its namespace)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import msgspec
 
 from genie.errors import TestbedError
 from genie.testbed.model import Testbed
-from genie.testbed.netns import netns_exec
+from genie.testbed.netns import Runner, netns_exec, run_command
 
 PROBE = [sys.executable, "-m", "genie.testbed.rateprobe"]
 
@@ -110,3 +112,24 @@ def measure_flows(
                 p.kill()
         for p in procs:
             p.wait(timeout=5)
+
+
+def link_tx_bytes(tb: Testbed, runner: Runner = run_command) -> dict[str, int]:
+    """Bytes each direction of every link of ``tb`` has sent so far, by topology link name
+    (``a->b``: the transmit counter of ``a``'s interface on that link)."""
+    from genie.testbed.netns_plan import link_ports
+
+    stats: dict[str, dict[str, int]] = {}
+    out: dict[str, int] = {}
+    for i, ends in link_ports(tb).items():
+        lk = tb.links[i]
+        for port, (a, b) in zip(ends, ((lk.a, lk.b), (lk.b, lk.a)), strict=True):
+            if port.netns not in stats:
+                res = runner(["ip", "-j", "-s", "-n", port.netns, "link", "show"], None)
+                if res.returncode != 0:
+                    raise TestbedError(f"ip link in {port.netns} failed: {res.stderr.strip()}")
+                stats[port.netns] = {
+                    d["ifname"]: int(d["stats64"]["tx"]["bytes"]) for d in json.loads(res.stdout)
+                }
+            out[f"{a}->{b}"] = stats[port.netns][port.ifname]
+    return out
