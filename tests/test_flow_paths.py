@@ -265,3 +265,113 @@ def test_jobs_links_are_the_run_togethers_and_paths_of_other_hosts_do_not_apply(
         assert per_job[k][n[f"leaf0->{other}"]] == 0 == per_job[k][n[f"leaf1->{other}"]]
     # B alone is ranks 0 and 1 on hosts h1, h3: the paths learned for ranks 0, 1 ran h0 -> h2
     assert seen.flow_route(1, 3, 0, 1) == topo.flow_route(1, 3, 0, 1)
+
+
+# -- a lab fabric's path map ----------------------------------------------------------------
+
+LAB = """
+[testbed]
+name = "lab-ls"
+kind = "static"
+[routing]
+paths = "paths.toml"
+[[hosts]]
+name = "h0"
+control = "10.0.0.1:7000"
+data_addr = "10.1.0.1"
+[[hosts]]
+name = "h1"
+control = "10.0.0.2:7000"
+data_addr = "10.1.0.2"
+[[switches]]
+name = "leaf0"
+[[switches]]
+name = "leaf1"
+[[switches]]
+name = "spine0"
+[[switches]]
+name = "spine1"
+[[links]]
+a = "h0"
+b = "leaf0"
+rate = "100gbit"
+[[links]]
+a = "h1"
+b = "leaf1"
+rate = "100gbit"
+[[links]]
+a = "leaf0"
+b = "spine0"
+rate = "50gbit"
+[[links]]
+a = "leaf0"
+b = "spine1"
+rate = "50gbit"
+[[links]]
+a = "leaf1"
+b = "spine0"
+rate = "50gbit"
+[[links]]
+a = "leaf1"
+b = "spine1"
+rate = "50gbit"
+"""
+
+PATHS = """
+source = "port counters of leaf0 and leaf1"
+[[pair]]
+from = "h0"
+to = "h1"
+paths = [["leaf0", "spine1", "leaf1"], ["leaf0", "spine1", "leaf1"]]
+"""
+
+
+def test_a_lab_testbeds_path_map_routes_the_pairs_it_lists(tmp_path) -> None:
+    from genie.testbed import load_testbed
+    from genie.testbed.pathmap import load_path_map
+
+    (tmp_path / "paths.toml").write_text(PATHS)
+    (tmp_path / "lab.toml").write_text(LAB)
+    tb = load_testbed(tmp_path / "lab.toml")
+    assert tb.routing.paths == str((tmp_path / "paths.toml").resolve())
+    topo = tb.to_topology()
+    n = _names(topo)
+    for a, b, up in ((0, 1, "leaf0->spine1"), (1, 0, "leaf1->spine1")):  # reverse: backwards
+        w = dict(topo.flow_route(a, b, a, b)[0])
+        assert w[n[up]] == pytest.approx(1.0) and n[up.replace("1", "0", 1)] not in w
+    assert "path map" in topo.describe() and "path map" in tb.model_note()
+    _, source = load_path_map(tb.routing.paths, topo)
+    assert source == "port counters of leaf0 and leaf1"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[pair]]\nfrom = "h0"\nto = "h9"\npaths = [["leaf0"]]\n', "unknown host"),
+        ('[[pair]]\nfrom = "h0"\nto = "h1"\npaths = [["leaf0", "leaf1"]]\n',
+         "no link leaf0->leaf1"),
+        (PATHS + '[[pair]]\nfrom = "h1"\nto = "h0"\npaths = [["leaf1", "spine0", "leaf0"]]\n',
+         "listed twice"),
+        ('[[pair]]\nfrom = "h0"\nto = "h1"\npaths = []\n', "non-empty"),
+        ("colour = 1\n", "unknown keys colour"),
+    ],
+)  # fmt: skip
+def test_a_bad_path_map_is_one_line_naming_the_pair(tmp_path, body, message) -> None:
+    from genie.errors import TestbedError
+    from genie.testbed import load_testbed
+
+    (tmp_path / "paths.toml").write_text(body)
+    (tmp_path / "lab.toml").write_text(LAB)
+    tb = load_testbed(tmp_path / "lab.toml")
+    with pytest.raises(TestbedError, match=message) as err:
+        tb.to_topology()
+    assert "\n" not in str(err.value) and "paths.toml" in str(err.value)
+
+
+def test_a_missing_path_map_is_refused_where_the_testbed_names_it(tmp_path) -> None:
+    from genie.errors import TestbedError
+    from genie.testbed import load_testbed
+
+    (tmp_path / "lab.toml").write_text(LAB)
+    with pytest.raises(TestbedError, match=r"lab.toml:\d+.*routing.paths.*does not exist"):
+        load_testbed(tmp_path / "lab.toml")

@@ -77,6 +77,9 @@ class Routing(msgspec.Struct, frozen=True, kw_only=True):
     channels: int = DEFAULT_CHANNELS  # NCCL channels: each its own connection per rank pair
     qps: int = DEFAULT_QPS  # queue pairs (or sockets) per connection
     seed: int = 0
+    # a path map file (``genie.testbed.pathmap``): the paths of the host pairs it lists, as the
+    # user or the switches' counters say the fabric routes them; "" for none
+    paths: str = ""
 
     def __post_init__(self) -> None:
         if self.policy not in ROUTING_POLICIES:
@@ -96,13 +99,17 @@ class Routing(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         """One phrase for reports."""
         if self.policy == "ecmp":
-            return (
+            text = (
                 f"ECMP per flow ({self.channels} channels x {self.qps} QP = {self.flows} flows "
                 f"per rank pair, seed {self.seed})"
             )
-        if self.policy == "spray":
-            return "per-packet spraying (ideal load balance)"
-        return "pinned paths per host pair (one path each, as in wave 1)"
+        elif self.policy == "spray":
+            text = "per-packet spraying (ideal load balance)"
+        else:
+            text = "pinned paths per host pair (one path each, as in wave 1)"
+        if self.paths:
+            text += f"; the host pairs listed in path map {self.paths} on its paths"
+        return text
 
 
 _M64 = (1 << 64) - 1

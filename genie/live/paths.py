@@ -31,9 +31,11 @@ def learn_paths(
     options: DataOptions,
 ) -> tuple[FlowPaths | None, str | None]:
     """(paths, note) for a job whose connections are up: the fabric's where ``tb`` is a netns
-    fabric with a choice of paths, else none; a failure to read them is a note, not an error."""
+    fabric with a choice of paths, else none (the note then says what the model's paths are
+    where they depend on the flow: the testbed's path map, or the model's own hash); a failure
+    to read them is a note, not an error."""
     if not flows.has_choices(tb):
-        return None, None
+        return None, _static_note(tb, topology)
     try:
         paths = flows.kernel_paths(
             tb,
@@ -59,3 +61,29 @@ def with_paths(models: Models, paths: FlowPaths | None) -> Models:
         calibrated=None if models.calibrated is None else models.calibrated.with_paths(paths),
         lab=models.lab.with_paths(paths),
     )
+
+
+def _static_note(tb: Testbed, topology: object) -> str | None:
+    """What the model's paths are on a testbed genie cannot read them from."""
+    routing = tb.routing
+    if routing.paths:
+        from genie.testbed.pathmap import read_path_map
+
+        try:
+            source = read_path_map(routing.paths).get("source", "")
+        except GenieError:
+            source = ""
+        return (
+            f"model paths: the testbed's path map {routing.paths}"
+            + (f" ({source})" if source else "")
+            + "; host pairs it does not list: "
+            + (OWN_HASH if routing.policy == "ecmp" else routing.describe())
+        )
+    if tb.kind == "netns":  # bridged, or routed with one path per pair: nothing to choose
+        return None
+    if getattr(topology, "routes_by_rank", False) and routing.policy == "ecmp":
+        return (
+            f"model paths: {OWN_HASH} ([routing] paths = FILE gives the fabric's own, "
+            "genie.testbed.pathmap)"
+        )
+    return None

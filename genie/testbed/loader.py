@@ -348,10 +348,22 @@ def _tcp(ctx: _Ctx, raw: Any) -> TcpSettings:
 
 
 def _routing(ctx: _Ctx, raw: Any) -> Routing:
-    """``[routing]``: policy (ecmp, spray, pinned), channels, qps, seed."""
+    """``[routing]``: policy (ecmp, spray, pinned), channels, qps, seed, and a path map file
+    (``paths``, relative to the testbed file: ``genie.testbed.pathmap``)."""
     path = ("routing",)
     t = ctx.table(raw, path)
-    ctx.check_keys(t, {"policy", "channels", "qps", "seed"}, path)
+    ctx.check_keys(t, {"policy", "channels", "qps", "seed", "paths"}, path)
+    paths = ctx.get(t, "paths", path, (str,), "")
+    if paths:
+        here = FsPath(ctx.source)
+        file = (
+            FsPath(paths)
+            if FsPath(paths).is_absolute() or not here.is_file()
+            else here.parent / paths
+        )
+        if not file.is_file():
+            raise ctx.error((*path, "paths"), f"path map {file} does not exist")
+        paths = str(file.resolve())
     policy = ctx.get_choice(t, "policy", path, ROUTING_POLICIES, "ecmp")
     channels = ctx.get_int(t, "channels", path, DEFAULT_CHANNELS, lo=1)
     qps = ctx.get_int(t, "qps", path, DEFAULT_QPS, lo=1)
@@ -359,7 +371,7 @@ def _routing(ctx: _Ctx, raw: Any) -> Routing:
     for key, v in (("channels", channels), ("qps", qps)):
         if v > 1024:
             raise ctx.error((*path, key), f"must be <= 1024, got {v}")
-    return Routing(policy=policy, channels=channels, qps=qps, seed=seed)
+    return Routing(policy=policy, channels=channels, qps=qps, seed=seed, paths=paths)
 
 
 def _link(ctx: _Ctx, lk: dict[str, Any], path: Path) -> Link:

@@ -142,6 +142,10 @@ def testbed_topology(tb: Testbed, wire: str = "payload") -> Topology:
         and [(lk.a, lk.b) for lk in tb.links] == [(h, tb.switches[0].name) for h in hosts]
     )
     topo.kind = "star" if star else ("leaf_spine" if _leafspine(tb) else "custom")
+    if routing.paths:  # the host pairs a path map lists take its paths
+        from genie.testbed.pathmap import load_path_map
+
+        topo = topo.with_observed_paths(load_path_map(routing.paths, topo)[0])
     return topo
 
 
