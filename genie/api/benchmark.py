@@ -38,6 +38,7 @@ from genie.errors import GenieError, UsageError
 from genie.faults.effect import fault_effect, fault_windows
 from genie.faults.run import plan as plan_faults
 from genie.faults.run import scheduler, widen_timeouts
+from genie.live.paths import probe_paths
 from genie.store import DEFAULT_STORE
 from genie.testbed import load_testbed
 from genie.testbed.model import Testbed
@@ -188,6 +189,12 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         # the sweep prepares one size at a time: its largest must fit each host's memory
         facts = {a: h.facts for a, h in run.hellos.items()}
         check_memory(one_at_a_time(programs, placement), facts)
+        paths_note = None
+        if topology is not None and programs:  # the model on the paths the fabric gives them
+            paths, paths_note = probe_paths(run.ctl, tb, topology, programs[0], placement, opts)
+            if paths is not None:
+                topology = topology.with_paths(paths)
+                calibrated = calibrated.with_paths(paths) if calibrated else None
         run_id, offsets = run.run_id, run.offsets
         what = f"{coll}/{algo} on {len(placement)} ranks"
         shown = progress.bar(what, len(programs), "sizes") if spec.progress else None
@@ -228,7 +235,7 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
                 run.update_meta(faults=faults)
         conditions = dict(run.ctl.conditions)
         retransmits = sum(run.ctl.retransmits.values()) if run.ctl.retransmits else -1
-    notes: list[str] = []
+    notes: list[str] = [paths_note] if paths_note else []
     lab = calibrated or topology
     if k != 1 and lab is not None:
         notes.append(_dilation_note(programs, placement, lab, k, cal, tb))

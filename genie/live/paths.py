@@ -2,9 +2,10 @@
 
 On a netns fabric whose switches hash flows over equal-cost paths, the paths of the job's
 connections are read from the switches once the connections are up
-(``genie.testbed.flows.kernel_paths``) and the models the run is compared with price every
-rank pair on them (``Topology.with_paths``); elsewhere the model's own routing stands. Either
-way the run's notes say which applied.
+(``genie.testbed.flows.kernel_paths``; ``learn_paths`` during an emulate run, ``probe_paths``
+before a bench sweep) and the models the run is compared with price every rank pair on them
+(``Topology.with_paths``); on a lab testbed its path map (``[routing] paths``) or else the
+model's own hash stands. Either way the run's notes say which applied.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from genie.collectives.connections import FlowPaths, pair_channels
+from genie.collectives.program import Program
+from genie.collectives.topology import Topology
+from genie.controller.session import Controller
 from genie.errors import GenieError
 from genie.live.compare import Models
 from genie.live.plan import OpListPlan
@@ -49,6 +53,35 @@ def learn_paths(
     except GenieError as exc:
         return None, f"model paths: {OWN_HASH} (the fabric's could not be read: {exc})"
     return paths, f"model paths: {paths.describe()}"
+
+
+def probe_paths(
+    ctl: Controller,
+    tb: Testbed,
+    topology: Topology,
+    program: Program,
+    placement: Sequence[str],
+    options: DataOptions,
+) -> tuple[FlowPaths | None, str | None]:
+    """(paths, note) for a sweep whose programs all open the same connections (one placement,
+    one set of streams): on a netns fabric with a choice of paths, ``program`` is prepared,
+    the paths its connections take are read, and it is released (no Go); else as
+    ``learn_paths`` says without preparing anything."""
+    if options.transport != "tcp" or not flows.has_choices(tb):
+        return None, _static_note(tb, topology)
+    ctl.prepare([program], list(placement), options)
+    try:
+        ends = tb.rank_endpoints(placement)
+        try:
+            paths = flows.kernel_paths(
+                tb, topology, ends, options.streams, options.channels,
+                pair_channels([program]), options.min_part,
+            )  # fmt: skip
+        except GenieError as exc:
+            return None, f"model paths: {OWN_HASH} (the fabric's could not be read: {exc})"
+        return paths, f"model paths: {paths.describe()}"
+    finally:
+        ctl.release()
 
 
 def with_paths(models: Models, paths: FlowPaths | None) -> Models:
