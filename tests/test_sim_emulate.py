@@ -99,6 +99,7 @@ def test_emulate_refuses_a_testbed_without_agents(tmp_path, capsys):
 
     tb.write_text(dumps_testbed(loopback_testbed(2, base_port=1)))
     args = ["emulate", str(prefix), "--testbed", str(tb), "--max-collectives", "0"]
+    args += ["--store", str(tmp_path / "runs.sqlite")]  # the failed run is stored: not in cwd
     assert main([*args, "--mode", "isolated"]) == 2  # refused before any agent is asked
     assert "distinct collectives" in capsys.readouterr().err
     # overlapped runs any number of distinct collectives: it gets as far as the agents
