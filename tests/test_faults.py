@@ -148,7 +148,7 @@ def test_lab_hosts_refuse_delay_and_loss() -> None:
     lab = loads_testbed(
         '[testbed]\nname = "lab"\nkind = "static"\n[topology]\nshape = "star"\n'
         'rate = "10gbit"\n[[hosts]]\nname = "a"\ncontrol = "10.0.0.1:7000"\nnic = "e0"\n'
-        "faults = true\n[[hosts]]\nname = \"b\"\ncontrol = \"10.0.0.2:7000\"\n"
+        'faults = true\n[[hosts]]\nname = "b"\ncontrol = "10.0.0.2:7000"\n'
     )
     with pytest.raises(FaultError, match="run on netns testbeds"):
         plan_lab(lab, parse_schedule("at 1s: a-e0 delay 5ms for 1s"))

@@ -35,6 +35,8 @@ from genie.commands._faults import add_argument as add_faults_argument
 from genie.placement import MODES as PLACEMENTS
 from genie.store import DEFAULT_STORE
 
+DEFAULT_REPEATS = 3  # each size run three times over unless --repeats or --faults says otherwise
+
 
 def spec_from_args(args: argparse.Namespace) -> BenchSpec:
     """The ``BenchSpec`` of ``genie bench``'s command line."""
@@ -58,7 +60,7 @@ def spec_from_args(args: argparse.Namespace) -> BenchSpec:
         calibration=args.calibration,
         dilation=args.dilation,
         faults=args.faults,
-        repeats=args.repeats,
+        repeats=args.repeats or (1 if args.faults else DEFAULT_REPEATS),
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=True,  # genie.progress draws it only on a terminal, never with -q
@@ -162,9 +164,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--repeats",
         type=A.integer(1, 100),
-        default=3,
-        help="run each size this many times over (its own prepare, warm-up and iterations) and "
-        "say how far the repeats' p50s lie apart",
+        default=None,
+        help=f"run each size this many times over (its own prepare, warm-up and iterations) and "
+        f"say how far the repeats' p50s lie apart (default {DEFAULT_REPEATS}; 1 with --faults, "
+        "whose schedule is one pass in time)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
