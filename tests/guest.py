@@ -47,7 +47,8 @@ STEP_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 # PID 1 of the guest (run by the kernel from the read-only host root after the initrd
 # mounted it). The kernel's own mounts may already be there; /run and /tmp become tmpfs so
-# nothing of the host's shows through (its /run/netns above all).
+# nothing of the host's shows through (its /run/netns above all), but the checkout the
+# script runs in (which a CI clone may have under /tmp).
 INIT_SH = f"""#!/bin/sh
 # genie guest init (tests/guest.py): mount, run the script in {GUEST_CTL}, power off
 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -59,12 +60,18 @@ mkdir -p /dev/pts /dev/shm
 mountpoint -q /dev/pts || mount -t devpts devpts /dev/pts
 mountpoint -q /dev/shm || mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs -o mode=755 tmpfs /run
+mkdir -p {GUEST_CTL} /run/genie-host-tmp
+mount --bind /tmp /run/genie-host-tmp
 mount -t tmpfs -o mode=1777 tmpfs /tmp
-mkdir -p {GUEST_CTL}
 if mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 genieout {GUEST_CTL}; then
     cut -d' ' -f1 /proc/uptime > {GUEST_CTL}/boot_s
     ip link set lo up
     . {GUEST_CTL}/env.sh
+    # the checkout and cwd, where under the host's /tmp (a CI clone), show through
+    for top in $GENIE_GUEST_HOST_TMP; do
+        mkdir -p "/tmp/$top"
+        mount --bind "/run/genie-host-tmp/$top" "/tmp/$top"
+    done
     mkdir -p "$HOME" "$GENIE_GUEST_OUT"
     cd "$GENIE_GUEST_CWD" || cd /
     up=$(cut -d. -f1 /proc/uptime)
@@ -82,6 +89,17 @@ sync
 echo o > /proc/sysrq-trigger
 sleep 60
 """
+
+
+def _host_tmp_tops(*paths: Path) -> list[str]:
+    """The first components below /tmp of ``paths`` that lie there (the guest's /tmp is its
+    own tmpfs; these directories of the host's show through it)."""
+    tops = []
+    for p in paths:
+        parts = Path(os.path.abspath(p)).parts
+        if len(parts) > 2 and parts[1] == "tmp" and STEP_NAME.match(parts[2]):
+            tops.append(parts[2])
+    return sorted(set(tops))
 
 
 class GuestError(GenieError):
@@ -271,6 +289,7 @@ def run_in_guest(
             "GENIE_GUEST_OUT": f"{GUEST_CTL}/out",
             **(env or {}),
             "GENIE_GUEST_CWD": str(cwd),
+            "GENIE_GUEST_HOST_TMP": " ".join(_host_tmp_tops(REPO, cwd)),
             "GENIE_GUEST_DEADLINE": str(deadline),
         }
         (ctl / "env.sh").write_text(_env_sh(full_env))
