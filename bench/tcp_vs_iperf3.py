@@ -13,7 +13,7 @@ with blocking ``sendall``/``recv_into`` fed through queues; big messages (throug
 lock-step exchanges (latency).
 
     .venv/bin/python bench/tcp_vs_iperf3.py [--seconds 2] [--rounds 3] [--msg 64MiB] [--verify]
-                                            [--no-io]
+                                            [--payload real|lean] [--no-io]
 """
 
 from __future__ import annotations
@@ -92,11 +92,13 @@ def iperf3_rate(iperf: str, seconds: float, parallel: int) -> float:
         server.wait()
 
 
-def genie_rate(ctl, msg: int, seconds: float, streams: int, verify: bool) -> tuple[float, int]:
+def genie_rate(
+    ctl, msg: int, seconds: float, streams: int, verify: bool, payload: str = "real"
+) -> tuple[float, int]:
     """Throughput of a genie flow of ``msg``-byte messages back to back, bytes/s."""
     spec = ProgramSpec(collective="flow", algorithm="oneway", n_ranks=2, size=msg)
     prog = Program(spec, BUILTIN[("flow", "oneway")])
-    ctl.prepare([prog], ["h0", "h1"], DataOptions(streams=streams, verify=verify))
+    ctl.prepare([prog], ["h0", "h1"], DataOptions(streams=streams, verify=verify, payload=payload))
     try:
         probe = ctl.run(iters=2, warmup=1)  # size the run to ~``seconds``
         per = max(min(probe.times()), 1e-6)
@@ -190,6 +192,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds per mode")
     ap.add_argument("--msg", default="64MiB", help="genie message size (one step)")
     ap.add_argument("--verify", action="store_true", help="keep genie's CRC checks on")
+    ap.add_argument(
+        "--payload",
+        choices=("real", "lean"),
+        default="real",
+        help="genie's payload: real buffers (CRC over every byte with --verify) or lean "
+        "(one pattern region and sink; --verify checks each part's first 4 KiB)",
+    )
     ap.add_argument("--no-io", action="store_true", help="skip the threads-vs-selectors part")
     args = ap.parse_args()
     iperf = ensure_iperf3()
@@ -205,14 +214,16 @@ def main() -> int:
                 ips, ges = [], []
                 for _ in range(args.rounds):  # alternate, so load changes hit both alike
                     ips.append(iperf3_rate(iperf, args.seconds, streams))
-                    ges.append(genie_rate(ctl, msg, args.seconds, streams, args.verify)[0])
+                    ge = genie_rate(ctl, msg, args.seconds, streams, args.verify, args.payload)
+                    ges.append(ge[0])
                 rows.append((streams, ips, ges))
         finally:
             ctl.close()
             ctl.t.close()
     print(
         f"loopback 127.0.0.1, {os.cpu_count()} CPUs shared with other work; {ver}; "
-        f"genie message {args.msg}, CRC {'on' if args.verify else 'off'}; Gbit/s = 1e9 bit/s"
+        f"genie message {args.msg}, {args.payload} payload, CRC {'on' if args.verify else 'off'}; "
+        "Gbit/s = 1e9 bit/s"
     )
     print(
         f"median of {args.rounds} alternating rounds of {args.seconds:g} s each "
