@@ -307,7 +307,8 @@ def test_calibrate_prints_mape_before_and_after_and_its_json_is_the_calibration(
     assert main(["calibrate", *ids, "--store", str(path)]) == 0
     out = capsys.readouterr().out
     assert "MAPE" in out and "held back" in out and "every other size" in out
-    assert "step overhead" in out and "line rate" in out
+    assert "step overhead" in out and "of the payload rate" in out
+    assert "offered: held-back" in out
     with RunStore(path) as st:
         (stored,) = st.calibrations("calib-test")
     assert f"stored as calibration {stored['cal_id']} in" in out

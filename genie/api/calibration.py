@@ -6,7 +6,11 @@ part of them held back (``holdout``), the fit (``genie.calibration.fit``) and th
 (MAPE) on the held-back and the fit points, nominal and calibrated. With ``save`` the
 calibration is stored with the testbed in the run store (its ``cal_id`` set), for ``Fabric
 (calibration=ID)``, ``EmulateSpec.calibration`` and ``BenchSpec.calibration``. The result's
-``to_dict()`` is what ``genie calibrate --json`` prints.
+``to_dict()`` is what ``genie calibrate --json`` prints. The calibration records the identity
+of the fabric it was fitted on and the runs' wire conditions (it is applied only where both
+match), whether it is offered for ``--calibration latest`` and why. ``validate``: other runs
+(another topology or size range) the fitted parameters are judged on beside nominal, nothing
+fitted on them (``Calibration.validation``).
 
 ``calibrate_compute(CalibrateComputeSpec)`` is ``genie calibrate compute PREFIX --out NEW``: a
 workload's compute durations from its shapes (timed with PyTorch on a local accelerator when
@@ -23,12 +27,12 @@ from typing import Literal
 from genie import progress
 from genie.api.specs import Spec, bandwidth
 from genie.calibration.compute import DEVICES, Gemm, Rewrite, Roofline, apply, rewrite, torch_timer
-from genie.calibration.fit import Point, assign_holdout, fit
-from genie.calibration.model import Calibration
+from genie.calibration.fit import Point, assign_holdout, fit, price_points
+from genie.calibration.model import Calibration, identity
 from genie.calibration.runs import bucket_note, run_points
 from genie.errors import StoreError, UsageError
 from genie.store import DEFAULT_STORE, RunInfo, RunStore
-from genie.wire.conditions import conditions_of, differences
+from genie.wire.conditions import Conditions, conditions_of, differences, flatten
 from genie.workload import load_workload, save_workload
 from genie.workload.loader import find_rank_files
 
@@ -42,7 +46,8 @@ class CalibrateSpec(Spec, frozen=True, kw_only=True):
     ``holdout``: the points not fitted, to measure the error on: every other size of each series
     (``alternate``), the largest quarter (``largest``) or none. ``save``: store the calibration.
     ``mix_conditions``: pool runs whose recorded conditions (congestion control, buffers, MTU,
-    qdisc, kernel, ...) differ; refused otherwise, naming what differs.
+    qdisc, kernel, ...) differ; refused otherwise, naming what differs. ``validate``: runs
+    (of any testbed) to report the fitted model's error on, beside nominal.
     """
 
     runs: tuple[str, ...]
@@ -50,6 +55,7 @@ class CalibrateSpec(Spec, frozen=True, kw_only=True):
     holdout: Literal["alternate", "largest", "none"] = "alternate"
     save: bool = True
     mix_conditions: bool = False
+    validate: tuple[str, ...] = ()
 
 
 def calibrate(spec: CalibrateSpec) -> Calibration:
@@ -61,11 +67,14 @@ def calibrate(spec: CalibrateSpec) -> Calibration:
         raise StoreError(f"no run store at {path} (runs are recorded by genie bench; --store)")
     points: list[Point] = []
     infos: list[RunInfo] = []
+    checks: list[tuple[RunInfo, list[Point]]] = []
     with RunStore(path) as st:
         for rid in spec.runs:
             info, pts = run_points(st, rid)
             infos.append(info)
             points.extend(pts)
+        for rid in spec.validate:
+            checks.append(run_points(st, rid))
     names = sorted({i.testbed_name for i in infos})
     if len(names) > 1:
         raise UsageError(
@@ -93,6 +102,10 @@ def calibrate(spec: CalibrateSpec) -> Calibration:
         )
     cal = result.calibration
     cal.notes += [n for n in (bucket_note(i, points) for i in infos) if n]
+    cal.identity = identity(points[0].topology)
+    cal.conditions = flatten(conditions_of(infos[0].meta))
+    if checks:
+        cal.validation = validate(cal, checks, conditions_of(infos[0].meta))
     if spec.save:
         with RunStore(path) as st:
             cal.cal_id = st.add_calibration(
@@ -102,6 +115,51 @@ def calibrate(spec: CalibrateSpec) -> Calibration:
                 runs=run_ids,
             )
     return cal
+
+
+def validate(
+    cal: Calibration, checks: list[tuple[RunInfo, list[Point]]], fitted: Conditions
+) -> JsonDoc:
+    """The fitted parameters on other runs (nothing fitted on them): error beside nominal."""
+    rows: list[dict[str, object]] = []
+    notes: list[str] = []
+    errs: dict[str, list[float]] = {"nominal": [], "calibrated": []}
+    for info, pts in checks:
+        price_points(cal, pts)
+        for p in pts:
+            nom, got = p.nominal_s or 0.0, p.calibrated_s or 0.0
+            errs["nominal"].append(abs(nom / p.measured_s - 1) * 100)
+            errs["calibrated"].append(abs(got / p.measured_s - 1) * 100)
+            rows.append(
+                {
+                    "run": info.run_id,
+                    "testbed": info.testbed_name,
+                    "label": p.label,
+                    "size": p.size,
+                    "measured_s": p.measured_s,
+                    "nominal_s": nom,
+                    "calibrated_s": got,
+                }
+            )
+        diff = differences(fitted, conditions_of(info.meta))
+        if diff:
+            notes.append(
+                f"run {info.run_id} ran under other conditions than the fit runs "
+                f"({'; '.join(diff[:3])}{'; ...' if len(diff) > 3 else ''})"
+            )
+
+    def mape_of(key: str) -> float | None:
+        return sum(errs[key]) / len(errs[key]) if errs[key] else None
+
+    return {
+        "runs": [i.run_id for i, _ in checks],
+        "testbeds": sorted({i.testbed_name for i, _ in checks}),
+        "points": len(rows),
+        "nominal_mape": mape_of("nominal"),
+        "calibrated_mape": mape_of("calibrated"),
+        "rows": rows,
+        "notes": notes,
+    }
 
 
 class CalibrateComputeSpec(Spec, frozen=True, kw_only=True):

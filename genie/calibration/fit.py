@@ -22,8 +22,20 @@ value); a per-message cost within two standard errors of zero is left out. Each 
 in the notes. The uncertainties are the standard errors of the final weighted least squares
 (weighted residual variance times the diagonal of ``(A^T W A)^-1``).
 
+Physics bounds the parameters: every time (latency per hop, per-message cost, per-step
+overhead) is at least zero, and a bandwidth fraction is at most 1 of the link's payload rate
+(its line rate less the transport's headers: the wire cannot carry more payload). The first fit
+leaves the bandwidth unbounded; where it wants more than the payload rate, the bound binds: the
+fit runs again with the fraction held at 100 % and the per-message cost free (not dropped for
+being small), so the time the line rate cannot explain goes to the per-message terms. The note
+says what the fit wanted and where the time went, and ``Calibration.bounds`` lists each bound.
+
 The points held back (``holdout``) are not fitted; the MAPE on them, before (nominal) and after
-(calibrated), is the honest measure of the calibration.
+(calibrated), is the honest measure of the calibration. A calibration is ``offered``
+(``--calibration latest`` may pick it) only when no bound binds and its held-back MAPE beats the
+nominal one by a clear margin: at least ``MIN_GAIN_REL`` (10 %) of the nominal MAPE and
+``MIN_GAIN_PP`` (0.5 percentage point); with nothing held back there is nothing to judge it on
+and it is not offered. ``verdict`` says which.
 """
 
 from __future__ import annotations
@@ -35,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from genie.calibration.accuracy import MINOR_SHARE, split_by_share, weighted_error
 from genie.calibration.model import (
     INTER,
     INTRA,
@@ -43,6 +56,7 @@ from genie.calibration.model import (
     ClassParams,
     at_params,
     nominal_params,
+    params_of,
 )
 from genie.errors import CalibrationError, GenieError
 
@@ -50,6 +64,11 @@ HOLDOUTS = ("alternate", "largest", "none")
 MAX_ITER = 30
 COLLINEAR = 1e-7  # smallest/largest singular value of the scaled design below this: dependent
 IRLS_FLOOR = 1e-3  # relative residuals below 0.1 % all weigh alike
+# a calibration is offered only if its held-back MAPE is at most (1 - MIN_GAIN_REL) x nominal and
+# at least MIN_GAIN_PP percentage points below it
+MIN_GAIN_REL = 0.10
+MIN_GAIN_PP = 0.5
+BANDWIDTHS = ("inter.inv_fraction", "intra.inv_fraction")
 # the parameter left out first when the data cannot tell parameters apart
 DROP_ORDER = (
     "inter.message_s",
@@ -233,23 +252,43 @@ def fit(
     if "inter.inv_fraction" not in free and "intra.inv_fraction" not in free:
         raise CalibrationError("these runs do not exercise any link's bandwidth")
 
+    separable = list(free)
     zeroed = set(FOLD)
-    p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration)
-    # a per-message cost only where the data say so
-    k = "inter.message_s"
-    if k in free:
-        n = free.index(k)
-        err = math.sqrt(max(0.0, cov[n, n]))
-        if not p[k] > 2 * err:
-            free.remove(k)
-            notes.append(
-                f"per-message cost {p[k] * 1e6:.3g} ± {err * 1e6:.2g} us is within two standard "
-                "errors of zero: left out (part of the latency per hop)"
-            )
-            p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration)
+    said: list[str] = []
+    p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, said, on_iteration)
+    wanted = {k: 1.0 / p[k] for k in BANDWIDTHS if k in free and p[k] < 1.0}
+    bounds: list[str] = []
+    if wanted:  # above the payload rate: hold it there, and let per-message costs take the rest
+        free, zeroed, said = list(separable), set(FOLD), []
+        p, cov = _iterate(
+            model, fit_idx, t_fit, start, free, zeroed, said, on_iteration, bounded=True
+        )
+        bounds = _bound_notes(wanted, p, free)
+        said += [
+            f"{WHAT[k]}: the first fit wanted {f:.1%} of the payload rate; with per-message "
+            f"costs free it fits {1.0 / p[k]:.1%}"
+            for k, f in wanted.items()
+            if k in free
+        ]
+    else:
+        # a per-message cost only where the data say so
+        k = "inter.message_s"
+        if k in free:
+            n = free.index(k)
+            err = math.sqrt(max(0.0, cov[n, n]))
+            if not p[k] > 2 * err:
+                free.remove(k)
+                drop = (
+                    f"per-message cost {p[k] * 1e6:.3g} ± {err * 1e6:.2g} us is within two "
+                    "standard errors of zero: left out (part of the latency per hop)"
+                )
+                said = [drop]
+                p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, said, on_iteration)
+    notes += said
 
     errs = _errors(free, cov)
-    cal = _calibration(p, errs, free, pts)
+    cal = _calibration(p, errs, free, pts, {k for k in wanted if k not in free})
+    cal.bounds = bounds
     cal.testbed_name = testbed_name
     cal.runs = list(runs)
     cal.holdout = holdout
@@ -276,7 +315,89 @@ def fit(
         }
         for pt in pts
     ]
+    _time_weighted(cal, meas, nominal, calibrated, fit_idx, held_idx)
+    cal.offered, cal.verdict = judge(cal)
     return FitResult(cal, pts)
+
+
+def _time_weighted(cal: Calibration, meas, nominal, calibrated, fit_idx, held_idx) -> None:
+    """The time-weighted errors beside the MAPE, and the points below ``MINOR_SHARE`` of the
+    measured time set apart (``genie.calibration.accuracy``)."""
+
+    def w(model, idx) -> float | None:
+        return weighted_error((float(model[i]), float(meas[i])) for i in idx)
+
+    cal.weighted = {
+        "fit_nominal": w(nominal, fit_idx),
+        "fit_calibrated": w(calibrated, fit_idx),
+        "held_nominal": w(nominal, held_idx),
+        "held_calibrated": w(calibrated, held_idx),
+    }
+    major, minor = split_by_share([float(t) for t in meas])
+
+    def m(model, idx) -> float | None:
+        return _mape(model[idx], meas[idx]) if idx else None
+
+    cal.apart = {
+        "share": MINOR_SHARE,
+        "points_below": len(minor),
+        "below": {"nominal": m(nominal, minor), "calibrated": m(calibrated, minor)},
+        "rest": {"nominal": m(nominal, major), "calibrated": m(calibrated, major)},
+    }
+
+
+def judge(cal: Calibration) -> tuple[bool, str]:
+    """Whether ``cal`` is offered for use, and why (the rule is in the module docstring)."""
+    if cal.bounds:
+        return False, (
+            "not offered: a physical bound binds ("
+            + "; ".join(b.split(":")[0] for b in cal.bounds)
+            + "): the wire carried payload faster than the testbed declares its links (an "
+            "unshaped or loopback link is not limited by its declared rate); declare the rate "
+            "it has"
+        )
+    nom, got = cal.mape.get("held_nominal"), cal.mape.get("held_calibrated")
+    if nom is None or got is None:
+        return False, "not offered: nothing held back to judge it on (--holdout none)"
+    gain = nom - got
+    if gain >= MIN_GAIN_PP and gain >= MIN_GAIN_REL * nom:
+        return True, f"offered: held-back MAPE {got:.1f} % vs nominal {nom:.1f} %"
+    return False, (
+        f"not offered: held-back MAPE {got:.1f} % vs nominal {nom:.1f} %, not better by "
+        f"{MIN_GAIN_REL:.0%} and {MIN_GAIN_PP} percentage point"
+    )
+
+
+def _bound_notes(wanted: dict[str, float], p: dict[str, float], free: list[str]) -> list[str]:
+    """One phrase per bandwidth the bounded refit holds at the payload rate."""
+    out = []
+    for k, frac in wanted.items():
+        where = "inter" if k.startswith("inter") else "intra"
+        if k in free:  # the refit, with per-message costs free, stays below the payload rate
+            continue
+        per = [f"{p[f'{where}.latency_s'] * 1e6:.3g} us per hop"]
+        if where == "inter":
+            per.append(f"{p['inter.message_s'] * 1e6:.3g} us per message")
+        per.append(f"{p['step_overhead_s'] * 1e6:.3g} us per step")
+        left = any(p[x] > 0 for x in (f"{where}.latency_s", "inter.message_s", "step_overhead_s"))
+        rest = (
+            f"the time it could not explain is per message: {', '.join(per)}"
+            if left
+            else "at the payload rate the model is already slower than the wire: no time is "
+            "left to put per message"
+        )
+        out.append(
+            f"{WHAT[k]} held at 100 % of the payload rate: the fit wanted {frac:.1%}; {rest}"
+        )
+    return out
+
+
+def price_points(cal: Calibration, points: Sequence[Point]) -> None:
+    """Set each point's nominal and calibrated time (``cal`` on the point's own topology)."""
+    model = _Model(points)
+    for i, pt in enumerate(points):
+        pt.nominal_s = model.time(i, nominal_params(pt.topology))
+        pt.calibrated_s = model.time(i, params_of(cal, pt.topology))
 
 
 def _inseparable(k: str) -> str:
@@ -294,10 +415,10 @@ def _inseparable(k: str) -> str:
     return f"{WHAT[k]}: not separable from the other parameters in these runs; kept nominal"
 
 
-def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration):
+def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration, bounded=False):
     """Fixed-point least squares on the critical-path terms (module docstring); returns
     (parameters, covariance of the ``free`` ones). A parameter the best fit holds at zero leaves
-    ``free`` and joins ``zeroed``."""
+    ``free`` and joins ``zeroed``; ``bounded``: a bandwidth fraction above 1 is held at 1."""
     p = dict(start)
     for k in PARAMS:
         if k not in free and k in zeroed:
@@ -315,12 +436,17 @@ def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration):
             held = [n for n in range(len(PARAMS)) if n not in cols]
             q = {**p, **{k: _floor(k, start) for k in free if k not in active}}
             b = 1.0 - jac[:, held] @ np.array([q[PARAMS[n]] for n in held])
-            x = _solve(sw * jac[:, cols], sw[:, 0] * b)
+            x = _solve(sw * jac[:, cols], sw[:, 0] * b) if cols else np.zeros(0)
+            over = [
+                (x[j], PARAMS[c])
+                for j, c in enumerate(cols)
+                if bounded and PARAMS[c] in BANDWIDTHS and x[j] < 1.0
+            ]
             neg = [(x[j], PARAMS[c]) for j, c in enumerate(cols) if x[j] <= 0]
-            if not neg:
+            if not over and not neg:
                 break
-            active.remove(min(neg)[1])
-        if not any(k.endswith("inv_fraction") for k in active):
+            active.remove(min(over or neg)[1])  # the bandwidth bound first, then below zero
+        if not bounded and not any(k.endswith("inv_fraction") for k in active):
             raise CalibrationError(
                 "the fit gives no positive bandwidth: these sizes are all latency-bound; bench "
                 "larger sizes too"
@@ -340,7 +466,7 @@ def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration):
         mape = float(np.mean(np.abs(rel)))
         a = sw * jac[:, cols]
         resid = a @ x - sw[:, 0] * b
-        cov = float(np.sum(resid**2)) / dof * np.linalg.pinv(a.T @ a)
+        cov = float(np.sum(resid**2)) / dof * np.linalg.pinv(a.T @ a) if cols else np.zeros((0, 0))
         if mape < best[0]:
             best = (mape, new, cov, list(active))
         moved = max(abs(new[k] - p[k]) / (abs(p[k]) + 1e-12) for k in free)
@@ -352,7 +478,10 @@ def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration):
     _, p, cov, active = best
     for k in [k for k in free if k not in active]:
         if k.endswith("inv_fraction"):
-            notes.append(f"{WHAT[k]}: these runs do not determine it; kept at its nominal value")
+            if not bounded:
+                notes.append(
+                    f"{WHAT[k]}: these runs do not determine it; kept at its nominal value"
+                )
         else:
             notes.append(f"{WHAT[k]}: the fit puts it below zero; held at 0")
             zeroed.add(k)
@@ -373,7 +502,9 @@ def _errors(free: list[str], cov) -> dict[str, float | None]:
     return out
 
 
-def _calibration(p, errs, free, pts) -> Calibration:
+def _calibration(p, errs, free, pts, held: set[str]) -> Calibration:
+    """The Calibration of the parameters ``p`` (``held``: bandwidths held at the bound)."""
+
     def frac(k: str) -> tuple[float, float | None]:
         g = p[k]
         e = errs[k]
@@ -388,15 +519,17 @@ def _calibration(p, errs, free, pts) -> Calibration:
             bandwidth_fraction_err=inter_fe,
             message_s=p["inter.message_s"],
             message_err_s=errs["inter.message_s"],
+            at_bound="inter.inv_fraction" in held,
         )
     }
-    if "intra.latency_s" in free or "intra.inv_fraction" in free:
+    if "intra.latency_s" in free or "intra.inv_fraction" in free or "intra.inv_fraction" in held:
         intra_f, intra_fe = frac("intra.inv_fraction")
         classes[INTRA] = ClassParams(
             latency_s=p["intra.latency_s"],
             latency_err_s=errs["intra.latency_s"],
             bandwidth_fraction=intra_f,
             bandwidth_fraction_err=intra_fe,
+            at_bound="intra.inv_fraction" in held,
         )
     return Calibration(
         step_overhead_s=p["step_overhead_s"],

@@ -4,8 +4,9 @@ Parameters, per link class (``inter-host``: every link of the topology; ``intra-
 between ranks of one host):
 
 * ``latency_s``: latency per hop (each link of a route adds it; intra-host: the one hop);
-* ``bandwidth_fraction``: the fraction of each link's line rate (its declared rate) a message
-  gets; the calibrated rate is line rate x fraction;
+* ``bandwidth_fraction``: the fraction of each link's payload rate (its declared rate less the
+  transport's packet headers, ``genie.testbed.to_topology``) a message gets, at most 1 (the
+  wire cannot carry more payload than that); the calibrated rate is payload rate x fraction;
 * ``message_s``: a per-message cost on top of the hops (inter-host only; zero unless the data
   separate it from the hops, i.e. messages crossed different numbers of hops);
 
@@ -17,10 +18,17 @@ uncertainty from the fit (None: not fitted, kept at its nominal value; the notes
 testbed's, or a target fabric's: its line rates times the fitted fractions), ``at_params`` builds
 the topology for a raw parameter vector during the fit. The topology's ``model`` then names the
 calibration, so every report says which model priced its numbers.
+
+A calibration is bound to the fabric it was fitted on: ``identity`` of the nominal topology
+(hosts, links with their rates and latencies, intra-host path) and the runs' recorded wire
+``conditions``. ``calibrate_topology`` refuses a topology whose identity differs, in one line
+naming what differs (``mismatch``). ``offered``: whether ``--calibration latest`` may pick it
+(no bound binds and the held-back error improves by a clear margin; ``verdict`` says why).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,6 +61,7 @@ class ClassParams(msgspec.Struct, frozen=True, kw_only=True):
     latency_err_s: float | None = None
     bandwidth_fraction_err: float | None = None
     message_err_s: float | None = None
+    at_bound: bool = False  # the fraction is held at 1 (the fit wanted more than the payload rate)
 
 
 class Calibration(msgspec.Struct, kw_only=True):
@@ -72,6 +81,19 @@ class Calibration(msgspec.Struct, kw_only=True):
     mape: dict[str, float | None] = {}
     notes: list[str] = []
     rows: list[dict[str, Any]] = []  # per point: label, measured, nominal, calibrated, held
+    # the bounds the fit ran into, in words ("inter-host bandwidth fraction held at 100 % ...")
+    bounds: list[str] = []
+    offered: bool = False  # whether --calibration latest may pick it (see verdict)
+    verdict: str = ""  # why it is offered or not, in one phrase
+    identity: dict[str, str] = {}  # of the nominal topology it was fitted on (``identity``)
+    conditions: dict[str, str] = {}  # the fit runs' wire conditions, flattened
+    # time-weighted error in percent (sum |model - measured| / sum measured), keys as ``mape``
+    weighted: dict[str, float | None] = {}
+    # the points below a share of the measured time, reported apart: share, points_below, and
+    # the MAPE (nominal, calibrated) of those ("below") and of the rest ("rest")
+    apart: dict[str, Any] = {}
+    # error on other runs (``genie calibrate --validate``): runs, MAPE nominal/calibrated, rows
+    validation: dict[str, Any] = {}
 
     def to_dict(self) -> dict[str, Any]:
         """The calibration as plain data (what the store keeps; ``genie calibrate --json``)."""
@@ -87,10 +109,12 @@ class Calibration(msgspec.Struct, kw_only=True):
         """One line: the parameters with their uncertainties."""
         parts = [f"step overhead {_us(self.step_overhead_s, self.step_overhead_err_s)}"]
         for name, c in self.classes.items():
-            text = (
-                f"{name}: {_pct(c.bandwidth_fraction, c.bandwidth_fraction_err)} of line rate, "
-                f"{_us(c.latency_s, c.latency_err_s)} per hop"
+            fr = (
+                f"{c.bandwidth_fraction:.1%} (held at the bound)"
+                if c.at_bound
+                else _pct(c.bandwidth_fraction, c.bandwidth_fraction_err)
             )
+            text = f"{name}: {fr} of the payload rate, {_us(c.latency_s, c.latency_err_s)} per hop"
             if c.message_s or c.message_err_s is not None:
                 text += f", {_us(c.message_s, c.message_err_s)} per message"
             parts.append(text)
@@ -152,8 +176,88 @@ def params_of(cal: Calibration, topology: Topology) -> dict[str, float]:
     return p
 
 
+NOT_ASKED = "nominal model: no calibration asked for (--calibration none)"
+NONE_OFFERED = (
+    "nominal model: no offered calibration of this testbed and fabric in the run store (genie "
+    "calibrate RUN; --calibration ID names one)"
+)
+
+
+def nominal_reason(asked: str | None) -> str:
+    """Why a run asking ``--calibration asked`` priced with the nominal model only."""
+    return NOT_ASKED if asked in (None, "", "none") else NONE_OFFERED
+
+
+def identity(topology: Topology) -> dict[str, str]:
+    """What makes a fabric the one a calibration was fitted on, as ``name -> value`` strings."""
+    links = sorted((lk.src, lk.dst, lk.bandwidth, lk.latency) for lk in topology.links)
+    rates = sorted({lk.bandwidth for lk in topology.links})
+    lats = sorted({lk.latency for lk in topology.links})
+    wiring = repr((topology.hosts, topology.switches, [lk[:2] for lk in links]))
+    return {
+        "shape": topology.kind,
+        "hosts": str(len(topology.hosts)),
+        "switches": str(len(topology.switches)),
+        "links": str(len(links)),
+        "link payload rates (bytes/s)": ", ".join(f"{r:.6g}" for r in rates) or "-",
+        "link latencies (s)": ", ".join(f"{x:.6g}" for x in lats) or "-",
+        "intra-host path": f"{topology.intra_bandwidth:.6g} B/s, {topology.intra_latency:.6g} s",
+        "wiring": hashlib.sha256(wiring.encode()).hexdigest()[:12],
+    }
+
+
+def mismatch(bound: Mapping[str, str], other: Mapping[str, str]) -> list[str]:
+    """What differs between two identities (or two flattened conditions), one phrase each."""
+    return [
+        f"{k}: {bound.get(k, '?')} vs {other.get(k, '?')}"
+        for k in sorted(set(bound) | set(other))
+        if bound.get(k) != other.get(k)
+    ]
+
+
+def check_fabric(cal: Calibration, topology: Topology) -> None:
+    """Refuse, in one line naming what differs, a topology not the one ``cal`` was fitted on."""
+    if not cal.identity:
+        return
+    diff = mismatch(cal.identity, identity(topology))
+    if diff:
+        raise CalibrationError(
+            f"calibration {cal.cal_id or '(unsaved)'} of testbed {cal.testbed_name} is bound to "
+            f"the fabric it was fitted on; this one differs ({'; '.join(diff[:3])}"
+            f"{'; ...' if len(diff) > 3 else ''}): price it nominally (--calibration none)"
+        )
+
+
+def check_conditions(cal: Calibration, conditions: Mapping[str, str]) -> list[str]:
+    """What differs between ``cal``'s recorded conditions and a run's (flattened): [] = match.
+
+    Either side recorded none: nothing to compare (an empty list)."""
+    if not cal.conditions or not conditions:
+        return []
+    return mismatch(cal.conditions, conditions)
+
+
+def conditions_refusal(cal: Calibration | None, conditions: Mapping[str, Any]) -> str:
+    """One line when ``cal`` was fitted under other wire conditions than a run's (its agents'
+    ``WireConditions``, as structs or plain data); "" when they match or either recorded none."""
+    if cal is None:
+        return ""
+    from genie.wire.conditions import flatten
+
+    got = flatten({a: msgspec.to_builtins(c) for a, c in conditions.items()})
+    diff = check_conditions(cal, got)
+    if not diff:
+        return ""
+    return (
+        f"calibration {cal.cal_id} not applied: it was fitted under other conditions "
+        f"({'; '.join(diff[:3])}{'; ...' if len(diff) > 3 else ''}); nominal model only"
+    )
+
+
 def calibrate_topology(topology: Topology, cal: Calibration) -> Topology:
-    """``topology`` priced with ``cal`` (line rates x fitted fractions, fitted latencies...)."""
+    """``topology`` priced with ``cal`` (payload rates x fitted fractions, fitted latencies...);
+    a CalibrationError when ``topology`` is not the fabric ``cal`` was fitted on."""
+    check_fabric(cal, topology)
     return at_params(topology, params_of(cal, topology), model=f"{cal.label}")
 
 

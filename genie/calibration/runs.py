@@ -104,8 +104,8 @@ def run_points(store: RunStore, run_id: str) -> tuple[RunInfo, list[Point]]:
 
 
 def run_calibration(store: RunStore, run: RunInfo) -> Any:
-    """The calibration a run was priced with (its meta), else the newest of its testbed, else
-    None (a ``genie.calibration.model.Calibration``)."""
+    """The calibration a run was priced with (its meta), else the newest offered one of its
+    testbed (``Calibration.offered``), else None (a ``genie.calibration.model.Calibration``)."""
     from genie.calibration.model import Calibration
     from genie.errors import StoreError
 
@@ -115,7 +115,7 @@ def run_calibration(store: RunStore, run: RunInfo) -> Any:
     except StoreError:
         doc = None
     if doc is None:
-        docs = store.calibrations(run.testbed_name)
+        docs = [d for d in store.calibrations(run.testbed_name) if d.get("offered")]
         doc = docs[0] if docs else None
     return msgspec.convert(doc, Calibration) if doc else None
 

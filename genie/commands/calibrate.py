@@ -2,8 +2,12 @@
 
 The fit (``genie.calibration.fit``) uses part of the runs' points and holds back the rest
 (``--holdout``); the model's error on the held-back points, nominal and calibrated, is the
-figure to trust. The calibration is stored with the testbed in the run store, for
-``genie simulate|emulate|bench --calibration ID``.
+figure to trust. Parameters stay physical (bandwidth at most the payload rate, times >= 0); a
+fit that hits a bound says so. The calibration is stored with the testbed in the run store, for
+``genie simulate|emulate|bench --calibration ID``, and offered for ``--calibration latest`` only
+when no bound binds and its held-back error beats nominal by a clear margin (the output says
+which). ``--validate RUN``: the fitted model's error on another run (another topology or size
+range) beside nominal.
 
 ``genie calibrate compute PREFIX --out NEW``: rewrite a workload's compute durations from its
 shapes (timed with PyTorch on a local accelerator when there is one, else the roofline; the
@@ -24,6 +28,8 @@ from genie.store import DEFAULT_STORE
 from genie.units import format_bytes, format_seconds
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from genie.api.calibration import CalibrateSpec
     from genie.calibration.model import Calibration
 
@@ -48,6 +54,7 @@ def spec_from_args(args: argparse.Namespace) -> CalibrateSpec:
         holdout=args.holdout,
         save=not args.no_save,
         mix_conditions=args.mix_conditions,
+        validate=tuple(args.validate or ()),
     )
 
 
@@ -85,19 +92,39 @@ def print_calibration(
     con.print(f"  {cal.describe().replace('; ', chr(10) + '  ')}", markup=False)
     for note in cal.notes:
         con.print(f"  note: {note}", markup=False)
+    for bound in cal.bounds:
+        con.print(f"  bound: {bound}", markup=False)
     m = cal.mape
     con.print("model error, MAPE = mean |model - measured| / measured:", markup=False)
+    w = cal.weighted
     t = Table()
-    for c in ("points", "n", "nominal model", "calibrated model"):
+    cols = ("points", "n", "nominal model", "calibrated model", "nominal, time-weighted")
+    for c in (*cols, "calibrated, time-weighted"):
         t.add_column(c, justify="left" if c == "points" else "right")
-    t.add_row(
-        "held back",
-        str(cal.points_held),
-        _pct(m.get("held_nominal")),
-        _pct(m.get("held_calibrated")),
-    )
-    t.add_row("fit", str(cal.points_fit), _pct(m.get("fit_nominal")), _pct(m.get("fit_calibrated")))
+    for name, part, n in (("held back", "held", cal.points_held), ("fit", "fit", cal.points_fit)):
+        t.add_row(
+            name,
+            str(n),
+            _pct(m.get(f"{part}_nominal")),
+            _pct(m.get(f"{part}_calibrated")),
+            _pct(w.get(f"{part}_nominal")),
+            _pct(w.get(f"{part}_calibrated")),
+        )
     con.print(t)
+    con.print(
+        "time-weighted = sum |model - measured| / sum measured: each point weighted by its "
+        "share of the measured time",
+        markup=False,
+    )
+    a = cal.apart
+    if a.get("points_below"):
+        con.print(
+            f"{a['points_below']} point(s) below {a['share']:.0%} of the measured time, reported "
+            f"apart: MAPE nominal {_pct(a['below']['nominal'])}, calibrated "
+            f"{_pct(a['below']['calibrated'])}; the rest: nominal {_pct(a['rest']['nominal'])}, "
+            f"calibrated {_pct(a['rest']['calibrated'])}",
+            markup=False,
+        )
     con.print(
         f"nominal = the cost model of testbed {nominal} as its file declares it; "
         f"calibrated = {cal.label}",
@@ -119,12 +146,51 @@ def print_calibration(
             _err(r["calibrated_s"], r["measured_s"]),
         )
     con.print(rows)
-    if store is not None:
+    if cal.validation:
+        print_validation(con, cal)
+    con.print(cal.verdict, markup=False)
+    if store is not None and cal.offered:
         con.print(
             f"stored as calibration {cal.cal_id} in {store}; price with it: genie "
-            f"simulate|emulate|bench ... --calibration {cal.cal_id}",
+            f"simulate|emulate|bench ... --calibration {cal.cal_id} (or latest)",
             markup=False,
         )
+    elif store is not None:
+        con.print(
+            f"stored as calibration {cal.cal_id} in {store}, not offered: --calibration latest "
+            "does not pick it and --calibration ID refuses it",
+            markup=False,
+        )
+
+
+def print_validation(con: Console, cal: Calibration) -> None:
+    """The fitted model on the --validate runs: MAPE and per point, beside nominal."""
+    from rich.table import Table
+
+    v = cal.validation
+    con.print(
+        f"validation on run(s) {', '.join(v['runs'])} (testbed {', '.join(v['testbeds'])}; "
+        f"nothing fitted on them): MAPE over {v['points']} points: nominal "
+        f"{_pct(v['nominal_mape'])}, calibrated {_pct(v['calibrated_mape'])}",
+        markup=False,
+    )
+    for note in v.get("notes", []):
+        con.print(f"  note: {note}", markup=False)
+    rows = Table()
+    for c in ("run", "collective", "size", "measured", "nominal", "error", "calibrated", "error"):
+        rows.add_column(c, justify="left" if c in ("run", "collective") else "right")
+    for r in v["rows"]:
+        rows.add_row(
+            r["run"],
+            r["label"].rsplit(" ", 2)[0],
+            format_bytes(r["size"]),
+            format_seconds(r["measured_s"]),
+            format_seconds(r["nominal_s"]),
+            _err(r["nominal_s"], r["measured_s"]),
+            format_seconds(r["calibrated_s"]),
+            _err(r["calibrated_s"], r["measured_s"]),
+        )
+    con.print(rows)
 
 
 def _compute(args: argparse.Namespace) -> int:
@@ -137,6 +203,8 @@ def _compute(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.items[0] == "compute":
+        if args.validate:
+            raise UsageError("--validate: only for genie calibrate RUN...")
         return _compute(args)
     compute_only = ("out", "peak_flops", "memory_bandwidth", "efficiency", "device")
     given = [f"--{k.replace('_', '-')}" for k in compute_only if getattr(args, k) is not None]
@@ -173,6 +241,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="pool runs whose recorded conditions (congestion control, buffers, MTU, qdisc, "
         "kernel) differ (refused by default, naming what differs)",
+    )
+    p.add_argument(
+        "--validate",
+        nargs="+",
+        metavar="RUN",
+        default=None,
+        help="bench run(s) to judge the fitted model on, beside nominal (another topology or "
+        "size range; nothing fitted on them)",
     )
     p.add_argument("--json", action="store_true", help="print the calibration as JSON")
     c = p.add_argument_group("compute (genie calibrate compute PREFIX --out NEW)")
