@@ -23,7 +23,7 @@ from genie import progress
 from genie.api.specs import Spec, bandwidth
 from genie.calibration.accuracy import ErrorRow, error_pct
 from genie.calibration.dilation import check_dilation, dilation_note, kept_latency
-from genie.calibration.model import Calibration, calibrate_topology
+from genie.calibration.model import Calibration, calibrate_topology, conditions_refusal
 from genie.calibration.stored import resolve
 from genie.collectives.cost import nccl_size
 from genie.collectives.program import Program
@@ -145,7 +145,6 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
     fault_plan = plan_faults(spec.faults, tb, k)
     base = timeouts or Timeouts(slow_rate=bandwidth(spec.slow_rate), margin=spec.timeout_margin)
     waits = widen_timeouts(base, fault_plan) if fault_plan else base
-    cal = resolve(spec.calibration, spec.store, tb.name)
     coll = canonical_collective(spec.collective)
     algo = canonical_algorithm(coll, spec.algorithm or DEFAULT_ALGORITHM[coll])
     placement = tb.rank_host_names(tb.place(spec.ranks, spec.placement))
@@ -159,6 +158,7 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         topology = tb.with_flows(streams).to_topology()
     except (GenieError, ValueError, KeyError):
         topology = None
+    cal = resolve(spec.calibration, spec.store, tb.name, topology)
     calibrated = calibrate_topology(topology, cal) if cal and topology else None
     opts = DataOptions(
         congestion=spec.congestion or tb.tcp.congestion_control,
@@ -235,7 +235,14 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
                 run.update_meta(faults=faults)
         conditions = dict(run.ctl.conditions)
         retransmits = sum(run.ctl.retransmits.values()) if run.ctl.retransmits else -1
+        refused = conditions_refusal(cal, conditions)
+        if refused:  # priced, but under other conditions than its fit: not applied
+            cal, calibrated = None, None
+            rows = [dataclasses.replace(r, calibrated_s=None) for r in rows]
+            run.update_meta(calibration=None, calibration_refused=refused)
     notes: list[str] = [paths_note] if paths_note else []
+    if refused:
+        notes.append(refused)
     lab = calibrated or topology
     if k != 1 and lab is not None:
         notes.append(_dilation_note(programs, placement, lab, k, cal, tb))

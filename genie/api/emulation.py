@@ -87,7 +87,7 @@ def emulate(spec: EmulateSpec) -> Emulation:
     algos = parse_algorithms(spec.algorithm)
     tb = tb.with_flows(spec.streams or tb.routing.flows)  # the model prices the wire's flows
     store = spec.store
-    cal = resolve(spec.calibration, store, tb.name)
+    cal = resolve(spec.calibration, store, tb.name, tb.to_topology())
     if spec.mode == "overlapped":
         o = _overlapped(
             spec,
@@ -203,7 +203,7 @@ def _emulate_jobs(spec: EmulateSpec) -> JobsOnWire:
          "start_s": j.start_s, "ranks": [j.ranks.start, j.ranks.stop - 1]}
         for k, j in enumerate(jm.jobs)
     ]  # fmt: skip
-    cal = resolve(spec.calibration, store, tb.name)
+    cal = resolve(spec.calibration, store, tb.name, tb.to_topology())
     algos = parse_algorithms(spec.algorithm)
 
     def run(cw: CompiledWorkload, where: list[str], phase: str, trace: str | None) -> Overlapped:

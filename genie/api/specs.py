@@ -205,7 +205,7 @@ class EmulateSpec(Spec, frozen=True, kw_only=True):
     # grow with message sizes); "real" computes each collective in buffers of its own
     payload: Literal["lean", "real"] = "lean"
     dilation: float = 1.0
-    calibration: str = "latest"
+    calibration: str = "none"
     perturb: Perturb = Perturb()
     faults: str | None = None
     store: str | None = DEFAULT_STORE  # None: do not record the runs

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from genie.api.benchmark import FAULT_ORIGIN, BenchResult
+from genie.calibration.model import nominal_reason
 from genie.commands._faults import print_applied
 from genie.commands._model_error import print_error_table
 from genie.commands._steady import unsteady
@@ -126,9 +127,7 @@ def print_model_error(res: BenchResult, asked: str | None, file: TextIO | None =
         res.error_rows(),
         res.model,
         res.calibration,
-        "not asked for (--calibration none)"
-        if asked in (None, "none")
-        else "no calibration of this testbed in the run store (genie calibrate RUN)",
+        nominal_reason(asked),
     )
     for note in res.notes:
         con.print(note, markup=False)

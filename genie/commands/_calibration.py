@@ -1,8 +1,10 @@
 """``--calibration`` (bench, emulate, simulate) and ``--dilation`` (bench, emulate): shared options.
 
 ``--calibration ID`` prices with a stored calibration (``genie calibrate``); ``latest`` with the
-newest one stored for the testbed in use (nothing when there is none); ``none`` with the nominal
-model only (``genie.calibration.stored.resolve`` finds it).
+newest one stored for the testbed in use that is offered (fitted on this fabric, no physical
+bound binding, held-back error clearly better than nominal; nothing when there is none);
+``none``, the default everywhere, with the nominal model only: nothing applies a calibration
+silently (``genie.calibration.stored.resolve`` finds it).
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import argparse
 
 
 def add_argument(p: argparse.ArgumentParser, default: str) -> None:
-    """Add ``--calibration`` with ``default`` (``latest`` or ``none``)."""
+    """Add ``--calibration`` with ``default`` (``none``: nominal only)."""
     p.add_argument(
         "--calibration",
         default=default,
         metavar="ID",
         help="price the model also with this stored calibration (genie calibrate RUN); "
-        f"'latest' = the newest of this testbed, 'none' = nominal only (default {default})",
+        "'latest' = the newest offered one of this testbed and fabric, 'none' = nominal only "
+        f"(default {default})",
     )
 
 

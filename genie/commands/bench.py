@@ -158,7 +158,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--timeout-margin", type=A.real(0, 1000), default=4.0, help="margin on that bound"
     )
     add_dilation_argument(p, "every time reported / K and bandwidths x K")
-    add_calibration_argument(p, "latest")
+    add_calibration_argument(p, "none")
     add_faults_argument(p, FAULT_ORIGIN)
     cc.add_argument(p)
     p.add_argument(

@@ -96,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "own (memory: the instances in flight)",
     )
     add_dilation_argument(p, "compute gaps x K on the wire, every time reported / K")
-    add_calibration_argument(p, "latest")
+    add_calibration_argument(p, "none")
     X.add_perturb_arguments(p)
     X.add_job_arguments(p, ranks_per_host=True)
     add_faults_argument(p, "the first measured run's Go (after --warmup)")

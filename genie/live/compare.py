@@ -17,7 +17,7 @@ import numpy as np
 
 from genie.calibration.accuracy import ErrorRow
 from genie.calibration.dilation import dilated_topology, dilation_note, kept_latency_topology
-from genie.calibration.model import Calibration, calibrate_topology
+from genie.calibration.model import Calibration, calibrate_topology, nominal_reason
 from genie.collectives.program import Program
 from genie.collectives.topology import Topology
 from genie.errors import GenieError
@@ -109,17 +109,13 @@ def models(
     calibration: Calibration | None,
     k: float,
     source: str,
-    asked: str = "latest",
+    asked: str = "none",
 ) -> Models:
     """The models of an emulate run on ``topology`` (see ``Models``); ``asked`` is what
     ``--calibration`` said (to say why there is no calibrated model)."""
     cal_topo = calibrate_topology(topology, calibration) if calibration else None
     lab = cal_topo if cal_topo is not None else topology
-    missing = (
-        "not asked for (--calibration none)"
-        if asked in (None, "none")
-        else "no calibration of this testbed in the run store (genie calibrate RUN)"
-    )
+    missing = nominal_reason(asked)
     if k != 1:
         return Models(
             dilated_topology(topology, k),

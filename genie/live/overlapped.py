@@ -167,7 +167,7 @@ def run_overlapped(
     command: str = "genie emulate",
     calibration: Any = None,
     dilation: float = 1.0,
-    asked: str = "latest",
+    asked: str = "none",
     unperturbed: CompiledWorkload | None = None,
     perturbation: Any = None,
     comm_concurrency: int = 1,
@@ -187,6 +187,7 @@ def run_overlapped(
     recorded with the run and undone afterwards (``genie.faults.netns``).
     """
     from genie.calibration.dilation import check_dilation
+    from genie.calibration.model import conditions_refusal
     from genie.live.backends import InstanceBackend
     from genie.live.compare import last_comm_end_s
     from genie.live.compare import models as compare_models
@@ -265,6 +266,11 @@ def run_overlapped(
             run.update_meta(faults=fault_doc)
         conditions = dict(run.ctl.conditions)
         retransmits = sum(run.ctl.retransmits.values()) if run.ctl.retransmits else -1
+        refused = conditions_refusal(calibration, conditions)
+        if refused:  # fitted under other wire conditions: the nominal model only, and why
+            models = compare_models(tb.to_topology(), None, k, tb.model_note(), asked)
+            models.missing = refused
+            run.update_meta(calibration=None, calibration_refused=refused)
         where = plan.op_index()
         for iid in plan.iids:
             spec = plan.program_of(iid).spec
