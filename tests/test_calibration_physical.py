@@ -326,3 +326,29 @@ def test_calibrate_reports_the_time_weighted_error_and_sets_tiny_points_apart():
     assert 0 < cal.apart["points_below"] == len(tiny) < len(cal.rows)
     errs = [abs(r["nominal_s"] / r["measured_s"] - 1) * 100 for r in tiny]
     assert cal.apart["below"]["nominal"] == pytest.approx(sum(errs) / len(errs))
+
+
+def test_bench_and_emulate_tables_print_the_time_weighted_error_and_tiny_rows_apart():
+    import io
+
+    from rich.console import Console
+
+    from genie.calibration.accuracy import ErrorRow
+    from genie.commands._model_error import print_error_table
+
+    rows = [
+        ErrorRow("broadcast n=8", 424, 5.5e-6, 250e-6, 6e-6),
+        ErrorRow("all_reduce n=8", 1 << 20, 10e-3, 10.5e-3, 10.1e-3),
+        ErrorRow("all_reduce n=8", 4 << 20, 40e-3, 41e-3, 40.2e-3),
+    ]
+    buf = io.StringIO()
+    cal = Calibration(cal_id="c1", classes={INTER: ClassParams(latency_s=0.0)})
+    print_error_table(Console(file=buf, width=200), "model error", rows, "star", cal)
+    out = buf.getvalue()
+    nom = (244.5e-6 + 0.5e-3 + 1e-3) / (5.5e-6 + 50e-3) * 100
+    cal_w = (0.5e-6 + 0.1e-3 + 0.2e-3) / (5.5e-6 + 50e-3) * 100
+    head = "time-weighted error (each row by its share of the measured time)"
+    assert f"{head}: nominal {nom:.1f} %, calibrated {cal_w:.1f} %" in out
+    mape_big = (5.0 + 2.5) / 2
+    assert "1 row(s) below 1% of the measured time, apart: MAPE nominal 4445.5 %" in out
+    assert f"the other 2: MAPE nominal {mape_big:.1f} %" in out
