@@ -352,3 +352,65 @@ def test_bench_and_emulate_tables_print_the_time_weighted_error_and_tiny_rows_ap
     mape_big = (5.0 + 2.5) / 2
     assert "1 row(s) below 1% of the measured time, apart: MAPE nominal 4445.5 %" in out
     assert f"the other 2: MAPE nominal {mape_big:.1f} %" in out
+
+
+def test_a_calibration_fitted_under_other_conditions_is_refused_on_the_wire(tmp_path, capsys):
+    """bench and emulate (isolated and overlapped) on loopback agents with a calibration whose
+    recorded conditions differ from what the agents read back: priced nominally, and said."""
+    from genie.controller.local import LocalCluster
+    from genie.testbed import load_testbed
+    from genie.wire.conditions import conditions_of, flatten
+    from genie.workload import save_workload
+    from genie.workload.generators import data_parallel
+
+    store = tmp_path / "runs.sqlite"
+    save_workload(data_parallel(2, layers=1, hidden=64, seq=8, batch=1), tmp_path / "dp")
+    with LocalCluster.start(2, tmp_path / "cluster") as cl:
+        tb = load_testbed(cl.testbed_path)
+        spec = genie.BenchSpec(
+            testbed=str(cl.testbed_path),
+            store=str(store),
+            sizes=(4096,),
+            iters=2,
+            warmup=1,
+            progress=False,
+        )
+        first = genie.bench(spec)
+        with RunStore(store) as st:
+            recorded = flatten(conditions_of(st.run(first.run_id or "").meta))
+        cc = "congestion control of the data sockets"
+        assert recorded[cc]  # the agents read back what their sockets ran
+        cal_id = _stored(
+            store,
+            tb.to_topology(),
+            tb.name,
+            offered=True,
+            conditions={**recorded, cc: "a-cc-no-kernel-has"},
+        )
+        bench = genie.bench(spec.replace(calibration=cal_id))
+        assert bench.calibration is None and bench.rows[0].calibrated_s is None
+        (why,) = [n for n in bench.notes if "not applied" in n]
+        assert why.startswith(f"calibration {cal_id} not applied: it was fitted under other")
+        assert why == (
+            f"calibration {cal_id} not applied: it was fitted under other conditions ({cc}: "
+            f"a-cc-no-kernel-has vs {recorded[cc]}); nominal model only"
+        )
+        for mode in ("isolated", "overlapped"):
+            spec = genie.EmulateSpec(
+                testbed=str(cl.testbed_path),
+                workload=str(tmp_path / "dp"),
+                store=str(store),
+                iterations=1,
+                warmup=0,
+                mode=mode,  # type: ignore[arg-type]
+                calibration=cal_id,
+            )
+            em = genie.emulate(spec)
+            assert em.models.calibration is None and em.models.calibrated is None, mode
+            assert em.models.missing.startswith(f"calibration {cal_id} not applied"), mode
+            with RunStore(store) as st:
+                meta = st.run(em.run_id).meta
+            assert (
+                meta["calibration"] is None and "a-cc-no-kernel-has" in meta["calibration_refused"]
+            )
+    capsys.readouterr()

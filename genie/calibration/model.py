@@ -234,7 +234,8 @@ def check_conditions(cal: Calibration, conditions: Mapping[str, str]) -> list[st
     Either side recorded none: nothing to compare (an empty list)."""
     if not cal.conditions or not conditions:
         return []
-    return mismatch(cal.conditions, conditions)
+    diff = mismatch(cal.conditions, conditions)
+    return sorted(diff, key=lambda d: "?" in d)  # what both recorded, and differs, first
 
 
 def conditions_refusal(cal: Calibration | None, conditions: Mapping[str, Any]) -> str:

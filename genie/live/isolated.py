@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.calibration.accuracy import ErrorRow
-from genie.calibration.model import Calibration
+from genie.calibration.model import Calibration, conditions_refusal
 from genie.collectives.program import Program
 from genie.controller.results import Instance
 from genie.live.backends import Measured, TestbedBackend
@@ -146,6 +146,11 @@ def run_isolated(
             model_placement=ends,
             options=DataOptions(streams=tb.routing.flows, congestion=tb.tcp.congestion_control),
         )
+        refused = conditions_refusal(calibration, dict(run.ctl.conditions))
+        if refused:  # fitted under other wire conditions: the nominal model only, and why
+            models = compare_models(tb.to_topology(), None, k, tb.model_note(), asked)
+            models.missing = refused
+            run.update_meta(calibration=None, calibration_refused=refused)
     run_id = run.run_id
     calibrated: dict[Key, float | None] = {}
     for key, m in table.items():
