@@ -1,0 +1,433 @@
+"""An NCCL-like cost model of one collective: algorithm, protocol, channels, latency, bandwidth.
+
+NCCL picks, per collective and size, the (algorithm, protocol) pair its tuning model predicts
+fastest: time = latency + bytes / bandwidth. This module prices the same pairs on a ``System``
+(nodes x GPUs per node, each GPU's intra-node bus, each node's NICs) and picks the same way,
+unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO`` do.
+
+* Algorithms: ``ring`` (every collective) and ``tree`` (NCCL's double binary tree across nodes,
+  a chain inside a node; all-reduce only, as in NCCL). All-to-all and send/recv run as NCCL's
+  point-to-point sends (``p2p``).
+* Protocols and their wire efficiency (payload per byte sent): ``LL`` 8-byte lines of 4 data
+  and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
+* Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
+  a hardware latency per step by link type (NVLink, PCI, network); ring steps inside a node cost
+  at least the CPU's network post overhead when the ring leaves the node (x3 for Simple).
+* Bandwidth: the link the algorithm drives (a GPU's bus inside a node; across nodes the
+  narrower of that and the node's NICs, or its GPUs' PCIe links to them), times the protocol's
+  wire efficiency, capped by NCCL's published per-protocol limits (LL's maximum, LL128's and
+  the tree's per-channel maxima x channels); then the bytes each link carries under the
+  algorithm: ring all-reduce 2(n-1)/n S, all-gather and reduce-scatter (n-1)/n S, broadcast
+  and reduce S; tree all-reduce S per direction on each node's NICs with two nodes, 2S with
+  more (a double binary tree's inner node), 2S on each GPU's bus inside a node.
+
+What NCCL's tuner has and this model leaves out (each is a fitted correction, not a physical
+or published constant of the hardware): the tree's size-dependent correction table, the ring's
+multi-node "plateau" factor, the tree's 0.92 and LL 1/3.8 factors; NVLS, CollNet and PAT.
+Sizes are bytes as nccl-tests counts them (S: the whole buffer; all-gather's output,
+all-to-all's per-rank buffer); times seconds; rates bytes/s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from genie.collectives import gpu_presets as P
+from genie.errors import CollectiveError
+from genie.vocabulary import bus_factor, canonical_collective
+
+ALGORITHMS: tuple[str, ...] = ("ring", "tree")
+PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "all_to_all",
+    "send_recv",
+)
+P2P = ("all_to_all", "send_recv")
+
+#: Payload bytes per byte a protocol puts on the wire.
+WIRE_EFFICIENCY: dict[str, float] = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.0}
+
+# --- NCCL 2.30.7, src/graph/tuning.cc (ncclTunerConstantsDefaults) ---------------------------
+#: Base latency (us) per algorithm and protocol (LL, LL128, Simple).
+BASE_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "tree": (6.8, 14.0, 8.4),
+    "ring": (6.6, 14.0, 8.4),
+}
+#: Hardware latency (us) per step, by link class, algorithm and protocol (LL, LL128, Simple).
+HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
+    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
+    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
+    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+}
+#: Network post overhead per ring step (us) by CPU vendor (getNetOverhead); x3 for Simple.
+NET_OVERHEAD_US: dict[str, float] = {"intel": 1.0, "amd": 2.0}
+#: LL's bandwidth limit (GB/s): one node by GPU generation; several nodes by CPU vendor, for
+#: 2 and for more than 2 nodes (llMaxBws).
+LL_MAX_ONE_NODE: dict[str, float] = {
+    "volta": 39.0,
+    "ampere": 87.7,
+    "hopper": 141.0,
+    "blackwell": 282.0,
+}
+LL_MAX_NODES: dict[str, tuple[float, float]] = {"intel": (39.0, 20.4), "amd": (22.5, 19.0)}
+#: Per-channel limits (GB/s) by GPU generation for 1, 2 and more than 2 nodes.
+RING_LL128_PER_CHANNEL: dict[str, tuple[float, float, float]] = {
+    "volta": (20.0, 20.0, 20.0),
+    "ampere": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 36.7),
+    "blackwell": (40.0, 40.0, 40.0),
+}
+TREE_LL128_PER_CHANNEL: dict[str, tuple[float, float, float]] = {
+    "volta": (20.0, 20.0, 20.0),
+    "ampere": (20.0, 20.0, 20.0),
+    "hopper": (36.7, 36.7, 29.0),
+    "blackwell": (55.6, 31.67, 20.0),
+}
+TREE_PER_CHANNEL: dict[str, tuple[float, float, float]] = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (38.7, 41.4, 36.0),
+    "blackwell": (70.0, 42.8, 24.0),
+}
+# --- NCCL 2.30.7, src/enqueue.cc: point-to-point uses LL up to this many bytes per peer -------
+P2P_LL_THRESHOLD = 16384
+
+US = 1e-6
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class System:
+    """What the model prices on: nodes of GPUs, their buses and NICs (rates bytes/s/direction)."""
+
+    nodes: int
+    gpus_per_node: int
+    intra_bw: float  # a GPU's bus to the other GPUs of its node
+    net_bw: float  # a node's NICs together, payload rate
+    gpu_net_bw: float = math.inf  # a GPU's link to its NIC(s) (PCIe)
+    tuning: P.Tuning = "hopper"
+    intra_link: P.IntraLink = "nvlink"
+    cpu: P.Cpu = "intel"
+    channels: int = 16
+
+    def __post_init__(self) -> None:
+        for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CollectiveError(f"{what} must be a positive integer, got {v!r}")
+        if isinstance(self.channels, bool) or not 1 <= self.channels <= 64:
+            raise CollectiveError(f"channels must be 1..64, got {self.channels!r}")
+        for what, bw in (
+            ("intra_bw", self.intra_bw),
+            ("net_bw", self.net_bw),
+            ("gpu_net_bw", self.gpu_net_bw),
+        ):
+            if not bw > 0:
+                raise CollectiveError(f"{what} must be a positive rate in bytes/s, got {bw!r}")
+        if self.tuning not in TREE_PER_CHANNEL:
+            raise CollectiveError(f"tuning {self.tuning!r}: one of {', '.join(TREE_PER_CHANNEL)}")
+        if self.intra_link not in ("nvlink", "xgmi", "pci"):
+            raise CollectiveError(f"intra_link {self.intra_link!r}: nvlink, xgmi or pci")
+        if self.cpu not in NET_OVERHEAD_US:
+            raise CollectiveError(f"cpu {self.cpu!r}: intel or amd")
+
+    @property
+    def n_ranks(self) -> int:
+        """GPUs in all."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def node_net_bw(self) -> float:
+        """What a node's GPUs can put on its NICs: the NICs, or their PCIe links if narrower."""
+        return min(self.net_bw, self.gpus_per_node * self.gpu_net_bw)
+
+    def with_ranks(self, nodes: int, gpus_per_node: int) -> System:
+        """The same hardware with another group shape."""
+        return replace(self, nodes=nodes, gpus_per_node=gpus_per_node)
+
+    def describe(self) -> str:
+        """One line: shape, rates, generation."""
+        return (
+            f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.intra_link} "
+            f"{self.intra_bw / GB:.1f} GB/s per GPU, NICs {self.net_bw / GB:.1f} GB/s per node, "
+            f"{self.tuning} constants, {self.cpu} CPUs, {self.channels} channels"
+        )
+
+
+def system_from_preset(
+    name: str,
+    nodes: int = 1,
+    gpus_per_node: int | None = None,
+    *,
+    net_bw: float | None = None,
+    intra_bw: float | None = None,
+    channels: int | None = None,
+) -> System:
+    """A ``System`` of ``nodes`` servers of preset ``name`` (``net_bw``: line rate per node)."""
+    p = P.preset(name)
+    line = p.net_bw if net_bw is None else net_bw
+    return System(
+        nodes=nodes,
+        gpus_per_node=p.gpus if gpus_per_node is None else gpus_per_node,
+        intra_bw=p.intra_bw if intra_bw is None else intra_bw,
+        net_bw=line * P.net_payload_fraction(p.nic_kind),
+        gpu_net_bw=p.gpu_nic_bw,
+        tuning=p.tuning,
+        intra_link=p.intra_link,
+        cpu=p.cpu,
+        channels=p.channels if channels is None else channels,
+    )
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One (algorithm, protocol) priced for one collective and size."""
+
+    collective: str
+    size: int  # bytes, nccl-tests' S
+    n_ranks: int
+    algorithm: str  # ring | tree | p2p
+    protocol: str  # LL | LL128 | Simple
+    channels: int
+    latency_s: float
+    rate: float  # bytes/s of payload the busiest link carries under this protocol
+    link_bytes: float  # payload bytes on the busiest link (per direction)
+    time_s: float
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes on the busiest link with the protocol's flag bytes."""
+        return self.link_bytes / WIRE_EFFICIENCY[self.protocol]
+
+    @property
+    def algbw(self) -> float:
+        """nccl-tests' algbw (bytes/s): S / t."""
+        return self.size / self.time_s if self.time_s > 0 else math.inf
+
+    @property
+    def busbw(self) -> float:
+        """nccl-tests' busbw (bytes/s)."""
+        return self.algbw * bus_factor(self.collective, self.n_ranks)
+
+    @property
+    def label(self) -> str:
+        """``ring/LL128``."""
+        return f"{self.algorithm}/{self.protocol}"
+
+    def to_dict(self) -> dict[str, object]:
+        """Plain data (seconds, bytes, bytes/s)."""
+        return {
+            "collective": self.collective,
+            "size": self.size,
+            "n_ranks": self.n_ranks,
+            "algorithm": self.algorithm,
+            "protocol": self.protocol,
+            "channels": self.channels,
+            "latency_s": self.latency_s,
+            "bandwidth": self.rate,
+            "time_s": self.time_s,
+            "wire_bytes": self.wire_bytes,
+        }
+
+
+def parse_choice(text: str | None, universe: tuple[str, ...], env: str) -> tuple[str, ...]:
+    """What ``NCCL_ALGO`` / ``NCCL_PROTO``-style ``text`` allows: ``ring,tree``, ``^LL128``."""
+    if text is None or not text.strip():
+        return universe
+    body = text.strip()
+    exclude = body.startswith("^")
+    names = [t.strip() for t in body.lstrip("^").split(",") if t.strip()]
+    lower = {u.lower(): u for u in universe}
+    picked: list[str] = []
+    for t in names:
+        if t.lower() not in lower:
+            raise CollectiveError(f"{env}={text}: unknown {t!r} (one of {', '.join(universe)})")
+        picked.append(lower[t.lower()])
+    if exclude:
+        return tuple(u for u in universe if u not in picked)
+    if not picked:
+        raise CollectiveError(f"{env}={text!r} names nothing")
+    return tuple(u for u in universe if u in picked)
+
+
+def _collective(name: str) -> str:
+    try:
+        coll = canonical_collective(name)
+    except CollectiveError:
+        coll = ""
+    if coll not in COLLECTIVES:
+        raise CollectiveError(f"collective {name!r}: one of {', '.join(COLLECTIVES)}")
+    return coll
+
+
+def _node_index(nodes: int) -> int:
+    return 0 if nodes == 1 else 1 if nodes == 2 else 2
+
+
+def _ll_max(sys: System) -> float:
+    if sys.nodes == 1:
+        return LL_MAX_ONE_NODE[sys.tuning] * GB
+    return LL_MAX_NODES[sys.cpu][0 if sys.nodes == 2 else 1] * GB
+
+
+def _limit(rate: float, sys: System, algo: str, proto: str) -> float:
+    """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run."""
+    i, ch = _node_index(sys.nodes), sys.channels
+    r = rate * WIRE_EFFICIENCY[proto]
+    if proto == "LL":
+        r = min(r, _ll_max(sys))
+    if algo == "ring" and proto == "LL128":
+        r = min(r, ch * RING_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+    if algo == "tree":
+        r = min(r, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
+        if proto == "LL128":
+            r = min(r, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+    return r
+
+
+def _hops(sys: System, algo: str, proto: str) -> tuple[float, float]:
+    """(seconds per step inside a node, seconds per step between nodes)."""
+    p = PROTOCOLS.index(proto)
+    cls = "pci" if sys.intra_link == "pci" else "nvlink"
+    intra = HW_LATENCY_US[cls][algo][p]
+    # one GPU per node: every step crosses the network, priced at the tree's network latency
+    inter = HW_LATENCY_US["net"]["tree" if sys.gpus_per_node == 1 else algo][p]
+    if algo == "ring" and sys.nodes > 1:
+        intra = max(intra, NET_OVERHEAD_US[sys.cpu] * (3 if proto == "Simple" else 1))
+    return intra * US, inter * US
+
+
+def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
+    base = BASE_LATENCY_US[algo][PROTOCOLS.index(proto)] * US
+    intra, inter = _hops(sys, algo, proto)
+    n, nodes, g = sys.n_ranks, sys.nodes, sys.gpus_per_node
+    if algo == "tree":
+        return base + 2 * ((g - 1) * intra + int(math.log2(nodes)) * inter)
+    if coll == "all_reduce":
+        steps, net_steps = 2 * (n - 1), 2 * (nodes - 1)
+    else:  # all-gather, reduce-scatter; broadcast and reduce pipeline down a chain of n-1 hops
+        steps, net_steps = n - 1, nodes - 1
+    return base + (steps - net_steps) * intra + net_steps * inter
+
+
+def _ring_link(sys: System) -> float:
+    """The line rate of a ring's narrowest link."""
+    if sys.nodes == 1:
+        return sys.intra_bw
+    return min(sys.intra_bw, sys.node_net_bw) if sys.gpus_per_node > 1 else sys.node_net_bw
+
+
+def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -> Prediction:
+    n = sys.n_ranks
+    if algo == "ring":
+        load = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(coll, 1.0)
+        if coll == "reduce_scatter":
+            load = (n - 1) / n
+        link_bytes = load * size
+        rate = _limit(_ring_link(sys), sys, algo, proto)
+        bw_time = link_bytes / rate
+    else:  # tree all-reduce: NICs carry S (two nodes) or 2S per direction; a GPU's bus 2S
+        times: list[tuple[float, float, float]] = []
+        if sys.nodes > 1:
+            net_load = (1.0 if sys.nodes == 2 else 2.0) * size
+            r = _limit(sys.node_net_bw, sys, algo, proto)
+            times.append((net_load / r, net_load, r))
+        if sys.gpus_per_node > 1:
+            r = _limit(sys.intra_bw, sys, algo, proto)
+            times.append((2.0 * size / r, 2.0 * size, r))
+        bw_time, link_bytes, rate = max(times)
+    lat = _latency(coll, algo, proto, sys)
+    return Prediction(
+        coll, size, n, algo, proto, sys.channels, lat, rate, link_bytes, lat + bw_time
+    )
+
+
+def _p2p_time(coll: str, size: int, sys: System, proto: str) -> Prediction:
+    """All-to-all as n-1 concurrent sends per rank; send/recv as one."""
+    n, g = sys.n_ranks, sys.gpus_per_node
+    eff = WIRE_EFFICIENCY[proto]
+    per_gpu_net = sys.node_net_bw / g
+    if coll == "send_recv":
+        intra_bytes, net_bytes = (float(size), 0.0) if sys.nodes == 1 else (0.0, float(size))
+    else:
+        block = size / n
+        intra_bytes, net_bytes = block * (g - 1), block * (n - g)
+    parts = [(intra_bytes / (sys.intra_bw * eff), intra_bytes, sys.intra_bw * eff)]
+    if net_bytes:
+        parts.append((net_bytes / (per_gpu_net * eff), net_bytes, per_gpu_net * eff))
+    bw_time, link_bytes, rate = max(parts)
+    intra, inter = _hops(sys, "ring", proto)
+    base = BASE_LATENCY_US["ring"][PROTOCOLS.index(proto)] * US
+    lat = base + (inter if sys.nodes > 1 else intra)
+    return Prediction(
+        coll, size, n, "p2p", proto, sys.channels, lat, rate, link_bytes, lat + bw_time
+    )
+
+
+def candidates(
+    collective: str,
+    size: int,
+    system: System,
+    algorithms: str | None = None,
+    protocols: str | None = None,
+) -> list[Prediction]:
+    """Every (algorithm, protocol) NCCL would consider, allowed by the NCCL_ALGO/PROTO-style
+    strings, priced (fastest first)."""
+    coll = _collective(collective)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise CollectiveError(f"size must be a whole number of bytes >= 0, got {size!r}")
+    if coll == "send_recv" and system.n_ranks != 2:
+        raise CollectiveError(f"send_recv is between 2 ranks, the system has {system.n_ranks}")
+    if system.n_ranks < 2:
+        raise CollectiveError(f"{coll} needs at least 2 ranks, the system has 1")
+    algos = parse_choice(algorithms, ALGORITHMS, "NCCL_ALGO")
+    protos = parse_choice(protocols, PROTOCOLS, "NCCL_PROTO")
+    out: list[Prediction] = []
+    if coll in P2P:
+        per_peer = size if coll == "send_recv" else size / system.n_ranks
+        default = "LL" if per_peer <= P2P_LL_THRESHOLD else "Simple"
+        offered = [p for p in protos if p != "LL128"]
+        if not offered:
+            raise CollectiveError(f"{coll} runs as NCCL's send/recv: protocols LL or Simple")
+        use = [default] if protocols is None else offered
+        out = [_p2p_time(coll, size, system, p) for p in use]
+    else:
+        offered_algos = [a for a in algos if a == "ring" or coll == "all_reduce"]
+        if not offered_algos:
+            raise CollectiveError(
+                f"NCCL_ALGO={algorithms}: {coll} runs as ring only (tree is all_reduce's)"
+            )
+        if system.intra_link == "pci":  # NCCL enables LL128 only on NVLink-class paths
+            protos = tuple(p for p in protos if p != "LL128") or protos
+        out = [_collective_time(coll, size, system, a, p) for a in offered_algos for p in protos]
+    if size == 0:
+        out = [replace(p, latency_s=0.0, time_s=0.0, link_bytes=0.0) for p in out]
+    return sorted(out, key=lambda p: p.time_s)
+
+
+def choose(
+    collective: str,
+    size: int,
+    system: System,
+    algorithms: str | None = None,
+    protocols: str | None = None,
+) -> Prediction:
+    """NCCL's choice: the fastest allowed (algorithm, protocol) for ``collective`` of ``size``."""
+    return candidates(collective, size, system, algorithms, protocols)[0]
+
+
+Convention = Literal["nccl", "astra-sim"]
+
+
+def nccl_size(collective: str, size: int, n_ranks: int, convention: Convention) -> int:
+    """nccl-tests' S for a size given in ``convention`` (astra-sim: all-gather's comm_size is
+    the per-rank shard; everything else is already the whole buffer)."""
+    if convention == "astra-sim" and _collective(collective) == "all_gather":
+        return size * n_ranks
+    return size
