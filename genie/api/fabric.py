@@ -18,6 +18,7 @@ import msgspec
 from genie.api.specs import Fabric, Model, bandwidth, ratio, seconds
 from genie.calibration.model import calibrate_topology
 from genie.calibration.stored import resolve
+from genie.collectives import nccl_model
 from genie.collectives import topology as ctopo
 from genie.collectives.registry import parse_algorithms
 from genie.errors import UsageError
@@ -160,11 +161,47 @@ def _calibrated(
     return topo if cal is None else calibrate_topology(topo, cal)
 
 
+def with_gpu(fabric: Fabric, model: Model) -> Fabric:
+    """``fabric`` with ``model.gpu``'s intra-node bus where the fabric gives no intra rate."""
+    if model.gpu is None or fabric.intra_bandwidth is not None:
+        return fabric
+    from genie.collectives.gpu_presets import preset
+
+    return fabric.replace(intra_bandwidth=preset(model.gpu).intra_bw)
+
+
+def check_collective_model(model: Model) -> None:
+    """Refuse options that the chosen collective model does not take (one line)."""
+    if model.collective_model != "nccl":
+        if model.nccl_algo or model.nccl_proto:
+            raise UsageError("--nccl-algo and --nccl-proto need --collective-model nccl")
+        return
+    if model.pricer == "builtin":
+        raise UsageError("--collective-model nccl prices step programs: not with --pricer builtin")
+    if model.algorithm:
+        raise UsageError("--collective-model nccl chooses algorithms: force one with --nccl-algo")
+
+
+def nccl_system(model: Model) -> nccl_model.System:
+    """The NCCL-like model's hardware facts (rates come from the topology, group by group)."""
+    if model.gpu:
+        return nccl_model.system_from_preset(model.gpu)
+    return nccl_model.System(nodes=1, gpus_per_node=1, intra_bw=1.0, net_bw=1.0)
+
+
 def pricer(model: Model, built: Built, n_ranks: int, hosts: Sequence[int] | None = None) -> Pricer:
     """The analytical pricer of ``model`` on ``built`` (``hosts``: another placement on it)."""
     if model.chunks < 1:
         raise UsageError("--chunks must be at least 1")
     where = list(hosts) if hosts is not None else built.hosts
+    check_collective_model(model)
+    if model.collective_model == "nccl":
+        from genie.sim.nccl_pricer import NcclPricer
+
+        system = nccl_system(model)
+        return NcclPricer(
+            built.topology, where, n_ranks, system, model.nccl_algo, model.nccl_proto, model.chunks
+        )
     if model.pricer == "builtin":
         return TopologyPricer(built.topology, where, n_ranks)
     algos = parse_algorithms(model.algorithm)
@@ -175,6 +212,7 @@ def network_model(
     fabric: Fabric, model: Model, n_ranks: int, *, store: str | Path | None = None
 ) -> tuple[Pricer, ClosedForm | None, tuple[str, ...]]:
     """The analytical pricer, the closed form's network (None: not comparable), and notes."""
+    check_collective_model(model)
     kind = fabric.topology or "switch"
     k = fabric.ranks_per_host
     builtin_star = (

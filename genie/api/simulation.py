@@ -28,6 +28,7 @@ from genie.sim.closed import ClosedForm, with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.engine import RawResult
 from genie.sim.measured import MeasuredBackend, MeasuredTable
+from genie.sim.nccl_pricer import NcclPricer
 from genie.sim.network import AnalyticalBackend, NetworkBackend
 from genie.sim.program_pricer import ProgramPricer
 from genie.sim.report import SimReport, chrome_trace
@@ -52,6 +53,8 @@ class Simulation:
     facts: JsonDoc  # how the trace was read (``trace_facts``)
     raws: list[RawResult] = field(default_factory=list)  # the replays' raw timelines
     jobs: JsonDoc | None = None  # several jobs: ``genie.api.jobs.jobs_doc``
+    # --collective-model nccl: per distinct collective, the algorithm and protocol chosen
+    nccl_choices: list[JsonDoc] | None = None
 
     @property
     def iteration_s(self) -> float:
@@ -68,6 +71,8 @@ class Simulation:
         }
         if self.jobs is not None:
             out["jobs"] = self.jobs
+        if self.nccl_choices is not None:
+            out["nccl_choices"] = self.nccl_choices
         return out
 
     def write_trace(self, path: str | Path, max_ranks: int = 256) -> int:
@@ -170,6 +175,7 @@ def _maker(spec: SimulateSpec, pricer: fabric.Pricer, name: str) -> Callable[[],
 
 def simulate(spec: SimulateSpec) -> Simulation:
     """Replay what ``spec`` describes over each network it names (see the module docstring)."""
+    spec = spec.replace(fabric=fabric.with_gpu(spec.fabric, spec.model))
     net, system = astra.load_configs(spec)
     astra_notes: list[str] = []
     if net is not None and system is not None and spec.model.kind == "genie":
@@ -239,4 +245,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
                 )
             reports.append(rep)
             raws.append(raw)
-    return Simulation(cw, describe(pricer), reports, closed, facts, raws)
+    sim = Simulation(cw, describe(pricer), reports, closed, facts, raws)
+    if isinstance(pricer, NcclPricer):
+        sim.nccl_choices = pricer.choices_doc()
+    return sim

@@ -103,6 +103,10 @@ class Model(Spec, frozen=True, kw_only=True):
     (``all_reduce=ring,all_to_all=direct``). ``comm_concurrency``: collectives of one process
     group in flight at once (1: NCCL's issue order). ``kind`` ``astra-unaware``/``astra-aware``
     prices as ASTRA-sim 2.0's analytical backends, from its network and system files.
+    ``collective_model``: ``line-rate`` (step programs at line rate, the default) or ``nccl``
+    (``genie.collectives.nccl_model``: NCCL's algorithm and protocol choice, latencies and
+    protocol limits; ``gpu`` a preset such as ``h100``, ``nccl_algo`` / ``nccl_proto`` force
+    choices as ``NCCL_ALGO`` / ``NCCL_PROTO`` do).
     """
 
     kind: Literal["genie", "astra-unaware", "astra-aware"] = "genie"
@@ -113,6 +117,10 @@ class Model(Spec, frozen=True, kw_only=True):
     astra_network: str | None = None
     astra_system: str | None = None
     comm_group: str | None = None
+    collective_model: Literal["line-rate", "nccl"] = "line-rate"
+    gpu: str | None = None
+    nccl_algo: str | None = None
+    nccl_proto: str | None = None
 
 
 class Compute(Spec, frozen=True, kw_only=True):

@@ -15,9 +15,11 @@ from rich.console import Console
 from genie import progress
 from genie.api.simulation import Simulation, simulate
 from genie.api.specs import TOPOLOGIES, Compute, Fabric, Model, SimulateSpec
+from genie.collectives.gpu_presets import PRESETS
 from genie.commands import _args as A
 from genie.commands import _astra, _calibration
 from genie.commands import _experiments as X
+from genie.commands._nccl_output import print_choices
 from genie.commands._sim_output import dump_json, print_reports
 from genie.placement import MODES as PLACEMENTS
 
@@ -112,6 +114,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--chunks", type=A.integer(1, 1024), default=1, help="chunks per collective (pipelining)"
     )
+    p.add_argument(
+        "--collective-model",
+        choices=("line-rate", "nccl"),
+        default="line-rate",
+        help="how a collective takes time: line-rate (step programs at line rate, the default) "
+        "or nccl (NCCL's algorithm and protocol choice, latencies and protocol limits; prints "
+        "what it chose per collective)",
+    )
+    p.add_argument(
+        "--gpu",
+        choices=tuple(PRESETS),
+        help="GPU server preset: its NCCL constants, PCIe to the NICs and, unless "
+        "--intra-bandwidth, its intra-node bus",
+    )
+    p.add_argument("--nccl-algo", help="nccl model: as NCCL_ALGO (ring, tree, ^tree)")
+    p.add_argument("--nccl-proto", help="nccl model: as NCCL_PROTO (LL, LL128, Simple, ^LL128)")
     A.add_comm_concurrency(p)
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
     p.add_argument("--peak-flops", type=A.real(0, 1e20), help="roofline: peak FLOP/s (e.g. 989e12)")
@@ -187,6 +205,10 @@ def spec_from_args(args: argparse.Namespace) -> SimulateSpec:
         astra_network=args.astra_network,
         astra_system=args.astra_system,
         comm_group=args.comm_group,
+        collective_model=args.collective_model,
+        gpu=args.gpu,
+        nccl_algo=args.nccl_algo,
+        nccl_proto=args.nccl_proto,
     )
     compute = Compute(
         mode=args.compute,
@@ -217,6 +239,8 @@ def render(sim: Simulation, rows: int = 20) -> None:
 
         print_jobs(con, sim.jobs)
     print_reports(con, sim.workload, sim.network, sim.reports, sim.closed, rows)
+    if sim.nccl_choices is not None:
+        print_choices(con, sim.nccl_choices, rows)
 
 
 def run(args: argparse.Namespace) -> int:

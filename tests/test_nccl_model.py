@@ -1,0 +1,233 @@
+"""The NCCL-like collective model: choices, limits, latencies, forcing, errors, and its wiring.
+
+The model (``genie.collectives.nccl_model``) is checked on facts a broken model would get
+wrong: NCCL's protocol by size, the bandwidth a ring reaches at large sizes (the narrower of the
+link and the protocol's limit), the tree's advantage at small sizes on many nodes, the latency
+of a ring counted in NCCL's constants, LL's flag bytes on the wire, and forcing as
+NCCL_ALGO / NCCL_PROTO. Then ``genie simulate --collective-model nccl`` and ``genie nccl``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+import genie
+from genie.cli import main
+from genie.collectives import gpu_presets as P
+from genie.collectives import nccl_model as N
+from genie.errors import CollectiveError, GenieError
+
+REPO = Path(__file__).resolve().parents[1]
+GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+
+
+def h100(nodes: int = 1, **kw) -> N.System:
+    return N.system_from_preset("h100", nodes, **kw)
+
+
+# -- choices ------------------------------------------------------------------------------------
+
+
+def test_small_all_reduce_runs_LL_large_runs_Simple_on_several_nodes() -> None:
+    sys4 = h100(4)
+    assert N.choose("all_reduce", 8, sys4).protocol == "LL"
+    assert N.choose("all_reduce", 4 * KiB, sys4).protocol == "LL"
+    assert N.choose("all_reduce", 4 * GiB, sys4).protocol == "Simple"
+    mid = N.choose("all_reduce", 4 * MiB, sys4)
+    assert mid.protocol == "LL128", mid  # Hopper's middle sizes
+    # the choice is the fastest of the candidates, and each candidate is a distinct pair
+    cands = N.candidates("all_reduce", 4 * MiB, sys4)
+    assert cands[0] == mid and all(c.time_s >= mid.time_s for c in cands)
+    assert len({c.label for c in cands}) == len(cands) == 6
+
+
+def test_tree_beats_ring_at_small_sizes_on_many_nodes_not_on_one() -> None:
+    many = h100(32)
+    small = N.choose("all_reduce", 1 * KiB, many)
+    ring = N.choose("all_reduce", 1 * KiB, many, algorithms="ring")
+    assert small.algorithm == "tree" and ring.time_s > 3 * small.time_s
+    assert N.choose("all_reduce", 1 * KiB, h100(1)).algorithm == "ring"
+
+
+def test_only_all_reduce_has_a_tree_and_all_to_all_runs_as_p2p() -> None:
+    sys2 = h100(2)
+    for coll in ("all_gather", "reduce_scatter", "broadcast", "reduce"):
+        assert {c.algorithm for c in N.candidates(coll, MiB, sys2)} == {"ring"}
+    a2a_small = N.choose("all_to_all", 16 * 16 * KiB, sys2)  # 16 KiB per peer: LL
+    a2a_large = N.choose("all_to_all", 16 * MiB, sys2)
+    assert (a2a_small.algorithm, a2a_small.protocol) == ("p2p", "LL")
+    assert (a2a_large.algorithm, a2a_large.protocol) == ("p2p", "Simple")
+    # 8 of 16 peers are off the node: their bytes go over the GPU's share of the NICs
+    net_share = sys2.node_net_bw / 8
+    assert a2a_large.rate == pytest.approx(net_share)
+    assert a2a_large.link_bytes == pytest.approx(16 * MiB / 16 * 8)
+    one = N.choose("send_recv", GiB, h100(1, gpus_per_node=2))
+    two = N.choose("send_recv", GiB, h100(2, gpus_per_node=1))
+    assert one.time_s < two.time_s  # NVLink beats a NIC behind PCIe
+
+
+# -- bandwidth and latency ----------------------------------------------------------------------
+
+
+def test_ring_bus_bandwidth_approaches_the_link_or_the_protocol_cap() -> None:
+    one = h100(1)
+    big = 64 * GiB
+    simple = N.choose("all_reduce", big, one, "ring", "Simple")
+    ll = N.choose("all_reduce", big, one, "ring", "LL")
+    ll128 = N.choose("all_reduce", big, one, "ring", "LL128")
+    assert simple.busbw == pytest.approx(18 * 20.6e9, rel=1e-3)  # NCCL's NVLink figure
+    assert ll.busbw == pytest.approx(141e9, rel=1e-3)  # LL's limit on one Hopper node
+    assert ll128.busbw == pytest.approx(18 * 20.6e9 * 120 / 128, rel=1e-3)
+    # across nodes the NICs (less InfiniBand headers) are narrower than A100's NVLink
+    a100 = N.system_from_preset("a100", 4)
+    ring = N.choose("all_reduce", big, a100, "ring", "Simple")
+    assert ring.busbw == pytest.approx(8 * 25e9 * 4096 / 4122, rel=2e-3)
+    # a GPU alone in its node is held to its PCIe link, however many NICs the node has
+    lone = N.choose("all_reduce", big, h100(2, gpus_per_node=1), "ring", "Simple")
+    assert lone.busbw == pytest.approx(P.PCIE5_X16, rel=2e-3)
+
+
+def test_ring_latency_is_counted_in_nccls_constants() -> None:
+    one = N.choose("all_reduce", 0, h100(1), "ring", "LL")
+    assert one.time_s == 0.0  # nothing to move
+    # 8 GPUs on NVLink: base 6.6 us + 14 steps x 0.6 us
+    tiny = N.candidates("all_reduce", 8, h100(1), "ring", "LL")[0]
+    assert tiny.latency_s == pytest.approx(15.0e-6)
+    # 2 nodes x 8: 28 steps inside nodes at the CPU's post overhead (Intel 1 us) and 2 at 2.7 us
+    two = N.candidates("all_reduce", 8, h100(2), "ring", "LL")[0]
+    assert two.latency_s == pytest.approx((6.6 + 28 * 1.0 + 2 * 2.7) * 1e-6)
+    # the tree: base 6.8 + 2 x (7 x 0.6 + log2(32) x 5.0)
+    tree = N.candidates("all_reduce", 8, h100(32), "tree", "LL")[0]
+    assert tree.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 5 * 5.0)) * 1e-6)
+
+
+def test_protocols_put_their_flag_bytes_on_the_wire() -> None:
+    c = {p.protocol: p for p in N.candidates("all_reduce", 64 * MiB, h100(2), "ring")}
+    assert c["LL"].wire_bytes == pytest.approx(2 * c["LL"].link_bytes)
+    assert c["LL128"].wire_bytes == pytest.approx(c["LL128"].link_bytes * 128 / 120)
+    assert c["Simple"].wire_bytes == c["Simple"].link_bytes
+
+
+# -- forcing and errors -------------------------------------------------------------------------
+
+
+def test_forcing_mirrors_nccl_algo_and_nccl_proto() -> None:
+    sys4 = h100(4)
+    assert N.choose("all_reduce", 4 * GiB, sys4, algorithms="tree").algorithm == "tree"
+    assert N.choose("all_reduce", 8, sys4, protocols="Simple").protocol == "Simple"
+    assert N.choose("all_reduce", 8, sys4, protocols="^LL,LL128").protocol == "Simple"
+    assert N.choose("all_reduce", 8, sys4, algorithms="Ring").algorithm == "ring"
+    assert N.parse_choice("^tree", N.ALGORITHMS, "NCCL_ALGO") == ("ring",)
+    forced = N.choose("all_reduce", 8, sys4, algorithms="ring", protocols="ll128")
+    assert forced.label == "ring/LL128"
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: N.choose("all_gather", 8, h100(2), algorithms="tree"), "ring only"),
+        (lambda: N.choose("all_reduce", 8, h100(2), algorithms="nvls"), "unknown 'nvls'"),
+        (lambda: N.choose("all_reduce", 8, h100(2), protocols="LL256"), "NCCL_PROTO"),
+        (lambda: N.choose("all_to_all", 8, h100(2), protocols="LL128"), "LL or Simple"),
+        (lambda: N.choose("all_reduce", -1, h100(2)), "size"),
+        (lambda: N.choose("barrier", 8, h100(2)), "collective 'barrier'"),
+        (lambda: N.choose("send_recv", 8, h100(2)), "between 2 ranks"),
+        (lambda: N.choose("all_reduce", 8, h100(1, gpus_per_node=1)), "at least 2 ranks"),
+        (lambda: h100(0), "nodes"),
+        (lambda: h100(1, channels=0), "channels"),
+        (lambda: N.system_from_preset("tpu"), "unknown GPU preset 'tpu'"),
+        (lambda: N.System(nodes=1, gpus_per_node=2, intra_bw=0.0, net_bw=1.0), "intra_bw"),
+    ],
+)
+def test_bad_inputs_are_one_line_genie_errors(call, match) -> None:
+    with pytest.raises(GenieError, match=match) as exc:
+        call()
+    assert "\n" not in str(exc.value)
+    assert isinstance(exc.value, CollectiveError)
+
+
+def test_presets_are_eight_gpu_servers_with_their_sources() -> None:
+    assert set(P.PRESETS) == {"a100", "h100", "h200", "b200", "mi300x", "mi355x"}
+    for p in P.PRESETS.values():
+        assert p.gpus == 8 and p.nics == 8 and p.source
+        assert 0 < p.intra_bw <= p.intra_line_bw and p.net_bw > 0 and p.gpu_nic_bw > 0
+    assert P.preset("B200").intra_bw == pytest.approx(18 * 40.1e9)
+    assert P.preset("a100").net_bw == pytest.approx(8 * 25e9)
+    assert 0.97 < P.net_payload_fraction("roce") < P.net_payload_fraction("ib") < 1
+
+
+# -- wiring: genie simulate, genie nccl, the published rows -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def micro(tmp_path_factory) -> str:
+    prefix = tmp_path_factory.mktemp("nccl") / "mb"
+    gen = genie.generate(
+        genie.Microbench(ranks=8, sizes=(1 * KiB, 256 * MiB), types=("all_reduce",))
+    )
+    genie.save_workload(gen.workload, prefix)
+    return str(prefix)
+
+
+FABRIC = ["--bandwidth", "400Gb/s", "--ranks-per-host", "4", "--gpu", "h100"]
+
+
+def test_simulate_with_the_nccl_model_says_algorithm_and_protocol(micro, capsys) -> None:
+    assert main(["simulate", micro, *FABRIC, "--collective-model", "nccl"]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL-like model: algorithm and protocol per collective" in out
+    assert "LL" in out and "Simple" in out
+    assert main(["simulate", micro, *FABRIC, "--collective-model", "nccl", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    choices = {c["size"]: c for c in doc["nccl_choices"]}
+    assert choices[KiB]["protocol"] == "LL" and choices[256 * MiB]["protocol"] == "Simple"
+    assert {c["nodes"] for c in choices.values()} == {2}
+    nccl_small = {r["size"]: r["time"] for r in doc["reports"][0]["collectives"]}[KiB]
+    # the line-rate model (the default) prints no choices, and prices the small one far lower
+    assert main(["simulate", micro, *FABRIC, "--json"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert "nccl_choices" not in line
+    line_small = {r["size"]: r["time"] for r in line["reports"][0]["collectives"]}[KiB]
+    assert nccl_small == pytest.approx(choices[KiB]["time_s"])  # alone: the model's time
+    assert nccl_small != pytest.approx(line_small)
+    # forcing, and options that need the model
+    argv = [*FABRIC, "--collective-model", "nccl", "--nccl-proto", "Simple", "--json"]
+    assert main(["simulate", micro, *argv]) == 0
+    forced = json.loads(capsys.readouterr().out)
+    assert {c["protocol"] for c in forced["nccl_choices"]} == {"Simple"}
+    assert main(["simulate", micro, *FABRIC, "--nccl-algo", "tree"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--collective-model nccl" in err[0]
+
+
+def test_genie_nccl_prices_one_collective_over_sizes(capsys) -> None:
+    argv = ["nccl", "all_reduce", "8,1GiB", "--gpu", "h100", "--nodes", "4", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["protocol"] for r in rows] == ["LL", "Simple"]
+    assert len(rows[0]["candidates"]) == 6
+    assert main(["nccl", "all_gather", "1MiB", "--nccl-algo", "tree"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ring only" in err[0]
+    assert main(["nccl", "all_reduce", "1MiB", "--nodes", "2", "--all"]) == 0
+    assert "ring" in capsys.readouterr().out
+
+
+def test_the_nccl_model_is_closer_than_line_rate_on_small_published_rows(monkeypatch) -> None:
+    path = REPO / "bench" / "nccl_model_vs_published.py"
+    spec = importlib.util.spec_from_file_location("nccl_vs_published", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)  # its dataclasses look themselves up
+    spec.loader.exec_module(mod)
+    rows = mod.price(mod.load(mod.DATA))
+    small = [r for r in rows if r.size_class == mod.CLASSES[0]]
+    assert small
+    line = sum(abs(r.line_rate_err) for r in small) / len(small)
+    nccl = sum(abs(r.nccl_err) for r in small) / len(small)
+    assert nccl < line / 2, (nccl, line)
