@@ -56,7 +56,16 @@ def print_sizes(
 ) -> None:
     """``genie nccl``: per size the choice (and with ``every``, each candidate)."""
     t = Table(title=title, title_justify="left")
-    cols = ["size", "algorithm", "protocol", "channels", "latency", "time", "algbw", "busbw"]
+    cols = [
+        "size",
+        "algorithm",
+        "protocol",
+        "channels",
+        "latency",
+        "time",
+        "algbw GB/s",
+        "busbw GB/s",
+    ]
     for c in cols:
         t.add_column(c, justify="left" if c in ("algorithm", "protocol") else "right")
     for cands in preds:
