@@ -101,7 +101,8 @@ def build(
             p = tb.place(n_ranks, fabric.placement or "testbed", k)
             placed = Placement(tuple(tb.rank_hosts(tb.rank_host_names(p))), p.mode, p.note)
             notes = (p.note,) if p.note else ()
-        return Built(_calibrated(fabric, topo, tb.name, store), placed, notes)
+        topo, cal_note = _calibrated(fabric, topo, tb.name, store)
+        return Built(topo, placed, (*notes, cal_note))
     kind = fabric.topology or "switch"
     bw, lat = bandwidth(fabric.bandwidth), seconds(fabric.latency)
     bw, wire = _payload(fabric, bw)
@@ -138,7 +139,8 @@ def build(
             routing=rt,
         )
     notes = (wire, placed.note) if placed.note else (wire,)
-    return Built(_calibrated(fabric, topo, None, store), placed, notes)
+    topo, cal_note = _calibrated(fabric, topo, None, store)
+    return Built(topo, placed, (*notes, cal_note))
 
 
 def _payload(fabric: Fabric, bw: float) -> tuple[float, str]:
@@ -155,10 +157,16 @@ def _payload(fabric: Fabric, bw: float) -> tuple[float, str]:
 
 def _calibrated(
     fabric: Fabric, topo: ctopo.Topology, testbed: str | None, store: str | Path | None
-) -> ctopo.Topology:
-    """``topo`` priced with the calibration ``fabric.calibration`` names (unchanged: none)."""
-    cal = resolve(fabric.calibration, store, testbed)
-    return topo if cal is None else calibrate_topology(topo, cal)
+) -> tuple[ctopo.Topology, str]:
+    """``topo`` priced with the calibration ``fabric.calibration`` names (unchanged: none),
+    and a note saying which priced it or why none did."""
+    from genie.calibration.model import nominal_reason
+
+    cal = resolve(fabric.calibration, store, testbed, topo)
+    if cal is None:
+        return topo, nominal_reason(fabric.calibration)
+    fitted = ", ".join(cal.runs) or "its runs"
+    return calibrate_topology(topo, cal), f"calibrated model: {cal.cal_id} (fit on {fitted})"
 
 
 def with_gpu(fabric: Fabric, model: Model) -> Fabric:
