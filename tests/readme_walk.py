@@ -35,6 +35,7 @@ RULES: list[tuple[str, str]] = [
     (r"^genie demo\b", "ok"),
     (r"^genie workload (generate|inspect|convert|replicate|scale|slice)\b", "ok"),
     (r"^genie collective (list|show)\b", "ok"),
+    (r"^genie nccl\b", "ok"),
     (r"^genie cluster local\b", "ok"),
     (r"^genie bench --testbed /\S*cluster", "ok"),
     (r"^genie emulate\b", "ok"),
