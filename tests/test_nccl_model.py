@@ -205,6 +205,23 @@ def test_simulate_with_the_nccl_model_says_algorithm_and_protocol(micro, capsys)
     assert len(err) == 1 and "--collective-model nccl" in err[0]
 
 
+def test_the_nccl_models_run_carries_the_line_rate_models_iteration(micro, capsys) -> None:
+    """One option away and side by side: a run on the NCCL-like model carries the same replay
+    on the line-rate model (its --json and a printed line), equal to a line-rate run's own."""
+    assert main(["simulate", micro, *FABRIC, "--json"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert "line_rate" not in line
+    assert main(["simulate", micro, *FABRIC, "--collective-model", "nccl", "--json"]) == 0
+    nccl = json.loads(capsys.readouterr().out)
+    lr = nccl["line_rate"]
+    assert lr["iteration_s"] == pytest.approx(line["reports"][0]["iteration_s"], rel=1e-12)
+    assert lr["iteration_s"] != pytest.approx(nccl["reports"][0]["iteration_s"])
+    assert main(["simulate", micro, *FABRIC, "--collective-model", "nccl"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    ratio = nccl["reports"][0]["iteration_s"] / lr["iteration_s"]
+    assert "line-rate model on the same fabric" in out and f"{ratio:.2f}x" in out
+
+
 def test_genie_nccl_prices_one_collective_over_sizes(capsys) -> None:
     argv = ["nccl", "all_reduce", "8,1GiB", "--gpu", "h100", "--nodes", "4", "--json"]
     assert main(argv) == 0

@@ -55,6 +55,8 @@ class Simulation:
     jobs: JsonDoc | None = None  # several jobs: ``genie.api.jobs.jobs_doc``
     # --collective-model nccl: per distinct collective, the algorithm and protocol chosen
     nccl_choices: list[JsonDoc] | None = None
+    # --collective-model nccl: the same replay on the line-rate model, one option away
+    line_rate: JsonDoc | None = None
 
     @property
     def iteration_s(self) -> float:
@@ -73,6 +75,8 @@ class Simulation:
             out["jobs"] = self.jobs
         if self.nccl_choices is not None:
             out["nccl_choices"] = self.nccl_choices
+        if self.line_rate is not None:
+            out["line_rate"] = self.line_rate
         return out
 
     def write_trace(self, path: str | Path, max_ranks: int = 256) -> int:
@@ -248,4 +252,22 @@ def simulate(spec: SimulateSpec) -> Simulation:
     sim = Simulation(cw, describe(pricer), reports, closed, facts, raws)
     if isinstance(pricer, NcclPricer):
         sim.nccl_choices = pricer.choices_doc()
+        sim.line_rate = _line_rate(spec, cw, base, pert)
     return sim
+
+
+def _line_rate(
+    spec: SimulateSpec, cw: CompiledWorkload, base: CompiledWorkload, pert: perturb.Perturbation
+) -> JsonDoc:
+    """The iteration and per-collective times of the same replay on the line-rate model (the
+    NCCL-like model's side-by-side partner)."""
+    model = spec.model.replace(collective_model="line-rate", nccl_algo=None, nccl_proto=None)
+    priced, _, _ = fabric.network_model(spec.fabric, model, cw.n_ranks, store=spec.store)
+    priced.use_splits(cw.instances.splits)
+    make = _maker(spec, priced, "analytical")
+    rep, _ = replay_perturbed(cw, base, make(), make, pert, spec.symmetry)
+    return {
+        "model": "line-rate (step programs at the links' rates, no NCCL latencies or protocols)",
+        "network": describe(priced),
+        "iteration_s": rep.iteration_s,
+    }

@@ -22,6 +22,7 @@ from genie.commands import _experiments as X
 from genie.commands._nccl_output import print_choices
 from genie.commands._sim_output import dump_json, print_reports
 from genie.placement import MODES as PLACEMENTS
+from genie.units import format_seconds
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -241,6 +242,16 @@ def render(sim: Simulation, rows: int = 20) -> None:
     print_reports(con, sim.workload, sim.network, sim.reports, sim.closed, rows)
     if sim.nccl_choices is not None:
         print_choices(con, sim.nccl_choices, rows)
+    if sim.line_rate is not None:
+        lr = sim.line_rate
+        it, other = sim.iteration_s, float(lr["iteration_s"])  # type: ignore[arg-type]
+        con.print(
+            f"line-rate model on the same fabric (--collective-model line-rate): iteration "
+            f"{format_seconds(other)}; the NCCL-like model's {format_seconds(it)} is "
+            f"{it / other:.2f}x it"
+            if other > 0
+            else "line-rate model: iteration 0 s"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
