@@ -12,20 +12,11 @@ import argparse
 
 from genie.commands import _args as A
 
-COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "all_to_all",
-    "send_recv",
-)
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``genie nccl``."""
     from genie.collectives.gpu_presets import PRESETS
+    from genie.collectives.nccl_model import COLLECTIVES
 
     p = sub.add_parser(
         "nccl", help="price one collective over sizes with the NCCL-like model", description=__doc__
