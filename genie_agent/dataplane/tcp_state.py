@@ -89,22 +89,24 @@ def retransmits(socks: Sequence[socket.socket]) -> int:
     return total
 
 
-def _qdisc(dev: str) -> str:
-    """The root qdisc of ``dev`` as ``tc`` shows it ("" without tc)."""
-    tc = shutil.which("tc")
-    if tc is None:
-        return ""
+def _json_rows(tool: str, *args: str) -> list:
+    """What ``tool *args`` prints as JSON ([] without the tool, on failure or bad output)."""
+    path = shutil.which(tool)
+    if path is None:
+        return []
     try:
         out = subprocess.run(
-            [tc, "-j", "qdisc", "show", "dev", dev, "root"],
-            capture_output=True,
-            text=True,
-            timeout=TC_TIMEOUT_S,
-            check=False,
+            [path, *args], capture_output=True, text=True, timeout=TC_TIMEOUT_S, check=False
         ).stdout
         rows = json.loads(out or "[]")
     except (OSError, subprocess.SubprocessError, ValueError):
-        return ""
+        return []
+    return rows if isinstance(rows, list) else []
+
+
+def _qdisc(dev: str) -> str:
+    """The root qdisc of ``dev`` as ``tc`` shows it ("" without tc)."""
+    rows = _json_rows("tc", "-j", "qdisc", "show", "dev", dev, "root")
     if not rows:
         return ""
     q = rows[0]
@@ -120,20 +122,7 @@ OFFLOADS = ("gso_max_size", "gso_max_segs", "tso_max_size", "gro_max_size")  # i
 def _offloads(dev: str) -> dict[str, str]:
     """The segmentation offload limits of ``dev`` as ``ip -d -j link`` reports them ({} without
     ip or where the kernel does not say)."""
-    ip = shutil.which("ip")
-    if ip is None:
-        return {}
-    try:
-        out = subprocess.run(
-            [ip, "-d", "-j", "link", "show", "dev", dev],
-            capture_output=True,
-            text=True,
-            timeout=TC_TIMEOUT_S,
-            check=False,
-        ).stdout
-        rows = json.loads(out or "[]")
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return {}
+    rows = _json_rows("ip", "-d", "-j", "link", "show", "dev", dev)
     if not rows or not isinstance(rows[0], dict):
         return {}
     return {k: str(rows[0][k]) for k in OFFLOADS if isinstance(rows[0].get(k), int)}
