@@ -76,8 +76,12 @@ class Emit:
         return [i for i in range(since, len(self.steps)) if i not in used]
 
 
-def merge(chunks: Sequence[Emit]) -> list[Step]:
-    """Interleave per-chunk steps round-robin into one rank's step list."""
+def merge(chunks: Sequence[Emit], after: Sequence[int] | None = None) -> list[Step]:
+    """Interleave per-chunk steps round-robin into one rank's step list.
+
+    ``after[c]``: the chunk (list position) chunk ``c`` pipelines behind, -1 for none (default:
+    the one before it); NCCL-style programs pipeline each channel's pieces apart.
+    """
     if len(chunks) == 1:
         c = chunks[0].chunk
         return [Step(r[0], r[1], r[2], r[3], r[4], r[5], r[6], c) for r in chunks[0].steps]
@@ -90,8 +94,9 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
             for ci in range(n_chunks):
                 op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
                 mapped = [d * n_chunks + ci for d in deps]
-                if ci and op == Op.SEND and _same_send(lists[ci - 1][i], peer):
-                    mapped.append(i * n_chunks + ci - 1)  # pipeline behind the previous chunk
+                pc = ci - 1 if after is None else after[ci]
+                if pc >= 0 and op == Op.SEND and _same_send(lists[pc][i], peer):
+                    mapped.append(i * n_chunks + pc)  # pipeline behind the previous chunk
                 out.append(
                     Step(
                         op,
@@ -117,9 +122,10 @@ def merge(chunks: Sequence[Emit]) -> list[Step]:
         op, peer, nbytes, tag, offset, src, deps = lists[ci][i]
         m = maps[ci]
         mapped = [m[d] for d in deps]
-        prev = lists[ci - 1] if ci else []
-        if ci and op == Op.SEND and i < len(prev) and _same_send(prev[i], peer):
-            mapped.append(maps[ci - 1][i])  # pipeline behind the previous chunk
+        pc = ci - 1 if after is None else after[ci]
+        prev = lists[pc] if pc >= 0 else []
+        if pc >= 0 and op == Op.SEND and i < len(prev) and _same_send(prev[i], peer):
+            mapped.append(maps[pc][i])  # pipeline behind the previous chunk
         out.append(
             Step(
                 op,

@@ -113,7 +113,12 @@ def chunk_range(spec: ProgramSpec, c: int) -> Range:
 
 
 def chunk_segments(spec: ProgramSpec, c: int) -> list[Range]:
-    """For chunk ``c``: the range of shard j, for each j in 0..n-1."""
+    """For chunk ``c``: the range of shard j, for each j in 0..n-1 (an NCCL-style program: of
+    its piece ``c``, ``genie.collectives.nccl_wire``)."""
+    if "nccl_channels" in spec.options:
+        from genie.collectives.nccl_wire import pieces
+
+        return list(pieces(spec)[c][1])
     e = elem_of(spec)
     if spec.collective in SHARD_PIECE:
         return [piece(off, nb, spec.chunks, c, e) for off, nb in shards(spec)]

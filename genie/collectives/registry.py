@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from genie.collectives import direct, halving_doubling, hierarchical, ring, trees
+from genie.collectives import direct, halving_doubling, hierarchical, nccl_wire, ring, trees
 from genie.collectives.emit import Emit, gc_paused, merge
+from genie.collectives.nccl_wire import NcclStyle
 from genie.collectives.program import Program, ProgramSpec, Step
 from genie.errors import CollectiveError
 from genie.vocabulary import PLANNED as COLLECTIVES
@@ -121,13 +122,14 @@ def build_steps(spec: ProgramSpec, rank: int) -> list[Step]:
     builder = _BUILDERS.get((spec.collective, spec.algorithm))
     if builder is None:
         raise CollectiveError(f"no builder for {spec.collective}/{spec.algorithm}")
+    after = nccl_wire.pipeline_after(spec) if nccl_wire.style_of(spec) else None
     with gc_paused():
         emits = []
         for c in range(spec.chunks):
             e = Emit(c)
             builder(spec, rank, e)
             emits.append(e)
-        return merge(emits)
+        return merge(emits, after)
 
 
 def max_steps_per_rank(spec: ProgramSpec) -> int:
@@ -162,11 +164,14 @@ def build_program(
     elem: int = 1,
     oneway: bool = False,
     splits: Sequence[int] = (),
+    style: NcclStyle | None = None,
 ) -> Program:
     """Plan one collective on ``n_ranks`` ranks; ``size`` in bytes as ``size_convention`` says.
 
     ``splits`` (all-to-all only, direct): n x n bytes, row-major, what each rank sends to each
-    rank (an uneven all-to-all; ``size`` is then ignored by the layout).
+    rank (an uneven all-to-all; ``size`` is then ignored by the layout). ``style``: run a ring
+    as NCCL would (channels, chunks of the protocol's size, its framing on the wire;
+    ``genie.collectives.nccl_wire``); it sets ``chunks`` itself (pass 1 or that count).
     """
     coll = canonical_collective(collective)
     algo = canonical_algorithm(coll, algorithm or DEFAULT_ALGORITHM[coll])
@@ -203,6 +208,17 @@ def build_program(
         options["elem"] = elem
     if oneway:
         options["oneway"] = 1
+    if style is not None:
+        options.update(style.options())
+        got = nccl_wire.piece_count(
+            ProgramSpec(collective=coll, algorithm=algo, n_ranks=n_ranks, size=size,
+                        options=options, ranks_per_host=ranks_per_host)
+        )  # fmt: skip
+        if chunks not in (1, got):
+            raise CollectiveError(
+                f"an NCCL-style program chunks itself ({got} pieces here); chunks={chunks}"
+            )
+        chunks = got
     spec = ProgramSpec(
         collective=coll,
         algorithm=algo,
@@ -253,6 +269,7 @@ def program_from_spec(spec: ProgramSpec) -> Program:
         elem=o.get("elem", 1),
         oneway=bool(o.get("oneway")),
         splits=spec.splits,
+        style=nccl_wire.style_of(spec),
     )
 
 
