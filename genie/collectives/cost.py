@@ -5,7 +5,9 @@ it and a flow runs at its tightest share; the message lands after the route's la
 of its link latencies: ASTRA-sim's hops x latency, plus the topology's per-message cost, zero
 unless calibrated); a calibrated topology's per-step overhead is spent by each rank's software on
 every SEND, REDUCE and COPY, one step after another (``genie.collectives.flowsim``). Ranks on
-one host use a private intra-host port per sending rank. ``estimate`` prices one program,
+one host use a private intra-host port per sending rank. An NCCL-style program
+(``genie.collectives.nccl_wire``) puts each channel's messages on a connection of its own and
+its protocol's framing on the links (``link_bytes`` count it). ``estimate`` prices one program,
 ``estimate_concurrent`` several in flight together on the same links.
 
 Exact shortcut: a rotation-symmetric program (ring, direct, pairwise) whose shards are all the
@@ -29,6 +31,7 @@ import msgspec
 from genie.collectives.emit import gc_paused
 from genie.collectives.flowsim import FlowSim, Instance
 from genie.collectives.layout import buffer_bytes, chunk_segments
+from genie.collectives.nccl_wire import channel_fn, wire_fn
 from genie.collectives.program import Op, Program, Step
 from genie.collectives.registry import ROTATION_SYMMETRIC, XOR_SYMMETRIC
 from genie.collectives.topology import Topology
@@ -46,7 +49,8 @@ class Cost(msgspec.Struct, kw_only=True):
     """What a program costs on a topology."""
 
     time_s: float  # from the program's start to its last step
-    link_bytes: dict[int, float]  # link id -> bytes carried (fractions where flows split)
+    # link id -> bytes carried (fractions where flows split; a protocol's framing included)
+    link_bytes: dict[int, float]
     intra_bytes: int  # bytes between ranks on the same host
     messages: int  # SENDs in the whole program
     bytes_sent: int  # bytes of all SENDs
@@ -110,6 +114,8 @@ def _event_instance(
         recv_key=lambda r, st, k: (st.peer, r, st.tag, k),
         start=start,
         name=repr(program),
+        wire=wire_fn(spec),
+        channel=channel_fn(spec),
     )
 
 
@@ -174,11 +180,12 @@ def estimate_concurrent(
 
     def on_send(inst: Instance, r: int, st: Step, res) -> None:
         lb, intra = accounts[inst.index]
+        nbytes = st.nbytes if inst.wire is None else inst.wire(st.nbytes)  # framing included
         for key, w in res:  # w: the fraction of the message's bytes on that resource
             if isinstance(key, int):
-                lb[key] = lb.get(key, 0) + st.nbytes * w
+                lb[key] = lb.get(key, 0) + nbytes * w
             else:
-                intra[key] = intra.get(key, 0) + st.nbytes * w
+                intra[key] = intra.get(key, 0) + nbytes * w
 
     sim = FlowSim(_capacity(topology), compute_bandwidth, on_send, max_work, topology.step_overhead)
     insts: list[Instance] = []
@@ -302,12 +309,15 @@ def _estimate_symmetric(
         s = shift(st.peer)
         return class_of[s], lat_of[s]
 
+    wire = wire_fn(program.spec)
     inst = Instance(
         [steps],
         route_of,
         send_key=lambda _r, st, k: (shift(st.peer), st.tag, k),
         recv_key=lambda _r, st, k: (recv_shift(st.peer), st.tag, k),
         name=repr(program),
+        wire=wire,
+        channel=channel_fn(program.spec),
     )
     sim = FlowSim(lambda key: cap_of[key], compute_bw, step_overhead=topology.step_overhead)
     sim.add(inst)
@@ -317,7 +327,7 @@ def _estimate_symmetric(
     for st in steps:
         if st.op == Op.SEND:
             s = shift(st.peer)
-            by_shift[s] = by_shift.get(s, 0) + st.nbytes
+            by_shift[s] = by_shift.get(s, 0) + (st.nbytes if wire is None else wire(st.nbytes))
     link_bytes: dict[int, float] = {}  # integers: exact in any order
     if kind == "star" and by_shift:
         # every rank sends each shift's bytes once and, the shift being a bijection, receives

@@ -9,7 +9,10 @@ the same connection is on its way waits behind it (steps start in the order they
 When the bytes are through the SEND completes (its buffer is free and the connection is the next
 message's) and the message arrives after the route latency; the matching RECV completes then if
 it is ready (a RECV that becomes ready later completes at once). So latency overlaps with the
-next transmission, which is what pipelined chunks exploit. REDUCE and COPY take ``nbytes /
+next transmission, which is what pipelined chunks exploit. An instance may say which connection
+(``channel``) of a rank pair a step takes (NCCL-style programs: one per channel; messages of
+different channels do not wait for each other) and how many bytes a message puts on the wire
+(``wire``: a protocol's framing; the flow carries those). REDUCE and COPY take ``nbytes /
 compute_bandwidth`` (free when that is None). With a ``step_overhead`` every SEND, REDUCE and
 COPY first spends that long on its rank's CPU, one step after another (a rank's software handles
 one step at a time): the flow starts, or the compute begins, after it.
@@ -86,8 +89,14 @@ class Instance:
         recv_key: KeyFn,
         start: float = 0.0,
         name: str = "",
+        wire: Callable[[int], int] | None = None,
+        channel: Callable[[Step], Hashable] | None = None,
     ) -> None:
         self.rank_steps = rank_steps
+        # data bytes -> bytes on the wire (a protocol's framing; None: the data alone)
+        self.wire = wire
+        # step -> the connection (channel) of its rank pair it goes on (None: one per pair)
+        self.channel = channel
         self.route_of = route_of
         self.start = start
         self.name = name
@@ -157,7 +166,7 @@ class FlowSim:
         self._ready: deque[tuple[Instance, int, int]] = deque()
         # a connection (instance, rank, peer, route) with a message on its way -> the SENDs
         # waiting behind it (step index, route latency)
-        self._line: dict[tuple[Instance, int, int, Resources], deque[tuple[int, float]]] = {}
+        self._line: dict[tuple, deque[tuple[int, float]]] = {}
 
     def add(self, inst: Instance) -> None:
         """Schedule an instance to start at ``inst.start``."""
@@ -243,7 +252,7 @@ class FlowSim:
         the message on the same connection (peer and route) still on its way."""
         st = inst.rank_steps[r][i]
         res, lat = route if route is not None else inst.route_of(r, st)
-        key = (inst, r, st.peer, res)
+        key = (inst, r, st.peer, res, None if inst.channel is None else inst.channel(st))
         waiting = self._line.get(key)
         if waiting is not None:
             waiting.append((i, lat))
@@ -252,18 +261,20 @@ class FlowSim:
         inst.bytes_sent += st.nbytes
         if self.on_send is not None:
             self.on_send(inst, r, st, res)
-        if st.nbytes == 0 or not res:
+        nbytes = st.nbytes if inst.wire is None else inst.wire(st.nbytes)
+        if nbytes == 0 or not res:
             self._finish(inst, r, i)
             self._push(self.now + lat, _ARRIVE, (inst, r, i))
             return
-        flow = _Flow(inst, r, i, res, st.nbytes, lat)
+        flow = _Flow(inst, r, i, res, nbytes, lat)
         self._line[key] = deque()
         self._add_flow(flow)
 
     def _next_in_line(self, flow: _Flow) -> None:
         """``flow``'s message is through: send those that waited behind it on its connection."""
         inst, r = flow.inst, flow.rank
-        key = (inst, r, inst.rank_steps[r][flow.step].peer, flow.res)
+        st = inst.rank_steps[r][flow.step]
+        key = (inst, r, st.peer, flow.res, None if inst.channel is None else inst.channel(st))
         waiting = self._line.pop(key)
         while waiting:
             i, lat = waiting.popleft()
