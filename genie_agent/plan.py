@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from genie.collectives.nccl_wire import channel_fn, style_of
 from genie.collectives.program import Op, Program, Step
 from genie.errors import CollectiveError, ProtocolError
 from genie.wire.messages import Limits
@@ -30,6 +31,12 @@ class RankPlan:
     recv_index: dict[tuple[int, int, int], int]  # (peer global, tag, seq) -> RECV step
     dependents: tuple[tuple[int, ...], ...]
     n_deps: tuple[int, ...]
+    # NCCL-style programs (``genie.collectives.nccl_wire``): how many channels the program's
+    # connections to a peer are cut into, each SEND/RECV's channel, the protocol whose framing
+    # its messages carry (0: Simple, none)
+    channels: int = 1
+    step_channel: tuple[int, ...] = ()
+    proto: int = 0
 
 
 @dataclass
@@ -104,6 +111,8 @@ def plan_rank(program: Program, group_rank: int, limits: Limits) -> RankPlan:
         raise ProtocolError(
             f"rank {me} needs {buffer_bytes + scratch} bytes; limit {limits.max_rank_bytes}"
         )
+    style = style_of(spec)
+    chan = channel_fn(spec)
     return RankPlan(
         rank=me,
         group_rank=group_rank,
@@ -116,6 +125,9 @@ def plan_rank(program: Program, group_rank: int, limits: Limits) -> RankPlan:
         recv_index=recv_index,
         dependents=tuple(tuple(d) for d in dependents),
         n_deps=tuple(len(st.deps) for st in steps),
+        channels=style.channels if style else 1,
+        step_channel=tuple(chan(st) for st in steps) if chan else (),
+        proto=style.proto_id if style else 0,
     )
 
 

@@ -151,6 +151,7 @@ class AgentDataPlane(TcpDataPlane):
 
     def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
         opts = prep.options
+        refuse_nccl_style(plan)
         ro = opts.rdma
         if ro.devices.get(plan.agent):  # this host's own device name (testbed rdma_device)
             ro = msgspec.structs.replace(ro, device=ro.devices[plan.agent])
@@ -250,3 +251,15 @@ class AgentDataPlane(TcpDataPlane):
             self._dev.close()
             self._dev = None
         self._rdma = False
+
+
+def refuse_nccl_style(plan: AgentPlan) -> None:
+    """The RDMA plane has one QP per rank pair and no flag bytes: a program run NCCL-style
+    with several channels or the LL / LL128 protocol is refused in one line."""
+    for rplans in plan.rank_plans:
+        for rp in rplans.values():
+            if rp.channels > 1 or rp.proto:
+                raise TransportError(
+                    "NCCL-style programs with several channels or the LL / LL128 protocol run "
+                    "on tcp only (the RDMA plane keeps one QP per rank pair)"
+                )

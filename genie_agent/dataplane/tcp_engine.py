@@ -2,7 +2,8 @@
 
 Both ways a rank runs (``RankExecutor.run``, one program for warmup+iters iterations, and
 ``run_ops``, a whole op list in one go) drive their steps through the same ``RankEngine``: a
-started SEND queues its parts on its program's channel of streams and writes what the sockets take;
+started SEND queues its parts on its program's channel of streams (an NCCL-style program's step on
+its own NCCL channel's streams, with its protocol's flag bytes) and writes what the sockets take;
 readable streams are read into the RECV step a header names (by (src, tag, seq), into that step's
 own scratch area), with the header fields and, with ``verify`` on, the CRC-32 of the bytes checked;
 a step completes when all its parts are sent or received, which readies its dependents. Each run
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from genie.collectives.nccl_wire import wire_bytes
 from genie.collectives.program import Op
 from genie.errors import TransportError
 from genie.wire.messages import LEAN_REGION, LEAN_SAMPLE, DataOptions
@@ -49,6 +51,8 @@ SPIN_BEFORE_NS = 1_000_000  # timers closer than this are waited for by polling,
 UNBOUNDED = 1 << 62  # a rank engine's memory bound when its plane gives none (tests)
 EMPTY = np.empty(0, dtype=np.uint8)
 Incoming = tuple["StepKey", memoryview | None, int, int, int, int]  # ``Stream.cur``
+FLAG_BLOCK = 1 << 16  # bytes of the block LL / LL128 flag bytes are sent from and read into
+FLAGS = memoryview(b"\xa5" * FLAG_BLOCK)
 
 
 class ProgRun:
@@ -160,16 +164,18 @@ class RankEngine:
         self.timers: list[tuple[int, int, Callable, tuple]] = []
         self._tick = itertools.count()
         self.port_free = 0  # when this rank's intra-host port is next free (monotonic ns)
-        # each program's streams to a peer: its channel's set (``DataOptions.channels``)
+        # each program's streams to a peer: its channel's set (``DataOptions.channels``), cut
+        # once more into the program's own NCCL channels (``lanes`` streams each)
         self.flows = opts.streams // opts.channels
         chans = opts.program_channels
         self.first_stream = {p: (chans[p] if p < len(chans) else 0) * self.flows for p in plans}
+        self.lanes = {p: self._lanes(plan) for p, plan in plans.items()}
         self.parts = {
             p: [
                 (
                     [(0, st.nbytes)]
                     if plan.peer_global[i] in self.local
-                    else split_parts(st.nbytes, self.flows, opts.min_part)
+                    else split_parts(st.nbytes, self.lanes[p], opts.min_part)
                 )
                 if st.op in (Op.SEND, Op.RECV)
                 else []
@@ -177,6 +183,23 @@ class RankEngine:
             ]
             for p, plan in plans.items()
         }
+        # LL / LL128 framing: flag bytes sent from one read-only block, read into one sink
+        self.flag_sink = bytearray(FLAG_BLOCK if any(pl.proto for pl in plans.values()) else 0)
+
+    def _lanes(self, plan: RankPlan) -> int:
+        """Streams per NCCL channel of ``plan`` (its set's streams when it has one channel)."""
+        c = plan.channels
+        if c > 1 and (self.flows % c or self.flows < c):
+            raise TransportError(
+                f"rank {self.rank}: a program of {c} NCCL channels needs a multiple of {c} "
+                f"streams per rank pair and program; the job has {self.flows}"
+            )
+        return self.flows // c
+
+    def flag_pieces(self, n: int) -> list[memoryview]:
+        """``n`` framing bytes as pieces of the flag block."""
+        whole, rest = divmod(n, FLAG_BLOCK)
+        return [FLAGS] * whole + ([FLAGS[:rest]] if rest else [])
 
     def take_buffers(self, plan: RankPlan) -> tuple[np.ndarray, np.ndarray]:
         """(buffer, scratch) for one run of ``plan``: from the pool, the buffer pattern-filled
@@ -264,8 +287,11 @@ class RankEngine:
             self.send_local(ps, i)
         elif st.op == Op.SEND:
             peer = plan.peer_global[i]
+            lanes = self.lanes[ps.program]
             first = self.first_stream[ps.program]
-            lst = self.streams[peer][first : first + self.flows]
+            if plan.step_channel:  # an NCCL-style program: its channel's streams
+                first += plan.step_channel[i] * lanes
+            lst = self.streams[peer][first : first + lanes]
             parts = ps.parts[i]
             mv = ps.buf.data
             verify = self.opts.verify
@@ -282,6 +308,8 @@ class RankEngine:
                     ps.wire, ps.it, self.rank, peer, st.tag, plan.seq[i], k, len(parts),
                     off, ln, crc,
                 )  # fmt: skip
+                if plan.proto:  # the protocol's flag bytes, before the data
+                    pieces = [*self.flag_pieces(wire_bytes(plan.proto, ln) - ln), *pieces]
                 s.out.append(OutFrame([memoryview(hdr), *pieces], (ps, i)))
                 self.bytes_sent += ln
                 touched.append(s)
@@ -406,6 +434,8 @@ class RankEngine:
                 f"rank {self.rank}: frame from {src} {where}tag {tag} seq {seq} part {part} "
                 f"matches no receive of {which} program"
             )
+        if plan.proto:  # the protocol's flag bytes come first
+            s.flags = wire_bytes(plan.proto, ln) - ln
         if self.lean:  # into the sink, over and over; the sample's CRC kept as it lands
             s.cur = ((ps, i), None, 0, ln, crc, 0)
         else:
@@ -442,6 +472,8 @@ class RankEngine:
             cur = s.cur
             if cur is None:
                 view, have = memoryview(s.hdr)[s.hdr_got :], -1
+            elif s.flags:  # framing bytes of the part: read and dropped
+                view, have = memoryview(self.flag_sink)[: min(len(self.flag_sink), s.flags)], -2
             elif cur[1] is None:  # lean: the sink takes what fits, again and again
                 have = cur[2]
                 view = memoryview(self.sink.data)[: min(len(self.sink), cur[3] - have)]
@@ -455,7 +487,9 @@ class RankEngine:
                 raise TransportError(f"rank {self.rank}: link to {s.peer}: {exc}") from None
             if got == 0:
                 raise TransportError(f"rank {self.rank}: rank {s.peer} closed the link")
-            if cur is None:
+            if have == -2:
+                s.flags -= got
+            elif cur is None:
                 s.hdr_got += got
                 if s.hdr_got == HDR.size:
                     s.hdr_got = 0

@@ -9,11 +9,17 @@ sends on its channel's set (``program_channels``), as NCCL gives each communicat
 its own, so one process group's bytes never wait behind another's in one TCP byte stream.
 Receivers read every stream: frames name their program.
 
+NCCL-style programs (``genie.collectives.nccl_wire``) cut a program's set once more, into the
+program's channels: a step goes on the streams of its channel (one each when the set has as
+many streams as the program has channels), as NCCL gives each channel its own connection.
+
 Frames. A message (one SEND step) is cut into parts (``split_parts``: one per stream when it is
 large enough), each sent as a 48-byte header (``HDR``: program, iteration, src, dst, tag, seq,
 part, nparts, offset, length, crc32) followed by its bytes, straight from the rank's buffer with
-``sendmsg`` of memoryviews (``OutFrame``). A ``Stream`` is one connection with its send queue
-and the receive state of the frame it is reading.
+``sendmsg`` of memoryviews (``OutFrame``). Under the LL and LL128 protocols a part's flag bytes
+(``nccl_wire.wire_bytes`` less its length) come between its header and its bytes: both sides know
+how many from the program, the length and CRC are the data's. A ``Stream`` is one connection
+with its send queue and the receive state of the frame it is reading.
 """
 
 from __future__ import annotations
@@ -92,3 +98,4 @@ class Stream:
     cur: tuple[StepKey, memoryview | None, int, int, int, int] | None = None
     parked: tuple | None = None  # header of a frame of a later iteration
     mask: int = 0
+    flags: int = 0  # framing bytes of the current part still to read (LL / LL128 protocols)
