@@ -25,7 +25,10 @@ from genie.calibration.accuracy import ErrorRow, error_pct
 from genie.calibration.dilation import check_dilation, dilation_note, kept_latency
 from genie.calibration.model import Calibration, calibrate_topology, conditions_refusal
 from genie.calibration.stored import resolve
+from genie.collectives import build_program
 from genie.collectives.cost import nccl_size
+from genie.collectives.nccl_wire import COLLECTIVES as NCCL_COLLECTIVES
+from genie.collectives.nccl_wire import NcclStyle
 from genie.collectives.program import Program
 from genie.collectives.registry import DEFAULT_ALGORITHM, canonical_algorithm, canonical_collective
 from genie.collectives.topology import Topology
@@ -54,7 +57,11 @@ class BenchSpec(Spec, frozen=True, kw_only=True):
     """A sweep of one collective over sizes on the testbed file ``testbed``.
 
     ``sizes``: whole buffers in bytes. ``ranks``: default the testbed's. ``streams``: TCP
-    connections per rank pair (default the testbed's flows). ``sndbuf``/``rcvbuf``: socket
+    connections per rank pair (default the testbed's flows; run NCCL-style, one per channel).
+    ``nccl_channels`` / ``nccl_proto`` (either given): run the ring NCCL-style, with that many
+    channels (default 1; each its own connection) and protocol (simple, ll128, ll; default
+    simple), in chunks of the protocol's size (``nccl_buffsize``: its buffer, 0 NCCL's default;
+    ``genie.collectives.nccl_wire``). ``sndbuf``/``rcvbuf``: socket
     buffers in bytes (0: the kernel's autotuning). ``slow_rate`` and ``timeout_margin`` bound
     the controller's waits. ``store``: the run store (None: do not record).
     """
@@ -80,6 +87,9 @@ class BenchSpec(Spec, frozen=True, kw_only=True):
     faults: str | None = None
     congestion: str | None = None  # TCP congestion control (None: the testbed's [tcp])
     repeats: int = 1  # each size run this many times over (its own prepare, warm-up, iterations)
+    nccl_channels: int = 0  # 0: not NCCL-style (unless nccl_proto is given)
+    nccl_proto: str | None = None
+    nccl_buffsize: int = 0
     store: str | None = DEFAULT_STORE
     command: str = "genie bench"
     progress: bool = True
@@ -104,6 +114,7 @@ class BenchResult:
     # MTU, qdisc, sysctls, kernel); and TCP segments the sweep retransmitted (-1: unknown)
     conditions: dict[str, WireConditions] = field(default_factory=dict)
     retransmits: int = -1
+    style: str | None = None  # how the collective ran when not genie's own way (NCCL-style)
 
     def error_rows(self) -> list[ErrorRow]:
         """The sweep's rows as model-error rows (measured p50 vs nominal vs calibrated)."""
@@ -133,6 +144,7 @@ class BenchResult:
             "conditions": {a: msgspec.to_builtins(c) for a, c in self.conditions.items()},
             "retransmits": self.retransmits,
             **({"faults": self.faults} if self.faults is not None else {}),
+            **({"style": self.style} if self.style is not None else {}),
         }
 
 
@@ -149,10 +161,31 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
     algo = canonical_algorithm(coll, spec.algorithm or DEFAULT_ALGORITHM[coll])
     placement = tb.rank_host_names(tb.place(spec.ranks, spec.placement))
     rph = max(h.ranks for h in tb.hosts)
-    programs = plan_sizes(
-        coll, algo, len(placement), spec.sizes, chunks=spec.chunks, ranks_per_host=rph
-    )
-    streams = spec.streams or tb.routing.flows  # the flows the model prices, on the wire
+    style = nccl_style(spec, coll, algo, spec.transport or tb.transport)
+    if style is None:
+        programs = plan_sizes(
+            coll, algo, len(placement), spec.sizes, chunks=spec.chunks, ranks_per_host=rph
+        )
+    else:
+        programs = [
+            build_program(
+                coll,
+                algo,
+                len(placement),
+                s,
+                ranks_per_host=rph,
+                size_convention="nccl",
+                style=style,
+            )
+            for s in spec.sizes
+        ]
+    # the flows the model prices, on the wire (NCCL-style: one connection per channel)
+    streams = spec.streams or (style.channels if style else tb.routing.flows)
+    if style is not None and streams % style.channels:
+        raise UsageError(
+            f"--streams {streams} with {style.channels} NCCL channels: give a multiple of "
+            f"{style.channels} (each channel its own connections)"
+        )
     topology: Topology | None
     try:
         topology = tb.with_flows(streams).to_topology()
@@ -179,6 +212,7 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         "options": msgspec.to_builtins(opts),
         "calibration": cal.cal_id if cal else None,
         "dilation": k,
+        **({"style": style.describe()} if style else {}),
     }
     rows: list[SizeRow] = []
     faults: JsonDoc | None = None
@@ -260,7 +294,29 @@ def bench(spec: BenchSpec, *, timeouts: Timeouts | None = None) -> BenchResult:
         faults,
         conditions,
         retransmits,
+        style.describe() if style else None,
     )
+
+
+def nccl_style(spec: BenchSpec, coll: str, algo: str, transport: str) -> NcclStyle | None:
+    """The NCCL style ``spec`` asks for (None: genie's own way); a UsageError line when the
+    collective, algorithm or transport cannot run it."""
+    if not spec.nccl_channels and spec.nccl_proto is None:
+        return None
+    if coll not in NCCL_COLLECTIVES or algo != "ring":
+        raise UsageError(
+            f"NCCL-style runs the ring of {', '.join(NCCL_COLLECTIVES)}, not {coll}/{algo}"
+        )
+    try:
+        style = NcclStyle(spec.nccl_channels or 1, spec.nccl_proto or "simple", spec.nccl_buffsize)
+    except GenieError as exc:
+        raise UsageError(str(exc)) from None
+    if transport == "rdma" and (style.channels > 1 or style.proto != "simple"):
+        raise UsageError(
+            "NCCL-style channels > 1 or LL / LL128 run on the tcp transport only (the RDMA "
+            "plane keeps one QP per rank pair and carries no flag bytes)"
+        )
+    return style
 
 
 def fault_doc(records: JsonDoc, origin_ns: int | None, rows: Sequence[SizeRow]) -> JsonDoc:

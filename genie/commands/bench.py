@@ -9,6 +9,10 @@ itself is ``genie.api.bench``.
 ``--dilation K`` reports every time divided by K (bandwidths times K): the lab's links standing
 for links K times faster; the report says what does not scale (``genie.calibration.dilation``).
 
+``--nccl-channels C`` / ``--nccl-proto P`` run the ring NCCL-style
+(``genie.collectives.nccl_wire``): C channels, each its own connection per peer, chunks of the
+protocol's size, its flag bytes on the wire; the model prices the same program; the title says so.
+
 ``--faults SCHEDULE`` changes links while the sweep runs (``genie.faults``), timed from
 ``FAULT_ORIGIN``. The report gives, per size, the p50 of the iterations that overlapped a fault
 beside those that overlapped none; the stored run's meta keeps it all.
@@ -21,6 +25,7 @@ import json
 import sys
 
 from genie.api.benchmark import FAULT_ORIGIN, BenchSpec, bench
+from genie.collectives.nccl_wire import MAX_CHANNELS, PROTOCOLS
 from genie.commands import _args as A
 from genie.commands import _tcp_cc as cc
 from genie.commands._bench_output import (
@@ -61,6 +66,9 @@ def spec_from_args(args: argparse.Namespace) -> BenchSpec:
         dilation=args.dilation,
         faults=args.faults,
         repeats=args.repeats or (1 if args.faults else DEFAULT_REPEATS),
+        nccl_channels=args.nccl_channels or 0,
+        nccl_proto=args.nccl_proto,
+        nccl_buffsize=args.nccl_buffsize,
         store=None if args.no_store else args.store,
         command="genie " + " ".join(sys.argv[1:]),
         progress=True,  # genie.progress draws it only on a terminal, never with -q
@@ -86,6 +94,8 @@ def _run(args: argparse.Namespace) -> int:
         print()
         return 0
     title = f"genie bench: {res.collective}/{res.algorithm} on {args.testbed}"
+    if res.style:
+        title += f" ({res.style})"
     if res.dilation != 1:
         title += f", dilated x{res.dilation:g} (times / {res.dilation:g})"
     print_table(res.rows, title, spec.iters, spec.warmup, model=res.model)
@@ -168,6 +178,28 @@ def register(sub: argparse._SubParsersAction) -> None:
         help=f"run each size this many times over (its own prepare, warm-up and iterations) and "
         f"say how far the repeats' p50s lie apart (default {DEFAULT_REPEATS}; 1 with --faults, "
         "whose schedule is one pass in time)",
+    )
+    p.add_argument(
+        "--nccl-channels",
+        type=A.integer(1, MAX_CHANNELS),
+        default=None,
+        metavar="C",
+        help="run the ring NCCL-style on C channels, each its own connection per peer "
+        "(with --nccl-proto; default 1 when only that is given)",
+    )
+    p.add_argument(
+        "--nccl-proto",
+        choices=PROTOCOLS,
+        default=None,
+        help="run the ring NCCL-style with this protocol's chunks and flag bytes on the wire "
+        "(default simple when only --nccl-channels is given)",
+    )
+    p.add_argument(
+        "--nccl-buffsize",
+        type=A.size(0, 1 << 30),
+        default="0",
+        metavar="BYTES",
+        help="NCCL-style: the protocol's buffer (NCCL_BUFFSIZE and kin; 0 = NCCL's default)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of the table")
     p.add_argument("--store", default=DEFAULT_STORE, metavar="PATH", help="run store (SQLite)")
