@@ -4,10 +4,11 @@ Each preset is a DGX/HGX-style server of 8 GPUs joined by NVLink/NVSwitch (NVIDI
 all-to-all xGMI mesh (AMD), with one NIC per GPU (rail-optimised). Rates are bytes/s per
 direction. ``intra_bw`` is the rate NCCL's topology code counts for a GPU's NVLinks (links x
 NCCL's per-link figure, ``src/graph/topo.h``: 20.0 GB/s SM80, 20.6 GB/s SM90, 40.1 GB/s SM100),
-below the marketing line rate kept in ``intra_line_bw``; for AMD's xGMI no such figure is
-published in NCCL, so the line rate is used. Sources per preset are in ``source`` and in
-docs/nccl-model.md. ``tuning`` names the GPU generation whose NCCL constants apply (AMD GPUs are
-priced with Hopper's: an assumption, RCCL's own tuning differs and is not modelled).
+below the marketing line rate kept in ``intra_line_bw``; for AMD's xGMI the same from RCCL's
+topology code (48 of 64 GB/s per link on MI300, ``XGMI_FRACTION``). Sources per preset are in
+``source`` and in docs/nccl-model.md. ``tuning`` names the GPU generation whose NCCL constants
+apply (AMD GPUs are priced with Hopper's: an assumption, RCCL's own tuning differs and is not
+modelled).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ class NodePreset:
     cpu: Cpu
     channels: int  # NCCL channels (rings) assumed on this node
     source: str
+    nvls: bool = False  # its NVSwitch does NVLink SHARP (Hopper and later HGX/DGX)
 
     @property
     def net_bw(self) -> float:
@@ -81,7 +83,15 @@ def _nvidia(
         cpu=cpu,
         channels=channels,
         source=source,
+        nvls=tuning in ("hopper", "blackwell"),
     )
+
+
+#: What RCCL's topology code counts of an xGMI link's line rate (RCCL 2.21.5,
+#: ``src/graph/topo.h``): MI200 (gfx90a) 36 of 50 GB/s, MI300 (gfx94x) 48 of 64 GB/s; later
+#: GPUs (gfx950) are not in that release: MI300's ratio is assumed for them.
+XGMI_FRACTION_MI200 = 36.0 / 50.0
+XGMI_FRACTION = 48.0 / 64.0
 
 
 def _amd(name: str, link_gbps: float, channels: int, source: str) -> NodePreset:
@@ -91,7 +101,7 @@ def _amd(name: str, link_gbps: float, channels: int, source: str) -> NodePreset:
         tuning="hopper",
         gpus=8,
         intra_link="xgmi",
-        intra_bw=7 * link_gbps * GB,  # 7 peers, one xGMI link each
+        intra_bw=7 * link_gbps * XGMI_FRACTION * GB,  # 7 peers, one xGMI link each
         intra_line_bw=7 * link_gbps * GB,
         nics=8,
         nic_bw=400e9 / 8,

@@ -6,8 +6,12 @@ fastest: time = latency + bytes / bandwidth. This module prices the same pairs o
 unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO`` do.
 
 * Algorithms: ``ring`` (every collective) and ``tree`` (NCCL's double binary tree across nodes,
-  a chain inside a node; all-reduce only, as in NCCL). All-to-all and send/recv run as NCCL's
-  point-to-point sends (``p2p``).
+  a chain inside a node; all-reduce only, as in NCCL); on nodes whose NVSwitch does NVLink SHARP
+  (``System.nvls``: Hopper and Blackwell HGX/DGX) ``nvls`` (one node: all-reduce, all-gather,
+  reduce-scatter) and ``nvlstree`` (all-reduce over several nodes: NVLS inside, a tree across);
+  ``pat`` (all-gather and reduce-scatter with one GPU per node, Simple only). CollNet (in-network
+  reduction) is not modelled. All-to-all and send/recv run as NCCL's point-to-point sends
+  (``p2p``).
 * Protocols and their wire efficiency (payload per byte sent): ``LL`` 8-byte lines of 4 data
   and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
 * Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
@@ -23,7 +27,9 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
 
 What NCCL's tuner has and this model leaves out (each is a fitted correction, not a physical
 or published constant of the hardware): the tree's size-dependent correction table, the ring's
-multi-node "plateau" factor, the tree's 0.92 and LL 1/3.8 factors; NVLS, CollNet and PAT.
+multi-node "plateau" factor, the tree's 0.92 and LL 1/3.8 factors, PAT's 0.75; CollNet. NVLS's
+efficiency per generation (0.85 Hopper, 0.74 Blackwell) is kept: it is what the switch's
+reduction delivers, not a tuning knob.
 Sizes are bytes as nccl-tests counts them (S: the whole buffer; all-gather's output,
 all-to-all's per-rank buffer); times seconds; rates bytes/s.
 """
@@ -38,7 +44,9 @@ from genie.collectives import gpu_presets as P
 from genie.errors import CollectiveError
 from genie.vocabulary import bus_factor, canonical_collective
 
-ALGORITHMS: tuple[str, ...] = ("ring", "tree")
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "nvls", "nvlstree", "pat")
+#: Algorithms that run only with the Simple protocol (NCCL enables no other for them).
+SIMPLE_ONLY = ("nvls", "nvlstree", "pat")
 PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 COLLECTIVES: tuple[str, ...] = (
     "all_reduce",
@@ -59,12 +67,33 @@ WIRE_EFFICIENCY: dict[str, float] = {"LL": 0.5, "LL128": 120 / 128, "Simple": 1.
 BASE_LATENCY_US: dict[str, tuple[float, float, float]] = {
     "tree": (6.8, 14.0, 8.4),
     "ring": (6.6, 14.0, 8.4),
+    "nvls": (0.0, 0.0, 0.0),
+    "nvlstree": (0.0, 0.0, 0.0),
+    "pat": (8.0, 8.0, 8.0),
 }
 #: Hardware latency (us) per step, by link class, algorithm and protocol (LL, LL128, Simple).
 HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
-    "nvlink": {"tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4)},
-    "pci": {"tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7)},
-    "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
+    "nvlink": {
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "nvls": (0.0, 0.0, 25.0),
+        "nvlstree": (0.0, 0.0, 25.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "pci": {
+        "tree": (1.0, 1.9, 4.0),
+        "ring": (1.0, 2.5, 5.7),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvlstree": (0.0, 0.0, 0.0),
+        "pat": (0.0, 0.0, 4.0),
+    },
+    "net": {
+        "tree": (5.0, 8.5, 14.0),
+        "ring": (2.7, 4.0, 14.0),
+        "nvls": (0.0, 0.0, 18.0),
+        "nvlstree": (0.0, 0.0, 20.9),
+        "pat": (0.0, 0.0, 14.0),
+    },
 }
 #: Network post overhead per ring step (us) by CPU vendor (getNetOverhead); x3 for Simple.
 NET_OVERHEAD_US: dict[str, float] = {"intel": 1.0, "amd": 2.0}
@@ -96,11 +125,36 @@ TREE_PER_CHANNEL: dict[str, tuple[float, float, float]] = {
     "hopper": (38.7, 41.4, 36.0),
     "blackwell": (70.0, 42.8, 24.0),
 }
+#: NVLS per-channel limit across nodes (perChMaxNVLSTreeBws, GB/s) for 1, 2, >2 nodes.
+NVLSTREE_PER_CHANNEL: dict[str, tuple[float, float, float]] = {
+    "volta": (26.5, 18.5, 10.0),
+    "ampere": (24.0, 23.6, 17.8),
+    "hopper": (0.0, 57.7, 45.5),
+    "blackwell": (0.0, 96.0, 80.0),
+}
+#: What NVLink SHARP's reduction delivers of the NVLink rate (nvlsEfficiency).
+NVLS_EFFICIENCY: dict[str, float] = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.74}
+#: NVLS channels (src/transport/nvls.cc): 16 on Hopper; Blackwell 24 on one node, 32 on more.
+NVLS_CHANNELS: dict[str, tuple[int, int]] = {
+    "volta": (16, 16),
+    "ampere": (16, 16),
+    "hopper": (16, 16),
+    "blackwell": (24, 32),
+}
+#: PAT's linear latency per rank (us) and its network latency divisor (tuning.cc).
+PAT_PER_RANK_US = 2.8
+PAT_NET_DIVISOR = 3.5
 # --- NCCL 2.30.7, src/enqueue.cc: point-to-point uses LL up to this many bytes per peer -------
 P2P_LL_THRESHOLD = 16384
 
 US = 1e-6
 GB = 1e9
+#: Host time to launch one collective on one GPU (a kernel launch with NCCL's enqueue), seconds.
+#: One thread that drives several GPUs (nccl-tests ``-g N``) launches them one after another,
+#: so back-to-back collectives cannot run faster than N launches each. An assumption, one value
+#: for every system: the single-process rows of docs/validation.md floor at 3.2-5.7 us per GPU
+#: (8 GPUs: 25-46 us); CUDA and HIP graphs (``-G``) remove it.
+HOST_LAUNCH_S = 4.0e-6
 
 
 @dataclass(frozen=True)
@@ -116,6 +170,7 @@ class System:
     intra_link: P.IntraLink = "nvlink"
     cpu: P.Cpu = "intel"
     channels: int = 16
+    nvls: bool = False  # the node's NVSwitch does NVLink SHARP (NCCL's NVLS algorithms)
 
     def __post_init__(self) -> None:
         for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -157,6 +212,7 @@ class System:
             f"{self.nodes} node(s) x {self.gpus_per_node} GPU(s), {self.intra_link} "
             f"{self.intra_bw / GB:.1f} GB/s per GPU, NICs {self.net_bw / GB:.1f} GB/s per node, "
             f"{self.tuning} constants, {self.cpu} CPUs, {self.channels} channels"
+            + (", NVLink SHARP" if self.nvls else "")
         )
 
 
@@ -182,6 +238,7 @@ def system_from_preset(
         intra_link=p.intra_link,
         cpu=p.cpu,
         channels=p.channels if channels is None else channels,
+        nvls=p.nvls,
     )
 
 
@@ -192,7 +249,7 @@ class Prediction:
     collective: str
     size: int  # bytes, nccl-tests' S
     n_ranks: int
-    algorithm: str  # ring | tree | p2p
+    algorithm: str  # ring | tree | nvls | nvlstree | pat | p2p
     protocol: str  # LL | LL128 | Simple
     channels: int
     latency_s: float
@@ -256,7 +313,8 @@ def parse_choice(text: str | None, universe: tuple[str, ...], env: str) -> tuple
     return tuple(u for u in universe if u in picked)
 
 
-def _collective(name: str) -> str:
+def canonical(name: str) -> str:
+    """The collective's canonical name; a one-line error for one the model does not price."""
     try:
         coll = canonical_collective(name)
     except CollectiveError:
@@ -309,6 +367,12 @@ def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
     n, nodes, g = sys.n_ranks, sys.nodes, sys.gpus_per_node
     if algo == "tree":
         return base + 2 * ((g - 1) * intra + int(math.log2(nodes)) * inter)
+    if algo == "nvls":
+        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvlstree":
+        return base + intra + 2 * int(math.log2(nodes)) * inter
+    if algo == "pat":
+        return base + int(math.log2(nodes)) * inter / PAT_NET_DIVISOR + n * PAT_PER_RANK_US * US
     if coll == "all_reduce":
         steps, net_steps = 2 * (n - 1), 2 * (nodes - 1)
     else:  # all-gather, reduce-scatter; broadcast and reduce pipeline down a chain of n-1 hops
@@ -317,14 +381,47 @@ def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
 
 
 def _ring_link(sys: System) -> float:
-    """The line rate of a ring's narrowest link."""
+    """The rate a ring's channels reach together: a GPU's bus on one node; across nodes the
+    node's NICs, unless the GPUs' buses are narrower (each GPU leaves the node in 1/g of the
+    rings, so its bus carries (g-1)/g of the ring's bytes)."""
     if sys.nodes == 1:
         return sys.intra_bw
-    return min(sys.intra_bw, sys.node_net_bw) if sys.gpus_per_node > 1 else sys.node_net_bw
+    g = sys.gpus_per_node
+    if g == 1:
+        return sys.node_net_bw
+    return min(sys.node_net_bw, sys.intra_bw * g / (g - 1))
+
+
+def _nvls_channels(sys: System) -> int:
+    return NVLS_CHANNELS[sys.tuning][0 if sys.nodes == 1 else 1]
+
+
+def _nvls_time(coll: str, size: int, sys: System, algo: str) -> tuple[float, float, float]:
+    """(seconds, bytes on the busiest link, its rate) of NVLS / NVLSTree moving ``size``.
+
+    The bytes are what a GPU's NVLinks carry each way: an all-reduce reads its reduced shard
+    through the switch (S/g out of each GPU's memory for every shard: S) and multicasts it (S/g
+    out, S in): S (g+1)/g; an all-gather or reduce-scatter S (g-1)/g. They run at NVLink SHARP's
+    efficiency of the GPU's NVLink rate (``NVLS_EFFICIENCY``). Across nodes (NVLSTree) the NICs
+    carry a tree all-reduce's S (two nodes) or 2S, capped by NCCL's per-channel NVLSTree limit.
+    NCCL's tuner counts the intra-node part as 2 (c-1)/c of the rate instead: a ranking of
+    algorithms, 20 % above what nccl-tests measures on one H100 node."""
+    g = sys.gpus_per_node
+    per_gpu = size * ((g + 1) / g if coll == "all_reduce" else (g - 1) / g)
+    rate = sys.intra_bw * NVLS_EFFICIENCY[sys.tuning]
+    parts = [(per_gpu / rate, per_gpu, rate)]
+    if algo == "nvlstree":
+        c = _nvls_channels(sys)
+        cap = c * NVLSTREE_PER_CHANNEL[sys.tuning][_node_index(sys.nodes)] * GB
+        net_rate = min(sys.node_net_bw, cap)
+        net = size * (1.0 if sys.nodes == 2 else 2.0)
+        parts.append((net / net_rate, net, net_rate))
+    return max(parts)
 
 
 def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -> Prediction:
     n = sys.n_ranks
+    channels = sys.channels
     if algo == "ring":
         load = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(coll, 1.0)
         if coll == "reduce_scatter":
@@ -332,6 +429,14 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
         link_bytes = load * size
         rate = _limit(_ring_link(sys), sys, algo, proto)
         bw_time = link_bytes / rate
+    elif algo in ("nvls", "nvlstree"):
+        channels = _nvls_channels(sys)
+        bw_time, link_bytes, rate = _nvls_time(coll, size, sys, algo)
+    elif algo == "pat":
+        # one GPU per node: the NICs carry it, at NCCL's PAT rate (no busbw conversion)
+        rate = sys.node_net_bw
+        link_bytes = float(size)
+        bw_time = size / rate
     else:  # tree all-reduce: NICs carry S (two nodes) or 2S per direction; a GPU's bus 2S
         times: list[tuple[float, float, float]] = []
         if sys.nodes > 1:
@@ -343,9 +448,23 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
             times.append((2.0 * size / r, 2.0 * size, r))
         bw_time, link_bytes, rate = max(times)
     lat = _latency(coll, algo, proto, sys)
-    return Prediction(
-        coll, size, n, algo, proto, sys.channels, lat, rate, link_bytes, lat + bw_time
-    )
+    return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, lat + bw_time)
+
+
+def _offered(coll: str, algo: str, sys: System) -> bool:
+    """Whether NCCL runs ``algo`` for ``coll`` on ``sys`` (tuning.cc's enable rules)."""
+    if algo == "ring":
+        return True
+    if algo == "tree":
+        return coll == "all_reduce"
+    if algo == "nvls":  # several nodes need CollNet as well: not modelled
+        one_node = sys.nvls and sys.nodes == 1
+        return one_node and coll in ("all_reduce", "all_gather", "reduce_scatter")
+    if algo == "nvlstree":
+        return sys.nvls and sys.nodes > 1 and sys.gpus_per_node > 1 and coll == "all_reduce"
+    if algo == "pat":
+        return sys.nodes > 1 and sys.gpus_per_node == 1 and coll in ("all_gather", "reduce_scatter")
+    return False
 
 
 def _p2p_time(coll: str, size: int, sys: System, proto: str) -> Prediction:
@@ -379,7 +498,7 @@ def candidates(
 ) -> list[Prediction]:
     """Every (algorithm, protocol) NCCL would consider, allowed by the NCCL_ALGO/PROTO-style
     strings, priced (fastest first)."""
-    coll = _collective(collective)
+    coll = canonical(collective)
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise CollectiveError(f"size must be a whole number of bytes >= 0, got {size!r}")
     if coll == "send_recv" and system.n_ranks != 2:
@@ -398,14 +517,26 @@ def candidates(
         use = [default] if protocols is None else offered
         out = [_p2p_time(coll, size, system, p) for p in use]
     else:
-        offered_algos = [a for a in algos if a == "ring" or coll == "all_reduce"]
+        offered_algos = [a for a in algos if _offered(coll, a, system)]
         if not offered_algos:
+            can = [a for a in ALGORITHMS if _offered(coll, a, system)]
             raise CollectiveError(
-                f"NCCL_ALGO={algorithms}: {coll} runs as ring only (tree is all_reduce's)"
+                f"NCCL_ALGO={algorithms}: {coll} on {system.nodes} node(s) x "
+                f"{system.gpus_per_node} GPU(s) runs as {', '.join(can)}"
             )
         if system.intra_link == "pci":  # NCCL enables LL128 only on NVLink-class paths
             protos = tuple(p for p in protos if p != "LL128") or protos
-        out = [_collective_time(coll, size, system, a, p) for a in offered_algos for p in protos]
+        out = [
+            _collective_time(coll, size, system, a, p)
+            for a in offered_algos
+            for p in protos
+            if a not in SIMPLE_ONLY or p == "Simple"
+        ]
+        if not out:
+            raise CollectiveError(
+                f"NCCL_ALGO={algorithms} NCCL_PROTO={protocols}: "
+                f"{', '.join(offered_algos)} run with Simple only"
+            )
     if size == 0:
         out = [replace(p, latency_s=0.0, time_s=0.0, link_bytes=0.0) for p in out]
     return sorted(out, key=lambda p: p.time_s)
@@ -422,12 +553,19 @@ def choose(
     return candidates(collective, size, system, algorithms, protocols)[0]
 
 
+def launch_bound(pred: Prediction, gpus_per_thread: int) -> Prediction:
+    """``pred`` as back-to-back collectives run when one host thread launches them on
+    ``gpus_per_thread`` GPUs: no faster than that many launches (``HOST_LAUNCH_S``)."""
+    floor = max(1, gpus_per_thread) * HOST_LAUNCH_S if gpus_per_thread > 1 else 0.0
+    return pred if pred.time_s >= floor else replace(pred, time_s=floor)
+
+
 Convention = Literal["nccl", "astra-sim"]
 
 
 def nccl_size(collective: str, size: int, n_ranks: int, convention: Convention) -> int:
     """nccl-tests' S for a size given in ``convention`` (astra-sim: all-gather's comm_size is
     the per-rank shard; everything else is already the whole buffer)."""
-    if convention == "astra-sim" and _collective(collective) == "all_gather":
+    if convention == "astra-sim" and canonical(collective) == "all_gather":
         return size * n_ranks
     return size
