@@ -38,7 +38,11 @@ SWITCH_50 = genie.Fabric(topology="switch", bandwidth="50GiB/s", latency="500ns"
 
 
 def test_all_reduce_sample_beside_closed_form(et_samples):
-    spec = genie.SimulateSpec(workload=sample(et_samples, "all_reduce"), fabric=SWITCH_50)
+    spec = genie.SimulateSpec(
+        workload=sample(et_samples, "all_reduce"),
+        fabric=SWITCH_50,
+        model=genie.Model(collective_model="line-rate"),  # the closed form is line rate's
+    )
     # ASTRA-sim latency is per link: a switch route is 2 hops, so alpha = 1000 ns per message
     expected = closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 1000e-9)
     row = genie.simulate(spec).to_dict()["reports"][0]["collectives"][0]
@@ -53,7 +57,7 @@ def test_all_reduce_sample_beside_closed_form(et_samples):
 def test_the_cli_prints_the_closed_form_beside_the_row(et_samples, capsys):
     args = ["simulate", sample(et_samples, "all_reduce")]
     args += ["--topology", "switch", "--bandwidth", "50GiB/s", "--latency", "500ns"]
-    assert main(args) == 0
+    assert main([*args, "--collective-model", "line-rate"]) == 0
     out = capsys.readouterr().out
     expected = closed_form("all_reduce", None, 4, 2**20, 50 * 2**30, 1000e-9)
     assert f"closed form 2(n-1)(alpha + S/(nB)) = {expected * 1e6:.4f} us" in out
@@ -64,7 +68,11 @@ def test_samples_on_the_netns_star_testbed(et_samples, tmp_path):
     trace = tmp_path / "trace.json"
     fabric = genie.Fabric(testbed="testbed/netns-star.toml")
     sim = genie.simulate(
-        genie.SimulateSpec(workload=sample(et_samples, "all_gather"), fabric=fabric)
+        genie.SimulateSpec(
+            workload=sample(et_samples, "all_gather"),
+            fabric=fabric,
+            model=genie.Model(collective_model="line-rate"),  # TCP payload rate, no NCCL
+        )
     )
     row = sim.reports[0].collectives[0]
     # 1 Gbit/s links less TCP/IPv4 headers (1448 payload bytes per 1514-byte veth frame): ring

@@ -178,6 +178,15 @@ def with_gpu(fabric: Fabric, model: Model) -> Fabric:
     return fabric.replace(intra_bandwidth=preset(model.gpu).intra_bw)
 
 
+def resolve_collective_model(model: Model) -> Model:
+    """``model`` with ``auto`` decided as ``simulate`` decides it: the NCCL-like model, unless
+    a forced algorithm, the builtin pricer or an ASTRA-sim model wants the line-rate one."""
+    if model.collective_model != "auto":
+        return model
+    line = model.algorithm or model.pricer == "builtin" or model.kind != "genie"
+    return model.replace(collective_model="line-rate" if line else "nccl")
+
+
 def check_collective_model(model: Model) -> None:
     """Refuse options that the chosen collective model does not take (one line)."""
     if model.collective_model != "nccl":
@@ -208,7 +217,14 @@ def pricer(model: Model, built: Built, n_ranks: int, hosts: Sequence[int] | None
 
         system = nccl_system(model)
         return NcclPricer(
-            built.topology, where, n_ranks, system, model.nccl_algo, model.nccl_proto, model.chunks
+            built.topology,
+            where,
+            n_ranks,
+            system,
+            model.nccl_algo,
+            model.nccl_proto,
+            model.chunks,
+            preset=model.gpu,
         )
     if model.pricer == "builtin":
         return TopologyPricer(built.topology, where, n_ranks)

@@ -184,6 +184,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
     astra_notes: list[str] = []
     if net is not None and system is not None and spec.model.kind == "genie":
         spec, astra_notes = astra.as_genie_model(spec, net, system)
+    spec = spec.replace(model=fabric.resolve_collective_model(spec.model))
     compute = compute_model(spec.compute, system)
     pert = perturbation(spec.perturb)
     if spec.jobs:

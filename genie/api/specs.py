@@ -103,10 +103,13 @@ class Model(Spec, frozen=True, kw_only=True):
     (``all_reduce=ring,all_to_all=direct``). ``comm_concurrency``: collectives of one process
     group in flight at once (1: NCCL's issue order). ``kind`` ``astra-unaware``/``astra-aware``
     prices as ASTRA-sim 2.0's analytical backends, from its network and system files.
-    ``collective_model``: ``line-rate`` (step programs at line rate, the default) or ``nccl``
-    (``genie.collectives.nccl_model``: NCCL's algorithm and protocol choice, latencies and
-    protocol limits; ``gpu`` a preset such as ``h100``, ``nccl_algo`` / ``nccl_proto`` force
-    choices as ``NCCL_ALGO`` / ``NCCL_PROTO`` do).
+    ``collective_model``: ``nccl`` (``genie.collectives.nccl_model``: NCCL's algorithm and
+    protocol choice, latencies and protocol limits; ``gpu`` a preset such as ``h100``,
+    ``nccl_algo`` / ``nccl_proto`` force choices as ``NCCL_ALGO`` / ``NCCL_PROTO`` do),
+    ``line-rate`` (step programs at line rate), or ``auto``: ``simulate`` takes ``nccl`` unless
+    ``algorithm``, the builtin pricer or an ASTRA-sim model asks for step programs of one's own
+    choosing (``resolve_collective_model``); everything else (emulate, bench: CPU agents, not
+    GPUs) takes ``line-rate``.
     """
 
     kind: Literal["genie", "astra-unaware", "astra-aware"] = "genie"
@@ -117,7 +120,7 @@ class Model(Spec, frozen=True, kw_only=True):
     astra_network: str | None = None
     astra_system: str | None = None
     comm_group: str | None = None
-    collective_model: Literal["line-rate", "nccl"] = "line-rate"
+    collective_model: Literal["auto", "line-rate", "nccl"] = "auto"
     gpu: str | None = None
     nccl_algo: str | None = None
     nccl_proto: str | None = None

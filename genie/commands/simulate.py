@@ -117,11 +117,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--collective-model",
-        choices=("line-rate", "nccl"),
-        default="line-rate",
-        help="how a collective takes time: line-rate (step programs at line rate, the default) "
-        "or nccl (NCCL's algorithm and protocol choice, latencies and protocol limits; prints "
-        "what it chose per collective)",
+        choices=("nccl", "line-rate"),
+        default="auto",
+        help="how a collective takes time: nccl (NCCL's algorithm and protocol choice, "
+        "latencies and protocol limits; prints what it chose per collective; the default) or "
+        "line-rate (genie's step programs at the links' rates; the default where --algorithm, "
+        "--pricer builtin or an ASTRA-sim --model is given)",
     )
     p.add_argument(
         "--gpu",

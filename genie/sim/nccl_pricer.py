@@ -65,11 +65,14 @@ class NcclPricer(ProgramPricer):
         algorithms: str | None = None,
         protocols: str | None = None,
         chunks: int = 1,
+        *,
+        preset: str | None = None,
     ) -> None:
         super().__init__(topology, placement, n_ranks, None, chunks)
         N.parse_choice(algorithms, N.ALGORITHMS, "NCCL_ALGO")  # a bad option fails up front
         N.parse_choice(protocols, N.PROTOCOLS, "NCCL_PROTO")
         self.system = system
+        self.preset = preset  # the GPU preset named, None: NCCL's Hopper constants, no NVLS
         self.nccl_algorithms = algorithms
         self.nccl_protocols = protocols
         self.choices: dict[tuple[str, int, int, int], Choice] = {}
@@ -81,10 +84,13 @@ class NcclPricer(ProgramPricer):
             for k, v in (("NCCL_ALGO", self.nccl_algorithms), ("NCCL_PROTO", self.nccl_protocols))
             if v
         )
+        gpu = f"GPU preset {self.preset}" if self.preset else "no GPU preset (--gpu)"
         return (
             f"{self.fallback.describe()}; collectives priced by the NCCL-like model "
-            f"(genie.collectives.nccl_model: {self.system.tuning} constants, {self.system.cpu} "
-            f"CPUs, {self.system.channels} channels{'; ' + forced if forced else ''})"
+            f"(genie.collectives.nccl_model, NCCL 2.30.7: {gpu}, {self.system.tuning} constants, "
+            f"{self.system.cpu} CPUs, {self.system.channels} channels"
+            f"{', NVLink SHARP' if self.system.nvls else ''}{'; ' + forced if forced else ''}; "
+            f"--collective-model line-rate for step programs at line rate)"
         )
 
     def _group_system(self, hosts: tuple) -> N.System:
@@ -106,6 +112,7 @@ class NcclPricer(ProgramPricer):
             intra_link=self.system.intra_link,
             cpu=self.system.cpu,
             channels=self.system.channels,
+            nvls=self.system.nvls and g > 1,
         )
 
     def _cost(
