@@ -11,48 +11,60 @@ import pytest
 from genie.calibration.published import (
     TABLE_BEGIN,
     TABLE_END,
-    document_block,
     load,
+    load_all,
     price_config,
     replace_table,
 )
+from genie.calibration.published_doc import document_block
+from genie.calibration.published_systems import system_of
 from genie.errors import CalibrationError
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT / "docs" / "validation" / "published.toml"
+DATA = ROOT / "docs" / "validation"
 DOC = ROOT / "docs" / "validation.md"
 
 
 def test_the_document_carries_the_table_its_data_file_makes():
     doc = DOC.read_text()
-    assert replace_table(doc, document_block(load(DATA))) == doc, (
+    assert replace_table(doc, document_block(load_all(DATA))) == doc, (
         "docs/validation.md is out of date: python docs/validation/make_table.py"
     )
 
 
-def test_at_least_four_configurations_each_with_its_source_and_hardware():
-    configs = load(DATA)
-    assert len(configs) >= 4
+def test_thirty_configurations_three_hundred_rows_each_with_its_source_and_hardware():
+    configs = load_all(DATA)
+    assert len(configs) >= 30 and sum(len(c["rows"]) for c in configs) >= 300
     for cfg in configs:
-        assert re.match(r"https://github\.com/NVIDIA/[\w.-]+/(issues|pull)/\d+$", cfg["source"])
-        for key in ("hardware", "nics", "switch", "command", "nccl_algorithm", "note"):
+        assert re.match(r"https://[\w.-]+/\S+$", cfg["source"]), cfg["id"]
+        if "github.com" in cfg["source"] and "/blob/" in cfg["source"]:  # a file: at a commit
+            assert re.search(r"/blob/[0-9a-f]{40}/", cfg["source"]), cfg["id"]
+        for key in ("hardware", "nics", "switch", "command", "nccl_algorithm", "note", "gpu"):
             assert cfg[key].strip(), (cfg["id"], key)
         assert cfg["rows"], cfg["id"]
+        system_of(cfg)  # the NCCL-like model's rule accepts every configuration
+    vendors = {"amd" if c["gpu"].upper().startswith("MI") else "nvidia" for c in configs}
+    assert vendors == {"amd", "nvidia"}
+    assert {c["collective"] for c in configs} >= {"all_reduce", "all_gather", "alltoall"}
 
 
 def test_every_published_number_is_in_the_line_it_was_read_from():
-    for cfg in load(DATA):
+    for cfg in load_all(DATA):
         for row in cfg["rows"]:
             quote = row["quote"]
             if "time_us" in row:
-                assert re.search(rf"\b{row['time_us']:.2f}\b|\b{row['time_us']:.1f}\b", quote)
-                assert str(row["size"]) in quote
+                t = row["time_us"]
+                printed = rf"\b{t:.2f}\b|\b{t:.1f}\b|(?<![\d.]){t:g}(?![\d.])"  # 18006 as 18006
+                assert re.search(printed, quote), (cfg["id"], row)
+                assert str(row["size"]) in quote, (cfg["id"], row)
             else:
-                assert f"{row['busbw_GBps']:g}" in quote.replace("GB/s", " ")
+                assert f"{row['busbw_GBps']:g}" in quote.replace("GB/s", " "), (cfg["id"], row)
+                label = row.get("size_label", "")  # a printed size (1K, 64M) is in the line
+                assert not re.fullmatch(r"\d+[KMG]?", label) or label in quote, (cfg["id"], row)
 
 
 def test_the_priced_rows_are_genies_model_and_their_error_is_against_the_source():
-    cfg = next(c for c in load(DATA) if c["id"] == "A100-3x8-HDR")
+    cfg = next(c for c in load(DATA / "published.toml") if c["id"] == "A100-3x8-HDR")
     rows = price_config(cfg)
     # ring on 3 hosts at 4 x 200 Gb/s per host: busbw is the hosts' line rate, 100 GB/s, less
     # the latency of 46 steps

@@ -6,7 +6,8 @@ genie's model of that hardware (hosts, ranks per host, each host's network rate,
 link, the intra-host rate, the algorithm), and rows of published figures per size: the time
 and/or busbw as printed, each with the line it was read from. ``price_config`` prices every row
 with the nominal cost model (no calibration: nobody measured these clusters for genie) and
-``table_markdown`` renders the table docs/validation.md carries; the test recomputes it.
+``genie.calibration.published_doc`` renders the table docs/validation.md carries, beside the
+NCCL-like model's (``genie.calibration.published_systems``); the test recomputes it.
 
 Error = (genie's time - published time) / published time, as everywhere in genie; where a row
 gives only busbw, the published time is size x bus factor / busbw (nccl-tests' definition).
@@ -19,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from genie.calibration.accuracy import error_pct, mape
+from genie.calibration.accuracy import error_pct
 from genie.errors import CalibrationError
-from genie.units import format_bytes, parse_bandwidth, parse_duration
+from genie.units import parse_bandwidth, parse_duration
 from genie.vocabulary import bus_factor
 
 TABLE_BEGIN = "<!-- table: made by docs/validation/make_table.py; do not edit by hand -->"
@@ -57,6 +58,25 @@ def load(path: str | Path) -> list[dict[str, Any]]:
     configs = doc.get("config") or []
     if not configs:
         raise CalibrationError(f"{path}: no [[config]] in it")
+    return configs
+
+
+def load_all(path: str | Path) -> list[dict[str, Any]]:
+    """The configurations of a data file, or of every ``*.toml`` under a directory (sorted by
+    path, ``published.toml`` first); ids must be unique."""
+    p = Path(path)
+    if not p.is_dir():
+        return load(p)
+    files = sorted(p.rglob("*.toml"), key=lambda f: (f.name != "published.toml", str(f)))
+    if not files:
+        raise CalibrationError(f"{path}: no *.toml data files in it")
+    configs = [cfg for f in files for cfg in load(f)]
+    seen: set[str] = set()
+    for cfg in configs:
+        cid = str(cfg.get("id", ""))
+        if not cid or cid in seen:
+            raise CalibrationError(f"{path}: configuration id {cid!r} missing or twice")
+        seen.add(cid)
     return configs
 
 
@@ -106,65 +126,6 @@ def price_config(cfg: dict[str, Any]) -> list[Row]:
             pub_t = size * factor / pub_bw
         out.append(Row(cfg["id"], size, pub_t, pub_bw, t, size * factor / t))
     return out
-
-
-def _size(row: dict[str, Any], size: int) -> str:
-    return row.get("size_label") or format_bytes(size)
-
-
-def table_markdown(configs: list[dict[str, Any]]) -> str:
-    """The validation table (markdown) with the MAPE per configuration and over all rows."""
-    lines = [
-        "| configuration | size | published time | published busbw | genie time | genie busbw "
-        "| error |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    every: list[float] = []
-    summary = []
-    for cfg in configs:
-        rows = price_config(cfg)
-        every.extend(r.error_pct for r in rows)
-        for spec, r in zip(cfg["rows"], rows, strict=True):
-            lines.append(
-                f"| [{cfg['id']}]({cfg['source']}) | {_size(spec, r.size)} "
-                f"| {r.published_s * 1e6:.1f} us | {r.published_busbw / 1e9:.2f} GB/s "
-                f"| {r.genie_s * 1e6:.1f} us | {r.genie_busbw / 1e9:.2f} GB/s "
-                f"| {r.error_pct:+.1f} % |"
-            )
-        summary.append(f"{cfg['id']} {mape(r.error_pct for r in rows):.1f} %")
-    lines.append("")
-    lines.append(f"MAPE per configuration: {'; '.join(summary)}.")
-    lines.append(f"MAPE over all {len(every)} rows: {mape(every):.1f} %.")
-    return "\n".join(lines)
-
-
-def configurations_markdown(configs: list[dict[str, Any]]) -> str:
-    """One paragraph per configuration: what was measured, where, and genie's model of it."""
-    out = []
-    for cfg in configs:
-        m = cfg["model"]
-        k = int(m.get("ranks_per_host", 1))
-        intra = f", {m['intra_bandwidth']} between GPUs of a host" if k > 1 else ""
-        quotes = "; ".join(f"`{r['quote']}`" for r in cfg["rows"])
-        out.append(
-            f"**[{cfg['id']}]({cfg['source']})**: {cfg['hardware']}; NICs: {cfg['nics']}; "
-            f"switch: {cfg['switch']}; {cfg['ranks']} ranks; {cfg['collective']}; command: "
-            f"`{cfg['command']}`; NCCL algorithm: {cfg['nccl_algorithm']}. genie's model: "
-            f"{m.get('topology', 'switch')} of {m['hosts']} hosts x {k} ranks, "
-            f"{m['link_rate']} per host, {m['latency']} per link{intra}, "
-            f"{m['algorithm']}. {cfg['note']} Read at the source: {quotes}."
-        )
-    return "\n\n".join(out)
-
-
-def document_block(configs: list[dict[str, Any]]) -> str:
-    """What docs/validation.md carries between its markers: configurations, then the table."""
-    return (
-        "### Configurations\n\n"
-        + configurations_markdown(configs)
-        + "\n\n### Published vs genie\n\n"
-        + table_markdown(configs)
-    )
 
 
 def replace_table(doc: str, table: str) -> str:
