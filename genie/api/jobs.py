@@ -49,7 +49,8 @@ def simulate_jobs(
         for pre in spec.workloads():
             st.describe(f"loading {pre}")
             wl = load_workload(pre)
-            cw = order_collectives(compile_workload(wl, compute), spec.model.comm_concurrency)
+            cw = compile_workload(wl, compute, spec.model.trace_edges)
+            cw = order_collectives(cw, spec.model.comm_concurrency)
             cws.append(cw)
             facts = facts or trace_facts(wl, cw)
     layout, starts = job_layout(spec.jobs, [cw.n_ranks for cw in cws], spec.fabric.ranks_per_host)

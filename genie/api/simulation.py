@@ -18,6 +18,7 @@ from genie import progress
 from genie.api import astra, fabric
 from genie.api.experiments import perturbation
 from genie.api.specs import Compute, SimulateSpec, bandwidth
+from genie.api.trace_semantics import semantics_facts, semantics_notes
 from genie.collectives.registry import parse_algorithms
 from genie.errors import StoreError, UsageError
 from genie.sim import perturb
@@ -200,7 +201,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
         wl = load_workload(spec.workloads()[0])
         astra.apply_comm_groups(spec.model, wl)
         status.describe(f"compiling {wl.n_ranks} ranks")
-        base = compile_workload(wl, compute)
+        base = compile_workload(wl, compute, spec.model.trace_edges)
         genie_model = spec.model.kind == "genie"
         if genie_model:
             base = order_collectives(base, spec.model.comm_concurrency)
@@ -227,6 +228,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
 
             makers = [again]
         facts = trace_facts(wl, cw)
+        facts.update(semantics_facts(wl, cw, spec.model.trace_edges))
         reports: list[SimReport] = []
         raws: list[RawResult] = []
         for make in makers:
@@ -237,7 +239,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
                 rep.notes.append(be.summary())
             rep.notes.extend(astra_notes)
             rep.notes.extend(placement_notes)
-            rep.notes += trace_notes(facts)
+            rep.notes += trace_notes(facts) + semantics_notes(facts)
             if genie_model:
                 rep.notes.append(f"stream order: {stream_rule(spec.model.comm_concurrency)}")
             if pert:

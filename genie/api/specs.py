@@ -109,7 +109,9 @@ class Model(Spec, frozen=True, kw_only=True):
     ``line-rate`` (step programs at line rate), or ``auto``: ``simulate`` takes ``nccl`` unless
     ``algorithm``, the builtin pricer or an ASTRA-sim model asks for step programs of one's own
     choosing (``resolve_collective_model``); everything else (emulate, bench: CPU agents, not
-    GPUs) takes ``line-rate``.
+    GPUs) takes ``line-rate``. ``trace_edges``: ``inferred`` replays PyTorch-derived traces with
+    CUDA stream and ProcessGroupNCCL semantics (``genie.workload.stream_rules``), ``explicit``
+    with the trace's data_deps only.
     """
 
     kind: Literal["genie", "astra-unaware", "astra-aware"] = "genie"
@@ -124,6 +126,7 @@ class Model(Spec, frozen=True, kw_only=True):
     gpu: str | None = None
     nccl_algo: str | None = None
     nccl_proto: str | None = None
+    trace_edges: Literal["inferred", "explicit"] = "inferred"
 
 
 class Compute(Spec, frozen=True, kw_only=True):

@@ -104,6 +104,18 @@ def add_comm_concurrency(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_trace_edges(p: argparse.ArgumentParser) -> None:
+    """``--trace-edges``: replay PyTorch-derived traces with stream semantics, or as written."""
+    p.add_argument(
+        "--trace-edges",
+        choices=("inferred", "explicit"),
+        default="inferred",
+        help="inferred (default): PyTorch-derived traces also get CUDA stream order and "
+        "ProcessGroupNCCL's stream syncs (genie.workload.stream_rules); explicit: the trace's "
+        "data_deps only",
+    )
+
+
 def add_streams(p) -> None:
     """``--streams``: TCP connections per rank pair, by default the testbed's flows."""
     p.add_argument(

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from genie.units import format_bytes, format_seconds
+from genie.workload.stream_rules import edge_lines
 from genie.workload.summary import reading_notes
 
 
@@ -46,6 +47,8 @@ def render_summary(s: dict) -> None:
     if named:
         con.print(f"process groups: {len(named)} named besides the default group of all ranks")
     for line in reading_notes(s["dropped"], s["nodes_by_kind"].get("host", 0)):
+        con.print(line, markup=False, highlight=False)
+    for line in edge_lines(s.get("stream_rules") or {}):
         con.print(line, markup=False, highlight=False)
     if s["astra_sim"]:
         con.print("ASTRA-sim 2.0 would not run these files as they are:")

@@ -133,6 +133,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nccl-algo", help="nccl model: as NCCL_ALGO (ring, tree, ^tree)")
     p.add_argument("--nccl-proto", help="nccl model: as NCCL_PROTO (LL, LL128, Simple, ^LL128)")
     A.add_comm_concurrency(p)
+    A.add_trace_edges(p)
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
     p.add_argument("--peak-flops", type=A.real(0, 1e20), help="roofline: peak FLOP/s (e.g. 989e12)")
     p.add_argument(
@@ -211,6 +212,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulateSpec:
         gpu=args.gpu,
         nccl_algo=args.nccl_algo,
         nccl_proto=args.nccl_proto,
+        trace_edges=args.trace_edges,
     )
     compute = Compute(
         mode=args.compute,

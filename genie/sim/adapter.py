@@ -6,6 +6,11 @@ per-peer sizes ``comm_split_sizes``, ``genie.sim.uneven``), so the engine stays
 independent of the workload module's layout. Data deps to ids missing from the rank are dropped
 (the workload loader reports them); ctrl_deps are not scheduled on, as the design says.
 
+Stream semantics: with ``edges="inferred"`` (the default) a PyTorch-derived rank also waits on
+the edges ``genie.workload.stream_rules`` infers (CUDA stream order, ProcessGroupNCCL's stream
+sync, waits); ``edges="explicit"`` replays the trace's own data_deps only. Ranks without CPU ops
+(generated workloads, ASTRA-sim traces) compile the same either way.
+
 Host work (a COMM node's host-side launcher, kind ``host``) compiles to a COMPUTE node of its
 trace duration on the CPU lane: never a network operation. Each node's lane comes from
 ``genie.sim.lanes.lane_key``.
@@ -28,6 +33,9 @@ from genie.sim.lanes import CPU as CPU_LANE
 from genie.sim.lanes import lane_key
 from genie.sim.uneven import SPLIT_ATTR
 from genie.vocabulary import P2P, CollectiveType
+from genie.workload.model import RankGraph
+from genie.workload.stream_rules import MODES as EDGE_MODES
+from genie.workload.stream_rules import stream_edges
 
 A2A = int(CollectiveType.ALL_TO_ALL)
 
@@ -86,8 +94,16 @@ def _kind_of(node: Any) -> Kind:
     return Kind(int(key))
 
 
-def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWorkload:
-    """Compile a ``genie.workload.Workload`` (ranks of nodes, groups by name) for the engine."""
+def compile_workload(
+    wl: Any, compute: ComputeModel | None = None, edges: str = "inferred"
+) -> CompiledWorkload:
+    """Compile a ``genie.workload.Workload`` (ranks of nodes, groups by name) for the engine.
+
+    ``edges``: ``inferred`` adds the stream rules' dependencies to PyTorch-derived ranks,
+    ``explicit`` keeps the trace's data_deps only (see the module docstring).
+    """
+    if edges not in EDGE_MODES:
+        raise ValidationError(f"edges must be one of {EDGE_MODES}, got {edges!r}")
     compute = compute or ComputeModel()
     groups: dict[str, tuple[int, ...]] = dict(getattr(wl, "groups", {}) or {})
     group_names = list(groups)
@@ -152,6 +168,8 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
                             "list of byte counts"
                         )
                     splits[i] = [int(x) for x in row]
+        if edges == "inferred" and isinstance(rg, RankGraph):
+            _add_stream_edges(deps, stream_edges(rg).edges)
         cr = make_rank(
             kind,
             dur,
@@ -173,6 +191,12 @@ def compile_workload(wl: Any, compute: ComputeModel | None = None) -> CompiledWo
     desc = getattr(wl, "group_desc", None) or {}
     labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
     return finish(ranks, labels, group_ranks, name)
+
+
+def _add_stream_edges(deps: list[list[int]], extra: dict[int, list[int]]) -> None:
+    """Append the inferred dependencies (positions) to ``deps`` (new lists, never shared)."""
+    for i, before in extra.items():
+        deps[i] = [*deps[i], *before]
 
 
 def _fields(nd: Any, r: int, compute: ComputeModel, roofline: bool, groups_of: tuple) -> tuple:

@@ -8,6 +8,7 @@ from typing import Any
 from genie.workload.astra import astra_problems
 from genie.workload.graph import check_collective_sequences, compute_time, critical_path
 from genie.workload.model import CollectiveType, NodeKind, NodeType, Workload
+from genie.workload.stream_rules import summarize_edges
 
 MIB = 2**20
 
@@ -91,6 +92,7 @@ def summarize(wl: Workload) -> dict[str, Any]:
         "group_desc": dict(wl.group_desc),
         "astra_sim": astra_problems(wl),
         "dropped": dict(wl.dropped),
+        "stream_rules": summarize_edges(wl.ranks),
         "per_rank": per_rank,
         "problems": problems,
     }
