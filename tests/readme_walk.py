@@ -109,7 +109,7 @@ def walk(genie: list[str], scratch: Path, log=print) -> list[str]:
                 line = line.replace("RUN_ID", _newest_run(genie, env, scratch))
             argv = [*genie, *shlex.split(line)[1:]]
             if line.startswith("genie testbed up"):
-                cleanup.append([*genie, "testbed", "clean"])
+                cleanup.append([*genie, "testbed", "clean", argv[len(genie) + 2]])
             if line.startswith("genie cluster local") and "--stop" not in line:
                 cleanup.append([*genie, "cluster", "local", "--stop", "--dir", argv[-1]])
             t0 = time.monotonic()

@@ -336,26 +336,54 @@ def test_up_refuses_when_already_up() -> None:
     assert stale_link.namespaces == []
 
 
-def test_clean_sweeps_only_genie_names_and_is_safe_twice() -> None:
+def _record(name: str, prefix: str, namespaces: list[str], links: list[str]) -> None:
+    state.save(state.TestbedState(name, prefix, "", namespaces, links))
+
+
+def test_clean_all_removes_recorded_testbeds_only_and_is_safe_twice() -> None:
+    """Issue 31 item 7: a genie-named namespace no record claims (another user's, or not
+    genie's at all) survives the sweep, and is named as left."""
     fake = FakeIp(
-        namespaces=["genie-h0", "genie-pt-h1", "genie-sw0", "blue", "geniex"],
-        links=["genie-c0", "genie-ptc3", "genie-other", "veth9"],
+        namespaces=["genie-h0", "genie-pt-h1", "genie-userstuff", "blue", "geniex"],
+        links=["genie-c0", "genie-ptc3", "genie-c7", "veth9"],
     )
-    removed = netns.clean(runner=fake)
-    assert sorted(fake.namespaces) == ["blue", "geniex"]
-    assert fake.links == ["lo", "eth0", "genie-other", "veth9"]
-    assert "genie-pt-h1" in removed
-    assert netns.clean(runner=fake) == []
+    _record("a", "genie-", ["genie-h0"], ["genie-c0"])
+    _record("b", "genie-pt-", ["genie-pt-h1"], ["genie-ptc3"])
+    removed, left = netns.clean_all(runner=fake)
+    assert sorted(fake.namespaces) == ["blue", "genie-userstuff", "geniex"]
+    assert fake.links == ["lo", "eth0", "genie-c7", "veth9"]
+    assert "genie-pt-h1" in removed and left == ["genie-userstuff"]
+    assert state.load_all() == []
+    assert netns.clean_all(runner=fake) == ([], ["genie-userstuff"])
 
 
-def test_clean_with_a_prefix_keeps_other_genie_testbeds() -> None:
-    fake = FakeIp(namespaces=["genie-h0", "genie-pt-h0", "genie-pt-sw0"], links=["genie-c0"])
-    fake.links.append("genie-ptc0")
+def test_clean_with_a_prefix_keeps_other_testbeds_and_refuses_bare_genie() -> None:
+    fake = FakeIp(
+        namespaces=["genie-h0", "genie-pt-h0", "genie-pt-sw0", "genie-userstuff"],
+        links=["genie-c0", "genie-ptc0"],
+    )
+    _record("other", "genie-", ["genie-pt-sw0"], [])  # a host named "pt-sw0" of another one
     netns.clean(runner=fake, prefix="genie-pt-")
-    assert fake.namespaces == ["genie-h0"]
-    assert "genie-c0" in fake.links
-    with pytest.raises(TestbedError):
-        netns.clean(runner=fake, prefix="blue-")
+    assert fake.namespaces == ["genie-h0", "genie-pt-sw0", "genie-userstuff"]
+    assert fake.links == ["lo", "eth0", "genie-c0"]
+    for bad in ("genie-", "blue-", "genie-pt"):
+        with pytest.raises(TestbedError, match="netns_prefix"):
+            netns.clean(runner=fake, prefix=bad)
+    assert fake.namespaces == ["genie-h0", "genie-pt-sw0", "genie-userstuff"]
+
+
+def test_clean_of_a_testbed_file_removes_its_names_only_even_without_a_record() -> None:
+    tb = load_testbed(EXAMPLES / "netns-star.toml")
+    plan = plan_up(tb)
+    fake = FakeIp(namespaces=[*plan.namespaces, "genie-userstuff"], links=plan.root_links)
+    removed = netns.clean_testbed(tb, runner=fake)
+    assert fake.namespaces == ["genie-userstuff"] and fake.links == ["lo", "eth0"]
+    assert sorted(removed) == sorted([*plan.namespaces, *plan.root_links])
+
+
+def test_clean_cli_must_be_told_which_testbed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["testbed", "clean"]) == 2
+    assert "--all-genie" in capsys.readouterr().err
 
 
 def test_stop_agents_kills_recorded_pid_but_never_a_reused_one() -> None:

@@ -158,7 +158,10 @@ def _status(args: argparse.Namespace) -> int:
     known = {n for _, st in records if st for n in st.namespaces}
     stray = [n for n in namespaces if n not in known]
     if stray:
-        print(f"namespaces without a record: {', '.join(stray)} (genie testbed clean removes them)")
+        print(
+            f"namespaces without a record: {', '.join(stray)} "
+            "(`genie testbed clean --prefix P` removes those of netns prefix P)"
+        )
     if links:
         print(f"root links: {', '.join(links)}")
     return 0
@@ -208,11 +211,25 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from genie.testbed import netns
+    from genie.testbed import load_testbed, netns
 
     _need_root()
-    removed = netns.clean()
+    left: list[str] = []
+    if args.all_genie:
+        removed, left = netns.clean_all()
+    elif args.prefix is not None:
+        removed = netns.clean(prefix=args.prefix)
+    else:
+        tb = load_testbed(args.file)
+        if tb.kind != "netns":
+            raise TestbedError(f"{args.file}: kind is {tb.kind!r}; clean removes netns testbeds")
+        removed = netns.clean_testbed(tb)
     print(f"removed {', '.join(removed)}" if removed else "nothing to clean")
+    if left:
+        print(
+            f"left {', '.join(left)}: no genie record claims them "
+            "(`genie testbed clean --prefix genie-TAG-` removes a testbed whose record was lost)"
+        )
     return 0
 
 
@@ -269,6 +286,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_status)
 
     s = tsub.add_parser(
-        "clean", help="remove every genie namespace, root link and recorded agent (root)"
+        "clean",
+        help="remove one testbed's namespaces, root links and agents, even half-built (root)",
+        description="Removes only what genie made: the testbed FILE's namespaces, root links "
+        "and recorded agents; with --prefix, a testbed of that netns_prefix whose record was "
+        "lost; with --all-genie, every testbed genie's records name (each is listed). A "
+        "namespace no record claims is never removed by --all-genie.",
+    )
+    which = s.add_mutually_exclusive_group(required=True)
+    which.add_argument("file", nargs="?", help="the testbed file")
+    which.add_argument(
+        "--prefix", metavar="P", help="the netns_prefix (genie-TAG-) of a testbed to remove"
+    )
+    which.add_argument(
+        "--all-genie", action="store_true", help="remove every testbed genie has a record of"
     )
     s.set_defaults(func=_clean)

@@ -1,8 +1,11 @@
 """Build, inspect and remove netns testbeds: the one place that runs ``ip`` and ``tc``.
 
 ``up`` applies a plan from ``netns_plan``; a failing command stops it, everything made so far
-is removed, and the error names the command and its stderr. ``down`` removes one testbed,
-``clean`` sweeps every genie-prefixed namespace, root link and recorded agent, twice safely.
+is removed, and the error names the command and its stderr. ``down`` removes one testbed.
+The sweeps remove only what genie's records (or a testbed file's plan) say genie made:
+``clean_testbed`` one testbed, ``clean`` the testbed of one netns prefix whose record may be
+lost, ``clean_all`` every recorded testbed; a namespace no record claims is never swept by the
+bare ``genie-`` prefix (another user's, or not genie's at all). Each is safe to run twice.
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ def up(
     if existing:
         raise TestbedError(
             f"testbed {tb.name!r} (or one sharing its names) is already up: "
-            f"{sorted(existing)[0]} exists; run `genie testbed down` or `genie testbed clean`"
+            f"{sorted(existing)[0]} exists; run `genie testbed down` or `genie testbed clean FILE`"
         )
     from genie.testbed.reach import overlaps
 
@@ -284,29 +287,76 @@ def down(tb: Testbed, runner: Runner = run_command) -> list[str]:
     return removed + gone
 
 
-def clean(runner: Runner = run_command, prefix: str = NS_PREFIX) -> list[str]:
-    """Sweep every recorded agent, namespace and genie root link under ``prefix`` (all genie)."""
-    if not prefix.startswith(NS_PREFIX):
-        raise TestbedError(f"clean only sweeps genie names; prefix {prefix!r} lacks {NS_PREFIX!r}")
+TAG_PREFIX = re.compile(r"^genie-[a-z0-9]{1,4}-$")  # a testbed's own netns_prefix
+
+
+def _sweep(
+    records: Sequence[tuple[Path, state.TestbedState | None]],
+    namespaces: Sequence[str],
+    links: Sequence[str],
+    runner: Runner,
+) -> list[str]:
+    """Stop the agents of ``records``, remove ``namespaces`` and ``links`` that exist, then the
+    records; return what was removed (TestbedError after the sweep if a removal failed)."""
     removed: list[str] = []
-    records = [
-        (path, st)
-        for path, st in state.load_all()
-        if prefix == NS_PREFIX or (st is not None and st.prefix == prefix)
-    ]
     for _, st in records:
         if st is not None:
             n = stop_agents(st.agents)
             if n:
                 removed.append(f"{n} agent(s) of {st.name}")
-    namespaces = list_namespaces(runner, prefix)
-    links = list_root_links(runner, prefix)
-    errors = _remove(namespaces, links, runner)
+    ns_now = set(list_namespaces(runner))
+    links_now = set(list_root_links(runner))
+    gone = [n for n in dict.fromkeys(namespaces) if n in ns_now]
+    gone += [ln for ln in dict.fromkeys(links) if ln in links_now]
+    errors = _remove(list(dict.fromkeys(namespaces)), list(dict.fromkeys(links)), runner)
     for path, _ in records:
         state.remove(path)
     if errors:
         raise TestbedError(errors[0])
-    return removed + namespaces + links
+    return removed + gone
+
+
+def clean_testbed(tb: Testbed, runner: Runner = run_command) -> list[str]:
+    """Sweep testbed ``tb`` (``genie testbed clean FILE``): its recorded agents, and the
+    namespaces and root links its record (or, if it is lost, its plan) names; nothing else."""
+    record = state.record_path(tb.name, tb.netns_prefix)
+    st = state.load(record)
+    plan = plan_up(tb)
+    namespaces = [*(st.namespaces if st else []), *plan.namespaces]
+    links = [*(st.root_links if st else []), *plan.root_links]
+    return _sweep([(record, st)], namespaces, links, runner)
+
+
+def clean(runner: Runner = run_command, prefix: str = NS_PREFIX) -> list[str]:
+    """Sweep the testbed of netns prefix ``prefix`` (``genie-TAG-``), its state lost or not: its
+    records, agents, namespaces under ``prefix`` and root links of its tag. A namespace another
+    testbed's record claims is left alone; the bare ``genie-`` is refused (``clean_all``)."""
+    if not TAG_PREFIX.match(prefix):
+        raise TestbedError(
+            f"clean --prefix takes a testbed's own netns_prefix 'genie-TAG-' (TAG 1-4 of a-z "
+            f"0-9), not {prefix!r}: namespaces named {prefix}* need not be genie's; give the "
+            "testbed FILE, or --all-genie for every testbed genie recorded"
+        )
+    records = state.load_all()
+    mine = [(p, st) for p, st in records if st is not None and st.prefix == prefix]
+    others = {n for _, st in records if st is not None and st.prefix != prefix
+              for n in (*st.namespaces, *st.root_links)}  # fmt: skip
+    namespaces = [n for n in list_namespaces(runner, prefix) if n not in others]
+    namespaces += [n for _, st in mine if st for n in st.namespaces]
+    links = [ln for ln in list_root_links(runner, prefix) if ln not in others]
+    links += [ln for _, st in mine if st for ln in st.root_links]
+    return _sweep(mine, namespaces, links, runner)
+
+
+def clean_all(runner: Runner = run_command) -> tuple[list[str], list[str]]:
+    """Sweep every testbed genie recorded (``--all-genie``): its agents, namespaces and root
+    links. Returns (removed, genie-named namespaces left because no record claims them)."""
+    records = state.load_all()
+    namespaces = [n for _, st in records if st is not None for n in st.namespaces]
+    links = [ln for _, st in records if st is not None for ln in st.root_links]
+    removed = _sweep(records, namespaces, links, runner)
+    left = [n for n in list_namespaces(runner) if n not in namespaces]
+    return removed, left
 
 
 def netns_exec(netns: str, argv: Sequence[str]) -> list[str]:
