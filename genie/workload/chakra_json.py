@@ -9,7 +9,9 @@ fields at their default value are left out (a node with id 0 has no ``"id"``). F
 ``<prefix>.<rank>.json`` (or ``.json.gz``) and load by the same prefix rules as ``.et`` files
 (``genie.workload.loader``). The result is the same model a ``.et`` gives, attr kinds included,
 so both load, validate and simulate alike; tests cross-check this reader against protobuf's
-``json_format``.
+``json_format``. A file holding one object with a ``workload_graph`` list is the other form
+Chakra has, the one its C++ JSON feeder reads (``genie.workload.feeder_json``); any other shape
+is refused in one line naming the forms genie reads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import msgspec
 
 from genie.errors import TraceFormatError
 from genie.workload.et_schema import NODE_TYPES, SCALAR_KINDS
+from genie.workload.feeder_json import decode_feeder, is_feeder_json
 from genie.workload.model import Attr, IOInfo, Metadata, Node
 
 _NODE_TYPE = {name: i for i, name in enumerate(NODE_TYPES)}
@@ -289,6 +292,8 @@ def decode_chakra_json(
         k = next(i for i, o in enumerate(objs) if type(o) is not dict)
         raise TraceFormatError(f"{source}: JSON value #{k} is not an object")
     head = objs[0]
+    if len(objs) == 1 and is_feeder_json(head):
+        return decode_feeder(head, source)
     if head.get("format") == "genie-chakra-json":
         raise TraceFormatError(
             f"{source}: this is genie's own JSON form (genie workload convert), not Chakra's "
@@ -301,6 +306,13 @@ def decode_chakra_json(
             meta = _metadata(head)
         except _Bad as exc:
             raise TraceFormatError(f"{source}: GlobalMetadata object: {exc}") from None
+    elif not set(head) & _NODE_KEYS:
+        raise TraceFormatError(
+            f"{source}: not a JSON form genie reads (top-level keys {sorted(head)[:8]}); it "
+            "reads Chakra's jsonizer form (a GlobalMetadata object, then one object per node), "
+            "Chakra's feeder form (an object with a workload_graph list) and genie's own "
+            "(genie workload convert)"
+        )
     else:
         start = 0
         meta = Metadata()
