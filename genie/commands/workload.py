@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -165,8 +166,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(wl, args: argparse.Namespace, notes: list[str], validated: bool = False) -> list[Path]:
-    """Validate (unless done), write ``args.out``, say what was written (notes on stderr)."""
+def _write(
+    wl, args: argparse.Namespace, notes: list[str], validated: bool = False, fold: bool = False
+) -> list[Path]:
+    """Validate (unless done), write ``args.out``, say what was written (notes on stderr).
+
+    ``fold``: a problem every rank has alike is said once for all of them (``replicate``).
+    """
     from genie.workload import save_workload, validate_workload
 
     if not validated:
@@ -181,9 +187,40 @@ def _write(wl, args: argparse.Namespace, notes: list[str], validated: bool = Fal
         f"wrote {wl.n_ranks} rank files {args.out}.{{0..{wl.n_ranks - 1}}}{ext} "
         f"({wl.node_count()} nodes){side}"
     )
-    for p in [*notes, *wl.problems]:
+    for p in [*notes, *(_fold_ranks(wl.problems) if fold else wl.problems)]:
         print(f"note: {p}", file=sys.stderr)
     return files
+
+
+_RANK_LINE = re.compile(r"^rank (\d+)(?: \([^)]*\))?: (.*)$")
+
+
+def _fold_ranks(problems: list[str]) -> list[str]:
+    """Per-rank problems that read alike but for the rank, as one line per problem."""
+    ranks: dict[str, list[int]] = {}
+    out: list[str | None] = []
+    for p in problems:
+        m = _RANK_LINE.match(p)
+        if m is None:
+            out.append(p)
+            continue
+        if m.group(2) not in ranks:
+            ranks[m.group(2)] = []
+            out.append(None)  # placeholder: the folded line goes where it first came
+        ranks[m.group(2)].append(int(m.group(1)))
+    folded = iter(
+        f"rank {rs[0]}: {msg}" if len(rs) == 1 else f"ranks {_span(rs)} (each): {msg}"
+        for msg, rs in ranks.items()
+    )
+    return [p if p is not None else next(folded) for p in out]
+
+
+def _span(ranks: list[int]) -> str:
+    """``0..7`` for consecutive ranks, else a comma list."""
+    rs = sorted(ranks)
+    if rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{rs[0]}..{rs[-1]}"
+    return ", ".join(map(str, rs))
 
 
 def cmd_replicate(args: argparse.Namespace) -> int:
@@ -198,7 +235,7 @@ def cmd_replicate(args: argparse.Namespace) -> int:
     with progress.bar("replicating", args.ranks, "ranks") as bar:
         advance = bar.advance
         wl = replicate(rg, rg.rank, groups, args.ranks, Path(args.out).name, advance)
-    _write(wl, args, [f"ranks 0..{args.ranks - 1} run rank {rg.rank}'s graph"])
+    _write(wl, args, [f"ranks 0..{args.ranks - 1} run rank {rg.rank}'s graph"], fold=True)
     return 0
 
 
