@@ -3,6 +3,10 @@
 Rows are written as each collective finishes (one transaction per Go), so a crash or Ctrl-C
 keeps everything measured so far; a run left ``running`` was interrupted.
 
+A run ends by reading itself back (``verify_run``): a store file deleted or replaced while the
+run went, or one that lacks its rows, is "run NOT stored" (never a silent success), and what the
+run measured is saved to a recovery file beside the store.
+
 The store never waits without bound: a lock another process holds longer than ``BUSY_S`` is a
 ``StoreBusy`` error naming the store. Rows are read defensively: a byte-flipped or hand-edited
 row is a ``StoreError`` naming the run and the column, never a traceback.
@@ -53,6 +57,7 @@ Schema (times in seconds unless the column says ns; sizes in bytes)::
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -139,6 +144,7 @@ class RunStore:
             try:
                 self.db = sqlite3.connect(self.path, timeout=BUSY_S, isolation_level=None)
                 self._setup()
+                self._identity = _identity(self.path)  # the file this store writes
                 return
             except sqlite3.OperationalError as exc:
                 # switching to WAL needs the file to itself and SQLite does not wait for that
@@ -279,6 +285,46 @@ class RunStore:
                 )
         except sqlite3.Error as exc:
             raise _error(self.path, exc, f"store instances of {run_id}") from None
+
+    def verify_run(self, run_id: str, instances: int) -> None:
+        """StoreError ("run NOT stored") unless the file at ``path`` is still the one this store
+        wrote (same inode) and holds run ``run_id`` with its ``instances`` rows, read back by a
+        connection of its own; the run is then saved to a recovery file beside the store."""
+        why = self._lost(run_id, instances)
+        if why:
+            raise StoreError(f"run NOT stored: {why}; {self._recover(run_id)}")
+
+    def _lost(self, run_id: str, instances: int) -> str:
+        """Why run ``run_id`` is not in the file at ``path`` ("" when it is, whole)."""
+        now = _identity(self.path)
+        if now is None:
+            return f"the run store {self.path} is gone (deleted while run {run_id} was going)"
+        if now != self._identity:
+            return f"the run store {self.path} was replaced while run {run_id} was going"
+        try:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=BUSY_S)) as db:
+                row = db.execute("SELECT status FROM runs WHERE run_id=?", (run_id,)).fetchone()
+                (n,) = db.execute(
+                    "SELECT COUNT(*) FROM instances WHERE run_id=?", (run_id,)
+                ).fetchone()
+        except sqlite3.Error as exc:
+            return f"the run store {self.path} cannot be read back: {exc}"
+        if row is None:
+            return f"the run store {self.path} does not hold run {run_id}"
+        if n != instances:
+            return f"the run store {self.path} holds {n} of run {run_id}'s {instances} instances"
+        return ""
+
+    def _recover(self, run_id: str) -> str:
+        """Copy what this connection wrote to a recovery file beside the store; say where."""
+        dest = self.path.with_name(f"{self.path.name}.{run_id}.recovered.sqlite")
+        try:
+            with contextlib.closing(sqlite3.connect(dest)) as out:
+                self.db.backup(out)
+        except (sqlite3.Error, OSError) as exc:
+            return f"and it could not be saved to {dest}: {exc}"
+        return f"what it measured is saved in {dest} (genie runs show {run_id} --store {dest})"
 
     # ---- reading --------------------------------------------------------------------------
     def _info(self, row: sqlite3.Row | tuple) -> RunInfo:
@@ -443,6 +489,15 @@ STATUSES = ("running", "ok", "failed", "interrupted")
 _INT_COLUMNS = ("n_ranks", "size", "iteration", "warmup")
 _OPTIONAL_INT_COLUMNS = ("chunks", "streams", "start_ns", "end_ns", "step0_spread_ns")
 _TEXT_COLUMNS = ("collective", "algorithm")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the file at ``path``; None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _is_int(v: Any) -> bool:

@@ -11,7 +11,9 @@ bench`` and ``genie emulate`` both go through it.
 The controller beats from a keepalive thread while the command works between phases (plans,
 prices, stores), so agents never drop a job because the run store made it wait. Recording the
 end waits for a store lock up to ``FINISH_WAIT_S`` (the run must not stay ``running``); agents
-that never answer are named with what to run to start them.
+that never answer are named with what to run to start them. A run ends by reading itself back
+from the store file: one deleted or replaced meanwhile is "run NOT stored" with rc != 0, and
+what was measured goes to a recovery file beside it (``RunStore.verify_run``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import msgspec
 from genie.controller.faults import AGENT_DIED, fault
 from genie.controller.local import local_deaths, open_controller, start_hint
 from genie.controller.session import Controller, Timeouts
-from genie.errors import AgentUnreachable, GenieError, StoreBusy
+from genie.errors import AgentUnreachable, GenieError, StoreBusy, StoreError
 from genie.store import RunStore
 from genie.wire.clock import ClockEstimate
 from genie.wire.messages import HelloReply
@@ -66,6 +68,7 @@ class StoredRun:
         self.ctl: Controller | None = None
         self.hellos: dict[str, HelloReply] = {}
         self.offsets: dict[str, ClockEstimate] = {}
+        self.stored = 0  # instances written to the store
 
     def __enter__(self) -> StoredRun:
         if self.store_path:
@@ -113,7 +116,9 @@ class StoredRun:
     def add_instances(self, spec: Any, instances: Any, streams: int = 1) -> None:
         """Store one Go's instances of ``spec`` under this run (nothing without a store)."""
         if self.store and self.run_id:
+            instances = list(instances)
             self.store.add_instances(self.run_id, spec, instances, streams=streams)
+            self.stored += len(instances)
 
     def _end(self, exc: BaseException | None) -> None:
         """Finish the run with the status ``exc`` implies (its wire's conditions and TCP
@@ -131,6 +136,7 @@ class StoredRun:
                 status, reason = outcome(exc)
                 self._finish(status, reason)
                 log.info("run %s finished: %s %s", self.run_id, status, reason)
+                self._verify(exc)
         finally:
             if self.ctl is not None:
                 self.ctl.close()
@@ -157,6 +163,17 @@ class StoredRun:
                     )
                     return
                 log.warning("run %s: %s; still trying to record its end", self.run_id, busy)
+
+    def _verify(self, exc: BaseException | None) -> None:
+        """Read the run back from the store file: "run NOT stored" (StoreError) if it is not
+        there whole; after a failure, that is a warning beside the run's own error."""
+        assert self.store is not None and self.run_id is not None
+        try:
+            self.store.verify_run(self.run_id, self.stored)
+        except StoreError as lost:
+            if exc is None:
+                raise
+            print(f"genie: warning: {lost}", file=sys.stderr)
 
 
 def outcome(exc: BaseException | None) -> tuple[str, str]:
