@@ -14,6 +14,7 @@ import pytest
 from _agents import start_agent, write_testbed
 
 from genie import cli
+from genie.errors import StoreError
 from genie.store import RunStore
 
 
@@ -79,5 +80,5 @@ def test_an_intact_store_verifies(tmp_path) -> None:
         rid = st.start_run("x")
         st.finish_run(rid)
         st.verify_run(rid, 0)
-        with pytest.raises(Exception, match="holds 0 of run .* 3 instances"):
+        with pytest.raises(StoreError, match=r"NOT stored: .* holds 0 of run .* 3 instances"):
             st.verify_run(rid, 3)
