@@ -18,10 +18,12 @@ configuration (nothing is fitted per configuration):
   (Ampere and Ada) or Gen5 x16 (later);
 * channels: the generation's count on one node; across nodes two per NIC (NCCL opens two
   channels per network device), between 2 and that count;
-* ``NCCL_ALGO`` / ``NCCL_PROTO`` in the command are honoured where they name modelled choices;
+* ``NCCL_ALGO`` / ``NCCL_PROTO`` in the command are honoured where they name modelled choices,
+  and so is an algorithm the source names as the one that ran (``nccl_algorithm`` starting with
+  its name);
 * how nccl-tests launched: one process driving several GPUs (``-g N``, ``nGpus N``) cannot run
-  collectives faster than N host launches each (``nccl_model.launch_bound``); with graphs
-  (``-G``) or one GPU per process there is no such floor.
+  collectives faster than N host launches each, and graphs (``-G``) save the launch NCCL's base
+  latency holds (``nccl_model.launch_bound``, CUDA's or HIP's launch by the GPU's vendor).
 """
 
 from __future__ import annotations
@@ -143,8 +145,13 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"
     algo = re.search(r"NCCL_ALGO=\^?([\w,]+)", cmd)
     proto = re.search(r"NCCL_PROTO=(\^?[\w,]+)", cmd)
+    stated = re.match(
+        r"\s*(nvlstree|nvls|ring|tree|pat)\b", str(cfg.get("nccl_algorithm", "")), re.I
+    )
     note = ""
     forced_algo = None
+    if not algo and stated:  # the source says which algorithm ran: price that one
+        forced_algo = stated.group(1).lower()
     if algo:
         names = [a.lower() for a in algo.group(1).split(",")]
         if all(a in N.ALGORITHMS for a in names) and not algo.group(0).count("^"):
@@ -154,13 +161,21 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
     return system, forced_algo, proto.group(1) if proto else None, note
 
 
+def graph_launch(cfg: dict[str, Any]) -> bool:
+    """Whether nccl-tests launched from graphs (``-G N``, N > 0)."""
+    graph = re.search(r"(?<![\w-])-G\s*(\d+)", f"{cfg.get('command', '')}")
+    return bool(graph and int(graph.group(1)) > 0)
+
+
+def vendor(cfg: dict[str, Any]) -> str:
+    """The GPU's vendor: amd for AMD Instinct (MI...), else nvidia."""
+    return "amd" if str(cfg.get("gpu", "")).strip().upper().startswith("MI") else "nvidia"
+
+
 def gpus_per_thread(cfg: dict[str, Any]) -> int:
     """GPUs one nccl-tests thread launched on (``-g N`` or a printed ``nGpus N``; ``-g <GPUs on
-    the host>``: the ranks per host); 0 when the run used graphs (``-G N``, N > 0)."""
+    the host>``: the ranks per host)."""
     cmd = f"{cfg.get('command', '')}"
-    graph = re.search(r"(?<![\w-])-G\s*(\d+)", cmd)
-    if graph and int(graph.group(1)) > 0:
-        return 0
     if re.search(r"-g\s*<GPUs on the host>", cmd):
         return int(cfg["model"].get("ranks_per_host", 1))
     m = re.search(r"(?<![\w-])-g\s*(\d+)", cmd) or re.search(r"nGpus\s+(\d+)", cmd)
@@ -234,6 +249,7 @@ def price_both(cfg: dict[str, Any]) -> list[ModelRow]:
             pub = float(spec["time_us"]) * 1e-6
         else:
             pub = size * factor / (float(spec["busbw_GBps"]) * 1e9)
-        pred = N.launch_bound(N.choose(coll, size, system, algo, proto), per_thread)
+        pred = N.choose(coll, size, system, algo, proto)
+        pred = N.launch_bound(pred, per_thread, vendor(cfg), graph_launch(cfg))
         out.append(ModelRow(cfg["id"], size, pub, line.genie_s, pred, healthy(cfg), note))
     return out

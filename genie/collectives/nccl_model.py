@@ -141,6 +141,92 @@ NVLS_CHANNELS: dict[str, tuple[int, int]] = {
     "hopper": (16, 16),
     "blackwell": (24, 32),
 }
+#: The tree's bandwidth per protocol (LL, LL128, Simple) by log2(bytes / 64), 0..23: what NCCL's
+#: tuner takes of the tree's rate at middle sizes (``treeCorrectionFactor``, tuning.cc); also
+#: NVLSTree's on Blackwell.
+TREE_CORRECTION: tuple[tuple[float, ...], ...] = (
+    (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.7,
+        0.7,
+        0.7,
+        0.7,
+        0.6,
+        0.5,
+        0.4,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    (
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.8,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+    ),
+    (
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.7,
+        0.7,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+    ),
+)
+#: A multi-node ring all-reduce with Simple: its latency x this once each channel's share of a
+#: rank's data is 64 bytes or more (Volta 1.9, later 1.4: the ring's "plateau", tuning.cc).
+RING_PLATEAU: dict[str, float] = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
 #: PAT's linear latency per rank (us) and its network latency divisor (tuning.cc).
 PAT_PER_RANK_US = 2.8
 PAT_NET_DIVISOR = 3.5
@@ -149,12 +235,14 @@ P2P_LL_THRESHOLD = 16384
 
 US = 1e-6
 GB = 1e9
-#: Host time to launch one collective on one GPU (a kernel launch with NCCL's enqueue), seconds.
-#: One thread that drives several GPUs (nccl-tests ``-g N``) launches them one after another,
-#: so back-to-back collectives cannot run faster than N launches each. An assumption, one value
-#: for every system: the single-process rows of docs/validation.md floor at 3.2-5.7 us per GPU
-#: (8 GPUs: 25-46 us); CUDA and HIP graphs (``-G``) remove it.
-HOST_LAUNCH_S = 4.0e-6
+#: Host time to launch one collective on one GPU (a kernel launch with NCCL's / RCCL's enqueue),
+#: seconds, by GPU vendor (CUDA, HIP). One thread that drives several GPUs (nccl-tests ``-g N``)
+#: launches them one after another, so back-to-back collectives cannot run faster than N launches
+#: each; a graph (``-G``) launches them all at once, and NCCL's base latency, which holds one
+#: launch, is then that much shorter. An assumption, one value per runtime for every system: the
+#: medians of the single-process rows of docs/validation.md (8 GPUs: CUDA 25-42 us, 3.2-5.2 us
+#: per GPU; HIP 34-56 us, 4.3-7.0 us per GPU).
+HOST_LAUNCH_S: dict[str, float] = {"nvidia": 4.0e-6, "amd": 5.5e-6}
 
 
 @dataclass(frozen=True)
@@ -448,6 +536,14 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
             times.append((2.0 * size / r, 2.0 * size, r))
         bw_time, link_bytes, rate = max(times)
     lat = _latency(coll, algo, proto, sys)
+    log_size = int(math.log2(size >> 6)) if size >> 6 else -1
+    tree_like = algo == "tree" or (algo == "nvlstree" and sys.tuning == "blackwell")
+    if coll == "all_reduce" and tree_like and 0 <= log_size < 24:
+        factor = TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
+        bw_time, rate = bw_time / factor, rate * factor
+    plateau = size / (sys.channels * n) >= 64
+    if algo == "ring" and proto == "Simple" and sys.nodes > 1 and coll == "all_reduce" and plateau:
+        lat *= RING_PLATEAU[sys.tuning]
     return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, lat + bw_time)
 
 
@@ -553,10 +649,21 @@ def choose(
     return candidates(collective, size, system, algorithms, protocols)[0]
 
 
-def launch_bound(pred: Prediction, gpus_per_thread: int) -> Prediction:
+def launch_bound(
+    pred: Prediction, gpus_per_thread: int, vendor: str = "nvidia", graph: bool = False
+) -> Prediction:
     """``pred`` as back-to-back collectives run when one host thread launches them on
-    ``gpus_per_thread`` GPUs: no faster than that many launches (``HOST_LAUNCH_S``)."""
-    floor = max(1, gpus_per_thread) * HOST_LAUNCH_S if gpus_per_thread > 1 else 0.0
+    ``gpus_per_thread`` GPUs (no faster than that many launches, ``HOST_LAUNCH_S``), or, with
+    ``graph``, from a graph (the launch NCCL's base latency holds is not paid per collective;
+    never below the latency's hardware steps)."""
+    launch = HOST_LAUNCH_S.get(vendor)
+    if launch is None:
+        raise CollectiveError(f"vendor {vendor!r}: one of {', '.join(HOST_LAUNCH_S)}")
+    if graph:
+        base = BASE_LATENCY_US.get(pred.algorithm, BASE_LATENCY_US["ring"])
+        cut = min(launch, base[PROTOCOLS.index(pred.protocol)] * US, pred.latency_s)
+        return replace(pred, latency_s=pred.latency_s - cut, time_s=pred.time_s - cut)
+    floor = gpus_per_thread * launch if gpus_per_thread > 1 else 0.0
     return pred if pred.time_s >= floor else replace(pred, time_s=floor)
 
 
