@@ -11,6 +11,9 @@ with ``Error(state)``. None of these change anything. A controller silent for
 ``MISSED_BEATS_LIMIT`` heartbeat intervals while a job is held is considered lost: the job is
 released and the agent returns to idle, free for the next controller.
 
+Every answer to a Hello (its HelloReply, or the refusal) carries the Hello's job and epoch, so a
+controller that asks again matches answers to the round that asked.
+
 Ownership: a Hello that claims the agent gets a fresh random session secret in its HelloReply;
 every later message must come from the same peer with that secret, or it is refused as
 ``busy`` (naming the holder's id, never the secret). Naming the holder's controller id proves
@@ -235,7 +238,10 @@ class AgentCore:
         )
 
     def _busy(self, msg: Msg) -> Error:
-        return self._err("busy", f"agent is held by controller {self.controller}", msg)
+        """The refusal of ``msg`` from a non-holder: stamped with ``msg``'s own job and epoch
+        (never the holder's, which a stranger has no business learning)."""
+        err = self._err("busy", f"agent is held by controller {self.controller}", msg)
+        return msgspec.structs.replace(err, job=msg.job, epoch=msg.epoch)
 
     def holder_disconnected(self) -> None:
         """The holder's control connection closed: it goes at its first missed beat."""
@@ -273,10 +279,12 @@ class AgentCore:
             out = [self._err(code, str(exc), msg)]
         except Exception as exc:  # a bug must not kill the agent: refuse and report it
             out = [self._err("internal", f"{type(exc).__name__}: {exc}", msg)]
-        if isinstance(msg, Prepare):  # a refused Prepare is news about the job it names
+        if isinstance(msg, Prepare | Hello):
+            # a refused Prepare is news about the job it names; every answer to a Hello carries
+            # its epoch, so the controller matches it to the round that asked
             out = [
                 msgspec.structs.replace(m, job=msg.job, epoch=msg.epoch)
-                if isinstance(m, Error)
+                if isinstance(m, Error | HelloReply)
                 else m
                 for m in out
             ]

@@ -295,12 +295,15 @@ class Controller:
         about: str,
         match_job: bool = True,
         errors_ok: bool = False,
+        hello_round: int = 0,
     ) -> dict[str, Msg]:
         """Collect one ``want`` from each agent; RuntimeFault on error, timeout or loss.
 
         ``errors_ok``: an Error from an agent counts as its answer (abort/bye: the agent already
-        dropped the job). An agent's run or prepare error during a job first checks every other
-        agent's liveness, so a peer that died (whose loss made the others fail) is named.
+        dropped the job). ``hello_round``: answers to the Hello of that epoch only (an agent
+        stamps its answer to a Hello with the Hello's epoch; 0 is an agent that does not). An
+        agent's run or prepare error during a job first checks every other agent's liveness, so
+        a peer that died (whose loss made the others fail) is named.
         """
         got: dict[str, Msg] = {}
         pending = set(agents)
@@ -351,6 +354,11 @@ class Controller:
                 log.warning("dropped malformed frame from %s: %s", agent, exc)
                 continue
             if isinstance(msg, Heartbeat):
+                continue
+            if hello_round and msg.epoch not in (0, hello_round):
+                log.debug(
+                    "dropped %s of hello round %d from %s", type(msg).__name__, msg.epoch, agent
+                )
                 continue
             if isinstance(msg, HelloReply) and agent in pending and msg.session:
                 self.sessions[agent] = msg.session  # even if the wait fails: Bye must prove it
@@ -480,12 +488,13 @@ class Controller:
         missed beats), then the refusal stands.
         """
         tries = 2 * (self.missed_limit + 1)  # half-beat pauses: the holder's missed beats, plus one
-        for attempt in range(tries):
+        self.sessions = {}
+        for attempt in range(1, tries + 1):
             try:
-                replies = self._hello_round()
+                replies = self._hello_round(attempt, last=attempt == tries)
                 break
             except AgentBusy:
-                if attempt == tries - 1:
+                if attempt == tries:
                     raise
                 time.sleep(self.hb_ns / 2e9)  # a holder that just closed may still be on record
         for a, r in replies.items():
@@ -911,14 +920,20 @@ class Controller:
         self.ended_jobs.add(self.job)
         self.job = ""
 
-    def _hello_round(self) -> dict[str, Msg]:
-        """Send every agent a Hello and collect the replies; on failure leave those that took it."""
-        self.sessions = {}
+    def _hello_round(self, attempt: int = 1, last: bool = True) -> dict[str, Msg]:
+        """Send every agent a Hello (round ``attempt``, its epoch) and collect every agent's
+        answer to it; on failure leave the agents that took it, unless a busy agent is asked
+        again (not ``last``): those this controller holds stay held, with their secrets.
+
+        Each agent answers each Hello once, stamped with the Hello's epoch, so an answer of an
+        earlier round (a busy refusal, a late HelloReply) is never read as this round's.
+        """
         try:
             for a in self.agents:
                 self._send(
                     a,
                     Hello(
+                        epoch=attempt,
                         controller=self.id,
                         version=__version__,
                         protocol=PROTOCOL_VERSION,
@@ -927,24 +942,52 @@ class Controller:
                     "hello",
                 )
             try:
-                return self._wait(
-                    HelloReply, self.agents, self.to.register_s, "hello", match_job=False
+                got = self._wait(
+                    HelloReply,
+                    self.agents,
+                    self.to.register_s,
+                    "hello",
+                    match_job=False,
+                    errors_ok=True,
+                    hello_round=attempt,
                 )
             except RunTimeout as exc:
                 raise self._unanswered(exc) from None
+            self._refused_hello(got)
+            return got
+        except AgentBusy:
+            if not last:
+                raise
+            self._leave()
+            raise
         except ControlUnreachable as exc:
-            for a in self.agents:
-                with contextlib.suppress(GenieError):
-                    self._send(a, Bye())
+            self._leave()
             why = self.t.describe(exc.agent) if exc.agent else ""
             text = f"{exc}; {why}" if why else str(exc)
             raise fault(exc.cause, text, *exc.agents) from None
         except GenieError:
-            # release the agents that did accept us (same connection as the Hello, so ordered)
-            for a in self.agents:
-                with contextlib.suppress(GenieError):
-                    self._send(a, Bye())
+            self._leave()  # release the agents that did accept us (their secrets are known)
             raise
+
+    def _refused_hello(self, got: Mapping[str, Msg]) -> None:
+        """Raise for the agents that answered the Hello with an Error: any other refusal
+        before ``busy`` (which a retry may cure)."""
+        errors = sorted((a, m) for a, m in got.items() if isinstance(m, Error))
+        errors.sort(key=lambda am: am[1].code == "busy")
+        for agent, msg in errors[:1]:
+            detail = f"{msg.code}: {msg.message}"
+            if msg.code == "malformed":  # an older agent
+                detail += (
+                    f" (this controller speaks protocol {PROTOCOL_VERSION}: update the "
+                    "agent, e.g. `genie deploy`)"
+                )
+            raise fault(msg.code, f"agent {agent} during hello: {detail}", agent)
+
+    def _leave(self) -> None:
+        """Bye to every agent (best effort): those that took this controller's Hello go free."""
+        for a in self.agents:
+            with contextlib.suppress(GenieError):
+                self._send(a, Bye())
 
     def close(self, quit_agents: bool = False) -> None:
         """Leave the agents (Bye), or stop them (Quit); bounded; never raises."""
