@@ -40,11 +40,13 @@ def _instances_of(
     iid: int,
 ) -> list[Instance]:
     """The store's Instance rows of one communication instance, one per pass (``where``:
-    ``plan.op_index()``)."""
+    ``plan.op_index()``): ``time_s`` is the measured time ``genie emulate`` prints
+    (``genie.live.run.measured_time_ns``, not divided by a dilation: the store keeps the wire's
+    times), ``start_ns`` the earliest member's start."""
     out = []
     ranks = list(plan.program_of(iid).spec.ranks)
     for k, p in enumerate(passes):
-        first, _last_start, end = p.inst[iid]
+        first, _arrival, end = p.inst[iid]
         starts, ends = [], []
         for r in ranks:
             j = where[(r, iid)]
@@ -57,7 +59,7 @@ def _instances_of(
                 warmup=k < warmup,
                 start_ns=first,
                 end_ns=end,
-                time_s=(end - first) / 1e9,
+                time_s=p.measured_s(iid),
                 rank_start_ns=starts,
                 rank_end_ns=ends,
                 ranks=ranks,

@@ -70,6 +70,16 @@ def measure_all(
     return out
 
 
+def measured_time_ns(arrival_ns: int, end_ns: int) -> int:
+    """The one definition of an emulated instance's measured time: from its last member's
+    arrival (the latest rank start: from then on every member is in the collective, as the
+    simulator starts it) to its last rank's end. The wait of early members for the late ones is
+    not the collective's time: the replay adds it back from the compute before each arrival.
+    ``genie emulate`` prints it, the run store keeps it (``time_s``), and ``genie report``,
+    ``runs show``/``compare`` and ``simulate --network measured:RUN`` read it from there."""
+    return max(0, end_ns - arrival_ns)
+
+
 @dataclass
 class Pass:
     """One run of the whole op list on the agents, controller clock ns.
@@ -94,6 +104,12 @@ class Pass:
         for r, b in self.rank_sent.items():
             out[rank_agents[r]] = out.get(rank_agents[r], 0.0) + (b / wall if wall > 0 else 0.0)
         return out
+
+    def measured_s(self, iid: int) -> float:
+        """Instance ``iid``'s measured time (s, as the wire ran it, not divided by a dilation):
+        from its last member's arrival to its last rank's end (``measured_time_ns``)."""
+        _first, arrival, end = self.inst[iid]
+        return measured_time_ns(arrival, end) / 1e9
 
     @property
     def makespan_s(self) -> float:
@@ -189,10 +205,10 @@ def emulate_overlapped(
 
 
 def instance_medians(passes: Sequence[Pass], warmup: int) -> dict[int, float]:
-    """Per instance, the median time (s) from its last member's arrival to its last rank's end
-    over the non-warm-up passes (the simulator starts an instance when all members arrived)."""
+    """Per instance, the median measured time (s, ``measured_time_ns``) over the non-warm-up
+    passes (the simulator starts an instance when all members arrived)."""
     keep = list(passes[warmup:]) or list(passes)
     out: dict[int, float] = {}
     for iid in keep[0].inst if keep else ():
-        out[iid] = float(np.median([(p.inst[iid][2] - p.inst[iid][1]) / 1e9 for p in keep]))
+        out[iid] = float(np.median([p.measured_s(iid) for p in keep]))
     return out
