@@ -17,7 +17,7 @@ from pathlib import Path
 from genie import progress
 from genie.api import astra, fabric
 from genie.api.experiments import perturbation
-from genie.api.specs import Compute, SimulateSpec, bandwidth
+from genie.api.specs import Compute, SimulateSpec, bandwidth, ratio
 from genie.api.trace_semantics import semantics_facts, semantics_notes
 from genie.collectives.registry import parse_algorithms
 from genie.errors import StoreError, UsageError
@@ -58,6 +58,8 @@ class Simulation:
     nccl_choices: list[JsonDoc] | None = None
     # --collective-model nccl: the same replay on the line-rate model, one option away
     line_rate: JsonDoc | None = None
+    # what was simulated, as named facts (``configuration``): reports label by what differs
+    configuration: JsonDoc | None = None
 
     @property
     def iteration_s(self) -> float:
@@ -78,6 +80,8 @@ class Simulation:
             out["nccl_choices"] = self.nccl_choices
         if self.line_rate is not None:
             out["line_rate"] = self.line_rate
+        if self.configuration is not None:
+            out["configuration"] = self.configuration
         return out
 
     def write_trace(self, path: str | Path, max_ranks: int = 256) -> int:
@@ -253,10 +257,38 @@ def simulate(spec: SimulateSpec) -> Simulation:
             reports.append(rep)
             raws.append(raw)
     sim = Simulation(cw, describe(pricer), reports, closed, facts, raws)
+    sim.configuration = configuration(spec, pricer)
     if isinstance(pricer, NcclPricer):
         sim.nccl_choices = pricer.choices_doc()
         sim.line_rate = _line_rate(spec, cw, base, pert)
     return sim
+
+
+def configuration(spec: SimulateSpec, pricer: fabric.Pricer | AstraBackend) -> JsonDoc:
+    """What one simulation ran, as named facts (bytes/s, ratios): the fabric (topology, the
+    hosts' link rate, oversubscription, routing) and the collective model; a report labels
+    several simulations by the facts that differ between them (``genie.report.labels``)."""
+    f, m = spec.fabric, spec.model
+    model: str
+    if m.kind != "genie":
+        model = m.kind
+    elif isinstance(pricer, NcclPricer):
+        model = "NCCL-like" + (f" ({m.gpu})" if m.gpu else "")
+    else:
+        model = "line-rate"
+    return {
+        "testbed": Path(f.testbed).stem if f.testbed else None,
+        "topology": None if f.testbed else (f.topology or "switch"),
+        "host_bandwidth_Bps": None if f.testbed else bandwidth(f.bandwidth),
+        "oversubscription": None if f.testbed else ratio(f.oversubscription),
+        "routing": f.routing,
+        "spines": f.spines,
+        "leaves": f.leaves,
+        "ranks_per_host": f.ranks_per_host,
+        "calibration": f.calibration,
+        "collective_model": model,
+        "algorithm": m.algorithm,
+    }
 
 
 def _line_rate(
