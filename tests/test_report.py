@@ -259,7 +259,8 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     assert it[1]["role"] == "measured_iterations" and it[1]["y"] == measured
     assert set(it[1]["x"]) == {on}
     html = Path(doc["html"]).read_text()
-    assert f"small on {emu['testbed']} ({on})" in html and "exposed comm" in html
+    assert f"small on {emu['testbed']}, line-rate model, overlapped ({on})" in html
+    assert "exposed comm" in html and "<h2>Emulated iterations</h2>" in html
     assert all(emu["run_id"] not in f["title"] for f in doc["figures"])
     # the measured timeline is the median measured run; each rank's spans end where it ended
     tl = figs["sim0_measured_timeline"]
@@ -275,6 +276,18 @@ def test_emulated_run_reports_measured_collectives_and_iterations(runs, tmp_path
     tab = doc["tables"][0]
     stored = {i["size"] for i in emu["instances"]}
     assert {r["size"] for r in tab["rows"]} == stored
+    # one measured time: the report's times are the ones `genie emulate --json` printed (each
+    # instance from its last member's arrival to its last rank's end), to the microsecond
+    printed: dict[int, list[float]] = {}
+    for x in emu["instances"]:
+        printed.setdefault(x["size"], []).extend(end - arrival for _, arrival, end in
+                                                 x["intervals_s"])  # fmt: skip
+    for row in tab["rows"]:
+        assert sorted(row["times_s"]) == pytest.approx(sorted(printed[row["size"]]), abs=1e-6)
+    for x in emu["instances"]:
+        if [i["size"] for i in emu["instances"]].count(x["size"]) == 1:
+            row = next(r for r in tab["rows"] if r["size"] == x["size"])
+            assert row["time_p50_s"] == pytest.approx(x["measured_p50_s"], abs=1e-6)
 
 
 def test_unknown_run_and_bad_inputs_are_one_line_errors(runs, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,10 +11,13 @@ from typing import Any
 
 from genie import progress
 from genie.errors import UsageError
-from genie.report import data
+from genie.report import data, labels
+from genie.report.checks import report_problems
 from genie.report.faults import fault_figure
 from genie.report.html import render_html
 from genie.store import RunStore
+
+log = logging.getLogger(__name__)
 
 HTML_NAME = "report.html"
 JSON_NAME = "figures.json"
@@ -101,7 +105,6 @@ def build_report(
                     fault_figs.append(fig)
     data.distinct_run_labels(groups)
     figures = data.bench_figures(groups) + fault_figs + data.error_figures(groups)
-    notes = []
     sim_errors = []
     docs = [(str(s), _read_json(s)) for s in sims]
     if len(docs) > 1:  # several configurations: one figure side by side, not one per file
@@ -109,14 +112,18 @@ def build_report(
         where = data.compare_where(docs)
         if where:
             figures.append(where)
+    names = _doc_labels(docs)
+    said: dict[str, list[str]] = {}  # note -> the files (backends) that said it, in order
     for i, (s, doc) in enumerate(docs):
-        figures.extend(data.sim_figures(doc, str(s), i, bars=len(docs) == 1))
+        figures.extend(data.sim_figures(doc, str(s), i, bars=len(docs) == 1, label=names[i]))
         if isinstance(doc.get("model_error"), list) and doc["model_error"]:
             sim_errors.append((str(s), doc["model_error"]))
         if doc.get("network"):
-            notes.append(f"{s}: network {doc['network']}")
+            said.setdefault(f"network {doc['network']}", []).append(str(s))
         for r in doc.get("reports", []):
-            notes.extend(f"{s} ({r['backend']}): {n}" for n in r.get("notes") or [])
+            for n in r.get("notes") or []:
+                said.setdefault(n, []).append(f"{s} ({r['backend']})")
+    notes = [_said_by(n, who, len(docs)) for n, who in said.items()]
     for i, t in enumerate(traces):
         figures.append(data.trace_timeline(_read_json(t), str(t), i))
     if not figures:
@@ -132,7 +139,32 @@ def build_report(
             bar.describe(f"drew {f['id']}")
     title = "genie report: " + _subject(groups, docs)
     html = outdir / HTML_NAME
-    html.write_text(render_html(title, facts, groups, figures, files, notes, sim_errors))
+    what = data.run_kind([d for _, d in docs]) if docs else "simulated"  # traces: simulate's
+    page = render_html(title, facts, groups, figures, files, notes, sim_errors, what)
+    html.write_text(page)
     rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files, groups)
-    rep.json_path.write_text(json.dumps(rep.to_dict(), indent=1))
+    doc = rep.to_dict()
+    rep.json_path.write_text(json.dumps(doc, indent=1))
+    for problem in report_problems(doc):
+        log.warning("figure check: %s", problem)
     return rep
+
+
+def _doc_labels(docs: Sequence[tuple[str, Any]]) -> list[str]:
+    """Each document's configuration in full, told apart by file where two are the same."""
+    full = [data.config_label(d) for _, d in docs]
+    if len(set(full)) == len(full):
+        return full
+    facts = [labels.doc_facts(d) for _, d in docs]
+    names, _shared = labels.distinct_labels(facts, [s for s, _ in docs])
+    return [f"{f} ({n})" for f, n in zip(full, names, strict=True)]
+
+
+def _said_by(note: str, who: list[str], n_docs: int) -> str:
+    """A note once, with who said it: every file, or the ones that did."""
+    files = {w.split(" (")[0] for w in who}
+    if n_docs > 1 and len(files) == n_docs and len(who) > 1:
+        return f"every file: {note}"
+    if len(who) == 1:
+        return f"{who[0]}: {note}"
+    return f"{', '.join(who)}: {note}"

@@ -18,6 +18,7 @@ import numpy as np
 
 from genie.calibration.runs import program_hosts, run_calibration, run_topology, stored_program
 from genie.errors import GenieError, UsageError
+from genie.report import labels
 from genie.store import RunInfo, RunStore
 
 MODEL_POINTS_PER_OCTAVE = 2  # analytical curve: sizes between the measured ones, per doubling
@@ -319,12 +320,18 @@ def _check_sim_doc(doc: Any, source: str) -> list[dict[str, Any]]:
 
 
 def config_label(doc: dict[str, Any]) -> str:
-    """What a simulate/emulate document ran: the workload on the testbed or the network."""
-    reports = doc.get("reports") or [{}]
-    workload = doc.get("workload") or reports[0].get("workload", "workload")
-    if doc.get("testbed"):
-        return f"{workload} on {doc['testbed']}"
-    return f"{workload} on {network_label(str(doc.get('network') or ''))}"
+    """What a simulate/emulate document ran: the workload on the testbed or the fabric, with the
+    facts that set it (``genie.report.labels``)."""
+    return labels.config_phrase(labels.doc_facts(doc))
+
+
+def run_kind(docs: Sequence[dict[str, Any]]) -> str:
+    """``simulated``, ``emulated`` or ``simulated and emulated``: what some documents ran."""
+    emulated = {bool(d.get("run_id") and d.get("testbed") and d.get("runs") is not None)
+                for d in docs}  # fmt: skip
+    return {frozenset([True]): "emulated", frozenset([False]): "simulated"}.get(
+        frozenset(emulated), "simulated and emulated"
+    )
 
 
 def network_label(text: str) -> str:
@@ -377,19 +384,24 @@ def _where_figure(reports: list, workload: str, source: str, tag: str) -> dict |
     }
 
 
+PART_NAMES = {"exposed_comm": "exposed comm", "wait": "wait for peers"}
+
+
 def sim_figures(
-    doc: dict[str, Any], source: str, index: int = 0, bars: bool = True
+    doc: dict[str, Any], source: str, index: int = 0, bars: bool = True, label: str | None = None
 ) -> list[dict[str, Any]]:
-    """Iteration time per backend (``bars``), the per-rank breakdown per backend, a timeline."""
+    """Iteration time per backend (``bars``), the per-rank breakdown per backend, a timeline;
+    ``label`` names the configuration (default: ``config_label``)."""
     reports = _check_sim_doc(doc, source)
-    config = config_label(doc)
+    config = label or config_label(doc)
     tag = f"sim{index}"
     names = [backend_label(doc, r["backend"]) for r in reports]
+    what = "measured and modelled" if run_kind([doc]) == "emulated" else "simulated"
     figs: list[dict[str, Any]] = [
         {
             "id": f"{tag}_iteration",
             "kind": "backend_bars",
-            "title": f"{config}: iteration time per network model",
+            "title": f"{config}: {what} iteration time per network model",
             "source": source,
             "x": {"label": "network backend", "unit": "", "scale": "category"},
             "y": {"label": "iteration time", "unit": "s", "scale": "linear"},
@@ -428,13 +440,15 @@ def sim_figures(
                 "id": f"{tag}_breakdown{b}",
                 "kind": "stacked_ranks",
                 "title": f"{config} ({names[b]}): where each rank's iteration went",
+                "config": config,
+                "backend": names[b],
                 "source": source,
                 "x": {"label": "rank", "unit": "", "scale": "category"},
                 "y": {"label": "time in the iteration", "unit": "s", "scale": "linear"},
                 "iteration_s": r["iteration_s"],
                 "series": [
                     {
-                        "label": part.replace("_", " "),
+                        "label": PART_NAMES.get(part, part),
                         "role": part,
                         "x": [k["rank"] for k in ranks],
                         "y": [float(k.get(part) or 0.0) for k in ranks],
@@ -454,15 +468,34 @@ def sim_figures(
     return figs
 
 
+def _configurations(
+    docs: Sequence[tuple[str, dict[str, Any]]], first_only: bool = False
+) -> tuple[list[tuple[str, dict[str, Any], dict[str, Any]]], list[str], str]:
+    """One entry per (document, backend) (its first backend only with ``first_only``), a label
+    for each naming what differs between them, and what they all share."""
+    entries = []
+    facts = []
+    for source, doc in docs:
+        reports = _check_sim_doc(doc, source)
+        for r in reports[:1] if first_only else reports:
+            entries.append((source, doc, r))
+            f = labels.doc_facts(doc)
+            if len(reports) > 1 or r["backend"] != "analytical":  # the model named already
+                f["backend"] = backend_label(doc, r["backend"])
+            facts.append(f)
+    names, shared = labels.distinct_labels(facts, [s for s, _, _ in entries])
+    return entries, names, shared
+
+
 def compare_where(docs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any] | None:
     """Exposed communication by parallelism dimension, one stacked bar per configuration (its
     first backend), side by side."""
-    cols = [(config_label(doc), (doc.get("reports") or [{}])[0]) for _, doc in docs]
-    fig = _where_figure([r for _, r in cols], "", "", "compare")
+    entries, names, shared = _configurations(docs, first_only=True)
+    fig = _where_figure([r for _, _, r in entries], "", "", "compare")
     if fig is None:
         return None
-    names = [c for c, _ in cols]
-    fig["title"] = "exposed communication by parallelism dimension, side by side (per rank)"
+    what = run_kind([d for _, d in docs])
+    fig["title"] = f"{what}: exposed communication per rank by parallelism dimension ({shared})"
     fig["x"] = {"label": "configuration", "unit": "", "scale": "category"}
     fig["series"] = [{**x, "x": names} for x in fig["series"]]
     return fig
@@ -472,32 +505,29 @@ PARTS = (
     ("iteration_s", "iteration"),
     ("compute", "compute"),
     ("exposed_comm", "exposed comm"),
-    ("wait", "wait"),
+    ("wait", "wait for peers"),
 )
 
 
 def compare_sims(docs: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """Several simulate/emulate documents side by side: grouped bars of the iteration and its
-    per-rank mean breakdown, one bar per (configuration, backend)."""
+    per-rank mean breakdown, one bar per (configuration, backend), each labelled by what differs
+    between them (what they share goes to the title)."""
+    entries, names, shared = _configurations(docs)
     series: list[dict[str, Any]] = []
-    labels: list[str] = []
-    for source, doc in docs:
-        for r in _check_sim_doc(doc, source):
-            lab = f"{config_label(doc)}, {backend_label(doc, r['backend'])}"
-            labels.append(lab)
-            ranks = r["ranks"] or [{}]
-            ys = [float(r["iteration_s"])]
-            for key, _ in PARTS[1:]:
-                ys.append(float(np.mean([float(k.get(key) or 0.0) for k in ranks])))
-            series.append({"label": lab, "y": ys, "source": source})
-    for s_ in series:  # the same label twice: tell them apart by their files
-        if labels.count(s_["label"]) > 1:
-            s_["label"] += f" ({s_['source'].rsplit('/', 1)[-1]})"
+    for i, ((source, _doc, r), lab) in enumerate(zip(entries, names, strict=True)):
+        ranks = r["ranks"] or [{}]
+        ys = [float(r["iteration_s"])]
+        for key, _ in PARTS[1:]:
+            ys.append(float(np.mean([float(k.get(key) or 0.0) for k in ranks])))
+        series.append({"label": lab, "y": ys, "source": source, "color": f"C{i % 10}"})
+    what = run_kind([d for _, d in docs])
     return {
         "id": "compare_iterations",
-        "labels": labels,
+        "labels": names,
         "kind": "grouped_bars",
-        "title": "iteration and where it went, side by side (per-rank means)",
+        "title": f"{what}: iteration time and where it went, per-rank means ({shared})",
+        "shared": shared,
         "groups": [name for _, name in PARTS],
         "x": {"label": "", "unit": "", "scale": "category"},
         "y": {"label": "time per iteration", "unit": "s", "scale": "linear"},
@@ -569,6 +599,30 @@ def _group_kind(name: str) -> str:
     return re.sub(r"(?<![A-Za-z])\d+|\d+(?![A-Za-z])", "#", name)  # p2p stays p2p
 
 
+def _readable(group: str) -> str:
+    """A group's readable name: ``dp_p0_t1`` of ``3 (dp_p0_t1)`` (ASTRA-sim's integer process
+    groups keep their names in parentheses), else the name itself."""
+    import re
+
+    m = re.fullmatch(r"\d+ \((.+)\)", group)
+    return m.group(1) if m else group
+
+
+def _family(kind: str) -> str:
+    """What a kind of group is, in a word: ``dp`` of ``dp_p#_t#``, ``p2p`` of ``p2p #->#``."""
+    import re
+
+    m = re.match(r"[A-Za-z][A-Za-z0-9]*", kind)
+    return m.group(0) if m else "groups"
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key: numbers inside a name by value (``tp 2`` before ``tp 10``)."""
+    import re
+
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
+
+
 def emulated_timeline(
     doc: dict[str, Any], workload: str, source: str, tag: str
 ) -> dict[str, Any] | None:
@@ -625,7 +679,7 @@ def collective_timeline(
             waits.setdefault(g, []).append([c["first_arrival"], c["start"] - c["first_arrival"]])
     per_group = {g: (list(lanes[g]), list(waits.get(g, [])), list(names[g])) for g in lanes}
     if len(lanes) > MAX_LANES:  # many groups: one lane per kind of group (indices as '#')
-        kinds: dict[str, str] = {g: _group_kind(g) for g in lanes}
+        kinds: dict[str, str] = {g: _group_kind(_readable(g)) for g in lanes}
         merged: dict[str, list[list[float]]] = {}
         mwaits: dict[str, list[list[float]]] = {}
         mnames: dict[str, list[str]] = {}
@@ -634,9 +688,13 @@ def collective_timeline(
             mwaits.setdefault(k, []).extend(waits.get(g, []))
             mnames.setdefault(k, []).extend(names[g])
         count = {k: list(kinds.values()).count(k) for k in merged}
+        families = [_family(k) for k in merged]
 
         def lab(k: str) -> str:
-            return f"{k} ({count[k]} groups)" if count[k] > 1 else k
+            if count[k] == 1:  # one group of its kind: its own name
+                return next(_readable(g) for g, kk in kinds.items() if kk == k)
+            name = _family(k) if families.count(_family(k)) == 1 else k
+            return f"{name} ({count[k]} groups)"
 
         lanes = {lab(k): _union(v) for k, v in merged.items()}
         waits = {lab(k): _union(v) for k, v in mwaits.items()}
@@ -644,7 +702,7 @@ def collective_timeline(
     series = [
         {"label": g, "role": "comm", "spans": lanes[g], "names": names[g]}
         | {"waits": waits.get(g, [])}
-        for g in sorted(lanes)
+        for g in sorted(lanes, key=_natural)
     ]
     fig = {
         "id": f"{tag}_timeline",
@@ -663,7 +721,9 @@ def collective_timeline(
             "title": fig["title"] + f" (per group, first {min(len(per_group), DRILL_RANKS)})",
             "series": [
                 {"label": g, "role": "comm", "spans": sp, "names": nm, "waits": wt}
-                for g, (sp, wt, nm) in sorted(per_group.items())[:DRILL_RANKS]
+                for g, (sp, wt, nm) in sorted(
+                    per_group.items(), key=lambda kv: _natural(_readable(kv[0]))
+                )[:DRILL_RANKS]
             ],
         }
         fig["title"] += f"; {len(per_group)} groups as {len(series)} kinds"

@@ -243,11 +243,13 @@ def _breakdown_table(figs: list[dict[str, Any]]) -> str:
     rows = []
     for f in figs:
         means = {s["role"]: sum(s["y"]) / len(s["y"]) if s["y"] else 0.0 for s in f["series"]}
+        name = f"{f['config']} ({f['backend']})" if "config" in f else f["title"].split(": ")[0]
         rows.append(
-            [f["title"].split(": ")[0], format_seconds(f["iteration_s"])]
+            [name, format_seconds(f["iteration_s"])]
             + [format_seconds(means.get(k, 0.0)) for k in _PARTS]
         )
-    head = ["workload over backend", "iteration", "compute", "exposed comm", "wait", "idle"]
+    head = ["workload over backend", "iteration", "compute", "exposed comm", "wait for peers"]
+    head.append("idle")
     return _table(head, rows) + (
         '<p class="note">compute, exposed comm, wait and idle: means over ranks; on every rank '
         "they add up to the iteration time.</p>"
@@ -262,13 +264,16 @@ def render_html(
     files: dict[str, Path],
     sim_notes: list[str],
     sim_errors: Sequence[tuple[str, list[dict[str, Any]]]] = (),
+    what: str = "",
 ) -> str:
-    """The whole page as a string (images inlined from ``files``: figure id -> PNG path)."""
+    """The whole page as a string (images inlined from ``files``: figure id -> PNG path);
+    ``what``: simulated, emulated or both, for the iterations' heading."""
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>{escape(title)}</title><style>{_CSS}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
-        '<p class="note">Units: sizes in bytes (KiB = 2^10 B, MiB = 2^20 B); times in seconds; '
+        '<p class="note">Units: sizes in bytes (KiB = 2^10 B, MiB = 2^20 B); every time carries '
+        "its unit (ns, us, ms, s; figure axes say theirs, figures.json is in seconds); "
         "bandwidths in GB/s = 10^9 bytes/s (nccl-tests: algbw = S/t, busbw = algbw x factor). "
         "The analytical curves are genie's cost model priced on the run's own testbed.</p>",
     ]
@@ -289,7 +294,8 @@ def render_html(
             parts.extend(table(g) for g in groups)
     other = [f for f in figures if f["kind"] not in ("size_sweep", "model_error", "fault_timeline")]
     if other:
-        parts.append("<h2>Simulated and emulated iterations</h2>")
+        heading = f"{what or 'simulated and emulated'} iterations"
+        parts.append(f"<h2>{escape(heading[0].upper() + heading[1:])}</h2>")
         stacks = [
             f for f in other if f["kind"] == "stacked_ranks" and f.get("iteration_s") is not None
         ]

@@ -8,8 +8,20 @@ from typing import Any
 from genie.extras import require
 from genie.units import format_bytes
 
-DPI = 110
-SIZE_IN = (8.0, 4.8)
+DPI = 150
+#: one style for every figure: a two-column paper's full text width (7 in), fonts that read at
+#: that width in print; colours per configuration are the series' own ("C0", "C1", ...)
+SIZE_IN = (7.0, 3.6)
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 9,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "figure.titlesize": 9,
+}
+TITLE_CHARS = 95  # a title wraps at this many characters (9 pt at 7 in)
 ROLE_COLOURS = {
     "compute": "#4c72b0",
     "exposed_comm": "#dd8452",
@@ -88,7 +100,11 @@ def _seconds_axis(axis, label: str, vmax: float | None = None) -> tuple[float, s
 
         axis.set_minor_formatter(FuncFormatter(minor) if few else NullFormatter())
     axis.set_label_text(f"{label} ({unit})")
+    axis.genie_unit = unit  # what the ticks are in, for the figure's record (``_record``)
     return scale, unit
+
+
+BAND_POINTS = 4  # a min..max band from this many sizes on; fewer: error bars
 
 
 def _sweep(ax, fig: dict[str, Any]) -> None:
@@ -105,14 +121,20 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
             ax.plot(s["x"], ys, style, color=c, lw=1.6, ms=8, label=s["label"])
         else:
             ax.plot(s["x"], ys, "o-", color=c, lw=1.8, ms=5, label=s["label"])
-            if "y_min" in s and len(ys) > 1:
+            if "y_min" in s and len(ys) >= BAND_POINTS:
                 ax.fill_between(s["x"], s["y_min"], s["y_max"], color=c, alpha=0.15, lw=0)
-            elif "y_min" in s:  # one size: the min..max range as an error bar
-                err = [[ys[0] - s["y_min"][0]], [s["y_max"][0] - ys[0]]]
-                ax.errorbar(s["x"], ys, yerr=err, color=c, capsize=4, lw=1)
+            elif "y_min" in s:  # few sizes: the min..max range as error bars (a band between
+                # two sizes would draw a triangle that no measurement made)
+                err = [
+                    [y - lo for y, lo in zip(ys, s["y_min"], strict=True)],
+                    [hi - y for y, hi in zip(ys, s["y_max"], strict=True)],
+                ]
+                ax.errorbar(s["x"], ys, yerr=err, color=c, capsize=4, lw=1, ls="none")
     _size_axis(ax, xs)
     if fig["y"]["unit"] == "bytes/s":
         ax.set_ylabel("bus bandwidth (GB/s, 1 GB = 10^9 bytes)")
+        ax.yaxis.genie_unit = "GB/s"
+        ax.genie_yscale = 1e-9  # drawn in GB/s, the data in bytes/s
         pos = [v * 1e-9 for s in fig["series"] for v in s["y"] if v > 0]
         if pos and max(pos) / min(pos) > 50:  # model far above measured: log keeps both legible
             ax.set_yscale("log")
@@ -120,7 +142,9 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
             ax.set_ylim(bottom=0)
     else:
         ax.set_yscale("log")
-        _seconds_axis(ax.yaxis, "time per collective, p50; band = min..max")
+        few = max((len(s["x"]) for s in fig["series"] if "y_min" in s), default=0) < BAND_POINTS
+        spread = "bars" if few else "band"
+        _seconds_axis(ax.yaxis, f"time per collective, p50; {spread} = min..max")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
 
@@ -160,9 +184,12 @@ def _bars(ax, fig: dict[str, Any]) -> None:
 
 def _stacked(ax, fig: dict[str, Any]) -> None:
     bottom = None
+    xs0 = fig["series"][0]["x"] if fig["series"] else []
+    named = bool(xs0) and isinstance(xs0[0], str)  # configurations: one slot each, by position
     for s in fig["series"]:
         kw: dict[str, Any] = {"bottom": bottom} if bottom is not None else {}
-        ax.bar(s["x"], s["y"], color=ROLE_COLOURS.get(s["role"]), label=s["label"], **kw)
+        where = list(range(len(s["x"]))) if named else s["x"]
+        ax.bar(where, s["y"], color=ROLE_COLOURS.get(s["role"]), label=s["label"], **kw)
         prev = bottom or [0.0] * len(s["y"])
         bottom = [a + b for a, b in zip(prev, s["y"], strict=True)]
     top = fig.get("iteration_s")
@@ -233,10 +260,11 @@ def _grouped(ax, fig: dict[str, Any], legend: bool = True) -> None:
                 b.set_hatch(s["hatch"])
         bar_sets.append((bars, ys))
     ax.set_xticks(x, [str(g) for g in groups], fontsize=8)
-    top = max((v for s in series for v in s["y"] if v is not None), default=1.0)
+    # every panel of a figure on one scale: the tallest bar of any panel sets the limit
+    top = fig.get("vmax") or max((v for s in series for v in s["y"] if v is not None), default=1.0)
     ax.set_ylim(0, top * 1.15 or 1)
     scale, _unit = _seconds_axis(ax.yaxis, fig["y"]["label"], fig.get("vmax"))
-    if legend and len(series) * len(groups) <= 8:  # few bars: their values on top
+    if len(series) * len(groups) <= 8:  # few bars: their values on top
         for bars, ys in bar_sets:
             ax.bar_label(bars, [f"{v / scale:.3g}" if v == v else "" for v in ys], fontsize=7)
     if fig.get("x", {}).get("label"):
@@ -253,7 +281,7 @@ def _small_multiples(fig: dict[str, Any], plt) -> Any:
     cols = min(3, n)
     rows = -(-n // cols)
     f, axes = plt.subplots(
-        rows, cols, figsize=(3.6 * cols + 1.6, 2.9 * rows + 0.8), dpi=DPI, sharey=True,
+        rows, cols, figsize=(SIZE_IN[0], 2.4 * rows + 1.0), dpi=DPI, sharey=True,
         squeeze=False,
     )  # fmt: skip
     vmax = max((v for p in panels for s in p["series"] for v in s["y"] if v is not None), default=1)
@@ -264,12 +292,16 @@ def _small_multiples(fig: dict[str, Any], plt) -> Any:
         p = panels[k]
         sub = {**fig, "groups": p["x"], "series": p["series"], "vmax": vmax}
         _grouped(ax, sub, legend=False)
-        ax.set_title(p["title"], fontsize=9)
+        ax.set_title(p["title"], fontsize=8)
+    for k, ax in enumerate(axes.flat[:n]):  # after every panel: shared axes end up as one
+        _record(fig, ax, panel=k)
         if k % cols:
             ax.set_ylabel("")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    f.legend(handles, labels, fontsize=8, loc="upper right", ncols=len(labels))
-    f.suptitle(fig["title"], fontsize=11, x=0.01, ha="left")
+    f.suptitle(_wrap(fig["title"]), x=0.01, ha="left")
+    f.tight_layout()
+    # below the panels, never over the title
+    f.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncols=len(labels))
     return f
 
 
@@ -351,23 +383,53 @@ def draw(fig: dict[str, Any], path: Path, all_formats: bool = False) -> Any:
     """Draw one figure dict to ``path`` (PNG) and return the path; with ``all_formats`` also
     as SVG and PDF beside it, returning the three paths."""
     plt = _plt()
-    if fig["kind"] == "small_multiples":
-        f = _small_multiples(fig, plt)
-    else:
-        height = SIZE_IN[1]
-        if fig["kind"] in ("timeline", "rank_timeline"):
-            height = max(2.4, min(12.0, 1.4 + 0.45 * len(fig["series"])))
-        f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
-        DRAW[fig["kind"]](ax, fig)
-        ax.set_title(fig["title"], fontsize=11, pad=16 if fig["kind"] == "fault_timeline" else 6)
-    paths = [path] + ([path.with_suffix(f".{x}") for x in FORMATS[1:]] if all_formats else [])
-    try:
-        f.tight_layout()
-        for p in paths:
-            f.savefig(p, format=p.suffix[1:], bbox_inches="tight")
-    finally:
-        plt.close(f)
+    fig["axes"] = []  # what each axis shows, recorded as drawn (``genie.report.checks``)
+    with plt.rc_context(STYLE):
+        if fig["kind"] == "small_multiples":
+            f = _small_multiples(fig, plt)
+        else:
+            height = SIZE_IN[1]
+            if fig["kind"] in ("timeline", "rank_timeline"):
+                height = max(2.4, min(12.0, 1.4 + 0.4 * len(fig["series"])))
+            f, ax = plt.subplots(figsize=(SIZE_IN[0], height), dpi=DPI)
+            DRAW[fig["kind"]](ax, fig)
+            pad = 16 if fig["kind"] == "fault_timeline" else 6
+            ax.set_title(_wrap(fig["title"]), pad=pad)
+            f.tight_layout()
+            _record(fig, ax)
+        paths = [path] + ([path.with_suffix(f".{x}") for x in FORMATS[1:]] if all_formats else [])
+        try:
+            for p in paths:
+                f.savefig(p, format=p.suffix[1:], bbox_inches="tight")
+        finally:
+            plt.close(f)
     return paths if all_formats else path
+
+
+def _wrap(title: str) -> str:
+    """A title in lines that fit the figure's width."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(title, TITLE_CHARS)) or title
+
+
+def _record(fig: dict[str, Any], ax, panel: int | None = None) -> None:
+    """What ``ax`` shows, in the figure's data units (seconds, bytes/s): its limits, labels,
+    scales and the unit of its ticks, appended to ``fig["axes"]`` (figures.json carries it)."""
+    yscale = getattr(ax, "genie_yscale", 1.0)
+    rec: dict[str, Any] = {
+        "xlim": [float(v) for v in ax.get_xlim()],
+        "ylim": [float(v) / yscale for v in ax.get_ylim()],
+        "xlabel": ax.get_xlabel(),
+        "ylabel": ax.get_ylabel(),
+        "xscale": ax.get_xscale(),
+        "yscale": ax.get_yscale(),
+        "x_unit": getattr(ax.xaxis, "genie_unit", None),
+        "y_unit": getattr(ax.yaxis, "genie_unit", None),
+    }
+    if panel is not None:
+        rec["panel"] = panel
+    fig.setdefault("axes", []).append(rec)
 
 
 def require_matplotlib() -> None:
