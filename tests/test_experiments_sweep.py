@@ -125,7 +125,8 @@ def test_sweep_compares_fabrics_in_one_table_and_one_figure(dp, tmp_path):
         assert row.network == sim.network and row.busiest_link == rep.links[0]["link"]
     assert res.title == "dp (topology leaf_spine, leaves 2): sweep of oversubscription, bandwidth"
     assert [f.name for f in res.files] == [
-        f"sweep.{x}" for x in ("json", "csv", "png", "svg", "pdf")
+        *(f"sweep.{x}" for x in ("json", "csv", "png", "svg", "pdf")),
+        "figures.json",
     ]
     for f in res.files:
         assert f.stat().st_size > 100
@@ -134,6 +135,13 @@ def test_sweep_compares_fabrics_in_one_table_and_one_figure(dp, tmp_path):
     assert saved["fixed"] == {"topology": "leaf_spine", "leaves": "2"}
     assert saved["rows"] == json.loads(json.dumps(res.to_dict()["rows"]))
     assert (out / "sweep.csv").read_text().count("\n") == 5
+    # the figure's data with what its axes showed: every bar inside, and what priced it
+    from genie.report.checks import report_problems
+
+    figs = json.loads((out / "figures.json").read_text())
+    assert report_problems(figs) == []
+    assert res.model == "genie simulate, NCCL-like collective model"
+    assert res.model in figs["figures"][0]["title"]
 
 
 def test_a_point_that_fails_is_a_row_with_its_error(dp, tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -232,6 +233,9 @@ class SweepResult:
 
             fig = sweep_figure(rows, self.keys, self.title, self.model)
             files += draw(fig, where / "sweep.png", all_formats=True)
+            # the plotted numbers with what each axis showed (genie.report.checks reads it)
+            files.append(where / "figures.json")
+            files[-1].write_text(json.dumps({"units": {"time": "s"}, "figures": [fig]}, indent=1))
         except MissingDependency as exc:
             self.notes.append(f"no figure: {exc}")
         self.files += files
@@ -262,7 +266,7 @@ def run_sweep(spec: SweepSpec) -> SweepResult:
     fixed = {ax.key: ax.texts()[0] for ax in spec.fixed}
     shown = ", ".join(f"{k} {v}" for k, v in fixed.items())
     title = name + (f" ({shown})" if shown else "") + f": sweep of {', '.join(spec.keys)}"
-    result = SweepResult(title, spec.keys, fixed, rows, where)
+    result = SweepResult(title, spec.keys, fixed, rows, where, model_of(rows))
     if spec.out is not None:
         result.write(spec.out)
     return result
@@ -291,6 +295,21 @@ def run_point(point: SweepPoint) -> SweepRow:
         busiest_link=link["link"] if link else None,
         busiest_link_bottleneck_share=link["bottleneck_share"] if link else None,
     )
+
+
+def model_of(rows: Sequence[SweepRow]) -> str:
+    """What priced the points: genie simulate with the NCCL-like or the line-rate collective
+    model (as each point's network line says), or both where the grid swept it."""
+    kinds = []
+    for r in rows:
+        if r.network is not None:
+            k = "NCCL-like" if "NCCL-like" in r.network else "line-rate"
+            if k not in kinds:
+                kinds.append(k)
+    if not kinds:
+        return MODEL
+    what = " and ".join(kinds)
+    return f"genie simulate, {what} collective model{'s' if len(kinds) > 1 else ''}"
 
 
 def label(point: dict[str, str]) -> str:
