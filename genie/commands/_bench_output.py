@@ -83,17 +83,17 @@ def print_table(
         f"fair link sharing) of {model}",
         header_style="bold",
     )
-    for col in (
+    for col in (  # every column with a number says its unit (nccl-tests' own names)
         "size (B)",
-        "count",
+        "count (elements)",
         "type",
-        "time p50",
+        "time p50 (us)",
         "algbw GB/s",
         "busbw GB/s",
-        "p99",
-        "min",
-        "max",
-        "model",
+        "p99 (us)",
+        "min (us)",
+        "max (us)",
+        "model (us)",
         "meas/model",
     ):
         t.add_column(col, justify="right")
