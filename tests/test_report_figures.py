@@ -165,3 +165,21 @@ def test_a_sweep_report_renders_in_headless_chromium(fabrics, tmp_path):
         pytest.skip(f"chromium wrote no screenshot: {res.stderr.strip().splitlines()[-1:]}")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+def test_every_column_of_the_nccl_tests_table_with_a_number_says_its_unit() -> None:
+    import io
+
+    from genie.commands._bench_output import print_table
+    from genie.controller.results import stats
+    from genie.controller.sweep import SizeRow
+
+    row = SizeRow(size=1 << 20, count=1 << 20, dtype="uint8", n_ranks=4,
+                  stats=stats([1e-3, 2e-3]), algbw=1e9, busbw=1.5e9, modeled_s=1e-3)  # fmt: skip
+    out = io.StringIO()
+    print_table([row], "t", 2, 1, file=out)
+    head = next(line for line in out.getvalue().splitlines() if "size" in line)
+    cols = [c.strip() for c in head.strip("┃ ").split("┃")]
+    numeric = [c for c in cols if c not in ("type", "meas/model")]  # a name; a ratio
+    assert numeric and all("(" in c or "GB/s" in c for c in numeric), cols
+    assert "time p50 (us)" in cols and "p99 (us)" in cols and "model (us)" in cols
