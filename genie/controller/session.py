@@ -3,7 +3,9 @@
 ``Controller`` is transport- and clock-agnostic (see ``channel.py``), so tests drive it with
 in-process agents and a fake clock. Every wait is bounded: by a deadline derived from the plan
 (bytes a rank moves / a slow rate x margin, plus a base), and by the heartbeat rule (an agent
-silent for ``MISSED_BEATS_LIMIT`` intervals is lost). On any failure the job is aborted on every
+silent for ``MISSED_BEATS_LIMIT`` intervals is lost: judged per agent on every wake-up, whatever
+else arrives, right after a zero-length poll has read every frame queued meanwhile; time this
+controller itself was not running is no agent's silence). On any failure the job is aborted on every
 agent and a ``RuntimeFault`` names the agent and what was being waited for.
 
 Every message after the Hello carries the session secret the agent gave in its HelloReply (the
@@ -313,7 +315,9 @@ class Controller:
         deadline = start + int(timeout_s * 1e9)
         for a in agents:
             self.last_heard.setdefault(a, start)
-        drained = False  # silence is judged only once the queue is empty (beats may be queued)
+        # silence is judged on every wake-up, but only just after a poll found the queue empty
+        # (beats queued while this controller was busy or descheduled count)
+        drained_at: int | None = None
         while pending:
             now = self.clock.now()
             refused = self.t.refused  # before the deadline: a refusal is a refusal, however late
@@ -330,22 +334,26 @@ class Controller:
             for a in sorted(pending):
                 if a in self.hello and a in self.t.dropped:
                     self._judge_drop(a, about)
-            for a in sorted(pending) if drained else ():
-                silent = (now - self.last_heard.get(a, start)) // self.hb_ns
-                if a in self.hello and silent >= self.missed_limit:
-                    self._if_dead(a, about)
-                    self.lost.add(a)
-                    raise fault(
-                        MISSED_BEATS,
-                        f"agent {a} lost: silent for {silent} heartbeat intervals during {about}",
-                        a,
-                    )
+            suspects = self._silent(pending, now, start)
+            fresh = drained_at is not None and now - drained_at <= self.hb_ns // 4
+            for a, silent in suspects if fresh else ():
+                self._if_dead(a, about)
+                self.lost.add(a)
+                raise fault(
+                    MISSED_BEATS,
+                    f"agent {a} lost: silent for {silent} heartbeat intervals during {about}",
+                    a,
+                )
             self._beat(now)
-            wait_ns = min(deadline - now, self.hb_ns, max(0, self._next_beat - now) or self.hb_ns)
-            item = self._recv(max(wait_ns, 1) / 1e9)
-            drained = item is None
+            # with suspects, read what is queued (a zero-length poll) before blaming anyone
+            wait_ns = 0 if suspects else min(deadline - now, self.hb_ns, self._next_beat - now)
+            item = self._recv(max(wait_ns, 0) / 1e9)
             if item is None:
+                after = self.clock.now()
+                self._credit_stall(after - now - max(wait_ns, 0))
+                drained_at = after
                 continue
+            drained_at = None
             agent, frame = item
             self.last_heard[agent] = self.clock.now()
             try:
@@ -394,6 +402,24 @@ class Controller:
             else:
                 log.debug("dropped unexpected %s from %s", type(msg).__name__, agent)
         return got
+
+    def _silent(self, pending: set[str], now: int, start: int) -> list[tuple[str, int]]:
+        """(agent, whole beats silent) of the connected ``pending`` agents silent too long."""
+        out = []
+        for a in sorted(pending):
+            silent = (now - self.last_heard.get(a, start)) // self.hb_ns
+            if a in self.hello and silent >= self.missed_limit:
+                out.append((a, silent))
+        return out
+
+    def _credit_stall(self, late_ns: int) -> None:
+        """A wait that returned ``late_ns`` after its bound: this controller was not running
+        (a loaded or stopped process), so that time is no agent's silence."""
+        if late_ns <= self.hb_ns // 2:
+            return
+        log.info("controller stalled %.2f s: not counted as agents' silence", late_ns / 1e9)
+        for a, t in self.last_heard.items():
+            self.last_heard[a] = t + late_ns
 
     def _if_dead(self, agent: str, about: str, detail: str = "") -> bool | None:
         """Raise AgentLost saying how ``agent``'s process ended, if the postmortem knows it.
