@@ -42,6 +42,7 @@ import msgspec
 
 from genie.errors import ProtocolError
 from genie.wire.frames import check_frame
+from genie.wire.text import sanitize
 
 PROTOCOL_VERSION = 2  # 2: session secrets and testbed identity in Hello/HelloReply
 DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
@@ -383,10 +384,13 @@ def encode(msg: Msg) -> bytes:
 
 
 def decode(frame: bytes | memoryview) -> Msg:
-    """Decode one frame; raise ProtocolError (never anything else) if it is not a valid message."""
+    """Decode one frame; raise ProtocolError (never anything else) if it is not a valid message.
+
+    The peer's text in it (errors, facts, names) comes out bounded and free of control
+    characters (``genie.wire.text.sanitize``): the one place every frame from a peer passes."""
     check_frame(len(frame))
     try:
-        return _decoder.decode(frame)
+        return sanitize(_decoder.decode(frame))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ProtocolError(f"malformed control frame: {exc}") from None
     except Exception as exc:  # msgspec raises only the above; belt and braces for odd input
