@@ -14,8 +14,9 @@ import genie
 from genie.calibration.accuracy import ErrorRow, error_pct, error_strip, mape, summary
 from genie.calibration.fit import Point, assign_holdout, fit
 from genie.calibration.model import (
-    INTER,
     INTRA,
+    NIC,
+    UPLINK,
     Calibration,
     ClassParams,
     at_params,
@@ -56,49 +57,56 @@ def test_fit_recovers_overhead_latency_and_bandwidth_within_2_percent_despite_no
     truth = {
         **nominal_params(topo),
         "step_overhead_s": 50e-6,
-        "inter.latency_s": 20e-6,
-        "inter.inv_fraction": 1 / 0.8,
+        "nic.latency_s": 20e-6,
+        "nic.inv_fraction": 1 / 0.8,
     }
     pts = _points(
         topo, truth, [("all_reduce", "ring"), ("all_to_all", "direct")], [4, 8], noise=0.003
     )
     rule = assign_holdout(pts, "alternate")
     cal = fit(pts, holdout=rule).calibration
-    inter = cal.classes[INTER]
+    nic = cal.classes[NIC]
     assert _within(cal.step_overhead_s, 50e-6)
-    assert _within(inter.latency_s, 20e-6)
-    assert _within(inter.bandwidth_fraction, 0.8)
+    assert _within(nic.latency_s, 20e-6)
+    assert _within(nic.bandwidth_fraction, 0.8)
     # alpha (per message between hosts: 2 hops) and beta (the rate a message gets)
-    assert _within(2 * inter.latency_s + inter.message_s, 40e-6)
-    assert _within(1.25e9 * inter.bandwidth_fraction, 1.0e9)
+    assert _within(2 * nic.latency_s + nic.message_s, 40e-6)
+    assert _within(1.25e9 * nic.bandwidth_fraction, 1.0e9)
     # the standard errors are small and honest: the truth lies within 4 of them
     assert abs(cal.step_overhead_s - 50e-6) < 4 * cal.step_overhead_err_s
-    assert abs(inter.bandwidth_fraction - 0.8) < 4 * inter.bandwidth_fraction_err
+    assert abs(nic.bandwidth_fraction - 0.8) < 4 * nic.bandwidth_fraction_err
     assert cal.mape["held_calibrated"] < 1.0 < 50 < cal.mape["held_nominal"]
     assert cal.points_held == len(pts) // 2
 
 
-def test_fit_separates_all_six_parameters_where_hops_and_hosts_differ():
-    ls = T.leaf_spine(2, 2, 4, 1.25e9, 1e-6, intra_bandwidth=10e9, intra_latency=1e-6)
+def test_fit_separates_every_class_where_hops_and_hosts_differ():
+    # 2 leaves of 4 hosts, uplinks 4:1 oversubscribed: cross-leaf flows are held by the uplinks
+    ls = T.leaf_spine(2, 2, 4, 1.25e9, 1e-6, 4.0, intra_bandwidth=10e9, intra_latency=1e-6)
     truth = {
         **nominal_params(ls),
         "step_overhead_s": 50e-6,
-        "inter.latency_s": 10e-6,
-        "inter.message_s": 30e-6,
-        "inter.inv_fraction": 1 / 0.8,
+        "nic.latency_s": 10e-6,
+        "nic.message_s": 30e-6,
+        "nic.inv_fraction": 1 / 0.8,
+        "uplink.latency_s": 10e-6,
+        "uplink.inv_fraction": 1 / 0.6,
         "intra.latency_s": 5e-6,
         "intra.inv_fraction": 1 / 0.5,
     }
     colls = [("all_reduce", "ring"), ("all_to_all", "direct"), ("all_gather", "ring")]
-    pts = _points(ls, truth, colls, [4, 8, 16], rph=2)
+    pts = _points(ls, truth, colls, [8, 16], rph=2)
     assign_holdout(pts, "largest")
     cal = fit(pts).calibration
-    inter, intra = cal.classes[INTER], cal.classes[INTRA]
+    nic, up, intra = cal.classes[NIC], cal.classes[UPLINK], cal.classes[INTRA]
     assert _within(cal.step_overhead_s, 50e-6)
-    assert _within(inter.latency_s, 10e-6) and _within(inter.message_s, 30e-6)
-    assert _within(inter.bandwidth_fraction, 0.8)
+    # every message crosses two host NIC links: its own cost is one with theirs
+    (note,) = cal.notes
+    assert note.startswith("per-message cost: not separable from the latency per hop")
+    assert nic.message_s == 0 and _within(nic.latency_s, 10e-6 + 30e-6 / 2)
+    assert _within(nic.bandwidth_fraction, 0.8)
+    assert _within(up.latency_s, 10e-6) and _within(up.bandwidth_fraction, 0.6)
     assert _within(intra.latency_s, 5e-6) and _within(intra.bandwidth_fraction, 0.5)
-    assert cal.notes == []
+    assert cal.mape["held_calibrated"] < 1e-6
 
 
 def test_what_the_data_cannot_separate_is_folded_and_said():
@@ -106,8 +114,8 @@ def test_what_the_data_cannot_separate_is_folded_and_said():
     truth = {
         **nominal_params(topo),
         "step_overhead_s": 50e-6,
-        "inter.latency_s": 20e-6,
-        "inter.inv_fraction": 1.25,
+        "nic.latency_s": 20e-6,
+        "nic.inv_fraction": 1.25,
     }
     pts = _points(topo, truth, [("all_reduce", "ring")], [4, 8])
     cal = fit(pts).calibration
@@ -117,7 +125,7 @@ def test_what_the_data_cannot_separate_is_folded_and_said():
     assert "intra-host parameters: not exercised" in text
     assert cal.step_overhead_s == 0 and cal.step_overhead_err_s is None
     # a ring step costs 2 overheads and 2 hops, so each hop absorbs one overhead
-    assert _within(cal.classes[INTER].latency_s, 70e-6)
+    assert _within(cal.classes[NIC].latency_s, 70e-6)
     assert cal.mape["fit_calibrated"] < 1e-6
 
 
@@ -141,7 +149,7 @@ def test_a_calibrated_topology_prices_the_closed_form_with_its_parameters():
     cal = Calibration(
         cal_id="c-test",
         step_overhead_s=o,
-        classes={INTER: ClassParams(latency_s=lat, bandwidth_fraction=frac, message_s=msg)},
+        classes={NIC: ClassParams(latency_s=lat, bandwidth_fraction=frac, message_s=msg)},
     )
     topo = calibrate_topology(T.switch(n, 1e9, 1e-6), cal)
     prog = build_program("all_reduce", "ring", n, s, size_convention="nccl")
@@ -208,7 +216,7 @@ control = "127.0.0.1:7703"
 data_addr = "127.0.0.1"
 """
 
-TRUTH = {"step_overhead_s": 80e-6, "inter.latency_s": 15e-6, "inter.inv_fraction": 1 / 0.7}
+TRUTH = {"step_overhead_s": 80e-6, "nic.latency_s": 15e-6, "nic.inv_fraction": 1 / 0.7}
 
 
 def _store_run(store, collective: str, algorithm: str, meta=None, noise: float = 0.01) -> str:
@@ -270,7 +278,7 @@ def test_a_calibration_is_fit_judged_on_held_back_sizes_and_stored(bench_store):
     m = cal.mape
     assert m["held_calibrated"] < 3.0 < 30.0 < m["held_nominal"]
     assert abs(cal.step_overhead_s - 80e-6) < 0.05 * 80e-6
-    assert abs(cal.classes[INTER].bandwidth_fraction - 0.7) < 0.02 * 0.7
+    assert abs(cal.classes[NIC].bandwidth_fraction - 0.7) < 0.02 * 0.7
     # the held-back MAPE is the mean error over exactly the points the fit never saw
     held = [r for r in cal.rows if r["held"]]
     assert len(held) == cal.points_held == len(cal.rows) - cal.points_fit > 0
@@ -308,12 +316,17 @@ def test_calibrate_prints_mape_before_and_after_and_its_json_is_the_calibration(
     out = capsys.readouterr().out
     assert "MAPE" in out and "held back" in out and "every other size" in out
     assert "step overhead" in out and "of the payload rate" in out
+    # per link class: the star's host NICs fitted, its (absent) uplinks nominal, and said
+    assert "host NIC = a link with a host at one end, uplink = switch to switch" in out
+    assert "\n  host NIC: " in out and "\n  uplink: nominal (not fitted)" in out
+    assert "note: uplink parameters: not exercised by these runs" in out
     assert "offered: held-back" in out
     with RunStore(path) as st:
         (stored,) = st.calibrations("calib-test")
     assert f"stored as calibration {stored['cal_id']} in" in out
     assert main(["calibrate", *ids, "--store", str(path), "--json", "--no-save"]) == 0
     doc = json.loads(capsys.readouterr().out)
+    assert NIC in doc["classes"] and "inter-host" not in doc["classes"]
     spec = genie.CalibrateSpec(runs=tuple(ids), store=str(path), save=False)
     assert doc == json.loads(json.dumps(genie.calibrate(spec).to_dict()))
 

@@ -15,7 +15,7 @@ import pytest
 import genie
 from genie.calibration.fit import MIN_GAIN_PP, MIN_GAIN_REL, Point, assign_holdout, fit, judge
 from genie.calibration.model import (
-    INTER,
+    NIC,
     Calibration,
     ClassParams,
     at_params,
@@ -53,13 +53,13 @@ def _points(topo, truth: dict[str, float], noise: float = 0.005) -> list[Point]:
 def test_a_fit_that_wants_more_than_the_payload_rate_is_held_there_and_not_offered():
     # a wire 2.3x faster than the declared rate (loopback agents on a nominal 10 Gbit/s star)
     topo = T.switch(4, 1.25e9, 1e-6)
-    truth = {"step_overhead_s": 30e-6, "inter.latency_s": 10e-6, "inter.inv_fraction": 1 / 2.3}
+    truth = {"step_overhead_s": 30e-6, "nic.latency_s": 10e-6, "nic.inv_fraction": 1 / 2.3}
     cal = fit(_points(topo, truth)).calibration
-    inter = cal.classes[INTER]
-    assert inter.bandwidth_fraction == 1.0 and inter.at_bound
+    nic = cal.classes[NIC]
+    assert nic.bandwidth_fraction == 1.0 and nic.at_bound
     assert all(c.bandwidth_fraction <= 1.0 for c in cal.classes.values())
     (bound,) = cal.bounds
-    assert bound.startswith("inter-host bandwidth fraction held at 100 % of the payload rate")
+    assert bound.startswith("host NIC bandwidth fraction held at 100 % of the payload rate")
     wanted = float(re.search(r"the fit wanted ([\d.]+)%", bound).group(1))  # type: ignore[union-attr]
     assert abs(wanted - 230.0) < 5.0  # what the unbounded fit found: the old, unphysical answer
     assert "the time it could not explain is per message" in bound and "us per hop" in bound
@@ -69,10 +69,10 @@ def test_a_fit_that_wants_more_than_the_payload_rate_is_held_there_and_not_offer
 
 def test_a_fit_below_the_payload_rate_is_free_and_offered_when_it_beats_nominal():
     topo = T.switch(4, 1.25e9, 1e-6)
-    truth = {"step_overhead_s": 30e-6, "inter.latency_s": 10e-6, "inter.inv_fraction": 1 / 0.7}
+    truth = {"step_overhead_s": 30e-6, "nic.latency_s": 10e-6, "nic.inv_fraction": 1 / 0.7}
     cal = fit(_points(topo, truth)).calibration
-    inter = cal.classes[INTER]
-    assert abs(inter.bandwidth_fraction - 0.7) < 0.02 and not inter.at_bound
+    nic = cal.classes[NIC]
+    assert abs(nic.bandwidth_fraction - 0.7) < 0.02 and not nic.at_bound
     assert cal.bounds == [] and cal.offered and cal.verdict.startswith("offered: held-back MAPE")
     # with nothing held back there is nothing to judge it on
     pts = _points(topo, truth)
@@ -99,14 +99,14 @@ def test_offered_needs_ten_percent_and_half_a_point_on_held_back_sizes(
     gain = nominal - calibrated
     assert got is offered is (gain >= MIN_GAIN_PP and gain >= MIN_GAIN_REL * nominal)
     assert why.startswith("offered" if offered else "not offered")
-    cal.bounds = ["inter-host bandwidth fraction held at 100 % of the payload rate: ..."]
+    cal.bounds = ["host NIC bandwidth fraction held at 100 % of the payload rate: ..."]
     assert judge(cal)[0] is False  # a bound binds: never offered, however good the error
 
 
 def _stored(path, topo, name: str, **fields) -> str:
     cal = Calibration(
         testbed_name=name,
-        classes={INTER: ClassParams(latency_s=5e-6, bandwidth_fraction=0.8)},
+        classes={NIC: ClassParams(latency_s=5e-6, bandwidth_fraction=0.8)},
         identity=identity(topo),
         **fields,
     )
@@ -190,7 +190,7 @@ name = "h3"
 control = "127.0.0.1:7703"
 data_addr = "127.0.0.1"
 """
-TRUTH = {"step_overhead_s": 80e-6, "inter.latency_s": 15e-6, "inter.inv_fraction": 1 / 0.7}
+TRUTH = {"step_overhead_s": 80e-6, "nic.latency_s": 15e-6, "nic.inv_fraction": 1 / 0.7}
 
 
 def _topo(name: str, rate: str) -> T.Topology:
@@ -287,8 +287,8 @@ def test_loopback_agents_faster_than_their_declared_rate_never_fit_above_it(tmp_
     assert main(["calibrate", *runs, "--store", str(store), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     print(json.dumps({k: doc[k] for k in ("classes", "bounds", "verdict", "mape", "notes")}))
-    inter = doc["classes"]["inter-host"]
-    assert inter["bandwidth_fraction"] == 1.0 and inter["at_bound"]
+    nic = doc["classes"]["host NIC"]
+    assert nic["bandwidth_fraction"] == 1.0 and nic["at_bound"]
     (bound,) = doc["bounds"]
     wanted = float(re.search(r"the fit wanted ([\d.]+)%", bound).group(1))  # type: ignore[union-attr]
     assert wanted > 100.0
@@ -314,7 +314,7 @@ def test_a_tiny_operation_does_not_rule_the_time_weighted_error():
 
 def test_calibrate_reports_the_time_weighted_error_and_sets_tiny_points_apart():
     topo = T.switch(4, 1.25e9, 1e-6)
-    truth = {"step_overhead_s": 30e-6, "inter.latency_s": 10e-6, "inter.inv_fraction": 1 / 0.7}
+    truth = {"step_overhead_s": 30e-6, "nic.latency_s": 10e-6, "nic.inv_fraction": 1 / 0.7}
     cal = fit(_points(topo, truth)).calibration
     held = [r for r in cal.rows if r["held"]]
     for model in ("nominal", "calibrated"):
@@ -342,7 +342,7 @@ def test_bench_and_emulate_tables_print_the_time_weighted_error_and_tiny_rows_ap
         ErrorRow("all_reduce n=8", 4 << 20, 40e-3, 41e-3, 40.2e-3),
     ]
     buf = io.StringIO()
-    cal = Calibration(cal_id="c1", classes={INTER: ClassParams(latency_s=0.0)})
+    cal = Calibration(cal_id="c1", classes={NIC: ClassParams(latency_s=0.0)})
     print_error_table(Console(file=buf, width=200), "model error", rows, "star", cal)
     out = buf.getvalue()
     nom = (244.5e-6 + 0.5e-3 + 1e-3) / (5.5e-6 + 50e-3) * 100

@@ -1,26 +1,34 @@
 """Fitting a calibration to measured collective times: pure, numpy least squares.
 
 The cost model's time ``T(p)`` of a program is positively homogeneous of degree one in the
-parameter vector ``p`` (``genie.calibration.model.PARAMS``: step overhead, latency per hop,
-per-message cost and inverse bandwidth fraction per link class): scaling every one of them by
-``c`` scales every event of the fluid simulation by ``c``. Along one critical path ``T`` is
-therefore linear, ``T(p) = J(p) . p``, where ``J`` is the gradient: how many overheads, hops and
-messages and how many seconds of nominal wire time lie on the path. The fit alternates:
+parameter vector ``p`` (``genie.calibration.model.PARAMS``: step overhead, latency per hop and
+inverse bandwidth fraction per link class (host NIC, uplink, intra-host), per-message cost):
+scaling every one of them by ``c`` scales every event of the fluid simulation by ``c``. Along
+one critical path ``T`` is therefore linear, ``T(p) = J(p) . p``, where ``J`` is the gradient:
+how many overheads, hops and messages and how many seconds of nominal wire time lie on the path.
+The fit alternates:
 
-1. ``J`` of every fit point at the current ``p`` (finite differences of the real cost model);
+1. ``J`` of every fit point at the current ``p`` (finite differences of the real cost model;
+   central ones for the bandwidths: where a host NIC and an uplink limit a flow alike, each
+   takes half of its wire time, as Euler's relation ``T = J . p`` needs at such a kink);
 2. ``p`` = the weighted linear least squares of ``J p = measured``, in relative error (rows
    divided by the measured time) and reweighted by 1/|relative residual| of the previous round
    (iteratively reweighted least squares towards the least mean absolute relative error, which
    is what MAPE measures, so one noisy size does not pull the fit the way squares would);
 
 until ``p`` stops moving, keeping the best ``p`` seen by its real (not linearised) MAPE.
-Parameters the data do not exercise keep their nominal value; parameters the data cannot tell
-apart (the per-message cost when every message crossed the same number of hops, the per-step
-overhead when every message came with the same steps) are folded into the latency per hop; a
-time the fit puts below zero is held at zero (a bandwidth it cannot place, at its nominal
-value); a per-message cost within two standard errors of zero is left out. Each of these is said
-in the notes. The uncertainties are the standard errors of the final weighted least squares
-(weighted residual variance times the diagonal of ``(A^T W A)^-1``).
+Parameters the data do not exercise keep their nominal value (a star has no uplinks: the
+uplink class stays nominal); parameters the data cannot tell apart (the per-message cost when
+every message crossed the same number of host NIC links, the per-step overhead when every
+message came with the same steps) are folded into the latency per hop; an uplink parameter the
+data cannot tell from the host NIC's (near-collinear columns: every message that crossed uplinks
+also crossed host NICs in the same proportion, e.g. a non-blocking leaf-spine whose uplinks never
+limit a flow) is held at its nominal value, the host NIC's carrying the path, and so is an
+uplink parameter whose standard error exceeds its value (``weak_uplinks``); a time the fit puts
+below zero is held at zero (a bandwidth it cannot place, at its nominal value); a per-message
+cost within two standard errors of zero is left out. Each of these is said in the notes. The
+uncertainties are the standard errors of the final weighted least squares (weighted residual
+variance times the diagonal of ``(A^T W A)^-1``).
 
 Physics bounds the parameters: every time (latency per hop, per-message cost, per-step
 overhead) is at least zero, and a bandwidth fraction is at most 1 of the link's payload rate
@@ -49,9 +57,10 @@ import numpy as np
 
 from genie.calibration.accuracy import MINOR_SHARE, split_by_share, weighted_error
 from genie.calibration.model import (
-    INTER,
     INTRA,
+    NIC,
     PARAMS,
+    UPLINK,
     Calibration,
     ClassParams,
     at_params,
@@ -68,24 +77,31 @@ IRLS_FLOOR = 1e-3  # relative residuals below 0.1 % all weigh alike
 # at least MIN_GAIN_PP percentage points below it
 MIN_GAIN_REL = 0.10
 MIN_GAIN_PP = 0.5
-BANDWIDTHS = ("inter.inv_fraction", "intra.inv_fraction")
+BANDWIDTHS = ("nic.inv_fraction", "uplink.inv_fraction", "intra.inv_fraction")
 # the parameter left out first when the data cannot tell parameters apart
+# (the uplink's before the step overhead: an uplink held at its nominal value is a smaller
+# change to the model than software overheads folded into every hop)
 DROP_ORDER = (
-    "inter.message_s",
+    "nic.message_s",
+    "uplink.latency_s",
+    "uplink.inv_fraction",
     "step_overhead_s",
     "intra.latency_s",
     "intra.inv_fraction",
-    "inter.latency_s",
-    "inter.inv_fraction",
+    "nic.latency_s",
+    "nic.inv_fraction",
 )
-FOLD = {"inter.message_s", "step_overhead_s"}  # dropped: zero, absorbed by the latency per hop
+FOLD = {"nic.message_s", "step_overhead_s"}  # dropped: zero, absorbed by the latency per hop
+UPLINKS = ("uplink.latency_s", "uplink.inv_fraction")
 WHAT = {
     "step_overhead_s": "per-step overhead",
-    "inter.latency_s": "inter-host latency per hop",
-    "inter.message_s": "inter-host per-message cost",
-    "inter.inv_fraction": "inter-host bandwidth fraction",
-    "intra.latency_s": "intra-host latency",
-    "intra.inv_fraction": "intra-host bandwidth fraction",
+    "nic.latency_s": f"{NIC} latency per hop",
+    "nic.message_s": "per-message cost",
+    "nic.inv_fraction": f"{NIC} bandwidth fraction",
+    "uplink.latency_s": f"{UPLINK} latency per hop",
+    "uplink.inv_fraction": f"{UPLINK} bandwidth fraction",
+    "intra.latency_s": f"{INTRA} latency",
+    "intra.inv_fraction": f"{INTRA} bandwidth fraction",
 }
 
 
@@ -169,14 +185,17 @@ class _Model:
         return np.array([self.time(i, p) for i in idx])
 
     def jacobian(self, idx: Sequence[int], p: dict[str, float]) -> np.ndarray:
-        """d time / d parameter at ``p`` for the points ``idx`` (forward differences)."""
+        """d time / d parameter at ``p`` for the points ``idx`` (forward differences; central
+        ones for the bandwidths, whose classes can limit a flow alike: see the module doc)."""
         base = self.times(idx, p)
         cols = []
         for k in PARAMS:
             h = 1e-4 * (abs(p[k]) + (1.0 if k.endswith("inv_fraction") else 1e-6))
-            q = dict(p)
-            q[k] = p[k] + h
-            cols.append((self.times(idx, q) - base) / h)
+            up = self.times(idx, {**p, k: p[k] + h})
+            if k in BANDWIDTHS:
+                cols.append((up - self.times(idx, {**p, k: p[k] - h})) / (2 * h))
+            else:
+                cols.append((up - base) / h)
         return np.stack(cols, axis=1)
 
 
@@ -226,7 +245,7 @@ def fit(
     t_fit = meas[fit_idx]
     start = nominal_params(pts[0].topology)
     start["step_overhead_s"] = 0.0
-    start["inter.message_s"] = 0.0
+    start["nic.message_s"] = 0.0
     notes: list[str] = []
 
     # which parameters these data exercise at all, and which they can tell apart
@@ -238,9 +257,15 @@ def fit(
             "intra-host parameters: not exercised by these runs (no two ranks of a collective "
             "on one host); the intra-host path keeps its nominal values"
         )
+    if all(k in unused for k in UPLINKS):
+        notes.append(
+            "uplink parameters: not exercised by these runs (no message crossed a "
+            "switch-to-switch link, e.g. on a star); uplinks keep their nominal values"
+        )
     for k in unused:
-        if k.startswith("inter."):
-            notes.append(f"{WHAT[k]}: not exercised by these runs; kept at its nominal value")
+        if k.startswith("nic.") or (k in UPLINKS and not all(x in unused for x in UPLINKS)):
+            why = " (no uplink limited a flow's rate)" if k == "uplink.inv_fraction" else ""
+            notes.append(f"{WHAT[k]}: not exercised by these runs{why}; kept at its nominal value")
     for k in [k for k in DROP_ORDER if k in free]:  # drop what the others already explain
         cols = [PARAMS.index(x) for x in free]
         if _rank(j0, cols) == len(cols):
@@ -249,7 +274,7 @@ def fit(
         if _rank(j0, rest) == _rank(j0, cols):
             free.remove(k)
             notes.append(_inseparable(k))
-    if "inter.inv_fraction" not in free and "intra.inv_fraction" not in free:
+    if not any(k in free for k in BANDWIDTHS):
         raise CalibrationError("these runs do not exercise any link's bandwidth")
 
     separable = list(free)
@@ -263,16 +288,9 @@ def fit(
         p, cov = _iterate(
             model, fit_idx, t_fit, start, free, zeroed, said, on_iteration, bounded=True
         )
-        bounds = _bound_notes(wanted, p, free)
-        said += [
-            f"{WHAT[k]}: the first fit wanted {f:.1%} of the payload rate; with per-message "
-            f"costs free it fits {1.0 / p[k]:.1%}"
-            for k, f in wanted.items()
-            if k in free
-        ]
     else:
         # a per-message cost only where the data say so
-        k = "inter.message_s"
+        k = "nic.message_s"
         if k in free:
             n = free.index(k)
             err = math.sqrt(max(0.0, cov[n, n]))
@@ -284,10 +302,28 @@ def fit(
                 )
                 said = [drop]
                 p, cov = _iterate(model, fit_idx, t_fit, start, free, zeroed, said, on_iteration)
+    weak: set[str] = set()
+    while k := weak_uplinks(p, _errors(free, cov), free):  # hold what the data cannot place
+        said.append(_weak_note(k, p, _errors(free, cov)[k]))
+        free.remove(k)
+        weak.add(k)
+        p, cov = _iterate(
+            model, fit_idx, t_fit, start, free, zeroed, said, on_iteration, bounded=bool(wanted)
+        )
+    if wanted:
+        bounds = _bound_notes({k: f for k, f in wanted.items() if k not in weak}, p, free)
+        said += [
+            f"{WHAT[k]}: the first fit wanted {f:.1%} of the payload rate; with per-message "
+            f"costs free it fits {1.0 / p[k]:.1%}"
+            for k, f in wanted.items()
+            if k in free
+        ]
     notes += said
 
     errs = _errors(free, cov)
-    cal = _calibration(p, errs, free, pts, {k for k in wanted if k not in free})
+    cal = _calibration(
+        p, errs, {*free, *zeroed}, {k for k in wanted if k not in free and k not in weak}
+    )
     cal.bounds = bounds
     cal.testbed_name = testbed_name
     cal.runs = list(runs)
@@ -368,18 +404,43 @@ def judge(cal: Calibration) -> tuple[bool, str]:
     )
 
 
+def weak_uplinks(p: dict[str, float], errs: dict[str, float | None], free: list[str]) -> str:
+    """The first fitted uplink parameter whose standard error exceeds its value ("" if none):
+    the data barely tell it from the host NIC's (it is then held at its nominal value)."""
+    for k in UPLINKS:
+        err = errs.get(k)
+        if k in free and err is not None and err > abs(p[k]):
+            return k
+    return ""
+
+
+def _weak_note(k: str, p: dict[str, float], err: float | None) -> str:
+    """Why an uplink parameter the fit could not place is held at its nominal value."""
+    e = err or 0.0
+    got = (
+        f"{1.0 / p[k]:.1%} ± {e / (p[k] * p[k]):.1%} of the payload rate"
+        if k.endswith("inv_fraction")
+        else f"{p[k] * 1e6:.3g} ± {e * 1e6:.2g} us"
+    )
+    return (
+        f"{WHAT[k]}: the fit gives {got}, a standard error larger than the value (these runs "
+        f"barely tell the uplinks from the host NICs); kept at its nominal value, the {NIC} "
+        "parameters carry the path"
+    )
+
+
 def _bound_notes(wanted: dict[str, float], p: dict[str, float], free: list[str]) -> list[str]:
     """One phrase per bandwidth the bounded refit holds at the payload rate."""
     out = []
     for k, frac in wanted.items():
-        where = "inter" if k.startswith("inter") else "intra"
+        where = k.split(".")[0]
         if k in free:  # the refit, with per-message costs free, stays below the payload rate
             continue
         per = [f"{p[f'{where}.latency_s'] * 1e6:.3g} us per hop"]
-        if where == "inter":
-            per.append(f"{p['inter.message_s'] * 1e6:.3g} us per message")
+        if where != "intra":
+            per.append(f"{p['nic.message_s'] * 1e6:.3g} us per message")
         per.append(f"{p['step_overhead_s'] * 1e6:.3g} us per step")
-        left = any(p[x] > 0 for x in (f"{where}.latency_s", "inter.message_s", "step_overhead_s"))
+        left = any(p[x] > 0 for x in (f"{where}.latency_s", "nic.message_s", "step_overhead_s"))
         rest = (
             f"the time it could not explain is per message: {', '.join(per)}"
             if left
@@ -401,10 +462,23 @@ def price_points(cal: Calibration, points: Sequence[Point]) -> None:
 
 
 def _inseparable(k: str) -> str:
-    if k == "inter.message_s":
+    if k == "nic.message_s":
         return (
             "per-message cost: not separable from the latency per hop in these runs (every "
-            "message crossed the same number of hops); it is part of the latency per hop"
+            f"message crossed the same number of {NIC} links); it is part of the {NIC} latency "
+            "per hop"
+        )
+    if k == "uplink.latency_s":
+        return (
+            f"{WHAT[k]}: not separable from the {NIC}'s in these runs (every message that "
+            f"crossed uplinks crossed them in the same proportion to its {NIC} hops); kept at "
+            f"its nominal value, the {NIC} latency per hop carries the path"
+        )
+    if k == "uplink.inv_fraction":
+        return (
+            f"{WHAT[k]}: not separable from the {NIC}'s in these runs (every flow an uplink "
+            f"could limit was limited alike by a {NIC}); kept at its nominal value, the {NIC} "
+            "fraction carries the path"
         )
     if k == "step_overhead_s":
         return (
@@ -482,6 +556,11 @@ def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration, bo
                 notes.append(
                     f"{WHAT[k]}: these runs do not determine it; kept at its nominal value"
                 )
+        elif k in UPLINKS:
+            notes.append(
+                f"{WHAT[k]}: the fit puts it below zero (these runs cannot place it beside the "
+                f"{NIC}'s); kept at its nominal value"
+            )
         else:
             notes.append(f"{WHAT[k]}: the fit puts it below zero; held at 0")
             zeroed.add(k)
@@ -490,8 +569,9 @@ def _iterate(model, fit_idx, t_fit, start, free, zeroed, notes, on_iteration, bo
 
 
 def _floor(k: str, start: dict[str, float]) -> float:
-    """Where a parameter the fit cannot place is held: a time at zero, a bandwidth nominal."""
-    return start[k] if k.endswith("inv_fraction") else 0.0
+    """Where a parameter the fit cannot place is held: a time at zero, a bandwidth and an
+    uplink's latency (the hop of a switch, not the software's) at its nominal value."""
+    return start[k] if k.endswith("inv_fraction") or k in UPLINKS else 0.0
 
 
 def _errors(free: list[str], cov) -> dict[str, float | None]:
@@ -502,34 +582,31 @@ def _errors(free: list[str], cov) -> dict[str, float | None]:
     return out
 
 
-def _calibration(p, errs, free, pts, held: set[str]) -> Calibration:
-    """The Calibration of the parameters ``p`` (``held``: bandwidths held at the bound)."""
+def _calibration(p, errs, placed, held: set[str]) -> Calibration:
+    """The Calibration of the parameters ``p`` (``placed``: fitted or held at zero; ``held``:
+    bandwidths held at the bound). The host NIC class is always there; uplink and intra-host
+    only where one of their parameters was placed or held at the bound: else they keep the
+    nominal values of whatever topology the calibration prices."""
 
     def frac(k: str) -> tuple[float, float | None]:
         g = p[k]
         e = errs[k]
         return 1.0 / g, (None if e is None else e / (g * g))
 
-    inter_f, inter_fe = frac("inter.inv_fraction")
-    classes = {
-        INTER: ClassParams(
-            latency_s=p["inter.latency_s"],
-            latency_err_s=errs["inter.latency_s"],
-            bandwidth_fraction=inter_f,
-            bandwidth_fraction_err=inter_fe,
-            message_s=p["inter.message_s"],
-            message_err_s=errs["inter.message_s"],
-            at_bound="inter.inv_fraction" in held,
-        )
-    }
-    if "intra.latency_s" in free or "intra.inv_fraction" in free or "intra.inv_fraction" in held:
-        intra_f, intra_fe = frac("intra.inv_fraction")
-        classes[INTRA] = ClassParams(
-            latency_s=p["intra.latency_s"],
-            latency_err_s=errs["intra.latency_s"],
-            bandwidth_fraction=intra_f,
-            bandwidth_fraction_err=intra_fe,
-            at_bound="intra.inv_fraction" in held,
+    classes = {}
+    for name, x in ((NIC, "nic"), (UPLINK, "uplink"), (INTRA, "intra")):
+        mine = (f"{x}.latency_s", f"{x}.inv_fraction", f"{x}.message_s")
+        if name != NIC and not any(k in placed or k in held for k in mine):
+            continue
+        f, fe = frac(f"{x}.inv_fraction")
+        classes[name] = ClassParams(
+            latency_s=p[f"{x}.latency_s"],
+            latency_err_s=errs[f"{x}.latency_s"],
+            bandwidth_fraction=f,
+            bandwidth_fraction_err=fe,
+            message_s=p.get(f"{x}.message_s", 0.0),
+            message_err_s=errs.get(f"{x}.message_s"),
+            at_bound=f"{x}.inv_fraction" in held,
         )
     return Calibration(
         step_overhead_s=p["step_overhead_s"],

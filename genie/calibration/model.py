@@ -1,18 +1,26 @@
 """A calibration of the cost model and how it prices a topology.
 
-Parameters, per link class (``inter-host``: every link of the topology; ``intra-host``: the path
-between ranks of one host):
+Parameters, per link class (``host NIC``: a link with a host at one end, the host's own port and
+its switch port; ``uplink``: a switch-to-switch link, e.g. a leaf's uplink to a spine;
+``intra-host``: the path between ranks of one host; ``link_class`` says which a link is):
 
 * ``latency_s``: latency per hop (each link of a route adds it; intra-host: the one hop);
 * ``bandwidth_fraction``: the fraction of each link's payload rate (its declared rate less the
   transport's packet headers, ``genie.testbed.to_topology``) a message gets, at most 1 (the
   wire cannot carry more payload than that); the calibrated rate is payload rate x fraction;
-* ``message_s``: a per-message cost on top of the hops (inter-host only; zero unless the data
-  separate it from the hops, i.e. messages crossed different numbers of hops);
+* ``message_s``: a per-message cost on top of the hops (host NIC only: every message between
+  hosts pays it once; zero unless the data separate it from the hops, i.e. messages crossed
+  different numbers of host NIC links);
 
 and for the whole software stack ``step_overhead_s``: what a rank spends on each SEND, REDUCE
 and COPY step, one after another (``genie.collectives.flowsim``). Each value carries its 1-sigma
-uncertainty from the fit (None: not fitted, kept at its nominal value; the notes say why).
+uncertainty from the fit (None: not fitted, kept at its nominal value; the notes say why). A
+class a calibration lacks (a star has no uplinks; a run with one rank per host no intra-host
+path) keeps the nominal values of the topology it prices.
+
+Calibrations stored before the link classes were split have one class ``inter-host`` for every
+link of the topology; they load as before, their values applying to host NICs and uplinks alike
+(``Calibration.__post_init__`` maps the class, and a note says so).
 
 ``calibrate_topology`` applies a calibration to any ``genie.collectives.topology.Topology`` (the
 testbed's, or a target fabric's: its line rates times the fitted fractions), ``at_params`` builds
@@ -37,16 +45,21 @@ import msgspec
 from genie.collectives.topology import Link, Topology
 from genie.errors import CalibrationError
 
-INTER, INTRA = "inter-host", "intra-host"
-CLASSES = (INTER, INTRA)
+NIC, UPLINK, INTRA = "host NIC", "uplink", "intra-host"
+CLASSES = (NIC, UPLINK, INTRA)
+LEGACY_INTER = "inter-host"  # the one class of every link, in calibrations stored before the split
+# the prefix of each class's parameters in the fit's vector
+PREFIX = {NIC: "nic", UPLINK: "uplink", INTRA: "intra"}
 
 # the fit's parameter vector: names, in order (bandwidths enter as inverse fractions, so the
 # model's time is linear in every parameter along one critical path)
 PARAMS = (
     "step_overhead_s",
-    "inter.latency_s",
-    "inter.message_s",
-    "inter.inv_fraction",
+    "nic.latency_s",
+    "nic.message_s",
+    "nic.inv_fraction",
+    "uplink.latency_s",
+    "uplink.inv_fraction",
     "intra.latency_s",
     "intra.inv_fraction",
 )
@@ -81,7 +94,7 @@ class Calibration(msgspec.Struct, kw_only=True):
     mape: dict[str, float | None] = {}
     notes: list[str] = []
     rows: list[dict[str, Any]] = []  # per point: label, measured, nominal, calibrated, held
-    # the bounds the fit ran into, in words ("inter-host bandwidth fraction held at 100 % ...")
+    # the bounds the fit ran into, in words ("host NIC bandwidth fraction held at 100 % ...")
     bounds: list[str] = []
     offered: bool = False  # whether --calibration latest may pick it (see verdict)
     verdict: str = ""  # why it is offered or not, in one phrase
@@ -94,6 +107,24 @@ class Calibration(msgspec.Struct, kw_only=True):
     apart: dict[str, Any] = {}
     # error on other runs (``genie calibrate --validate``): runs, MAPE nominal/calibrated, rows
     validation: dict[str, Any] = {}
+
+    def __post_init__(self) -> None:
+        """A calibration stored with one ``inter-host`` class applies it to host NICs and
+        uplinks alike (the module docstring)."""
+        legacy = self.classes.get(LEGACY_INTER)
+        if legacy is None:
+            return
+        classes = {k: v for k, v in self.classes.items() if k != LEGACY_INTER}
+        classes.setdefault(NIC, legacy)
+        classes.setdefault(
+            UPLINK, msgspec.structs.replace(legacy, message_s=0.0, message_err_s=None)
+        )
+        self.classes = {k: classes[k] for k in (*CLASSES, *classes) if k in classes}
+        self.notes = [
+            *self.notes,
+            f"stored with one {LEGACY_INTER} class (before host NICs and uplinks were fitted "
+            "apart): its values apply to both",
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         """The calibration as plain data (what the store keeps; ``genie calibrate --json``)."""
@@ -108,7 +139,11 @@ class Calibration(msgspec.Struct, kw_only=True):
     def describe(self) -> str:
         """One line: the parameters with their uncertainties."""
         parts = [f"step overhead {_us(self.step_overhead_s, self.step_overhead_err_s)}"]
-        for name, c in self.classes.items():
+        for name in (*CLASSES, *(k for k in self.classes if k not in CLASSES)):
+            c = self.classes.get(name)
+            if c is None:
+                parts.append(f"{name}: nominal (not fitted)")
+                continue
             fr = (
                 f"{c.bandwidth_fraction:.1%} (held at the bound)"
                 if c.at_bound
@@ -133,14 +168,35 @@ def _pct(v: float, err: float | None) -> str:
     return f"{v:.1%} ± {err:.1%}"
 
 
+def link_class(topology: Topology, link: Link) -> str:
+    """``host NIC`` for a link with a host (endpoint) at one end, else ``uplink``."""
+    return _class_of(set(topology.hosts), link)
+
+
+def _class_of(hosts: set[str], link: Link) -> str:
+    return NIC if link.src in hosts or link.dst in hosts else UPLINK
+
+
 def nominal_params(topology: Topology) -> dict[str, float]:
-    """The parameter vector that reproduces ``topology`` as declared (mean link latency)."""
-    lats = [lk.latency for lk in topology.links]
+    """The parameter vector that reproduces ``topology`` as declared (mean latency per class;
+    a class without links takes the mean of all links)."""
+    lats: dict[str, list[float]] = {NIC: [], UPLINK: []}
+    hosts = set(topology.hosts)
+    for lk in topology.links:
+        lats[_class_of(hosts, lk)].append(lk.latency)
+    every = lats[NIC] + lats[UPLINK]
+
+    def mean(xs: list[float]) -> float:
+        xs = xs or every
+        return sum(xs) / len(xs) if xs else 0.0
+
     return {
         "step_overhead_s": topology.step_overhead,
-        "inter.latency_s": sum(lats) / len(lats) if lats else 0.0,
-        "inter.message_s": topology.message_latency,
-        "inter.inv_fraction": 1.0,
+        "nic.latency_s": mean(lats[NIC]),
+        "nic.message_s": topology.message_latency,
+        "nic.inv_fraction": 1.0,
+        "uplink.latency_s": mean(lats[UPLINK]),
+        "uplink.inv_fraction": 1.0,
         "intra.latency_s": topology.intra_latency,
         "intra.inv_fraction": 1.0,
     }
@@ -148,14 +204,23 @@ def nominal_params(topology: Topology) -> dict[str, float]:
 
 def at_params(topology: Topology, p: Mapping[str, float], model: str = "") -> Topology:
     """``topology`` with the parameters ``p`` (line rates from ``topology``, see module doc)."""
-    if p["inter.inv_fraction"] <= 0 or p["intra.inv_fraction"] <= 0:
+    if any(p[f"{x}.inv_fraction"] <= 0 for x in PREFIX.values()):
         raise CalibrationError("a bandwidth fraction must be positive")
-    inv, lat = p["inter.inv_fraction"], p["inter.latency_s"]
+    per = {
+        name: (p[f"{PREFIX[name]}.inv_fraction"], p[f"{PREFIX[name]}.latency_s"])
+        for name in (NIC, UPLINK)
+    }
+    hosts = set(topology.hosts)
+
+    def link(lk: Link) -> Link:
+        inv, lat = per[_class_of(hosts, lk)]
+        return Link(lk.src, lk.dst, lk.bandwidth / inv, lat)
+
     return topology.derive(
-        link=lambda lk: Link(lk.src, lk.dst, lk.bandwidth / inv, lat),
+        link=link,
         intra_bandwidth=topology.intra_bandwidth / p["intra.inv_fraction"],
         intra_latency=p["intra.latency_s"],
-        message_latency=p["inter.message_s"],
+        message_latency=p["nic.message_s"],
         step_overhead=p["step_overhead_s"],
         model=model,
     )
@@ -165,14 +230,14 @@ def params_of(cal: Calibration, topology: Topology) -> dict[str, float]:
     """The parameter vector of ``cal`` (a class it lacks keeps ``topology``'s nominal values)."""
     p = nominal_params(topology)
     p["step_overhead_s"] = cal.step_overhead_s
-    for prefix, name in (("inter", INTER), ("intra", INTRA)):
+    for name, prefix in PREFIX.items():
         c = cal.classes.get(name)
         if c is None:
             continue
         p[f"{prefix}.latency_s"] = c.latency_s
         p[f"{prefix}.inv_fraction"] = 1.0 / c.bandwidth_fraction
-        if prefix == "inter":
-            p["inter.message_s"] = c.message_s
+        if name == NIC:
+            p["nic.message_s"] = c.message_s
     return p
 
 

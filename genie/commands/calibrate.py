@@ -2,12 +2,14 @@
 
 The fit (``genie.calibration.fit``) uses part of the runs' points and holds back the rest
 (``--holdout``); the model's error on the held-back points, nominal and calibrated, is the
-figure to trust. Parameters stay physical (bandwidth at most the payload rate, times >= 0); a
-fit that hits a bound says so. The calibration is stored with the testbed in the run store, for
-``genie simulate|emulate|bench --calibration ID``, and offered for ``--calibration latest`` only
-when no bound binds and its held-back error beats nominal by a clear margin (the output says
-which). ``--validate RUN``: the fitted model's error on another run (another topology or size
-range) beside nominal.
+figure to trust. Parameters are fitted per link class (host NIC: a link with a host at one end;
+uplink: switch to switch; intra-host), each class the runs do not exercise or cannot tell apart
+kept nominal, as the notes say. Parameters stay physical (bandwidth at most the payload rate,
+times >= 0); a fit that hits a bound says so. The calibration is stored with the testbed in the
+run store, for ``genie simulate|emulate|bench --calibration ID``, and offered for
+``--calibration latest`` only when no bound binds and its held-back error beats nominal by a
+clear margin (the output says which). ``--validate RUN``: the fitted model's error on another
+run (another topology or size range) beside nominal.
 
 ``genie calibrate compute PREFIX --out NEW``: rewrite a workload's compute durations from its
 shapes (timed with PyTorch on a local accelerator when there is one, else the roofline; the
@@ -88,7 +90,11 @@ def print_calibration(
     con.print(
         f"points: {cal.points_fit} fit, {cal.points_held} held back ({cal.holdout})", markup=False
     )
-    con.print("parameters (± one standard error):", markup=False)
+    con.print(
+        "parameters (± one standard error) per link class: host NIC = a link with a host at "
+        "one end, uplink = switch to switch, intra-host = between ranks of one host:",
+        markup=False,
+    )
     con.print(f"  {cal.describe().replace('; ', chr(10) + '  ')}", markup=False)
     for note in cal.notes:
         con.print(f"  note: {note}", markup=False)
