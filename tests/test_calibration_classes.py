@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from genie.calibration.fit import Point, assign_holdout, fit, weak_uplinks
+from genie.calibration.fit import Point, assign_holdout, fit, price_points, weak_uplinks
 from genie.calibration.model import (
     CLASSES,
     INTRA,
@@ -114,6 +114,30 @@ def test_a_star_fit_leaves_the_uplinks_nominal_and_says_so():
         else:
             assert got.bandwidth == pytest.approx(nominal.bandwidth * 0.7, rel=0.02)
             assert got.latency == cal.classes[NIC].latency_s
+
+
+def test_a_star_fit_validated_on_an_oversubscribed_leaf_spine_leaves_its_uplinks_alone():
+    # the hosts' software and NICs (90 %) measured on a star; a 2-leaf 3:1 fabric of the same
+    # hosts whose uplinks carry their declared payload rate (what --validate judges it on)
+    star = T.switch(4, 1.25e9, 1e-6)
+    truth = {"step_overhead_s": 30e-6, "nic.latency_s": 10e-6, "nic.inv_fraction": 1 / 0.9}
+    cal = fit(_points(star, truth, [("star", list(star.hosts), COLLS)])).calibration
+    ls = T.leaf_spine(2, 1, 3, 1.25e9, 1e-6, 3.0)
+    val = _points(ls, truth, [("ls", list(ls.hosts), COLLS)])
+
+    def mape(c: Calibration) -> tuple[float, float]:
+        price_points(c, val)
+
+        def err(attr: str) -> float:
+            return 100 * float(np.mean([abs(getattr(p, attr) / p.measured_s - 1) for p in val]))
+
+        return err("nominal_s"), err("calibrated_s")
+
+    nominal, calibrated = mape(cal)
+    assert calibrated < 1.0 < 40.0 < nominal
+    # the one inter-host class of before put the NICs' 90 % on the uplinks too: 6 % off
+    old = Calibration(step_overhead_s=cal.step_overhead_s, classes={LEGACY_INTER: cal.classes[NIC]})
+    assert mape(old)[1] > 4.0
 
 
 def test_uplinks_a_non_blocking_leaf_spine_cannot_tell_apart_are_held_nominal_not_fitted_wild():

@@ -91,8 +91,8 @@ def print_calibration(
         f"points: {cal.points_fit} fit, {cal.points_held} held back ({cal.holdout})", markup=False
     )
     con.print(
-        "parameters (± one standard error) per link class: host NIC = a link with a host at "
-        "one end, uplink = switch to switch, intra-host = between ranks of one host:",
+        "parameters (± one standard error); host NIC = a link with a host at one end, uplink = "
+        "switch to switch:",
         markup=False,
     )
     con.print(f"  {cal.describe().replace('; ', chr(10) + '  ')}", markup=False)
