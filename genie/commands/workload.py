@@ -1,5 +1,5 @@
-"""``genie workload inspect|convert|generate|replicate|scale|slice``: look at, convert, create
-and reshape Chakra workloads."""
+"""``genie workload inspect|convert|generate|replicate|scale|slice|import``: look at, convert,
+create, reshape and import Chakra workloads."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ def register(subparsers) -> None:
     c.set_defaults(func=cmd_convert)
 
     _register_tools(sub)
+    _register_import(sub)
 
     g = sub.add_parser("generate", help="write a synthetic workload as <out>.<rank>.et files")
     kinds = g.add_subparsers(dest="kind", metavar="KIND")
@@ -105,6 +106,55 @@ def _register_tools(sub) -> None:
         k.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
         k.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
         k.set_defaults(func=fn)
+
+
+def _register_import(sub) -> None:
+    """``import pytorch`` (genie.workload.pytorch_import)."""
+    i = sub.add_parser("import", help="turn another tool's traces into a workload")
+    kinds = i.add_subparsers(dest="import_kind", metavar="FORMAT")
+    i.set_defaults(func=lambda args: (i.print_help(), 2)[1])
+    p = kinds.add_parser(
+        "pytorch",
+        help="PyTorch execution traces (ExecutionTraceObserver JSON, optional Kineto traces)",
+    )
+    p.add_argument(
+        "host", nargs="+", help="host execution trace(s), one per rank (rank from the name)"
+    )
+    p.add_argument(
+        "--kineto",
+        action="append",
+        default=[],
+        metavar="TRACE.json",
+        help="Kineto device trace(s) for GPU kernel times and streams (repeat per rank)",
+    )
+    p.add_argument(
+        "--ranks",
+        type=A.integer(1, 131072),
+        help="ranks to write from one rank's trace (default: the job's, from its process groups)",
+    )
+    p.add_argument(
+        "--device",
+        default="h100",
+        help="roofline that prices GPU kernels when no Kineto trace times them (h100, h200, a100)",
+    )
+    p.add_argument("--out", required=True, help="output prefix: writes <out>.<rank>.et")
+    p.add_argument("--gz", action="store_true", help="write gzip-compressed .et.gz files")
+    p.set_defaults(func=cmd_import_pytorch)
+
+
+def cmd_import_pytorch(args: argparse.Namespace) -> int:
+    """Host (and Kineto) traces to Chakra ET files, replicated to the job's ranks."""
+    from genie.workload.pytorch_import import import_pytorch
+
+    got = import_pytorch(args.host, args.kineto, args.ranks, args.device, Path(args.out).name)
+    notes = list(got.notes)
+    if got.replicated_from is not None:
+        notes.append(
+            f"ranks 0..{got.workload.n_ranks - 1} run rank {got.replicated_from}'s graph "
+            "(one host trace given)"
+        )
+    _write(got.workload, args, _fold_ranks(notes), fold=True)
+    return 0
 
 
 def generate_spec(args: argparse.Namespace) -> GenerateSpec:
