@@ -222,6 +222,12 @@ class _Connections:
             if self.holder == (value, self.gen.get(value, 0)):
                 self.holder = None
                 self.core.holder_disconnected()
+        elif kind == zmq.EVENT_ACCEPT_FAILED:
+            self.say(
+                f"control port: cannot accept a connection: {os.strerror(value)} (connections "
+                f"that do not complete the handshake are dropped after "
+                f"{sockets.AGENT_HANDSHAKE_S:g} s)"
+            )
         else:
             why = _HANDSHAKE_WHY.get(value, f"code {value:#x}")
             self.say(f"auth: a control connection failed its handshake: {why}")

@@ -92,8 +92,10 @@ class Link:
         if self.connected:
             return (
                 f"something at {self.address} accepts connections but the control handshake "
-                "fails: not a genie agent, or an agent that requires CURVE keys (give the "
-                "controller its keys: GENIE_KEYS=DIR or [deploy] keys)"
+                "fails: not a genie agent, an agent that requires CURVE keys (give the "
+                "controller its keys: GENIE_KEYS=DIR or [deploy] keys), or an agent out of file "
+                "descriptors (its `ulimit -n`; a flood of idle connections to its control port "
+                f"is dropped after {sockets.AGENT_HANDSHAKE_S:g} s: see its log)"
             )
         if self.tries:
             return f"nothing accepts connections at {self.address} (connection refused)"

@@ -15,6 +15,10 @@ controller's socket always sets a ZAP domain (``CONTROLLER_ZAP_DOMAIN``), with o
 that makes libzmq refuse ZMTP 1.0/2.0 peers outright (libzmq asserts, SIGABRT, when such a peer
 reconnects while the socket closes).
 
+A connection that has not completed its handshake within ``AGENT_HANDSHAKE_S`` (agent) or
+``CONTROLLER_HANDSHAKE_S`` (controller: it then reconnects) is dropped, so a flood of idle
+connections holds an agent's descriptors for seconds, not libzmq's default 30 s.
+
 A monitor socket reports what each connection does; ``read_events`` drains it without blocking.
 Imports: pyzmq, the standard library and ``genie.errors`` only (the agent stays light).
 """
@@ -33,6 +37,10 @@ from genie.wire.frames import SOCKET_MAX_MSG
 
 LINGER_MS = 200  # a closing socket waits this long for unsent frames (a Bye, a last Ack)
 AGENT_SNDHWM = 10_000  # frames an agent queues for a slow controller before dropping
+# a connection to the agent that has not completed the ZMTP (and CURVE) handshake within this
+# is dropped (libzmq's default is 30 s): idle connections cannot hold the agent's descriptors
+AGENT_HANDSHAKE_S = 2.0
+CONTROLLER_HANDSHAKE_S = 3.0  # the controller's connection retries past a stuck handshake
 AGENT_ZAP_DOMAIN = "genie"  # the agent's ZAP handler admits controllers in this domain
 CONTROLLER_ZAP_DOMAIN = b"genie-controller"  # any non-empty domain: refuses ZMTP 1.0/2.0 peers
 
@@ -50,7 +58,12 @@ CONTROLLER_EVENTS = (
     | zmq.EVENT_HANDSHAKE_SUCCEEDED
 )
 # (not HANDSHAKE_FAILED_NO_DETAIL: every port probe that connects and hangs up makes one)
-AGENT_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+AGENT_EVENTS = (
+    zmq.EVENT_ACCEPTED
+    | zmq.EVENT_ACCEPT_FAILED
+    | zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+)
 
 
 class CurvePair(Protocol):
@@ -95,6 +108,7 @@ def controller_socket(
             sock.curve_secretkey = keys.secret
             sock.curve_publickey = keys.public
         sock.setsockopt(zmq.ZAP_DOMAIN, CONTROLLER_ZAP_DOMAIN)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(CONTROLLER_HANDSHAKE_S * 1000))
         _common(sock, identity)
     except BaseException:
         sock.close(0)
@@ -144,6 +158,7 @@ def agent_socket(
             sock.curve_server = True
         _common(sock, agent_id)
         sock.setsockopt(zmq.SNDHWM, AGENT_SNDHWM)
+        sock.setsockopt(zmq.HANDSHAKE_IVL, int(AGENT_HANDSHAKE_S * 1000))
         sock.bind(f"tcp://{listen}")
     except zmq.ZMQError as exc:
         sock.close(0)
