@@ -1,7 +1,10 @@
 """The ``genie`` command line: one argparse tree built from the modules in ``genie.commands``.
 
 Each module in ``genie/commands/`` defines ``register(subparsers)`` that adds its commands and
-sets ``func`` on them. A GenieError becomes one line on stderr and its exit code; Ctrl-C exits 130.
+sets ``func`` on them. A GenieError becomes one line on stderr (control characters escaped) and
+its exit code; what a user's input makes the standard library raise (a path that cannot be
+written, JSON nested too deeply, a number out of range, text that is not UTF-8) one line and
+exit 2; Ctrl-C exits 130.
 SIGTERM is turned into an interrupt (so a live run is finished ``interrupted``, not left
 ``running``) and exits 143.
 """
@@ -20,6 +23,7 @@ from typing import Any, NoReturn
 
 from genie import __version__, commands, progress
 from genie.errors import GenieError
+from genie.wire.text import clean
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -146,21 +150,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         rc = args.func(args)
     except GenieError as exc:
-        print(f"genie: error: {exc}", file=sys.stderr)
+        print(f"genie: error: {clean(str(exc), 100_000, keep=chr(10) + chr(9))}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    except INPUT_ERRORS as exc:  # bad input or paths: one line, never a traceback
+        print(f"genie: error: {input_error(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt as exc:
         if isinstance(exc, Terminated):
             print("genie: terminated (SIGTERM)", file=sys.stderr)
             return 143
         print("genie: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        return 0
     finally:
         if previous is not None:
             with contextlib.suppress(ValueError, TypeError):
                 signal.signal(signal.SIGTERM, previous)
     return int(rc or 0)
+
+
+# what a user's input (paths, files, numbers) makes the standard library raise
+INPUT_ERRORS = (OSError, RecursionError, MemoryError, OverflowError, UnicodeError)
+
+
+def input_error(exc: BaseException) -> str:
+    """One line for an error a user's input caused (the path or the input it is about)."""
+    if isinstance(exc, OSError):
+        where = exc.filename if exc.filename is not None else ""
+        why = exc.strerror or type(exc).__name__
+        return f"{where}: {why}" if where != "" else f"{why}: {exc}"
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply (a JSON file nested thousands of levels?)"
+    if isinstance(exc, MemoryError):
+        return "out of memory reading the input (a device such as /dev/zero, or a huge file?)"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"input is not UTF-8 text ({exc.reason} at byte {exc.start})"
+    if isinstance(exc, OverflowError):
+        return f"a number is out of range: {exc}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 class Terminated(KeyboardInterrupt):

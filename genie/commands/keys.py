@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
+
+from genie.errors import UsageError
 
 DEFAULT_DIR = "~/.genie/keys"
 
@@ -12,7 +15,7 @@ def _init(args: argparse.Namespace) -> int:
     from genie.keys import fingerprint, init_keys
 
     d = Path(args.dir).expanduser()
-    agents = [a for a in (args.agents or "").split(",") if a]
+    agents = _agent_names(args.agents)
     pairs = init_keys(d, agents, overwrite=args.force)
     for name, pair in pairs.items():
         print(
@@ -24,6 +27,24 @@ def _init(args: argparse.Namespace) -> int:
         " start them with GENIE_KEYS=DIR. The controller needs controller.* and agent*.public."
     )
     return 0
+
+
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+
+
+def _agent_names(text: str | None) -> list[str]:
+    """The agent names of ``--agents A,B``: each a testbed host name (never a path)."""
+    if text is None:
+        return []
+    names = [a.strip() for a in text.split(",") if a.strip()]
+    if not names:
+        raise UsageError("--agents names no agent (give A,B or leave it out)")
+    for a in names:
+        if not _NAME.match(a) or ".." in a:
+            raise UsageError(
+                f"--agents: {a!r} is not an agent name (1-64 of A-Z a-z 0-9 _ . -, not a path)"
+            )
+    return names
 
 
 def register(sub: argparse._SubParsersAction) -> None:
