@@ -404,8 +404,8 @@ class RunStore:
     def run(self, run_id: str) -> RunInfo:
         """One run by id (a unique prefix works too); StoreError if there is none."""
         rows = self._fetch(
-            self._RUN_SELECT + " WHERE r.run_id LIKE ? ORDER BY created_at DESC",
-            (run_id + "%",),
+            self._RUN_SELECT + " WHERE substr(r.run_id, 1, ?) = ? ORDER BY created_at DESC",
+            (len(run_id), run_id),  # a prefix, literally (LIKE would take % and _ as wildcards)
         )
         if not rows:
             raise StoreError(f"no run {run_id!r} in {self.path}")
@@ -465,8 +465,9 @@ class RunStore:
     def calibration(self, cal_id: str) -> dict[str, Any]:
         """One calibration's doc by id (a unique prefix works); StoreError if there is none."""
         rows = self._exec(
-            "SELECT cal_id, doc FROM calibrations WHERE cal_id LIKE ? ORDER BY created_at DESC",
-            (cal_id + "%",),
+            "SELECT cal_id, doc FROM calibrations WHERE substr(cal_id, 1, ?) = ?"
+            " ORDER BY created_at DESC",
+            (len(cal_id), cal_id),
         ).fetchall()
         if not rows:
             raise StoreError(f"no calibration {cal_id!r} in {self.path} (genie calibrate RUN)")

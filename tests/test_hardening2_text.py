@@ -11,9 +11,13 @@ from __future__ import annotations
 import sqlite3
 
 import msgspec
+import pytest
 from test_hardening_store import FakeAgent
 
 from genie import __version__, cli
+from genie.api.benchmark import BenchSpec, bench
+from genie.errors import RuntimeFault
+from genie.store import RunStore
 from genie.testbed import dumps_testbed, loopback_testbed
 from genie.wire import messages as p
 from genie.wire.text import MAX_NAME, MAX_TEXT, clean
@@ -87,3 +91,31 @@ def test_a_hostile_agents_text_reaches_neither_terminal_nor_store(tmp_path, caps
     with capsys.disabled():
         print(f"\nbench against a hostile agent: {printed} characters printed, error stored: "
               f"{len(error)} characters, host facts stored: {len(facts)} characters")  # fmt: skip
+
+
+def _zero_length(go: p.Go) -> p.Result:
+    n = go.iters + go.warmup
+    t = [go.start_at + go.offset + 1000 + i * 10_000 for i in range(n)]
+    rr = [p.RankResult(rank=r, start=t, end=t) for r in (0, 1)]
+    return p.Result(job=go.job, epoch=go.epoch, program=go.program, warmup=go.warmup, ranks=rr)
+
+
+def test_zero_length_iterations_from_a_peer_are_refused(tmp_path) -> None:
+    """A weaker point of issue 31: a Result whose iterations take 0 ns gave time 0.0 and
+    busbw inf, printed and stored."""
+    fake = FakeAgent(_zero_length)
+    try:
+        tb = loopback_testbed(1, base_port=fake.port, ranks_per_host=2)
+        path = tmp_path / "fake.toml"
+        path.write_text(dumps_testbed(tb))
+        store = tmp_path / "runs.sqlite"
+        cfg = BenchSpec(
+            testbed=str(path), sizes=[4096], iters=2, warmup=1, store=str(store), progress=False
+        )
+        with pytest.raises(RuntimeFault, match=r"malformed result: iteration 0 .* took 0 ns"):
+            bench(cfg)  # was: rows with time 0.0 and busbw inf
+    finally:
+        fake.close()
+    with RunStore(store) as st:
+        (info,) = st.list_runs()
+    assert info.status == "failed" and info.instances == 0

@@ -739,9 +739,17 @@ class Controller:
         steps = max_steps_per_rank(prog.spec) if record_steps else 0
         self._check_results(results, ranks_of, iters + warmup, steps, start_at, program, warmup)
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
+        instances = completion_times(results, offs)
+        empty = [x.iteration for x in instances if x.time_s <= 0]
+        if empty:  # a collective takes time: a zero time would be an infinite bandwidth
+            self.abort("malformed result")
+            raise RuntimeFault(
+                f"agents {', '.join(sorted(results))} sent a malformed result: iteration "
+                f"{empty[0]} of {prog!r} took 0 ns ({len(empty)} of {len(instances)} such)"
+            )
         return RunOutcome(
             program=prog.spec,
-            instances=completion_times(results, offs),
+            instances=instances,
             results=results,
             start_at_ns=start_at,
             lateness_ns={a: r.start_lateness_ns for a, r in results.items()},
