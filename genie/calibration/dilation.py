@@ -17,7 +17,7 @@ model time / K (the model is homogeneous in time).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,22 @@ from genie.calibration.model import scaled_topology
 from genie.errors import UsageError
 
 MAX_DILATION = 1000.0
+
+
+def run_dilation(meta: Mapping[str, Any] | None) -> float:
+    """A stored run's dilation factor from its meta (1 for a run stored without one)."""
+    k = (meta or {}).get("dilation")
+    return float(k) if isinstance(k, int | float) and k > 0 else 1.0
+
+
+def reported_s(wire_s: float, k: float) -> float:
+    """The one definition of a dilated run's time: the wire's time divided by ``k``.
+
+    The run store keeps the wire's times (a calibration fits the lab); ``genie bench`` and
+    ``genie emulate`` print them divided by ``k``, and so do ``genie report`` and ``genie runs
+    show``, through this function, so a run reads the same everywhere.
+    """
+    return wire_s / k
 
 
 def check_dilation(k: float) -> float:
@@ -97,8 +113,9 @@ def dilation_note(k: float, topology: Any, model: str, effects: Sequence[tuple[s
     """
     said = ", ".join(f"{what} {pct:+.1f} %" for what, pct in effects) or "-"
     return (
-        f"dilation x{k:g}: times are the lab's divided by {k:g}, as on links {k:g}x faster. Not "
-        f"scaled: the lab's fixed times ({fixed_times(topology)}) were divided by {k:g} as well, "
-        f"so these figures assume a fabric with 1/{k:g} of the lab's latency and overhead. With "
-        f"the lab's latency and overhead kept, the model ({model}) says: {said}"
+        f"dilation x{k:g}: times are the lab's divided by {k:g}, as on links {k:g}x faster. The "
+        f"lab's fixed times ({fixed_times(topology)}) do not get faster with the links, yet they "
+        f"were divided by {k:g} too, so these figures assume a fabric with 1/{k:g} of the lab's "
+        f"latency and overhead. With the lab's latency and overhead kept, the model ({model}) "
+        f"says: {said}"
     )

@@ -75,14 +75,16 @@ _LIST_KEYS = ("run_id", "created_at", "finished_at", "status", "testbed_name", "
 
 
 def _show(args: argparse.Namespace) -> int:
+    from genie.calibration.dilation import reported_s, run_dilation
     from genie.controller.results import stats
 
     with _open(args) as st:
         info = st.run(args.run)
+        dk = run_dilation(info.meta)  # a dilated run reads as bench/emulate printed it: / K
         groups: dict[tuple[str, str, int, int], list[float]] = {}
         for x in st.instances(info.run_id):
             key = (x["collective"], x["algorithm"], x["n_ranks"], x["size"])
-            groups.setdefault(key, []).append(x["time_s"])
+            groups.setdefault(key, []).append(reported_s(x["time_s"], dk))
     summary = [
         {
             "collective": c,
@@ -118,7 +120,8 @@ def _show(args: argparse.Namespace) -> int:
         print("  conditions (read back from the agents' data connections):")
         for name, value in cond.items():
             print(f"    {name}: {value}")
-    print(f"  {info.instances} instances (warm-up included); measured, per size:")
+    dil = f" (dilation x{dk:g}: the wire's times / {dk:g})" if dk != 1 else ""
+    print(f"  {info.instances} instances (warm-up included); measured, per size{dil}:")
     for (c, a, n, size), ts in sorted(groups.items()):
         t = stats(ts)
         print(

@@ -73,14 +73,25 @@ def _model_sizes(sizes: Sequence[int]) -> list[int]:
 
 
 def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
-    """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size."""
+    """Per (collective, algorithm, ranks) of a run: measured statistics and the model per size.
+
+    A dilated run's times are the wire's divided by its dilation K and its model the lab's / K
+    (``genie.calibration.dilation.reported_s``), as ``genie bench``/``emulate`` printed them.
+    """
     from genie.calibration.accuracy import error_pct
+    from genie.calibration.dilation import reported_s, run_dilation
     from genie.calibration.model import calibrate_topology
     from genie.vocabulary import bus_factor
 
     run = store.run(run_id)
     insts = store.instances(run.run_id)
     topo, placement = run_topology(run)
+    k = run_dilation(run.meta)
+
+    def model(spec: dict[str, Any], size: int, topology) -> float | None:
+        t = model_time(spec, size, topology, placement)
+        return None if t is None else reported_s(t, k)
+
     cal = run_calibration(store, run)
     cal_topo = calibrate_topology(topo, cal) if cal and topo is not None else None
     groups: dict[tuple[str, str, int, str], dict[int, list[dict]]] = {}
@@ -91,12 +102,12 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
         sizes = sorted(by_size)
         rows = []
         for s in sizes:
-            times = [float(x["time_s"]) for x in by_size[s]]
+            times = [reported_s(float(x["time_s"]), k) for x in by_size[s]]
             p50 = _pct(times, 50)
             alg = s / p50 if p50 > 0 else 0.0
             spec = by_size[s][0]["program"]
-            modeled = model_time(spec, s, topo, placement)
-            calibrated = model_time(spec, s, cal_topo, placement)
+            modeled = model(spec, s, topo)
+            calibrated = model(spec, s, cal_topo)
             rows.append(
                 {
                     "size": s,
@@ -117,7 +128,7 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
         spec = by_size[sizes[0]][0]["program"]
         curve = []
         for s in _model_sizes(sizes):
-            t = model_time(spec, s, topo, placement)
+            t = model(spec, s, topo)
             if t is not None and t > 0:
                 curve.append({"size": s, "time_s": t, "busbw_Bps": s / t * bus_factor(coll, n)})
         out.append(
