@@ -197,7 +197,7 @@ def test_emulate_and_bench_show_nominal_and_calibrated_error(cluster, tmp_path, 
     rep = genie.write_report(genie.ReportSpec(out=str(tmp_path / "rep"), sims=(str(sim),)))
     html = rep.html.read_text()
     assert f"model error of {sim}" in html and "iteration (replayed)" in html
-    render(_emulate(cluster, prefix, store, calibration="none"))  # what genie emulate prints
+    render(_emulate(cluster, prefix, store, calibration="none"), detail=True)  # emulate --detail
     out = capsys.readouterr().out
     assert "model error per collective" in out and "model error of the iteration" in out
     assert "MAPE over" in out

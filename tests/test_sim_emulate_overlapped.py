@@ -264,16 +264,29 @@ def test_collectives_of_one_group_run_one_at_a_time_on_the_wire_by_default(
 
 
 def test_text_output_of_overlapped_mode(cluster, tmp_path, capsys) -> None:
-    prefix = tmp_path / "ov"
-    save_workload(_overlap_workload(), prefix)
+    # a 4-rank data-parallel step: the default is short (the answer, the breakdown, the model
+    # error, what to try next); --detail prints the rest
+    from genie.workload.generators import data_parallel
+
+    prefix = tmp_path / "dp4"
+    save_workload(data_parallel(4, layers=4, hidden=64, bucket_bytes=4 * 64 * 64 * 2), prefix)
     args = ["emulate", str(prefix), "--testbed", str(cluster.testbed_path)]
     args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "2", "--warmup", "0"]
     assert main(args) == 0
+    short = capsys.readouterr().out
+    assert len(short.splitlines()) <= 40, short
+    assert "overlapped" in short and "trace on the wire" in short
+    assert "over 2 runs" in short and "the runs lie" in short  # how far apart the runs lie
+    assert "iteration (per-rank means)" in short and "blocked" in short
+    assert "model error" in short and "MAPE nominal" in short and "more: --detail" in short
+    assert "\non the wire: " not in short and "ranks over" not in short
+    assert main([*args, "--detail"]) == 0
     out = capsys.readouterr().out
-    assert "overlapped" in out and "trace on the wire" in out
-    assert "over 2 runs" in out and "the runs lie" in out  # how far apart the runs lie
+    assert len(out.splitlines()) > 40
     assert "an agent sent at most" in out and "GB/s (10^9 B/s" in out
     assert "on the wire: collectives of one process group run in issue order" in out
+    assert "ranks over" in out and "model error per collective" in out
+    assert "more: --detail" not in out
 
 
 def test_four_ranks_on_two_agents_run_their_op_lists_side_by_side(cluster, tmp_path):

@@ -7,18 +7,28 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from genie.calibration.accuracy import summary, weighted_error
 from genie.commands._faults import print_applied
 from genie.commands._jobs import job_cells, print_contended, seconds_pair, slowdown_cells
 from genie.commands._model_error import print_error_table
-from genie.commands._sim_output import print_reports
+from genie.commands._sim_output import print_reports, print_summary
 from genie.commands._steady import unsteady
 from genie.live.isolated import Isolated
 from genie.live.overlapped import Overlapped
 from genie.units import format_bytes, format_seconds
 
+ROWS = 8  # instance rows of the short default; --detail: up to DETAIL_ROWS
+DETAIL_ROWS = 40
+MORE = (
+    "more: --detail (how the wire ran it, per rank, where the time goes, the busiest links, "
+    "every instance replayed, the model error per collective), --json, genie report {run} --out "
+    "DIR"
+)
 
-def print_isolated(con: Console, i: Isolated) -> None:
-    """The per-collective table, how the wire ran it, the replays and the model errors."""
+
+def print_isolated(con: Console, i: Isolated, detail: bool = False) -> None:
+    """The per-collective table, then (``detail``) how the wire ran it, the replays and the model
+    errors per collective, else the iteration's summary and the model error in a few lines."""
     dil = f", dilated x{i.models.k:g} (times / {i.models.k:g})" if i.models.k != 1 else ""
     t = Table(
         title=f"collectives measured on {i.testbed} (run {i.run_id}){dil}", title_justify="left"
@@ -39,9 +49,14 @@ def print_isolated(con: Console, i: Isolated) -> None:
             f"{row['measured_p50_s'] / model:.2f}" if model else "-",
         )
     con.print(t)
+    assert i.compiled is not None
+    if not detail:
+        print_summary(con, i.compiled, i.network, i.reports)
+        print_error_summary(con, i.errors(), i.iteration(), i.models, i.notes)
+        con.print(MORE.format(run=i.run_id), markup=False, highlight=False)
+        return
     for note in i.wire:
         con.print(f"on the wire: {note}")
-    assert i.compiled is not None
     print_reports(con, i.compiled, i.network, i.reports, None, 20)
     print_errors(con, i.errors(), i.iteration(), i.models, i.notes)
 
@@ -71,12 +86,59 @@ def print_errors(con: Console, errors, iteration, models, notes, limit: int = 40
         con.print(note, markup=False, highlight=False)
 
 
-def print_overlapped(con: Console, o: Overlapped, limit: int = 40) -> None:
-    """The per-instance table, the trace's time on the wire, and the replay reports."""
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f} %"
+
+
+def _mape(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
+def print_error_summary(con: Console, errors, iteration, models, notes) -> None:
+    """The model error in a few lines: the iteration replayed, the MAPE and time-weighted error
+    over the collectives, what each model is; then the run's notes."""
+    cal = models.calibration is not None
+    model = "-" if iteration.nominal_s is None else format_seconds(iteration.nominal_s)
+    line = (
+        f"model error, (model - measured) / measured: the iteration replayed "
+        f"{_pct(iteration.nominal_err)} nominal ({model} vs {format_seconds(iteration.measured_s)}"
+        " measured)"
+    )
+    con.print(
+        line + (f", {_pct(iteration.calibrated_err)} calibrated" if cal else ""), markup=False
+    )
+    if errors:
+        s = summary(errors)
+        line = f"  the {len(errors)} collectives: MAPE nominal {_mape(s['nominal_mape_pct'])}"
+        line += (
+            f", time-weighted {_mape(weighted_error((r.nominal_s, r.measured_s) for r in errors))}"
+        )
+        if cal:
+            line += (
+                f"; calibrated {_mape(s['calibrated_mape_pct'])}, time-weighted "
+                f"{_mape(weighted_error((r.calibrated_s, r.measured_s) for r in errors))}"
+            )
+        con.print(line, markup=False, highlight=False)
+    con.print("  nominal = genie's cost model of the network above", markup=False)
+    if cal:
+        con.print(f"  calibrated = the same model with {models.calibration.label}", markup=False)
+    elif models.missing:
+        con.print(f"  calibrated: {models.missing}", markup=False, highlight=False)
+    for note in notes:
+        con.print(note, markup=False, highlight=False)
+
+
+def print_overlapped(con: Console, o: Overlapped, detail: bool = False) -> None:
+    """The per-instance table, the trace's time on the wire, the link faults, the iteration and
+    the model error; ``detail`` adds how the wire ran it, the replay reports and the model error
+    per instance (the short default: the first ``ROWS`` instances)."""
     cw = o.compiled
     assert cw is not None
+    limit = DETAIL_ROWS if detail else ROWS
+    k = o.models.k if o.models else 1.0
     t = Table(
-        title=f"communication of {cw.name} run on {o.testbed}, overlapped (run {o.run_id})",
+        title=f"communication of {cw.name} run on {o.testbed}, overlapped (run {o.run_id})"
+        + (f", dilated x{k:g} (times / {k:g})" if k != 1 else ""),
         title_justify="left",
     )
     for c in ("instance", "collective", "ranks", "size", "measured p50", "model alone"):
@@ -95,11 +157,13 @@ def print_overlapped(con: Console, o: Overlapped, limit: int = 40) -> None:
         )
     con.print(t)
     if len(o.rows) > limit:
-        con.print(f"({len(o.rows) - limit} more instances; --json lists all)")
-    for note in o.wire:
-        con.print(f"on the wire: {note}")
+        more = "--json lists all" if detail else "--detail shows 40, --json all"
+        con.print(f"({len(o.rows) - limit} more instances; {more})")
+    if detail:
+        for note in o.wire:
+            con.print(f"on the wire: {note}")
     spans = o.spans()
-    dil = f" (divided by the dilation {o.models.k:g})" if o.models and o.models.k != 1 else ""
+    dil = f" (divided by the dilation {k:g})" if k != 1 else ""
     apart = o.spread()
     con.print(
         f"trace on the wire: median {format_seconds(float(np.median(spans)))} from the common "
@@ -111,7 +175,7 @@ def print_overlapped(con: Console, o: Overlapped, limit: int = 40) -> None:
         ),
         markup=False,
     )
-    if o.replay_comm_end_s is not None and o.reports:
+    if detail and o.replay_comm_end_s is not None and o.reports:
         con.print(
             f"replayed with these times: last communication ends at "
             f"{format_seconds(o.replay_comm_end_s)}, the iteration at "
@@ -120,6 +184,11 @@ def print_overlapped(con: Console, o: Overlapped, limit: int = 40) -> None:
         )
     if o.faults is not None:
         print_faults(con, o.faults)
+    if not detail:
+        print_summary(con, cw, o.network, o.reports)
+        print_error_summary(con, o.errors(), o.iteration(), o.models, o.notes)
+        con.print(MORE.format(run=o.run_id), markup=False, highlight=False)
+        return
     print_reports(con, cw, o.network, o.reports, None, 20)
     print_errors(con, o.errors(), o.iteration(), o.models, o.notes, limit)
 

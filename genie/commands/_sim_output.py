@@ -22,6 +22,14 @@ from genie.sim.compiled import CompiledWorkload
 from genie.sim.report import SimReport
 from genie.units import format_bytes, format_seconds
 
+# One word per meaning: "blocked" is the breakdown's part (a collective ready on a rank but not
+# started, its peers not arrived or it queued behind its stream, with nothing else running);
+# "waited for peers" is the stragglers' count (time at collectives until the last rank arrived).
+BLOCKED = "blocked"
+BLOCKED_CAPTION = (
+    "blocked: a collective ready, not started (peers late, or queued behind its stream)"
+)
+
 
 def _plain(o: Any) -> Any:
     """A numpy scalar as its Python number; anything else unknown to JSON as a string."""
@@ -54,7 +62,7 @@ def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
         title += " (all ranks identical)"
         ranks = ranks[:1]
     t = Table(title=title, title_justify="left")
-    for c in ("rank", "compute", "exposed comm", "wait", "idle", "finish"):
+    for c in ("rank", "compute", "exposed comm", BLOCKED, "idle", "finish"):
         t.add_column(c, justify="right")
     for b in ranks:
         t.add_row(
@@ -121,11 +129,18 @@ def print_stragglers(con: Console, reports: list[SimReport], limit: int = 16) ->
         )
         rows = sorted(s["by_rank"], key=lambda x: (-x["wait_s"], x["rank"]))
         t = Table(
-            title=f"wait at collectives by rank over {r.backend} (charged to the last rank to "
-            "arrive)" + (f"; the {limit} that waited most" if len(rows) > limit else ""),
+            title=f"waited for peers at collectives, by rank, over {r.backend} (charged to the "
+            "last rank to arrive)"
+            + (f"; the {limit} that waited most" if len(rows) > limit else ""),
             title_justify="left",
         )
-        for c in ("rank", "waited", "of the iteration", "waited most on", "made others wait"):
+        for c in (
+            "rank",
+            "waited for peers",
+            "of the iteration",
+            "waited most on",
+            "made others wait",
+        ):
             t.add_column(c, justify="right")
         for x in rows[:limit]:
             t.add_row(
@@ -144,22 +159,20 @@ def print_stragglers(con: Console, reports: list[SimReport], limit: int = 16) ->
             con.print(f"who waited on whom (heaviest): {pairs}")
 
 
-def print_reports(
-    con: Console,
-    cw: CompiledWorkload,
-    network: str,
-    reports: list[SimReport],
-    closed: ClosedForm | None,
-    rows: int,
+def print_summary(
+    con: Console, cw: CompiledWorkload, network: str, reports: list[SimReport]
 ) -> None:
-    """The summary, per-rank and per-collective tables of one or more replays."""
+    """The workload, the network and the iteration's breakdown per backend."""
     con.print(
         f"[bold]workload[/] {cw.name}: {cw.n_ranks} ranks, {cw.n_nodes} nodes, "
         f"{len(cw.instances)} communication instances"
     )
     con.print(f"[bold]network[/]  {network}")
-    summary = Table(title="iteration (per-rank means)", title_justify="left")
-    for col in ("backend", "iteration", "compute", "exposed comm", "wait", "idle", "replay"):
+    summary = Table(
+        title="iteration (per-rank means)", title_justify="left", caption=BLOCKED_CAPTION
+    )
+    summary.caption_justify = "left"
+    for col in ("backend", "iteration", "compute", "exposed comm", BLOCKED, "idle", "replay"):
         summary.add_column(col, justify="right" if col != "backend" else "left")
     for r in reports:
         summary.add_row(
@@ -172,6 +185,18 @@ def print_reports(
             format_seconds(r.wall_s) + (" (sym)" if r.symmetric else ""),
         )
     con.print(summary)
+
+
+def print_reports(
+    con: Console,
+    cw: CompiledWorkload,
+    network: str,
+    reports: list[SimReport],
+    closed: ClosedForm | None,
+    rows: int,
+) -> None:
+    """The summary, per-rank and per-collective tables of one or more replays."""
+    print_summary(con, cw, network, reports)
     for r in reports:
         print_ranks(con, r)
     print_stragglers(con, reports)

@@ -26,14 +26,16 @@ def _iteration_table(o, model_note: str):
     """Measured vs modelled iteration time and where it goes, one row per backend."""
     from rich.table import Table
 
+    from genie.commands._sim_output import BLOCKED, BLOCKED_CAPTION
     from genie.units import format_seconds
 
     t = Table(
         title="the training step: iteration time and where it goes (per-rank means)",
         title_justify="left",
-        caption=f"measured = its communication on the agents; model = {model_note}",
+        caption=f"measured = its communication on the agents; model = {model_note}; "
+        + BLOCKED_CAPTION,
     )
-    for c in ("replayed with", "iteration", "compute", "exposed comm", "wait", "idle"):
+    for c in ("replayed with", "iteration", "compute", "exposed comm", BLOCKED, "idle"):
         t.add_column(c, justify="left" if c == "replayed with" else "right")
     labels = ("times measured on the wire", "analytical model, probed fabric")
     for label, r in zip(labels, o.reports, strict=True):

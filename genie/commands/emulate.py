@@ -104,6 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", default=None, help="run store file (default: genie's)")
     p.add_argument("--no-symmetry", action="store_true")
     p.add_argument("--trace", help="Chrome-trace JSON of the replay with measured times")
+    p.add_argument(
+        "--detail",
+        action="store_true",
+        help="print everything: how the wire ran it, per rank, where the time goes, the busiest "
+        "links, every instance replayed and the model error per instance (default: the answer, "
+        "the breakdown and the model error in about 40 lines)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -142,13 +149,14 @@ def spec_from_args(args: argparse.Namespace) -> EmulateSpec:
     )
 
 
-def render(e: Emulation) -> None:
-    """Print an emulation's tables on stdout (120 columns when not a terminal, 160 for jobs)."""
+def render(e: Emulation, detail: bool = False) -> None:
+    """Print an emulation's tables on stdout (120 columns when not a terminal, 160 for jobs);
+    ``detail``: everything, else the short default."""
     tty = sys.stdout.isatty()
     if isinstance(e, Overlapped):
-        print_overlapped(Console(width=None if tty else 120), e)
+        print_overlapped(Console(width=None if tty else 120), e, detail)
     elif isinstance(e, Isolated):
-        print_isolated(Console(width=None if tty else 120), e)
+        print_isolated(Console(width=None if tty else 120), e, detail)
     else:
         print_wire_jobs(Console(width=None if tty else 160), e.doc())
 
@@ -171,5 +179,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         dump_json(e.doc())
     else:
-        render(e)
+        render(e, args.detail)
     return 0

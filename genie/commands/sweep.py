@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from genie.commands import _args as A
+from genie.commands._sim_output import BLOCKED
 from genie.errors import UsageError
 from genie.sweep.grid import KEYS, label, parse_grid
 from genie.sweep.pool import default_workers
@@ -166,7 +167,7 @@ def _print(con: Console, res: SweepResult) -> None:
     t = Table(title=f"{res.title} ({res.model}; {res.where})", title_justify="left")
     for k in res.keys:
         t.add_column(k)
-    for c in ("iteration", "exposed comm", "compute", "wait", "vs best", "busiest link"):
+    for c in ("iteration", "exposed comm", "compute", BLOCKED, "vs best", "busiest link"):
         t.add_column(c, justify="left" if c == "busiest link" else "right")
     for r in res.rows:
         cells = [r.point[k] for k in res.keys]
