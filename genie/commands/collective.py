@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from genie.api.specs import Fabric
 from genie.commands import _args as A
 from genie.errors import UsageError
 from genie.units import format_bytes, format_seconds, parse_size
@@ -15,6 +16,20 @@ def _console():
     from rich.console import Console
 
     return Console(highlight=False)
+
+
+# One default link for every command that prices links without a testbed: the API's Fabric's
+DEFAULT_LINK = (str(Fabric().bandwidth), str(Fabric().latency))
+
+
+def _link(args: argparse.Namespace) -> str:
+    """Fill in the default link where ``--bandwidth``/``--latency`` were not given; what is used."""
+    given = args.bandwidth is not None and args.latency is not None
+    if args.bandwidth is None:
+        args.bandwidth = A.bandwidth(DEFAULT_LINK[0])
+    if args.latency is None:
+        args.latency = A.duration(DEFAULT_LINK[1])
+    return "" if given else " (genie's default link, as genie simulate's; --bandwidth, --latency)"
 
 
 def _topology(args: argparse.Namespace, n_hosts: int):
@@ -87,6 +102,7 @@ def _show(args: argparse.Namespace) -> int:
     spec = program.spec
     n = spec.n_ranks
     n_hosts = -(-n // spec.ranks_per_host)
+    default = _link(args)
     topo = _topology(args, n_hosts)
     con = _console()
     buf = program.buffer_bytes()
@@ -106,7 +122,7 @@ def _show(args: argparse.Namespace) -> int:
     )
     con.print(
         f"{topo.describe()}; link {args.bandwidth / 1e9:g} GB/s (10^9 B/s), "
-        f"latency {format_seconds(args.latency)}"
+        f"latency {format_seconds(args.latency)}{default}"
     )
     shown = list(range(n)) if n <= _SHOW_RANKS else [*range(_SHOW_RANKS - 1), n - 1]
     if args.rank is not None:
@@ -190,9 +206,13 @@ def register(subparsers) -> None:
     show.add_argument("--steps", action="store_true", help="list every step of the shown ranks")
     show.add_argument("--rank", type=A.integer(0, 131072), default=None, help="show only this rank")
     show.add_argument(
-        "--bandwidth", type=A.bandwidth, default="100gbit", help="per link (default 100gbit)"
-    )
-    show.add_argument("--latency", type=A.duration, default="1us", help="per link (default 1us)")
+        "--bandwidth", type=A.bandwidth, default=None,
+        help=f"per link (default {DEFAULT_LINK[0]}: genie's default link, as genie simulate's)",
+    )  # fmt: skip
+    show.add_argument(
+        "--latency", type=A.duration, default=None,
+        help=f"per link (default {DEFAULT_LINK[1]}, as genie simulate's)",
+    )  # fmt: skip
     show.add_argument(
         "--topology", choices=("switch", "ring", "fully_connected", "leaf_spine"),
         default="switch",

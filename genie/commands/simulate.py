@@ -47,15 +47,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--bandwidth",
         type=A.bandwidth,
-        default="50GiB/s",
-        help="link bandwidth: 50GiB/s (2^30 B/s, ASTRA-sim's 'GB/s'), 50GB/s (10^9 B/s), "
+        default=Fabric().bandwidth,
+        help=f"link bandwidth (default {Fabric().bandwidth}: genie's default link, as genie "
+        "collective show's): 50GiB/s (2^30 B/s, ASTRA-sim's 'GB/s'), 50GB/s (10^9 B/s), "
         "100Gb/s or 400gbit (bits)",
     )
     p.add_argument(
         "--latency",
         type=A.duration,
-        default="500ns",
-        help="latency per link (ASTRA-sim: hops x latency; a switch route has 2 hops)",
+        default=Fabric().latency,
+        help=f"latency per link (default {Fabric().latency}; ASTRA-sim: hops x latency; a "
+        "switch route has 2 hops)",
     )
     p.add_argument(
         "--ranks-per-host", type=A.integer(1, 4096), default=1, help="ranks placed on each host"
