@@ -3,9 +3,11 @@
 Rows are written as each collective finishes (one transaction per Go), so a crash or Ctrl-C
 keeps everything measured so far; a run left ``running`` was interrupted.
 
-A run ends by reading itself back (``verify_run``): a store file deleted or replaced while the
-run went, or one that lacks its rows, is "run NOT stored" (never a silent success), and what the
-run measured is saved to a recovery file beside the store.
+A run's error and host facts are read back bounded, their control characters escaped (text a
+peer sent into an older store never reaches a terminal raw). A run ends by reading itself back
+(``verify_run``): a store file deleted or replaced while the run went, or one that lacks its
+rows, is "run NOT stored" (never a silent success), and what the run measured is saved to a
+recovery file beside the store.
 
 The store never waits without bound: a lock another process holds longer than ``BUSY_S`` is a
 ``StoreBusy`` error naming the store. Rows are read defensively: a byte-flipped or hand-edited
@@ -71,8 +73,10 @@ import msgspec
 
 from genie import __version__
 from genie.errors import StoreBusy, StoreError
+from genie.wire.text import clean, clean_value
 
 DEFAULT_STORE = "genie-runs.sqlite"
+MAX_STORED_TEXT = 20_000  # characters of a run's error shown (control characters escaped)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -371,11 +375,11 @@ class RunStore:
             testbed_name=text("testbed_name", tbn),
             testbed=text("testbed", tb),
             genie_version=text("genie_version", ver),
-            host_facts=obj("host_facts", facts),
+            host_facts=clean_value(obj("host_facts", facts)),  # (older runs stored them raw)
             clock_offsets=obj("clock_offsets", offs),
             workload_hash=text("workload_hash", wh),
             meta=obj("meta", meta),
-            error=text("error", err),
+            error=clean(text("error", err), MAX_STORED_TEXT, keep="\n\t"),
             instances=int(n or 0),
         )
 

@@ -119,3 +119,20 @@ def test_zero_length_iterations_from_a_peer_are_refused(tmp_path) -> None:
     with RunStore(store) as st:
         (info,) = st.list_runs()
     assert info.status == "failed" and info.instances == 0
+
+
+def test_an_older_stores_raw_text_is_shown_escaped(tmp_path, capsys) -> None:
+    """A store written before the sanitiser holds a peer's raw escapes: they are shown escaped
+    and bounded."""
+    store = tmp_path / "old.sqlite"
+    with RunStore(store) as st:
+        rid = st.start_run("genie bench", host_facts={"h0": {"hostname": ESCAPES + "h" * 10_000}})
+        st.finish_run(rid, "failed", "agent h0 during run: " + ESCAPES + "x" * 100_000)
+    for argv in (["runs", "show", rid], ["runs", "list"]):
+        rc = cli.main([*argv, "--store", str(store)])
+        out, err = capsys.readouterr()
+        assert rc == 0 and not any(c in out + err for c in BAD), repr(out[:300])  # was: raw
+        assert len(out) < 60_000  # was: all 100 kB
+    with RunStore(store) as st:
+        info = st.run(rid)
+    assert "\\x1b[2J" in info.error and len(info.host_facts["h0"]["hostname"]) < MAX_NAME + 40

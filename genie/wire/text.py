@@ -45,15 +45,16 @@ def clean(text: str, limit: int = MAX_TEXT, keep: str = "") -> str:
     return f"{text}... ({cut} more characters cut)" if cut else text
 
 
-def _value(v: Any, limit: int) -> Any:
+def clean_value(v: Any, limit: int = MAX_NAME) -> Any:
     """``v`` cleaned: strings bounded and escaped, lists and dicts of them bounded too."""
     if isinstance(v, str):
         return clean(v, limit)
     if isinstance(v, list):
-        return [_value(x, MAX_NAME) for x in v[:MAX_ITEMS]]
+        return [clean_value(x, MAX_NAME) for x in v[:MAX_ITEMS]]
     if isinstance(v, dict):
         return {
-            clean(str(k), MAX_NAME): _value(x, MAX_NAME) for k, x in list(v.items())[:MAX_ITEMS]
+            clean(str(k), MAX_NAME): clean_value(x, MAX_NAME)
+            for k, x in list(v.items())[:MAX_ITEMS]
         }
     return v
 
@@ -88,7 +89,7 @@ def sanitize(obj: Any) -> Any:
     changes: dict[str, Any] = {}
     for name, limit in fields.items():
         v = getattr(obj, name)
-        new = _value(v, limit)
+        new = clean_value(v, limit)
         if new != v:
             changes[name] = new
     facts = getattr(obj, "facts", None)
