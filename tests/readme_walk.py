@@ -46,15 +46,15 @@ RULES: list[tuple[str, str]] = [
     (r"^genie report\b", "line"),  # needs the report extra (matplotlib)
     (r"^genie keys init\b", "ok"),
     (r"^genie (deploy|hosts check|agents)\b.*lab\.toml", "line"),  # lab placeholders
-    (r"^sudo genie testbed softroce up\b", "skip: would add a soft-RoCE device to this host"),
-    (r"^sudo genie (testbed up|bench|testbed down)\b", "root"),
+    (r"^sudo \.venv/bin/genie testbed softroce up\b", "skip: would add a soft-RoCE device"),
+    (r"^sudo \.venv/bin/genie (testbed up|bench|testbed down)\b", "root"),
 ]
 
 
 def readme_commands(readme: Path) -> list[str]:
     """The commands of the Quickstart's main line and the "What you can do with it" block."""
     text = readme.read_text()
-    main = re.search(r"\.venv/bin/(genie demo)\b", text)
+    main = re.search(r"\. \.venv/bin/activate && (genie demo)\b", text)
     out = [main.group(1)] if main else []
     section = text.split("## What you can do with it", 1)[1]
     block = section.split("```sh", 1)[1].split("```", 1)[0]
@@ -101,7 +101,7 @@ def walk(genie: list[str], scratch: Path, log=print) -> list[str]:
             if what == "root" and not root:
                 log(f"SKIP  {cmd}  (needs root)")
                 continue
-            line = cmd.removeprefix("sudo ")
+            line = re.sub(r"^(sudo )?(\.venv/bin/)?", "", cmd)  # root: the venv's script
             line = line.replace("/tmp/genie-demo", str(scratch / "demo"))
             line = line.replace("/tmp/genie-cluster", str(scratch / "cluster"))
             line = re.sub(r"(?<![\w/])(testbed|tests)/", f"{REPO}/\\1/", line)
@@ -121,6 +121,10 @@ def walk(genie: list[str], scratch: Path, log=print) -> list[str]:
             bad = ""
             if "Traceback" in res.stdout + res.stderr or res.returncode < 0:
                 bad = f"traceback or abort (rc {res.returncode})"
+            elif "measured:" in line and re.search(
+                r"[1-9]\d* EXTRAPOLATED|never measured", res.stdout
+            ):
+                bad = "the measured example's run did not measure what the workload needs"
             elif res.returncode != 0 and what in ("ok", "root"):
                 bad = f"exit {res.returncode}: {err[-1] if err else 'no message'}"
             elif res.returncode != 0:

@@ -15,6 +15,19 @@ def test_every_readme_command_has_a_rule():
     assert rule_for("genie frobnicate") is None  # a new README command fails the walk
 
 
+def test_readme_commands_run_as_printed_from_a_fresh_clone():
+    text = (REPO / "README.md").read_text()
+    # the Quickstart puts the venv's genie on PATH for the commands that follow it
+    assert ". .venv/bin/activate && genie demo" in text
+    # sudo resets PATH: a root command names the venv's script, never a bare genie
+    assert "sudo genie" not in text and "sudo .venv/bin/genie testbed up" in text
+    # the measured example's run measured the all-reduces of the dp step it prices
+    cmds = readme_commands(REPO / "README.md")
+    bench = [c for c in cmds if c.startswith("sudo .venv/bin/genie bench")]
+    assert bench and "--collective all_reduce" in bench[-1]
+    assert any("measured:RUN_ID" in c for c in cmds[cmds.index(bench[-1]) :])
+
+
 @pytest.mark.slow
 def test_readme_commands_run_or_fail_with_one_line(tmp_path):
     lines: list[str] = []
