@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from genie.api.workload import import_pytorch
 from genie.cli import main
+from genie.controller.local import LocalCluster
 from genie.errors import WorkloadError
 from genie.workload import NodeType, load_workload
-from genie.workload.pytorch_import import import_pytorch
 from genie.workload.stream_rules import stream_edges, summarize_edges
 
 DATA = Path(__file__).parent / "data" / "pytorch_et"
@@ -83,6 +84,21 @@ def test_cli_writes_ets_that_simulate_reads(tmp_path, capsys):
     (report,) = doc["reports"]
     assert report["n_ranks"] == 4 and report["iteration_s"] > 0
     assert doc["trace"]["stream_rules"]["added"]["comm_after_compute"] == 24
+
+
+def test_imported_ets_run_on_agents(tmp_path, capsys):
+    """The imported job is a workload genie emulate runs on real agents (loopback), every
+    collective measured on the wire."""
+    out = tmp_path / "mlp"
+    assert main(["workload", "import", "pytorch", HOST0, "--out", str(out)]) == 0
+    capsys.readouterr()
+    with LocalCluster.start(4, tmp_path / "cl") as cl:
+        args = ["emulate", str(out), "--testbed", str(cl.testbed_path), "--json"]
+        args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "1", "--warmup", "0"]
+        assert main(args) == 0
+    doc = json.loads(capsys.readouterr().out)
+    rows = doc["instances"] if "instances" in doc else doc["collectives"]
+    assert len(rows) >= 6 and all(r["measured_s"] > 0 for r in rows)
 
 
 def test_two_of_four_ranks_is_refused_in_one_line(tmp_path):

@@ -6,13 +6,14 @@ parallelism, optional ZeRO), ``MixtureOfExperts`` (all-to-all, optionally skewed
 ``astra-sim`` (the default) makes files ASTRA-sim 2.0 runs too (integer process groups, only
 the collectives it runs); ``genie`` keeps readable group names and every collective type.
 ``generate`` returns the validated ``Workload`` and the notes on what the target changed;
-``genie.workload.save_workload`` writes it.
+``genie.workload.save_workload`` writes it. ``import_pytorch``: PyTorch's execution traces (and
+Kineto's) as a workload, GPU kernels known only by their shapes priced by a roofline.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from genie.api.specs import Spec
 from genie.errors import UsageError
@@ -222,3 +223,30 @@ def generate(spec: GenerateSpec, target: Target = "astra-sim") -> Generated:
         if left:  # a generator that breaks ASTRA-sim's rules is a bug, not bad input
             raise RuntimeError(f"generated workload breaks ASTRA-sim's rules: {left}")
     return Generated(wl, target, notes)
+
+
+def import_pytorch(
+    hosts: list[str],
+    kinetos: list[str] | None = None,
+    ranks: int | None = None,
+    device: str = "h100",
+    name: str = "pytorch",
+) -> Any:
+    """PyTorch host traces (and Kineto traces) as a workload
+    (``genie.workload.pytorch_import.import_pytorch``); GPU nodes known only by their shapes
+    priced by the roofline of ``device`` (a ``genie.calibration.compute.DEVICES`` key)."""
+    from genie.calibration.compute import DEVICES, Roofline, apply, rewrite
+    from genie.workload.pytorch_import import import_pytorch as read_traces
+
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")
+    got = read_traces(hosts, kinetos, ranks, name)
+    if got.shape_priced:
+        roof = Roofline(*DEVICES[device], device=device)
+        rw = rewrite(got.workload, roof)
+        apply(got.workload, rw)
+        got.notes.append(
+            f"GPU durations from {roof.describe()} ({len(rw.durations)} kernels priced by their "
+            "shapes); `genie calibrate compute` reprices them"
+        )
+    return got

@@ -144,7 +144,7 @@ def _register_import(sub) -> None:
 
 def cmd_import_pytorch(args: argparse.Namespace) -> int:
     """Host (and Kineto) traces to Chakra ET files, replicated to the job's ranks."""
-    from genie.workload.pytorch_import import import_pytorch
+    from genie.api.workload import import_pytorch
 
     got = import_pytorch(args.host, args.kineto, args.ranks, args.device, Path(args.out).name)
     notes = list(got.notes)

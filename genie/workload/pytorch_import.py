@@ -704,6 +704,7 @@ class Imported:
     workload: Any  # genie.workload.model.Workload
     notes: list[str]
     replicated_from: int | None = None
+    shape_priced: bool = False  # GPU nodes known only by their shapes: they need a roofline
 
 
 def rank_of(path: str, kineto: KinetoTrace | None = None) -> int | None:
@@ -718,22 +719,19 @@ def import_pytorch(
     hosts: list[str],
     kinetos: list[str] | None = None,
     ranks: int | None = None,
-    device: str = "h100",
     name: str = "pytorch",
 ) -> Imported:
     """Read host traces (one per rank) and Kineto traces (matched by rank) into a workload.
 
     One host trace of a job of N ranks (its process groups say N) is replicated to N ranks, or
-    to ``ranks``; several must be ranks 0..N-1. GPU nodes known only by their shapes are priced
-    by the roofline of ``device`` (a ``genie.calibration.compute.DEVICES`` key).
+    to ``ranks``; several must be ranks 0..N-1. GPU nodes known only by their shapes keep no
+    duration here (``shape_priced``): ``genie.api.workload.import_pytorch`` prices them by a
+    roofline (the workload layer does not depend on calibration).
     """
-    from genie.calibration.compute import DEVICES, Roofline, apply, rewrite
     from genie.workload.model import Workload
     from genie.workload.pytorch_trace import read_host_et, read_kineto
     from genie.workload.transform import replicate
 
-    if device not in DEVICES:
-        raise WorkloadError(f"unknown device {device!r} (known: {', '.join(DEVICES)})")
     kin = [read_kineto(k) for k in kinetos or []]
     host_traces = [read_host_et(h) for h in hosts]
     notes: list[str] = []
@@ -808,15 +806,10 @@ def import_pytorch(
         wl = Workload(ranks=[b.graph for b in built], groups=full, name=name)
         wl.groups.setdefault(WORLD_PG_NAME, tuple(range(n)))
     wl.group_desc = {k: v for k, v in desc.items() if k in wl.groups}
-    if any(b.gpu_source == "shapes" for b in built):
-        roof = Roofline(*DEVICES[device], device=device)
-        rw = rewrite(wl, roof)
-        apply(wl, rw)
+    shapes = any(b.gpu_source == "shapes" for b in built)
+    if shapes:
         without = "no Kineto trace" if not kin else "no GPU events in the Kineto trace"
-        notes.append(
-            f"GPU durations from {roof.describe()} ({without}; {len(rw.durations)} kernels "
-            "priced by their shapes); `genie calibrate compute` reprices them"
-        )
+        notes.append(f"GPU kernels known by their shapes only ({without})")
     else:
         notes.append("GPU kernel durations and streams from the Kineto trace")
-    return Imported(wl, notes, replicated_from)
+    return Imported(wl, notes, replicated_from, shapes)
