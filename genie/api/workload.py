@@ -13,11 +13,14 @@ Kineto's) as a workload, GPU kernels known only by their shapes priced by a roof
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from genie.api.specs import Spec
 from genie.errors import UsageError
 from genie.workload.model import CollectiveType, Workload
+
+if TYPE_CHECKING:
+    from genie.workload.pytorch_import import Imported
 
 H100_BF16_FLOPS = 989e12
 MAX_GENERATED_NODES = 20_000_000  # about 6 GB of memory while generating
@@ -231,7 +234,7 @@ def import_pytorch(
     ranks: int | None = None,
     device: str = "h100",
     name: str = "pytorch",
-) -> Any:
+) -> Imported:
     """PyTorch host traces (and Kineto traces) as a workload
     (``genie.workload.pytorch_import.import_pytorch``); GPU nodes known only by their shapes
     priced by the roofline of ``device`` (a ``genie.calibration.compute.DEVICES`` key)."""
