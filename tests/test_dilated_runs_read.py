@@ -58,6 +58,9 @@ def test_report_reads_a_dilated_run_as_the_cli_printed_it(tmp_path):
         # the model of a dilated run is the lab's / K, as bench and emulate price it
         assert ra["modeled_s"] and rb["modeled_s"] == pytest.approx(ra["modeled_s"] / 4)
     assert gb["model"][0]["time_s"] == pytest.approx(ga["model"][0]["time_s"] / 4)
+    titles = [f["title"] for f in data.bench_figures([gb])]
+    assert titles and all("dilated x4 (times / 4)" in t for t in titles)
+    assert not any("dilated" in f["title"] for f in data.bench_figures([ga]))
 
 
 def test_runs_show_reads_a_dilated_run_as_the_cli_printed_it(tmp_path, capsys):
@@ -70,3 +73,17 @@ def test_runs_show_reads_a_dilated_run_as_the_cli_printed_it(tmp_path, capsys):
     rc, out, _ = _run(["runs", "show", rid, "--store", str(path)], capsys)
     assert "dilation x4: the wire's times / 4" in out
     assert "p50 10000.0 us" in out and "p50 37500.0 us" in out
+
+
+def test_a_flat_bus_bandwidth_curve_has_headroom_above_it(tmp_path):
+    from genie.report.plots import draw
+
+    path = tmp_path / "dilated.sqlite"
+    rid = _store(path, 4.0)
+    with RunStore(path) as st:
+        groups = data.bench_groups(st, rid)
+    (fig,) = [f for f in data.bench_figures(groups) if f["id"].startswith("busbw")]
+    draw(fig, tmp_path / "busbw.png")
+    top = max(v for s in fig["series"] for v in s["y"])  # bytes/s, as the axes record says
+    (ax,) = fig["axes"]
+    assert ax["ylim"][0] == 0.0 and ax["ylim"][1] >= 1.1 * top  # the points clear the top edge

@@ -143,6 +143,7 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
                 "model": curve,
                 "calibration": cal.label if cal else None,
                 "calibration_params": cal.describe() if cal else None,
+                "dilation": k,
             }
         )
     return out
@@ -248,7 +249,7 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                             "y": [m[key] for m in g["model"]],
                         }
                     )
-            on = _testbeds(gs)
+            on = _testbeds(gs) + _dilated(gs)
             if metric == "busbw":
                 y = {"label": "bus bandwidth", "unit": "bytes/s", "scale": "linear"}
                 title = f"{coll} on {on}: bus bandwidth vs message size"
@@ -266,6 +267,13 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 }
             )
     return figs
+
+
+def _dilated(gs: Sequence[dict[str, Any]]) -> str:
+    """What a figure of dilated runs says after the testbed (their labels say it when mixed)."""
+    ks = {float(g.get("dilation") or 1.0) for g in gs}
+    k = ks.pop() if len(ks) == 1 else 1.0
+    return f", dilated x{k:g} (times / {k:g})" if k != 1 else ""
 
 
 def _testbeds(gs: Sequence[dict[str, Any]]) -> str:
@@ -395,7 +403,9 @@ def _where_figure(reports: list, workload: str, source: str, tag: str) -> dict |
     }
 
 
-PART_NAMES = {"exposed_comm": "exposed comm", "wait": "wait for peers"}
+# "blocked", as the CLI's tables say: a collective ready but not started (peers late, or queued
+# behind its stream) while nothing else ran; "waiting for peers" is the measured timeline's
+PART_NAMES = {"exposed_comm": "exposed comm", "wait": "blocked"}
 
 
 def sim_figures(
@@ -516,7 +526,7 @@ PARTS = (
     ("iteration_s", "iteration"),
     ("compute", "compute"),
     ("exposed_comm", "exposed comm"),
-    ("wait", "wait for peers"),
+    ("wait", "blocked"),
 )
 
 

@@ -248,11 +248,12 @@ def _breakdown_table(figs: list[dict[str, Any]]) -> str:
             [name, format_seconds(f["iteration_s"])]
             + [format_seconds(means.get(k, 0.0)) for k in _PARTS]
         )
-    head = ["workload over backend", "iteration", "compute", "exposed comm", "wait for peers"]
+    head = ["workload over backend", "iteration", "compute", "exposed comm", "blocked"]
     head.append("idle")
     return _table(head, rows) + (
-        '<p class="note">compute, exposed comm, wait and idle: means over ranks; on every rank '
-        "they add up to the iteration time.</p>"
+        '<p class="note">compute, exposed comm, blocked and idle: means over ranks; on every '
+        "rank they add up to the iteration time. blocked: a collective ready but not started "
+        "(its peers late, or queued behind its stream) while nothing else ran.</p>"
     )
 
 

@@ -138,8 +138,8 @@ def _sweep(ax, fig: dict[str, Any]) -> None:
         pos = [v * 1e-9 for s in fig["series"] for v in s["y"] if v > 0]
         if pos and max(pos) / min(pos) > 50:  # model far above measured: log keeps both legible
             ax.set_yscale("log")
-        else:
-            ax.set_ylim(bottom=0)
+        else:  # headroom above the highest point (flat busbw sat on the axis's top edge)
+            ax.set_ylim(0, max(pos) * 1.15 if pos else None)
     else:
         ax.set_yscale("log")
         few = max((len(s["x"]) for s in fig["series"] if "y_min" in s), default=0) < BAND_POINTS
