@@ -97,8 +97,9 @@ def test_imported_ets_run_on_agents(tmp_path, capsys):
         args += ["--store", str(tmp_path / "r.sqlite"), "--iterations", "1", "--warmup", "0"]
         assert main(args) == 0
     doc = json.loads(capsys.readouterr().out)
-    rows = doc["instances"] if "instances" in doc else doc["collectives"]
-    assert len(rows) >= 6 and all(r["measured_s"] > 0 for r in rows)
+    rows = doc["instances"]
+    assert len(rows) >= 6 and all(r["measured_p50_s"] > 0 for r in rows)
+    assert {r["collective"] for r in rows} >= {"all_reduce", "all_gather", "broadcast"}
 
 
 def test_two_of_four_ranks_is_refused_in_one_line(tmp_path):
