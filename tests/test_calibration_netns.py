@@ -86,7 +86,7 @@ def test_dilated_emulate_at_r_matches_undilated_at_4r(tmp_path, capsys) -> None:
     )
     assert reported == pytest.approx(spans, rel=1e-6, abs=1e-6)
     (note,) = dilated["notes"]
-    assert "dilation x4" in note and "Not scaled" in note
+    assert "dilation x4" in note and "do not get faster with the links" in note
 
 
 def test_calibrate_lowers_the_error_on_held_back_sizes_of_a_star(tmp_path, capsys) -> None:

@@ -175,7 +175,7 @@ def print_overlapped(con: Console, o: Overlapped, detail: bool = False) -> None:
         ),
         markup=False,
     )
-    if detail and o.replay_comm_end_s is not None and o.reports:
+    if o.replay_comm_end_s is not None and o.reports:  # short: the wire-vs-replay key
         con.print(
             f"replayed with these times: last communication ends at "
             f"{format_seconds(o.replay_comm_end_s)}, the iteration at "
