@@ -167,8 +167,9 @@ def test_the_wire_makespan_is_set_beside_the_replays_last_communication(
     args = ["emulate", str(prefix), "--testbed", str(star), "--store", str(tmp_path / "r.sqlite")]
     assert main([*args, "--iterations", "1", "--warmup", "0"]) == 0
     out = capsys.readouterr().out
-    assert "replayed with these times: last communication ends at" in out
-    assert "is replayed, not run on the wire" in out
+    out = " ".join(out.split())
+    assert "replay: last communication ends at" in out
+    assert "(compute after it: replayed only)" in out
 
 
 def test_a_small_collective_of_another_group_does_not_queue_behind_a_big_one(

@@ -177,10 +177,9 @@ def print_overlapped(con: Console, o: Overlapped, detail: bool = False) -> None:
     )
     if o.replay_comm_end_s is not None and o.reports:  # short: the wire-vs-replay key
         con.print(
-            f"replayed with these times: last communication ends at "
+            f"replay: last communication ends at "
             f"{format_seconds(o.replay_comm_end_s)}, the iteration at "
-            f"{format_seconds(o.reports[0].iteration_s)} (compute after the last communication "
-            "is replayed, not run on the wire)"
+            f"{format_seconds(o.reports[0].iteration_s)} (compute after it: replayed only)"
         )
     if o.faults is not None:
         print_faults(con, o.faults)
