@@ -23,7 +23,7 @@ from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.astra_config import load_network, load_system
 from genie.sim.astra_model import AstraBackend
-from genie.sim.symmetry import representatives
+from genie.sim.symmetry import astra_symmetry_refusal, representatives
 from genie.workload.generators.builder import RankBuilder, finish
 from genie.workload.model import CollectiveType
 
@@ -76,10 +76,12 @@ def astra_ns(case: dict, mode: str, per_member: bool | None = None) -> int:
     wl = workload(json.dumps(case["workload"], sort_keys=True))
     system = load_system(REF / case["system"])
     cw = compile_workload(wl, system.compute_model())
+    net = load_network(REF / case["network"])
     if per_member is None:  # as `genie simulate` decides
-        per_member = representatives(cw) is None
+        refused = astra_symmetry_refusal(cw, net, system, aware=mode == "aware")
+        per_member = representatives(cw) is None or refused is not None
     be = AstraBackend(
-        load_network(REF / case["network"]),
+        net,
         system,
         aware=mode == "aware",
         group_names=list(cw.group_names),

@@ -9,6 +9,8 @@ collective's first implementation its algorithm, and ``preferred-dataset-splits`
 
 from __future__ import annotations
 
+import logging
+
 from genie.api.specs import Model, SimulateSpec
 from genie.errors import ConfigError, UsageError, ValidationError
 from genie.sim.astra_config import (
@@ -22,6 +24,8 @@ from genie.sim.astra_config import (
 from genie.sim.astra_model import AstraBackend
 from genie.sim.compiled import CompiledWorkload
 from genie.workload.model import Workload
+
+log = logging.getLogger(__name__)
 
 _GENIE_TOPOLOGY = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fully_connected"}
 
@@ -123,16 +127,20 @@ def astra_backend(
 ) -> AstraBackend:
     """The ``--model astra-*`` backend for compiled workload ``cw``."""
     from genie.sim.astra_plan import check_collective
-    from genie.sim.symmetry import representatives
+    from genie.sim.symmetry import astra_symmetry_refusal, representatives
 
     check_workload(wl, net)
     for kind in sorted(set(cw.instances.comm_type.tolist())):
         check_collective(kind)
+    aware = spec.model.kind == "astra-aware"
     symmetric = spec.symmetry and representatives(cw) is not None
+    if symmetric and (why := astra_symmetry_refusal(cw, net, system, aware)) is not None:
+        log.info("symmetric replay refused: %s", why)
+        symmetric = False
     return AstraBackend(
         net,
         system,
-        aware=spec.model.kind == "astra-aware",
+        aware=aware,
         group_names=list(cw.group_names),
         durations=replayed_durations(wl, cw),
         per_member=not symmetric,
