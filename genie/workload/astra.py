@@ -20,14 +20,14 @@ measured against its analytical binaries:
   ``get_collective_plan`` with ``should_be_removed``; CollectivePlan.cc destructor).
 
 ``to_integer_groups`` renames a workload's process groups ``1..k`` (keeping the readable names
-as ``pg_desc:<k>`` GlobalMetadata attrs, shown by ``inspect`` and in simulation reports), which
-is how ``genie workload generate`` writes by default; ``astra_problems`` lists what ASTRA-sim
-would refuse in a workload.
+as ``pg_desc:<k>`` GlobalMetadata attrs in the files of the group's members, shown by
+``inspect`` and in simulation reports), which is how ``genie workload generate`` writes by
+default; ``astra_problems`` lists what ASTRA-sim would refuse in a workload.
 """
 
 from __future__ import annotations
 
-from genie.workload.loader import DESC_ATTR_PREFIX, GROUP_ATTR_PREFIX, group_attrs
+from genie.workload.loader import DESC_ATTR_PREFIX, GROUP_ATTR_PREFIX, member_group_attrs
 from genie.workload.model import DEFAULT_GROUP, Attr, CollectiveType, NodeType, Workload
 
 #: Collective types ASTRA-sim 2.0 runs on its network.
@@ -61,6 +61,10 @@ def to_integer_groups(wl: Workload) -> Workload:
     new = {old: str(k) for k, old in enumerate(order, start=1)}
     groups = {DEFAULT_GROUP: wl.groups[DEFAULT_GROUP]} if DEFAULT_GROUP in wl.groups else {}
     groups.update({new[g]: wl.groups[g] for g in order if g in wl.groups})
+    desc = {k: Attr(DESC_ATTR_PREFIX + k, "string_val", old) for old, k in new.items()}
+    own = member_group_attrs(groups, wl.n_ranks, lambda k: [desc[k]] if k in desc else [])
+    # a name used without known members: its readable name goes to every rank, as before
+    unknown = [a for k, a in desc.items() if k not in groups]
     for rg in wl.ranks:
         for n in rg.nodes:
             if n.type == NodeType.COMM_COLL_NODE and n.pg_name:
@@ -70,8 +74,8 @@ def to_integer_groups(wl: Workload) -> Workload:
             for a in rg.metadata.attrs
             if not a.name.startswith((GROUP_ATTR_PREFIX, DESC_ATTR_PREFIX))
         ]
-        attrs += group_attrs(groups)
-        attrs += [Attr(DESC_ATTR_PREFIX + k, "string_val", old) for old, k in new.items()]
+        attrs += own[rg.rank] if 0 <= rg.rank < len(own) else []
+        attrs += unknown
         rg.metadata.attrs = attrs
     wl.groups = groups
     wl.group_desc = {k: old for old, k in new.items()}

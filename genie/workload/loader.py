@@ -10,7 +10,8 @@ Process groups (Chakra nodes carry only ``pg_name``), in order of precedence:
    ``<prefix>.comm_group.json``: ASTRA-sim's format, ``{"<pg_name>": [global ranks]}``.
 2. PyTorch's process_group:init METADATA nodes (``genie.workload.process_groups``).
 3. GlobalMetadata attrs ``pg_ranks:<pg_name>`` (int64_list of global ranks), which genie's
-   generators write into every rank's file, so a set of ``.et`` files is self-contained.
+   generators write into each rank's file for the groups that rank belongs to, so a set of
+   ``.et`` files is self-contained (their union is every group) and grows linearly in ranks.
 Readable names of numbered groups come from ``pg_desc:<pg_name>`` GlobalMetadata attrs (string)
 and PyTorch's ``pg_desc`` (``Workload.group_desc``).
 The empty name ``""`` (a node without ``pg_name``) is the default group of all ranks, and so is
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from genie import progress
@@ -64,6 +66,30 @@ def group_attrs(groups: dict[str, tuple[int, ...]]) -> list[Attr]:
         for name, ranks in groups.items()
         if name != DEFAULT_GROUP
     ]
+
+
+def member_group_attrs(
+    groups: dict[str, tuple[int, ...]],
+    n_ranks: int,
+    extra: Callable[[str], list[Attr]] | None = None,
+) -> list[list[Attr]]:
+    """Per rank, the ``group_attrs`` of the named groups it belongs to (plus ``extra(name)``).
+
+    What a rank's file needs: its own groups, so the attrs grow with the ranks' memberships,
+    not ranks x groups (the loader unites the ranks' groups; the comm-group side file holds
+    them all). Each group's attrs are made once and shared; an empty member tuple is every rank.
+    """
+    out: list[list[Attr]] = [[] for _ in range(n_ranks)]
+    for name, ranks in groups.items():
+        if name == DEFAULT_GROUP:
+            continue
+        attrs = [Attr(GROUP_ATTR_PREFIX + name, "int64_list", list(ranks))]
+        if extra is not None:
+            attrs += extra(name)
+        for r in ranks or range(n_ranks):
+            if 0 <= r < n_ranks:
+                out[r] += attrs
+    return out
 
 
 def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
@@ -257,9 +283,10 @@ def save_workload(wl: Workload, prefix: str | Path, *, compress: bool = False) -
             write_trace(f, rg.metadata, rg.nodes)
             written.append(f)
             bar.advance()
+    kept = {f.name for f in written}  # a set: a list made this ranks x files
     for f in p.parent.iterdir():
         m = _RANK_RE.match(f.name)
-        if m and m.group("stem") == p.name and f not in written:
+        if m and m.group("stem") == p.name and f.name not in kept:
             f.unlink()
     side = p.with_name(p.name + GROUP_FILE_SUFFIX)
     named = {k: list(v) for k, v in wl.groups.items() if k != DEFAULT_GROUP}

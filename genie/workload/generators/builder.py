@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from genie.errors import UsageError
-from genie.workload.loader import group_attrs
+from genie.workload.loader import member_group_attrs
 from genie.workload.model import (
     DEFAULT_GROUP,
     DEFAULT_VERSION,
@@ -112,13 +112,15 @@ def finish(
     groups: dict[str, tuple[int, ...]] | None = None,
     params: Mapping[str, object] | None = None,
 ) -> Workload:
-    """Turn rank builders into a Workload whose metadata records groups and parameters."""
+    """Turn rank builders into a Workload whose metadata records groups and parameters (each
+    rank's file the groups it belongs to)."""
     groups = dict(groups or {})
     desc = ", ".join(f"{k}={v}" for k, v in (params or {}).items())
+    generator = Attr("generator", "string_val", f"genie {name}" + (f" ({desc})" if desc else ""))
+    own = member_group_attrs(groups, max((b.rank for b in builders), default=-1) + 1)
     ranks = []
     for b in builders:
-        attrs = [Attr("generator", "string_val", f"genie {name}" + (f" ({desc})" if desc else ""))]
-        attrs += group_attrs(groups)
+        attrs = [generator, *own[b.rank]]
         ranks.append(RankGraph(b.rank, b.nodes, Metadata(DEFAULT_VERSION, attrs)))
     return Workload(ranks=ranks, groups=groups, name=name)
 
