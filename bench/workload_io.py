@@ -8,6 +8,16 @@ write (encode + file write), read (decode of every rank file into Nodes) and loa
 The machine is shared (other jobs may hold the CPU); the load average is printed alongside.
 
     .venv/bin/python bench/workload_io.py [--nodes 1000000] [--repeat 2] [--protobuf]
+    .venv/bin/python bench/workload_io.py --generate 1024,2048,4096
+
+``--generate N,...`` times ``genie workload generate llm --ranks N`` instead (a child process:
+wall and CPU seconds, peak RSS, bytes written). On this 2-core machine (issue 33), before each
+rank's file held only its own process groups (every file carried the ~N-group table):
+1024 ranks 7.96 s, 376 MB RSS, 42.9 MB written; 2048 ranks 25.7 s, 1.14 GB, 145 MB (4096:
+157 s, 3.9 GB, 513 MB, from the issue). After (own groups only, each group's member list
+encoded once): 1024 ranks 3.07 s, 173 MB, 14.6 MB; 4096 ranks 11.9 s, 612 MB, 64.8 MB; 8192
+ranks 26.0 s, 1.20 GB, 147 MB; 16384 ranks 53.0 s, 2.31 GB, 361 MB (about half of it the DP
+groups' member lists, which grow with the ranks: dp = ranks / (tp pp) members per rank).
 """
 
 from __future__ import annotations
@@ -16,6 +26,8 @@ import argparse
 import math
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -89,13 +101,47 @@ def run(name: str, wl, repeat: int, use_protobuf: bool, tmp: Path) -> None:
         print(f"  protobuf (upb) reference reader, {f.name}: {rate(k, t_pb)}")
 
 
+def generate_once(ranks: int, tmp: Path) -> str:
+    """One ``genie workload generate llm --ranks N`` in a child: its figures as a line."""
+    out = tmp / f"llm{ranks}"
+    cmd = [sys.executable, "-m", "genie", "workload", "generate", "llm", "--ranks", str(ranks)]
+    t = time.perf_counter()
+    child = subprocess.Popen(
+        [*cmd, "--out", str(out / "llm")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _pid, status, use = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - t
+    if status:
+        raise SystemExit(f"{' '.join(cmd)} failed (wait status {status})")
+    size = sum(f.stat().st_size for f in out.iterdir())
+    rss_mb = use.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e6
+    shutil.rmtree(out, ignore_errors=True)
+    return (
+        f"generate llm --ranks {ranks:>6}: {wall:6.2f} s wall, "
+        f"{use.ru_utime + use.ru_stime:6.2f} s CPU, peak RSS {rss_mb:7.1f} MB, "
+        f"wrote {size / 1e6:7.1f} MB"
+    )
+
+
 def main() -> None:
     """Run the benchmark and print figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=2, help="runs per figure; the best is kept")
     ap.add_argument("--protobuf", action="store_true", help="also time protobuf's own parser")
+    ap.add_argument(
+        "--generate", metavar="N,...", help="time `genie workload generate llm --ranks N` instead"
+    )
     args = ap.parse_args()
+    if args.generate:
+        print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine)")
+        tmp = Path(tempfile.mkdtemp(prefix="genie-bench-"))
+        try:
+            for n in (int(x) for x in args.generate.split(",")):
+                print(generate_once(n, tmp), flush=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return
     print(
         f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine), "
         f"goal: read >= 300,000 nodes/s"

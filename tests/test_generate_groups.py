@@ -79,3 +79,22 @@ def test_member_group_attrs():
     every = [Attr("pg_ranks:all", "int64_list", []), Attr("x:all", "string_val", "all")]
     b = [Attr("pg_ranks:b", "int64_list", [2]), Attr("x:b", "string_val", "b")]
     assert got == [a + every, a + every, b + every]
+
+
+def test_shared_group_lists_encode_once_to_the_same_bytes(tmp_path, monkeypatch):
+    """save_workload encodes a group's member list once for all its ranks, byte for byte what
+    each rank's own encoding gives."""
+    from genie.workload import et_codec
+
+    wl = generated(32, "--tp", "4")
+    prefix = tmp_path / "w" / "llm"
+    calls: list[str] = []
+    real = et_codec.encode_attr
+    monkeypatch.setattr(et_codec, "encode_attr", lambda a: calls.append(a.name) or real(a))
+    save_workload(wl, prefix)
+    monkeypatch.setattr(et_codec, "encode_attr", real)
+    lists = [c for c in calls if c.startswith(GROUP_ATTR_PREFIX)]
+    assert sorted(lists) == sorted(GROUP_ATTR_PREFIX + g for g in wl.groups if g)
+    for rg in wl.ranks:
+        data = prefix.with_name(f"llm.{rg.rank}.et").read_bytes()
+        assert data == et_codec.encode_trace(rg.metadata, rg.nodes)

@@ -469,25 +469,40 @@ def encode_node(n: Node) -> bytes:
     return b"".join(parts)
 
 
-def encode_metadata(meta: Metadata) -> bytes:
-    """Encode a GlobalMetadata message body."""
+#: encoded attr fields by ``id(attr)``, with the attr kept so its id cannot be reused
+AttrMemo = dict[int, tuple[Attr, bytes]]
+
+
+def encode_metadata(meta: Metadata, memo: AttrMemo | None = None) -> bytes:
+    """Encode a GlobalMetadata message body.
+
+    ``memo`` is shared by the writes of one workload: a list attr object that several ranks'
+    metadata hold (a process group's members) is encoded once.
+    """
     parts = []
     if meta.version:
         parts.append(_string_field(b"\n", meta.version))
     for a in meta.attrs:
+        if memo is not None and isinstance(a.value, list):
+            hit = memo.get(id(a))
+            if hit is None or hit[0] is not a:
+                b = encode_attr(a)
+                hit = memo[id(a)] = (a, b"\x12" + uvarint(len(b)) + b)
+            parts.append(hit[1])
+            continue
         b = encode_attr(a)
         parts.append(b"\x12" + uvarint(len(b)) + b)
     return b"".join(parts)
 
 
-def encode_trace(meta: Metadata, nodes: Iterable[Node]) -> bytes:
-    """Encode metadata and nodes as a whole ET byte stream."""
+def encode_trace(meta: Metadata, nodes: Iterable[Node], memo: AttrMemo | None = None) -> bytes:
+    """Encode metadata and nodes as a whole ET byte stream (``memo``: see encode_metadata)."""
     with gc_paused():
-        return _encode_trace(meta, nodes)
+        return _encode_trace(meta, nodes, memo)
 
 
-def _encode_trace(meta: Metadata, nodes: Iterable[Node]) -> bytes:
-    head = encode_metadata(meta)
+def _encode_trace(meta: Metadata, nodes: Iterable[Node], memo: AttrMemo | None = None) -> bytes:
+    head = encode_metadata(meta, memo)
     if not head:
         # Chakra's reader stops at a zero-length frame: never write an empty metadata frame.
         head = encode_metadata(Metadata(DEFAULT_VERSION, []))
@@ -504,10 +519,13 @@ def _encode_trace(meta: Metadata, nodes: Iterable[Node]) -> bytes:
     return b"".join(out)
 
 
-def write_trace(path: str | Path, meta: Metadata, nodes: Iterable[Node]) -> None:
-    """Write one ET file (gzip-compressed when the name ends in ``.gz``)."""
+def write_trace(
+    path: str | Path, meta: Metadata, nodes: Iterable[Node], memo: AttrMemo | None = None
+) -> None:
+    """Write one ET file (gzip-compressed when the name ends in ``.gz``; ``memo``: see
+    encode_metadata)."""
     p = Path(path)
-    data = encode_trace(meta, nodes)
+    data = encode_trace(meta, nodes, memo)
     if p.suffix == ".gz":
         data = gzip.compress(data, mtime=0)
     try:

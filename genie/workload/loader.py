@@ -29,7 +29,7 @@ from pathlib import Path
 from genie import progress
 from genie.errors import WorkloadError
 from genie.workload.chakra_json import decode_chakra_json
-from genie.workload.et_codec import gc_paused, open_bytes, read_trace, write_trace
+from genie.workload.et_codec import AttrMemo, gc_paused, open_bytes, read_trace, write_trace
 from genie.workload.model import DEFAULT_GROUP, Attr, Metadata, Node, RankGraph, Workload
 from genie.workload.process_groups import (
     WORLD_PG_NAME,
@@ -277,10 +277,11 @@ def save_workload(wl: Workload, prefix: str | Path, *, compress: bool = False) -
         raise WorkloadError(f"{p.parent}: cannot create directory: {exc.strerror}") from None
     ext = ".et.gz" if compress else ".et"
     written = []
+    memo: AttrMemo = {}  # a group's member list, shared by its ranks' metadata, encoded once
     with progress.bar(f"writing {p.name}", len(wl.ranks), "rank files") as bar:
         for rg in wl.ranks:
             f = p.with_name(f"{p.name}.{rg.rank}{ext}")
-            write_trace(f, rg.metadata, rg.nodes)
+            write_trace(f, rg.metadata, rg.nodes, memo)
             written.append(f)
             bar.advance()
     kept = {f.name for f in written}  # a set: a list made this ranks x files
