@@ -109,20 +109,15 @@ def topological_indices(rank: RankGraph) -> list[int]:
     return order
 
 
-def _topological_indices(rank: RankGraph) -> list[int]:
-    pos = _positions(rank)
-    nodes = rank.nodes
-    if _all_backward(rank, pos):
-        return list(range(len(nodes)))
-    n = len(nodes)
-    indeg = [0] * n
+def index_order(deps: list[list[int]]) -> list[int] | None:
+    """Positions 0..n-1 ordered after ``deps[i]`` (positions each one waits for), ties broken by
+    position (Kahn's algorithm over a heap); None when the deps form a cycle."""
+    n = len(deps)
+    indeg = [len(set(d)) for d in deps]
     users: list[list[int]] = [[] for _ in range(n)]
-    for i, nd in enumerate(nodes):
-        for d in set(nd.data_deps):
-            j = pos.get(d)
-            if j is not None and j != i:
-                indeg[i] += 1
-                users[j].append(i)
+    for i, d in enumerate(deps):
+        for j in set(d):
+            users[j].append(i)
     heap = [i for i in range(n) if indeg[i] == 0]
     heapq.heapify(heap)
     out: list[int] = []
@@ -133,7 +128,20 @@ def _topological_indices(rank: RankGraph) -> list[int]:
             indeg[u] -= 1
             if indeg[u] == 0:
                 heapq.heappush(heap, u)
-    if len(out) != n:
+    return out if len(out) == n else None
+
+
+def _topological_indices(rank: RankGraph) -> list[int]:
+    pos = _positions(rank)
+    nodes = rank.nodes
+    if _all_backward(rank, pos):
+        return list(range(len(nodes)))
+    deps = [
+        [j for d in set(nd.data_deps) if (j := pos.get(d)) is not None and j != i]
+        for i, nd in enumerate(nodes)
+    ]
+    out = index_order(deps)
+    if out is None:
         cyc = find_cycle(rank) or []
         raise ValidationError(
             f"rank {rank.rank}: data_deps form a cycle: " + " -> ".join(x.label() for x in cyc)

@@ -42,6 +42,7 @@ import heapq
 import re
 from dataclasses import dataclass, field
 
+from genie.workload.graph import index_order
 from genie.workload.model import NodeType, RankGraph
 
 RULES = ("stream_order", "comm_after_compute", "wait", "synchronize")
@@ -224,22 +225,7 @@ def _explicit_order(deps: list[list[int]]) -> list[int] | None:
     n = len(deps)
     if all(j < i for i in range(n) for j in deps[i]):
         return list(range(n))
-    indeg = [len(set(d)) for d in deps]
-    users: list[list[int]] = [[] for _ in range(n)]
-    for i, d in enumerate(deps):
-        for j in set(d):
-            users[j].append(i)
-    heap = [i for i in range(n) if indeg[i] == 0]
-    heapq.heapify(heap)
-    out: list[int] = []
-    while heap:
-        i = heapq.heappop(heap)
-        out.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(heap, u)
-    return out if len(out) == n else None
+    return index_order(deps)
 
 
 def _topo_rank(deps: list[list[int]], key: list[tuple], order: list[int]) -> list[int]:
