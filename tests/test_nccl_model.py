@@ -275,3 +275,41 @@ def test_the_nccl_model_is_closer_than_line_rate_on_small_published_rows(monkeyp
         nccl = sum(abs(r.nccl_err) for r in sel) / len(sel)
         # latencies and protocols matter most where messages are small
         assert nccl < line * (0.7 if cls == mod.CLASSES[0] else 1.0), (cls, nccl, line)
+
+
+# -- pipeline fill ------------------------------------------------------------------------------
+
+
+def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
+    from genie.collectives import nccl_pipeline as F
+
+    sys2 = h100(2)  # 2 nodes x 8 GPUs: a tree of 2 (7 + 1) = 16 stages
+    assert F.depth(sys2, "tree") == 16 and F.depth(sys2, "nvlstree") == 4
+    assert F.depth(h100(1), "nvls") == 2 and F.depth(sys2, "ring") == 1
+    assert F.depth(h100(5), "tree") == 2 * (7 + 3)  # ceil(log2 5) hops across
+    # tree LL128: 576,000-byte chunks, halved (not below 128 KiB) while a channel holds fewer than
+    # (1 + 1 + 0.8) x 64 / 8 = 22.4 of them, then (not below 32 KiB) fewer than 5.6
+    ch = 16
+    big = F.chunk_bytes(8 * GiB, sys2, "tree", "LL128", ch)
+    assert big == 576000
+    assert F.chunk_bytes(ch * 20 * 576000, sys2, "tree", "LL128", ch) == 288000
+    assert F.chunk_bytes(4 * MiB, sys2, "tree", "LL128", ch) == 36000  # 576000 / 16
+    # NVLS: 128 KiB chunks cut to 64 / 32 / 16 KiB below 64 / 8 / 2 per concurrent operation
+    ops = ch * 8
+    assert F.chunk_bytes(64 * ops * (128 << 10), h100(1), "nvls", "Simple", ch) == 128 << 10
+    assert F.chunk_bytes(64 * ops * (128 << 10) - 1, h100(1), "nvls", "Simple", ch) == 65536
+    assert F.chunk_bytes(1 * MiB, h100(1), "nvls", "Simple", ch) == 16384
+
+    # priced: time = latency + bytes / rate + fill; no fill on a ring; the fill grows with the
+    # chunk through the middle sizes and is one chunk-time per stage at the largest
+    for size in (64, 1 * MiB, 64 * MiB, 4 * GiB):
+        for p in N.candidates("all_reduce", size, sys2):
+            bw = p.link_bytes / p.rate
+            assert p.time_s == pytest.approx(p.latency_s + bw + p.fill_s, rel=1e-9), p
+            assert (p.fill_s == 0.0) == (p.algorithm == "ring"), p
+    fills = [N.choose("all_reduce", s, sys2, "tree", "LL128").fill_s for s in (KiB, MiB, GiB)]
+    assert fills[0] < fills[1] < fills[2]
+    top = N.choose("all_reduce", 8 * GiB, sys2, "tree", "LL128")
+    assert top.fill_s == pytest.approx(15 * 576000 / (top.rate / top.channels), rel=1e-9)
+    assert top.fill_s < 0.01 * top.time_s
+    assert "pipeline_fill_s" in top.to_dict()

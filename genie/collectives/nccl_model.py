@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from genie.collectives import gpu_presets as P
+from genie.collectives.nccl_pipeline import fill_seconds
 from genie.errors import CollectiveError
 from genie.vocabulary import bus_factor, canonical_collective
 
@@ -344,6 +345,7 @@ class Prediction:
     rate: float  # bytes/s of payload the busiest link carries under this protocol
     link_bytes: float  # payload bytes on the busiest link (per direction)
     time_s: float
+    fill_s: float = 0.0  # of time_s: the pipeline's fill (tree, NVLS, NVLSTree; nccl_pipeline)
 
     @property
     def wire_bytes(self) -> float:
@@ -377,6 +379,7 @@ class Prediction:
             "latency_s": self.latency_s,
             "bandwidth": self.rate,
             "time_s": self.time_s,
+            "pipeline_fill_s": self.fill_s,
             "wire_bytes": self.wire_bytes,
         }
 
@@ -544,7 +547,9 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     plateau = size / (sys.channels * n) >= 64
     if algo == "ring" and proto == "Simple" and sys.nodes > 1 and coll == "all_reduce" and plateau:
         lat *= RING_PLATEAU[sys.tuning]
-    return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, lat + bw_time)
+    fill = fill_seconds(size, sys, algo, proto, channels, rate)
+    t = lat + bw_time + fill
+    return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, t, fill)
 
 
 def _offered(coll: str, algo: str, sys: System) -> bool:
@@ -634,7 +639,7 @@ def candidates(
                 f"{', '.join(offered_algos)} run with Simple only"
             )
     if size == 0:
-        out = [replace(p, latency_s=0.0, time_s=0.0, link_bytes=0.0) for p in out]
+        out = [replace(p, latency_s=0.0, time_s=0.0, link_bytes=0.0, fill_s=0.0) for p in out]
     return sorted(out, key=lambda p: p.time_s)
 
 

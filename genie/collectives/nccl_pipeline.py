@@ -1,0 +1,82 @@
+"""NCCL's chunk schedule per algorithm, and the pipeline fill it costs a tree-shaped collective.
+
+A tree (NCCL's double binary tree, a chain inside each node), NVLS and NVLSTree move a channel's
+data as a stream of chunks through a pipeline of D stages (hops up and down the tree, the
+switch's reduction and multicast). ``latency + bytes / rate`` prices the stream as if the first
+chunk cost nothing to bring through: a chunk needs D stages before the last one sees it, so the
+stream ends (D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's bytes
+at the channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
+messages, ``calcCollChunking``), so the fill is nothing for tiny messages, grows with the chunk
+through the middle sizes and stops at the largest chunk, where it is a small part of a large
+transfer. The ring has no fill: every rank sends from the first step on.
+
+NCCL's rules (NVIDIA/nccl 2.30.7, ``src/enqueue.cc`` ``calcCollChunking``; facts, not code):
+chunk = one FIFO step of the protocol's buffer (``genie.collectives.nccl_wire``: LL half of it,
+LL128 15/16 of it); tree LL128 halves it while a channel holds fewer than
+``(1 + log2 nodes + ppn / 10) x 64 / ppn`` chunks (not below 128 KiB) and ``x 16 / ppn`` (not
+below 32 KiB); NVLS caps it at ``nvlsChunkSize`` (128 KiB) and cuts it to 64 / 32 / 16 KiB
+below 64 / 8 / 2 chunks per concurrent operation (channels x heads); NVLSTree to 256 / 128 /
+64 / 32 KiB below 32 / 16 / 4 / 1.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from genie.collectives.nccl_wire import BUFFSIZE, LL, LL128, NCCL_STEPS, SIMPLE
+
+if TYPE_CHECKING:
+    from genie.collectives.nccl_model import System
+
+NVLS_CHUNK = 128 << 10  # nvlsChunkSize's default (NCCL_NVLS_CHUNKSIZE)
+_PROTO = {"LL": LL, "LL128": LL128, "Simple": SIMPLE}
+#: NVLS: (chunks per concurrent operation, chunk size it falls to below that), in order.
+_NVLS_CUTS = ((64, 65536), (8, 32768), (2, 16384))
+_NVLSTREE_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+
+
+def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) -> int:
+    """Data bytes of one chunk NCCL moves for a ``size``-byte collective (tree, NVLS, NVLSTree)."""
+    step = BUFFSIZE[_PROTO[proto]] // NCCL_STEPS
+    c = step // 2 if proto == "LL" else step // 16 * 15 if proto == "LL128" else step
+    g = sys.gpus_per_node
+    if algo == "tree" and proto == "LL128":
+        steps = 1 + int(math.log2(sys.nodes)) + 0.1 * g
+        while size // (channels * c) < steps * 64 / g and c > 131072:
+            c //= 2
+        while size // (channels * c) < steps * 16 / g and c > 32768:
+            c //= 2
+    elif algo in ("nvls", "nvlstree"):
+        c = min(c, NVLS_CHUNK)
+        ops = channels * g  # concurrent operations: channels x NVLS heads (a node's GPUs)
+        for per_op, floor in _NVLS_CUTS if algo == "nvls" else _NVLSTREE_CUTS:
+            if size < per_op * ops * c and c > floor:
+                c = floor
+    return c
+
+
+def depth(sys: System, algo: str) -> int:
+    """Pipeline stages a chunk passes: a tree's hops up and down (a chain of a node's GPUs and
+    ceil(log2 nodes) across), NVLS's reduction and multicast, NVLSTree both; 1 for the rest."""
+    across = math.ceil(math.log2(sys.nodes)) if sys.nodes > 1 else 0
+    if algo == "tree":
+        return 2 * (sys.gpus_per_node - 1 + across)
+    if algo == "nvls":
+        return 2
+    if algo == "nvlstree":
+        return 2 + 2 * across
+    return 1
+
+
+def fill_seconds(
+    size: int, sys: System, algo: str, proto: str, channels: int, rate: float
+) -> float:
+    """Seconds the pipeline's fill adds to ``latency + bytes / rate`` (``rate``: bytes/s of the
+    whole collective, shared by ``channels``)."""
+    stages = depth(sys, algo)
+    if stages <= 1 or size <= 0 or rate <= 0 or channels <= 0:
+        return 0.0
+    per_channel = size / channels
+    chunk = min(float(chunk_bytes(size, sys, algo, proto, channels)), per_channel)
+    return (stages - 1) * chunk / (rate / channels)
