@@ -23,6 +23,8 @@ from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.deployer import MIN_PYTHON
 from genie.deploy.hello import say_hello
 from genie.deploy.keyfiles import key_plan_or_error, key_problem
+from genie.deploy.rdma_checks import wants_rdma
+from genie.deploy.rdma_preflight import preflight_remote
 from genie.deploy.ssh import Remote, probe
 from genie.deploy.tcp_checks import tcp_checks
 from genie.errors import DeployError, SshError
@@ -279,13 +281,19 @@ def measure_clock(remote: Remote, samples: int = CLOCK_SAMPLES) -> ClockOffset:
     return best
 
 
-def check_host(testbed: Testbed, cfg: DeployConfig, name: str) -> list[Check]:
-    """Every check of host ``name`` (an SSH failure is a failed ``reachable`` check)."""
+def check_host(
+    testbed: Testbed, cfg: DeployConfig, name: str, priority: int | None = None
+) -> list[Check]:
+    """Every check of host ``name`` (an SSH failure is a failed ``reachable`` check); an RDMA
+    host also gets the RDMA preflight (PFC and ECN checked on ``priority``)."""
     host, access = testbed.host(name), cfg.hosts[name]
+    rdma: list[Check] = []
     try:
         with Remote(access, cfg.connect_timeout) as remote:
             facts = probe(remote, "host check")
             clock = measure_clock(remote)
+            if wants_rdma(testbed, host):
+                rdma = preflight_remote(remote, testbed, host, priority)
     except DeployError as exc:
         msg = str(exc)
         if isinstance(exc, SshError):
@@ -300,7 +308,7 @@ def check_host(testbed: Testbed, cfg: DeployConfig, name: str) -> list[Check]:
             ),
         ]
     out = evaluate(testbed, host, access, facts, clock)
-    return [*out, keys_check(cfg, name, facts), agent_check(host, cfg, facts)]
+    return [*out, *rdma, keys_check(cfg, name, facts), agent_check(host, cfg, facts)]
 
 
 def keys_check(cfg: DeployConfig, name: str, facts: dict[str, Any]) -> Check:
@@ -352,13 +360,13 @@ def agent_check(host: Host, cfg: DeployConfig, facts: dict[str, Any]) -> Check:
 
 
 def check_hosts(
-    testbed: Testbed, cfg: DeployConfig, names: Sequence[str]
+    testbed: Testbed, cfg: DeployConfig, names: Sequence[str], priority: int | None = None
 ) -> dict[str, list[Check]]:
     """Check the hosts ``names`` in parallel."""
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
-        results = list(pool.map(lambda n: check_host(testbed, cfg, n), names))
+        results = list(pool.map(lambda n: check_host(testbed, cfg, n, priority), names))
     return dict(zip(names, results, strict=True))
 
 

@@ -1,0 +1,52 @@
+"""Run the RDMA preflight: on a lab host over SSH, or against a recorded tree here (no SSH).
+
+The facts come from ``rdma_probe`` (shipped as source and run by the host's Python, or called
+here on a tree), the rules from ``rdma_checks``. A host the probe cannot run on is one failed
+row, not an error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from genie.deploy import rdma_probe
+from genie.deploy.check import Check
+from genie.deploy.rdma_checks import NicWant, evaluate_rdma, wants_of
+from genie.deploy.ssh import Remote
+from genie.errors import DeployError, UsageError
+from genie.testbed import Host, Testbed
+
+
+def probe_source() -> str:
+    """The source of the RDMA probe script (stdlib only)."""
+    return Path(rdma_probe.__file__).read_text()
+
+
+def preflight_remote(
+    remote: Remote, testbed: Testbed, host: Host, priority: int | None = None
+) -> list[Check]:
+    """The preflight of ``host`` over an open SSH connection."""
+    a = remote.access
+    try:
+        facts = remote.run_python(a.python, probe_source(), ["/"], f"{a.name}: rdma probe")
+    except DeployError as exc:
+        return [Check("rdma preflight", "fail", str(exc).removeprefix(f"{a.name}: "), "")]
+    if not isinstance(facts, dict):
+        return [Check("rdma preflight", "fail", "the RDMA probe returned no facts", "")]
+    return evaluate_rdma(facts, wants_of(testbed, host), priority)
+
+
+def preflight_tree(
+    root: str | Path,
+    testbed: Testbed | None = None,
+    host: Host | None = None,
+    priority: int | None = None,
+) -> list[Check]:
+    """The preflight against a recorded tree ``root`` (a host's ``/`` copied: sys, proc, etc,
+    genie-tools); with a testbed host, against its NICs, else every RDMA device in the tree."""
+    path = Path(root)
+    if not path.is_dir():
+        raise UsageError(f"--sysfs-root {root}: not a directory")
+    facts = rdma_probe.gather(str(path), live=False)
+    wants: list[NicWant] = wants_of(testbed, host) if testbed and host else []
+    return evaluate_rdma(facts, wants, priority)

@@ -1,0 +1,411 @@
+"""The RDMA preflight on recorded trees: a healthy ConnectX-class RoCE host passes, each fault is
+reported with its fix (rules and CLI), soft-RoCE is told apart, and a malformed tree is a finding.
+
+Trees follow the kernel's sysfs layout (Documentation/ABI/stable/sysfs-class-infiniband: ports/N/
+state, phys_state, link_layer, rate, gids/I, gid_attrs/types/I and ndevs/I; fw_ver, hca_type,
+board_id; device/net/IF) plus recorded tool outputs under genie-tools/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from genie.cli import main
+from genie.deploy import rdma_probe
+from genie.deploy.rdma_checks import NicWant, evaluate_rdma, roce_mtu
+from genie.deploy.rdma_preflight import preflight_tree, probe_source
+
+IP = "192.168.100.10"
+MAC_GID = "fe80:0000:0000:0000:0e42:a1ff:fe2b:3c4d"
+IP_GID = "0000:0000:0000:0000:0000:ffff:c0a8:640a"  # ::ffff:192.168.100.10
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+DEVINFO = """hca_id:\tmlx5_0
+\ttransport:\t\t\tInfiniBand (0)
+\tfw_ver:\t\t\t\t16.35.2000
+\tvendor_id:\t\t\t0x02c9
+\tvendor_part_id:\t\t\t4119
+\tboard_id:\t\t\tMT_0000000012
+\tphys_port_cnt:\t\t\t1
+\t\tport:\t1
+\t\t\tstate:\t\t\tPORT_ACTIVE (4)
+\t\t\tmax_mtu:\t\t4096 (5)
+\t\t\tactive_mtu:\t\t{active} (5)
+\t\t\tsm_lid:\t\t\t0
+\t\t\tport_lid:\t\t0
+\t\t\tlink_layer:\t\tEthernet
+\t\t\tGID[  0]:\t\tfe80::e42:a1ff:fe2b:3c4d, RoCE v1
+\t\t\tGID[  1]:\t\tfe80::e42:a1ff:fe2b:3c4d, RoCE v2
+\t\t\tGID[  3]:\t\t::ffff:192.168.100.10, RoCE v2
+"""
+
+MLNX_QOS = """DCBX mode: OS controlled
+Priority trust state: dscp
+Cable len: 7
+PFC configuration:
+\tpriority    0   1   2   3   4   5   6   7
+\tenabled     {pfc}
+tc: 0 ratelimit: unlimited, tsa: vendor
+\t priority:  0
+"""
+
+LIMITS = """Limit                     Soft Limit           Hard Limit           Units
+Max cpu time              unlimited            unlimited            seconds
+Max locked memory         {soft}              {hard}              bytes
+Max address space         unlimited            unlimited            bytes
+"""
+
+TESTBED = """
+[testbed]
+name = "lab"
+kind = "static"
+transport = "rdma"
+[topology]
+shape = "star"
+rate = "100gbit"
+mtu = 4200
+[[hosts]]
+name = "n0"
+control = "10.0.0.10:7000"
+data_addr = "{ip}"
+nic = "ens1f0"
+[[hosts]]
+name = "n1"
+control = "10.0.0.11:7000"
+data_addr = "192.168.100.11"
+nic = "ens1f0"
+"""
+
+
+def _w(root: Path, rel: str, text: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def connectx(root: Path, **fault: object) -> Path:
+    """A recorded ConnectX-5 RoCE host (mlx5_0 on ens1f0, 192.168.100.10), healthy unless
+    ``fault`` changes one thing."""
+    ib = "sys/class/infiniband/mlx5_0"
+    for name, val in (
+        ("fw_ver", "16.35.2000"),
+        ("hca_type", "MT4119"),
+        ("board_id", "MT_0000000012"),
+        ("node_type", "1: CA"),
+    ):
+        _w(root, f"{ib}/{name}", val)
+    (root / ib / "device/net/ens1f0").mkdir(parents=True)
+    drivers = root / "sys/bus/pci/drivers/mlx5_core"
+    drivers.mkdir(parents=True)
+    os.symlink("../../../../bus/pci/drivers/mlx5_core", root / ib / "device/driver")
+    port = f"{ib}/ports/1"
+    _w(root, f"{port}/state", str(fault.get("state", "4: ACTIVE")))
+    _w(root, f"{port}/phys_state", str(fault.get("phys_state", "5: LinkUp")))
+    _w(root, f"{port}/link_layer", "Ethernet")
+    _w(root, f"{port}/rate", "100 Gb/sec (4X EDR)")
+    v2 = "IB/RoCE v1" if fault.get("v1_only") else "RoCE v2"
+    table = [
+        (MAC_GID, "IB/RoCE v1"),
+        (MAC_GID, v2),
+        (IP_GID, "IB/RoCE v1"),
+        (IP_GID, v2),
+    ]
+    for i in range(8):  # the kernel lists every slot; empty ones read as zeros
+        gid, typ = table[i] if i < len(table) else (ZERO_GID, None)
+        _w(root, f"{port}/gids/{i}", gid)
+        if typ:
+            _w(root, f"{port}/gid_attrs/types/{i}", typ)
+            _w(root, f"{port}/gid_attrs/ndevs/{i}", "ens1f0")
+    net = "sys/class/net/ens1f0"
+    _w(root, f"{net}/mtu", str(fault.get("mtu", 4200)))
+    _w(root, f"{net}/operstate", "up")
+    for point in ("roce_np", "roce_rp"):
+        for p in range(8):
+            off = fault.get("ecn_off") == point and p == 3
+            _w(root, f"{net}/ecn/{point}/enable/{p}", "0" if off else "1")
+    pfc = fault.get("pfc", "0   0   0   1   0   0   0   0")
+    _w(root, "genie-tools/mlnx_qos-ens1f0.txt", MLNX_QOS.format(pfc=pfc))
+    _w(root, "genie-tools/ibv_devinfo.txt", DEVINFO.format(active=fault.get("active_mtu", 4096)))
+    soft = fault.get("memlock", "unlimited")
+    _w(root, "proc/self/limits", LIMITS.format(soft=soft, hard=soft))
+    _w(root, "etc/nccl.conf", f"# lab\nNCCL_IB_GID_INDEX={fault.get('gid_index', 3)}\n"
+       "NCCL_IB_TC=106\n")  # fmt: skip
+    return root
+
+
+def soft_roce(root: Path) -> Path:
+    """A soft-RoCE device (rdma link add genie-rxe0 type rxe netdev veth0): no bus device."""
+    ib = "sys/class/infiniband/genie-rxe0"
+    _w(root, f"{ib}/node_type", "1: CA")
+    _w(root, f"{ib}/fw_ver", "0.0.0")
+    port = f"{ib}/ports/1"
+    _w(root, f"{port}/state", "4: ACTIVE")
+    _w(root, f"{port}/phys_state", "5: LinkUp")
+    _w(root, f"{port}/link_layer", "Ethernet")
+    _w(root, f"{port}/rate", "10 Gb/sec (1X QDR)")
+    for i, (gid, typ) in enumerate(
+        [(MAC_GID, "IB/RoCE v1"), (MAC_GID, "RoCE v2"), (IP_GID, "IB/RoCE v1"),
+         (IP_GID, "RoCE v2")]
+    ):  # fmt: skip
+        _w(root, f"{port}/gids/{i}", gid)
+        _w(root, f"{port}/gid_attrs/types/{i}", typ)
+        _w(root, f"{port}/gid_attrs/ndevs/{i}", "veth0")
+    _w(root, "sys/class/net/veth0/mtu", "1500")
+    _w(root, "sys/class/net/veth0/operstate", "up")
+    _w(root, "genie-tools/ibv_devinfo.txt", "hca_id:\tgenie-rxe0\n\t\tport:\t1\n"
+       "\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n\t\t\tmax_mtu:\t\t4096 (5)\n"
+       "\t\t\tactive_mtu:\t\t1024 (3)\n")  # fmt: skip
+    _w(root, "proc/self/limits", LIMITS.format(soft="unlimited", hard="unlimited"))
+    return root
+
+
+def _rows(checks) -> dict:
+    return {c.name: c for c in checks}
+
+
+def _failed(checks) -> dict:
+    return {c.name: c for c in checks if c.status == "fail"}
+
+
+def _host(tmp_path: Path, ip: str = IP):
+    from genie.deploy.config import loads_deploy
+
+    tb, _ = loads_deploy(TESTBED.format(ip=ip))
+    return tb, tb.host("n0")
+
+
+def test_healthy_connectx_host_passes_and_names_the_gid_index(tmp_path: Path) -> None:
+    tb, host = _host(tmp_path)
+    checks = preflight_tree(connectx(tmp_path), tb, host)
+    rows = _rows(checks)
+    assert not _failed(checks), _failed(checks)
+    assert {c.status for c in checks} == {"ok"}, [c for c in checks if c.status != "ok"]
+    assert rows["rdma device"].value == f"mlx5_0 (mlx5_core) -> ens1f0 -> {IP}"
+    assert "NCCL_IB_GID_INDEX=3" in rows["rdma gid mlx5_0/1"].value
+    assert rows["rdma nccl gid mlx5_0/1"].value.startswith("NCCL_IB_GID_INDEX=3 (/etc/nccl.conf)")
+    assert rows["rdma port mlx5_0/1"].value == "ACTIVE, LinkUp, Ethernet, 100 Gb/sec (4X EDR)"
+    assert rows["rdma mtu mlx5_0/1"].value == "active 4096, ens1f0 MTU 4200"
+    assert rows["rdma pfc ens1f0"].value.startswith("priority 3 on (enabled: 3; trust dscp)")
+    assert rows["rdma ecn ens1f0"].value == "priority 3: roce_np 1, roce_rp 1"
+    assert rows["rdma firmware mlx5_0"].value == "16.35.2000 (MT4119, MT_0000000012)"
+    assert rows["rdma priority"].value.startswith("3 (NCCL_IB_TC=106")
+    assert rows["memlock"].value == "unlimited (hard unlimited)"
+
+
+FAULTS = [
+    # (fault, the failing row, words in its value, words in its fix)
+    (
+        {"gid_index": 0},
+        "rdma nccl gid mlx5_0/1",
+        [f"is {MAC_GID} (IB/RoCE v1)", "RoCE v2 GID is 3"],
+        ["NCCL_IB_GID_INDEX=3 in /etc/nccl.conf"],
+    ),
+    ({"v1_only": True}, "rdma gid mlx5_0/1", ["RoCE v1 only"], ["RoCE v2", "firmware"]),
+    (
+        {"mtu": 9000, "active_mtu": 1024},
+        "rdma mtu mlx5_0/1",
+        ["active MTU 1024", "ens1f0 MTU 9000 carries 4096"],
+        ["ip link set dev ens1f0 mtu 9000"],
+    ),
+    (
+        {"mtu": 1500},
+        "rdma mtu mlx5_0/1",
+        ["active MTU 4096 > 1024", "dropped"],
+        ["ip link set dev ens1f0 mtu 4192"],
+    ),
+    (
+        {"pfc": "1   0   0   0   0   0   0   0"},
+        "rdma pfc ens1f0",
+        ["priority 3 off (enabled: 0", "mlnx_qos -i ens1f0"],
+        ["mlnx_qos -i ens1f0 --pfc 0,0,0,1,0,0,0,0", "prio-pfc 3:on"],
+    ),
+    (
+        {"ecn_off": "roce_rp"},
+        "rdma ecn ens1f0",
+        ["roce_rp 0", "DCQCN off"],
+        ["echo 1 > /sys/class/net/ens1f0/ecn/roce_rp/enable/3"],
+    ),
+    (
+        {"ecn_off": "roce_np"},
+        "rdma ecn ens1f0",
+        ["roce_np 0", "no CNPs"],
+        ["echo 1 > /sys/class/net/ens1f0/ecn/roce_np/enable/3"],
+    ),
+    (
+        {"memlock": 8388608},
+        "memlock",
+        ["8 MiB (hard 8 MiB) < 64 MiB"],
+        ["memlock unlimited", "LimitMEMLOCK=infinity"],
+    ),
+    (
+        {"state": "1: DOWN", "phys_state": "3: Disabled"},
+        "rdma port mlx5_0/1",
+        ["DOWN, Disabled"],
+        ["ip link set dev ens1f0 up", "phys_state Disabled"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("fault", "row", "value", "fix"), FAULTS, ids=lambda x: str(x)[:30])
+def test_each_fault_is_reported_with_its_fix(tmp_path, fault, row, value, fix) -> None:
+    tb, host = _host(tmp_path)
+    failed = _failed(preflight_tree(connectx(tmp_path, **fault), tb, host))
+    assert list(failed) == [row], failed
+    for word in value:
+        assert word in failed[row].value, failed[row]
+    for word in fix:
+        assert word in failed[row].fix, failed[row]
+
+
+def test_ip_not_on_a_roce_v2_gid(tmp_path: Path) -> None:
+    tb, host = _host(tmp_path, ip="192.168.100.99")
+    failed = _failed(preflight_tree(connectx(tmp_path), tb, host))
+    assert set(failed) == {"rdma gid mlx5_0/1"}, failed
+    assert "192.168.100.99 is on no RoCE v2 GID (RoCE v2: 192.168.100.10 at 3)" in (
+        failed["rdma gid mlx5_0/1"].value
+    )
+    assert "ip addr add" in failed["rdma gid mlx5_0/1"].fix
+
+
+def test_without_a_testbed_every_device_is_checked(tmp_path: Path) -> None:
+    rows = _rows(preflight_tree(connectx(tmp_path)))
+    assert rows["rdma gid mlx5_0/1"].value == f"RoCE v2: {IP} at 3: NCCL_IB_GID_INDEX=3"
+    v1 = _failed(preflight_tree(connectx(tmp_path / "v1", v1_only=True)))
+    assert v1["rdma gid mlx5_0/1"].value == "RoCE v1 only (no RoCE v2 GID)"
+
+
+def test_pfc_from_a_recorded_dcb_output_and_the_priority_option(tmp_path: Path) -> None:
+    root = connectx(tmp_path)
+    (root / "genie-tools/mlnx_qos-ens1f0.txt").unlink()
+    _w(root, "genie-tools/dcb-pfc-ens1f0.txt", "pfc-cap 8 macsec-bypass off delay 0\n"
+       "prio-pfc 0:off 1:off 2:off 3:on 4:off 5:on 6:off 7:off\n")  # fmt: skip
+    rows = _rows(preflight_tree(root))
+    assert rows["rdma pfc ens1f0"].status == "ok"
+    assert "enabled: 3,5" in rows["rdma pfc ens1f0"].value
+    five = _rows(preflight_tree(root, priority=5))
+    assert five["rdma pfc ens1f0"].status == "ok"
+    assert (
+        five["rdma priority"].status == "warn" and "NCCL_IB_TC=106" in five["rdma priority"].value
+    )
+    four = _failed(preflight_tree(root, priority=4))
+    assert "rdma pfc ens1f0" in four and "prio-pfc 4:on" in four["rdma pfc ens1f0"].fix
+    assert "rdma ecn ens1f0" not in four  # ECN is on for every priority in this tree
+
+
+def test_soft_roce_device_is_told_apart(tmp_path: Path) -> None:
+    from genie.deploy.config import loads_deploy
+
+    tb, _ = loads_deploy(TESTBED.format(ip=IP).replace('"ens1f0"', '"veth0"', 1))
+    checks = preflight_tree(soft_roce(tmp_path), tb, tb.host("n0"))
+    rows = _rows(checks)
+    assert not _failed(checks), _failed(checks)
+    assert rows["rdma device"].value == f"genie-rxe0 (soft-RoCE) -> veth0 -> {IP}"
+    assert rows["rdma pfc veth0"].status == "skip" and "soft-RoCE" in rows["rdma pfc veth0"].value
+    assert "rdma ecn veth0" not in rows and "rdma priority" not in rows
+    assert rows["rdma firmware genie-rxe0"].status == "skip"
+    # veth MTU 1500 carries RDMA MTU 1024 on rxe (80 bytes of headers): works, with a warning
+    assert rows["rdma mtu genie-rxe0/1"].status == "warn"
+    assert "4096 needs >= 4176" in rows["rdma mtu genie-rxe0/1"].value
+    assert rows["rdma rate genie-rxe0/1"].status == "warn"  # 10 Gb/s device, 100 Gbit/s testbed
+
+
+def test_no_device_and_wrong_device_name(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    failed = _failed(preflight_tree(tmp_path / "empty"))
+    assert "no /sys/class/infiniband" in failed["rdma device"].value
+    assert "rdma link add genie-rxe0 type rxe" in failed["rdma device"].fix
+    tb, _ = _host(tmp_path)
+    from genie.deploy.config import loads_deploy
+
+    tb, _ = loads_deploy(TESTBED.format(ip=IP).replace('nic = "ens1f0"', 'nic = "ens1f0"\n'
+                                                       'rdma_device = "mlx5_1"', 1))  # fmt: skip
+    failed = _failed(preflight_tree(connectx(tmp_path / "cx"), tb, tb.host("n0")))
+    assert failed["rdma device"].value == "mlx5_1 not in /sys/class/infiniband (have mlx5_0)"
+
+
+def test_malformed_tree_gives_one_line_findings_never_a_traceback(tmp_path: Path) -> None:
+    root = connectx(tmp_path)
+    port = root / "sys/class/infiniband/mlx5_0/ports"
+    (port / "x1").mkdir()  # not a port number
+    (port / "1/gids/junk").write_text("zz\n")
+    (root / "sys/class/net/ens1f0/mtu").write_text("lots\n")
+    (root / "sys/class/infiniband/mlx5_0/fw_ver").write_bytes(b"\xff\xfe\x00" * 10)
+    (root / "genie-tools/ibv_devinfo.txt").write_bytes(b"x" * (rdma_probe.MAX_TOOL + 10))
+    (root / "proc/self/limits").write_text("Max locked memory  lots  lots  bytes\n")
+    checks = preflight_tree(root)
+    rows = _rows(checks)
+    probe = rows["rdma probe"]
+    assert probe.status == "warn" and "ports/x1: not a number, ignored" in probe.value
+    assert "more)" in probe.value and "\n" not in probe.value
+    assert rows["rdma mtu mlx5_0/1"].status == "skip"  # mtu unreadable
+    assert rows["rdma firmware mlx5_0"].status == "skip"
+    assert rows["memlock"].status == "skip"
+    # facts of the wrong shape (from a broken remote probe) are one failed row
+    bad = evaluate_rdma({"devices": [{"name": "mlx5_0"}]}, [NicWant()])
+    assert [(c.name, c.status) for c in bad if c.status == "fail"] == [("rdma preflight", "fail")]
+    assert "malformed facts: KeyError" in bad[-1].value
+
+
+def test_cli_runs_the_preflight_on_a_tree(tmp_path: Path, capsys) -> None:
+    tb = tmp_path / "lab.toml"
+    tb.write_text(TESTBED.format(ip=IP))
+    good = connectx(tmp_path / "good")
+    assert main(["hosts", "check", "--sysfs-root", str(good), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["host"] == "(tree)" and data[0]["ok"] is True
+    args = ["hosts", "check", "--sysfs-root", str(good), "--testbed", str(tb), "--hosts", "n0"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "rdma preflight of" in out and "NCCL_IB_GID_INDEX=3" in out
+    bad = connectx(tmp_path / "bad", pfc="0   0   0   0   0   0   0   0", memlock=65536)
+    rc = main(["hosts", "check", "--sysfs-root", str(bad), "--testbed", str(tb), "--hosts",
+               "n0", "--json"])  # fmt: skip
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 1 and data[0]["host"] == "n0" and data[0]["ok"] is False
+    failed = {c["name"]: c for c in data[0]["checks"] if c["status"] == "fail"}
+    assert set(failed) == {"rdma pfc ens1f0", "memlock"}
+    assert "--pfc 0,0,0,1,0,0,0,0" in failed["rdma pfc ens1f0"]["fix"]
+    # a tree is one host's: two hosts is a usage error (exit 2), as is no testbed nor tree
+    assert main(["hosts", "check", "--sysfs-root", str(good), "--testbed", str(tb)]) == 2
+    assert "name that host with --hosts H" in capsys.readouterr().err
+    assert main(["hosts", "check"]) == 2
+    assert main(["hosts", "check", "--sysfs-root", str(tmp_path / "nope")]) == 2
+
+
+def test_the_probe_is_self_contained_and_records_what_it_read(tmp_path: Path) -> None:
+    src = connectx(tmp_path / "src")
+    # shipped as source and run by a bare Python, as over SSH: no genie import
+    code = "import sys; src = bytes.fromhex(sys.argv[1]).decode(); sys.argv = sys.argv[1:]; "
+    code += "exec(compile(src, 'genie-probe', 'exec'))"
+    res = subprocess.run(
+        [sys.executable, "-I", "-c", code, probe_source().encode().hex(), str(src)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 0, res.stderr
+    facts = json.loads(res.stdout)
+    assert facts["devices"][0]["name"] == "mlx5_0" and facts["live"] is False
+    assert facts["devinfo"]["mlx5_0"]["1"]["active_mtu"] == 4096
+    # a record of what was read, checked again, gives the same findings
+    rec = tmp_path / "rec"
+    rdma_probe.gather(str(src), live=False, record=str(rec))
+    assert (rec / "sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/3").read_text() == (
+        "RoCE v2\n"
+    )
+    again = [(c.name, c.status, c.value) for c in preflight_tree(rec)]
+    assert again == [(c.name, c.status, c.value) for c in preflight_tree(src)]
+    assert os.readlink(rec / "sys/class/infiniband/mlx5_0/device/driver").endswith("mlx5_core")
+
+
+def test_roce_mtu_follows_the_kernels_header_allowance() -> None:
+    assert roce_mtu(1500) == 1024 and roce_mtu(4200) == 4096 and roce_mtu(4191) == 2048
+    assert roce_mtu(9000) == 4096 and roce_mtu(300) == 256
