@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -409,3 +410,97 @@ def test_the_probe_is_self_contained_and_records_what_it_read(tmp_path: Path) ->
 def test_roce_mtu_follows_the_kernels_header_allowance() -> None:
     assert roce_mtu(1500) == 1024 and roce_mtu(4200) == 4096 and roce_mtu(4191) == 2048
     assert roce_mtu(9000) == 4096 and roce_mtu(300) == 256
+
+
+class _TreeRemote:
+    """A stand-in for an SSH connection to a host whose root is a recorded tree: the probes
+    run here (the RDMA probe's source in a bare Python, on the tree); installing stops."""
+
+    def __init__(self, access, timeout, tree: Path) -> None:
+        self.access, self.tree = access, tree
+
+    def open(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def run_python(self, python, source, args, what):
+        code = "import sys; src = bytes.fromhex(sys.argv[1]).decode(); sys.argv = sys.argv[1:]; "
+        code += "exec(compile(src, 'genie-probe', 'exec'))"
+        res = subprocess.run(
+            [sys.executable, "-I", "-c", code, source.encode().hex(), str(self.tree)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(res.stdout)
+
+    def run(self, cmd, what, check=True):
+        from genie.errors import DeployError
+
+        raise DeployError(f"{what}: stopped by the test")
+
+
+def test_deploy_runs_the_preflight_on_rdma_hosts(tmp_path: Path, monkeypatch) -> None:
+    from genie.commands.deploy import outcome_json, preflight_lines
+    from genie.deploy import deployer
+    from genie.deploy.config import loads_deploy
+
+    tree = connectx(tmp_path / "n0", ecn_off="roce_np")
+    monkeypatch.setattr(deployer, "Remote", lambda a, t: _TreeRemote(a, t, tree))
+    facts = {"root": "/r", "python": {"version": "3.11.2", "venv_module": True}, "rdma": []}
+    monkeypatch.setattr(deployer, "probe", lambda remote: dict(facts))
+    wheel = tmp_path / "genie-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("genie/__init__.py", "")
+    tb, cfg = loads_deploy(TESTBED.format(ip=IP))
+    art = deployer.Artifacts.of(wheel)
+    (out,) = deployer.deploy(tb, cfg, ["n0"], art)
+    assert out.ok is False and "stopped by the test" in out.detail  # the install was reached
+    assert out.preflight is not None and "preflight" in out.timings
+    lines = preflight_lines([out])
+    assert len(lines) == 1, lines  # ECN off, and nothing else failed or warned
+    assert lines[0].startswith("rdma preflight n0: fail rdma ecn ens1f0: priority 3: roce_np 0")
+    assert "echo 1 > /sys/class/net/ens1f0/ecn/roce_np/enable/3" in lines[0]
+    data = outcome_json(out)
+    assert {c["name"] for c in data["preflight"]} >= {"rdma gid mlx5_0/1", "memlock"}
+    # a tcp testbed's hosts get no preflight, and their JSON has no preflight key
+    tcp, cfg = loads_deploy(TESTBED.format(ip=IP).replace('transport = "rdma"', ""))
+    (plain,) = deployer.deploy(tcp, cfg, ["n0"], art)
+    assert plain.preflight is None and "preflight" not in outcome_json(plain)
+
+
+def test_hosts_check_runs_the_preflight_over_ssh(tmp_path: Path, capsys) -> None:
+    """The probe's source, shipped over SSH to this machine (no RDMA device here, most
+    likely), gives the preflight's rows for an rdma testbed's host; a tcp host gets none."""
+    from genie.deploy.testing import LocalSshd, LocalSshdUnavailable
+
+    try:
+        server = LocalSshd.start(tmp_path / "ssh")
+    except LocalSshdUnavailable as exc:
+        pytest.skip(f"cannot run a test sshd: {exc}")
+    try:
+        f = tmp_path / "tb.toml"
+        f.write_text(
+            '[testbed]\nname = "hc"\nkind = "static"\ntransport = "rdma"\n[topology]\n'
+            'shape = "star"\nrate = "10gbit"\n[[hosts]]\nname = "h0"\n'
+            'control = "127.0.0.1:7990"\ndata_addr = "127.0.0.1"\n'
+            + server.deploy_toml(remote_root=str(tmp_path / "nothing-here"))
+        )
+        rc = main(["hosts", "check", "--testbed", str(f), "--json"])
+        data = json.loads(capsys.readouterr().out)
+    finally:
+        server.stop()
+    assert rc == 1  # genie is not installed under nothing-here
+    rows = {c["name"]: c for c in data[0]["checks"]}
+    names = list(rows)
+    assert names.index("rdma device") < names.index("keys")  # after the host's own rows
+    here = rdma_probe.gather("/", live=True)
+    assert rows["memlock"]["status"] in ("ok", "fail")  # this machine's limit, read over SSH
+    if not here["devices"]:
+        assert rows["rdma device"]["status"] == "fail"
+        assert "rdma link add genie-rxe0" in rows["rdma device"]["fix"]
+    else:
+        assert rows["rdma device"]["value"].split()[0] in {d["name"] for d in here["devices"]}

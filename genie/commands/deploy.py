@@ -43,7 +43,19 @@ def outcome_json(o) -> dict:
         "extras": o.extras,
         "seconds": round(o.seconds, 3),
         "timings_s": {k: round(v, 3) for k, v in o.timings.items()},
+        **({} if o.preflight is None else {"preflight": [vars(c) for c in o.preflight]}),
     }
+
+
+def preflight_lines(outcomes) -> list[str]:
+    """One line per failed or warned RDMA preflight row of every host, with its fix."""
+    return [
+        f"rdma preflight {o.name}: {c.status} {c.name}: {c.value}"
+        + (f" -> {c.fix}" if c.fix else "")
+        for o in outcomes
+        for c in o.preflight or []
+        if c.status in ("fail", "warn")
+    ]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -100,6 +112,11 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps([outcome_json(o) for o in outcomes], indent=2))
     else:
         Console().print(_table(outcomes, f"genie deploy: {testbed.name} ({wheel.name})"))
+        lines = preflight_lines(outcomes)
+        for line in lines:
+            print(line)
+        if lines:
+            print(f"  (every row: genie hosts check --testbed {args.testbed})")
     return 0 if all(o.ok for o in outcomes) else 1
 
 
@@ -118,7 +135,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "its agent's key pair and the controller's public keys, never the controller's "
         "secret; the agent then admits only those controllers (CURVE). A second deploy with "
         "nothing changed reinstalls nothing and leaves a healthy agent alone; changed keys are "
-        "rewritten and the agent restarted, without a reinstall.",
+        "rewritten and the agent restarted, without a reinstall. Hosts that run RDMA jobs get "
+        "the RDMA preflight of `genie hosts check` after the probe: its failed and warned rows "
+        "are printed under the table (JSON: preflight) and do not stop the deploy.",
     )
     p.add_argument("--testbed", required=True, metavar="FILE", help="testbed TOML file")
     p.add_argument("--hosts", metavar="H0,H1", help="deploy only these hosts (default: all)")

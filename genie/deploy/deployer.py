@@ -5,8 +5,9 @@ there), install the wheel into ``ROOT/venv`` unless the stamp on the host says t
 (and extras) is installed, write ``ROOT/keys`` when ``[deploy] keys`` is set and the host's copy
 differs (see ``genie.deploy.keyfiles``), write ``ROOT/agent.json``, (re)start the agent only if
 something changed or it is not running, and wait for its hello on the control address (over
-CURVE with the controller's keys when set). A failure on one host is that host's outcome; the
-others go on.
+CURVE with the controller's keys when set). A host that runs RDMA jobs also gets the RDMA
+preflight of ``genie hosts check`` right after the probe (its findings ride on the outcome;
+they do not stop the deploy). A failure on one host is that host's outcome; the others go on.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from genie import __version__
+from genie.deploy.check import Check
 from genie.deploy.config import DeployConfig, HostAccess
 from genie.deploy.hello import say_hello
 from genie.deploy.keyfiles import KEYS_DIR, plan_keys, remove_keys, write_keys
+from genie.deploy.rdma_checks import wants_rdma
+from genie.deploy.rdma_preflight import preflight_remote
 from genie.deploy.ssh import Remote, probe
 from genie.deploy.wheel import bundle_dependencies, wheel_digest
 from genie.errors import DeployError
@@ -48,6 +52,7 @@ class HostOutcome:
     extras: str = ""
     seconds: float = 0.0
     timings: dict[str, float] = field(default_factory=dict)
+    preflight: list[Check] | None = None  # the RDMA preflight's rows (None: not an RDMA host)
 
 
 @dataclass
@@ -123,10 +128,13 @@ class HostDeploy:
         cfg: DeployConfig,
         art: Artifacts,
         progress: Progress,
+        testbed: Testbed | None = None,
     ) -> None:
         self.host, self.access, self.cfg, self.art = host, access, cfg, art
+        self.testbed = testbed  # given: an RDMA host gets the RDMA preflight
         self.say = lambda stage: progress(host.name, stage)
         self.timings: dict[str, float] = {}
+        self.preflight: list[Check] | None = None
 
     def _timed(self, stage: str, fn: Callable[[], Any]) -> Any:
         self.say(stage)
@@ -149,6 +157,7 @@ class HostDeploy:
             out = HostOutcome(self.host.name, False, "failed", f"{type(exc).__name__}: {exc}")
         out.seconds = time.monotonic() - t0
         out.timings = dict(self.timings)
+        out.preflight = self.preflight
         self.say("ok" if out.ok else "failed")
         return out
 
@@ -161,6 +170,11 @@ class HostDeploy:
             problem = python_problem(facts, self.access.python)
             if problem:
                 raise DeployError(problem)
+            tb = self.testbed
+            if tb is not None and wants_rdma(tb, self.host):
+                self.preflight = self._timed(
+                    "preflight", lambda: preflight_remote(remote, tb, self.host)
+                )
             root = facts["root"]
             extras = self._extras(facts)
             stamp = {"wheel": self.art.digest, "extras": extras, "version": __version__}
@@ -314,7 +328,7 @@ def deploy(
 ) -> list[HostOutcome]:
     """Deploy to the hosts ``names`` in parallel; one outcome per host, in testbed order."""
     say = progress or (lambda _h, _s: None)
-    jobs = [HostDeploy(testbed.host(n), cfg.hosts[n], cfg, art, say) for n in names]
+    jobs = [HostDeploy(testbed.host(n), cfg.hosts[n], cfg, art, say, testbed) for n in names]
     if not jobs:
         return []
     with ThreadPoolExecutor(max_workers=min(max_workers, len(jobs))) as pool:
