@@ -40,8 +40,8 @@ class Fabric:
         self.lock = threading.Lock()
         self.regions: list[Region] = []
         self.next_addr = 1 << 20
-        self.wire: dict[tuple[int, int], deque] = {}  # (src, dst) -> posted sends in order
-        self.recvs: dict[tuple[int, int], deque] = {}  # (owner, peer) -> posted receives
+        self.wire: dict[tuple, deque] = {}  # (src, (dst, lane)) -> posted sends in order
+        self.recvs: dict[tuple, deque] = {}  # (owner, (peer, lane)) -> posted receives
         self.cq: dict[int, deque] = {}
         self.rng = random.Random(seed)
         self.fail_on = fail_on  # the n-th data work request fails with fail_status
@@ -49,6 +49,7 @@ class Fabric:
         self.posted = 0
         self.max_inflight = 0
         self.sizes: dict[int, list[int]] = {}  # sender -> bytes of each data request
+        self.link_bytes: dict[tuple, int] = {}  # (sender, (peer, lane)) -> data bytes posted
 
     def rank(self, r: int) -> FakeVerbs:
         self.cq.setdefault(r, deque())
@@ -60,15 +61,27 @@ class Fabric:
                 return reg.view[addr - reg.addr : addr - reg.addr + n]
         raise AssertionError(f"address {addr:#x}+{n} in no region (remote access error)")
 
+    def budget(self, key) -> int:
+        """How many requests of queue pair ``key`` (src, (dst, lane)) may arrive now."""
+        return self.rng.randint(0, 3)
+
+    def posted_on(self, key, n: int) -> None:
+        """A request of ``n`` bytes was posted on queue pair ``key``."""
+
+    def taken(self, key) -> None:
+        """The head request of queue pair ``key`` arrived."""
+
     def deliver(self) -> None:
         """Deliver a random number of requests, in order per queue pair."""
         with self.lock:
-            for (src, dst), wire in self.wire.items():
-                for _ in range(self.rng.randint(0, 3)):
-                    rq = self.recvs.get((dst, src))
+            for key, wire in self.wire.items():
+                src, (dst, lane) = key
+                for _ in range(self.budget(key)):
+                    rq = self.recvs.get((dst, (src, lane)))
                     if not wire or not rq:
                         break  # nothing sent, or receiver not ready (RNR: retried later)
                     kind, wr_id, data, raddr, imm, status = wire.popleft()
+                    self.taken(key)
                     rwr, rdst = rq.popleft()
                     if status:
                         self.cq[src].append(Completion(wr_id, status, False, 0, 0))
@@ -95,7 +108,10 @@ class FakeVerbs:
             self.f.regions.append(reg)
         return reg
 
-    def _post(self, peer, wr_id, kind, src, off, n, raddr, imm) -> None:
+    def qpn(self, link) -> int:
+        return 0x100 * (self.r + 1) + 0x10 * link[0] + link[1]
+
+    def _post(self, link, wr_id, kind, src, off, n, raddr, imm) -> None:
         data = src.view[off : off + n].copy() if src is not None else np.empty(0, np.uint8)
         with self.f.lock:
             self.f.posted += 1
@@ -103,21 +119,23 @@ class FakeVerbs:
             self.f.max_inflight = max(self.f.max_inflight, self.inflight)
             if src is not None:
                 self.f.sizes.setdefault(self.r, []).append(n)
+                self.f.link_bytes[(self.r, link)] = self.f.link_bytes.get((self.r, link), 0) + n
+            self.f.posted_on((self.r, link), n)
             status = self.f.fail_status if self.f.posted == self.f.fail_on else 0
-            self.f.wire.setdefault((self.r, peer), deque()).append(
+            self.f.wire.setdefault((self.r, link), deque()).append(
                 (kind, wr_id, data, raddr, imm, status)
             )
 
-    def post_write_imm(self, peer, wr_id, src, off, n, raddr, imm) -> None:
-        self._post(peer, wr_id, "write", src, off, n, raddr, imm)
+    def post_write_imm(self, link, wr_id, src, off, n, raddr, imm) -> None:
+        self._post(link, wr_id, "write", src, off, n, raddr, imm)
 
-    def post_send_imm(self, peer, wr_id, src, off, n, imm) -> None:
-        self._post(peer, wr_id, "send", src, off, n, 0, imm)
+    def post_send_imm(self, link, wr_id, src, off, n, imm) -> None:
+        self._post(link, wr_id, "send", src, off, n, 0, imm)
 
-    def post_recv(self, peer, wr_id, dst, off, n) -> None:
+    def post_recv(self, link, wr_id, dst, off, n) -> None:
         view = dst.view[off : off + n] if dst is not None else None
         with self.f.lock:
-            self.f.recvs.setdefault((self.r, peer), deque()).append((wr_id, view))
+            self.f.recvs.setdefault((self.r, link), deque()).append((wr_id, view))
 
     def poll(self, n: int) -> list[Completion]:
         self.f.deliver()
@@ -137,9 +155,8 @@ def spec(collective, algorithm, n, size, chunks=1) -> ProgramSpec:
     )
 
 
-def run_rdma(specs, n, opts: RdmaOptions, iters=3, warmup=1, fabric=None, timeout_s=5.0):
-    """Plan every rank (one agent each), exchange facts in memory, run program 0 on all."""
-    fab = fabric or Fabric()
+def connect_rdma(specs, n, opts: RdmaOptions, fab, channels=1, program_channels=()):
+    """Plan every rank (one agent each), allocate, exchange facts in memory: the executors."""
     programs = [builtin_program(s) for s in specs]
     placement = [f"a{r}" for r in range(n)]
     abort = threading.Event()
@@ -147,7 +164,8 @@ def run_rdma(specs, n, opts: RdmaOptions, iters=3, warmup=1, fabric=None, timeou
     for r in range(n):
         plan = plan_agent(f"a{r}", programs, placement, Limits())
         plans = {p: rp[r] for p, rp in enumerate(plan.rank_plans) if r in rp}
-        ex = RdmaRankExecutor(r, fab.rank(r), plans, opts, True, abort)
+        ex = RdmaRankExecutor(r, fab.rank(r), plans, opts, True, abort, channels=channels,
+                              program_channels=program_channels)  # fmt: skip
         ex.allocate()
         execs[r] = ex
     facts = {}
@@ -162,12 +180,20 @@ def run_rdma(specs, n, opts: RdmaOptions, iters=3, warmup=1, fabric=None, timeou
         for q in ex.peers:
             ex.targets.update(send_targets(ex.plans, q, facts[(q, r)]))
         ex.post_receives()
-    go = Go(job="j", epoch=1, iters=iters, warmup=warmup, timeout_s=timeout_s)
+    return execs, abort
+
+
+def run_execs(execs, abort, go, ops=None):
+    """Run ``go`` (or each rank's op list ``ops[rank]``) on every executor in its own thread."""
     results, errors = {}, []
+    start = time.monotonic_ns()
 
     def work(ex):
         try:
-            results[ex.rank] = ex.run(go, time.monotonic_ns())
+            if ops is None:
+                results[ex.rank] = ex.run(go, start)
+            else:
+                results[ex.rank] = ex.run_ops(go, ops[ex.rank], start)
         except TransportError as exc:
             errors.append(str(exc))
             abort.set()
@@ -177,6 +203,14 @@ def run_rdma(specs, n, opts: RdmaOptions, iters=3, warmup=1, fabric=None, timeou
         t.start()
     for t in threads:
         t.join(timeout=30)
+    return results, errors
+
+
+def run_rdma(specs, n, opts: RdmaOptions, iters=3, warmup=1, fabric=None, timeout_s=5.0):
+    """Plan every rank (one agent each), exchange facts in memory, run program 0 on all."""
+    execs, abort = connect_rdma(specs, n, opts, fabric or Fabric())
+    go = Go(job="j", epoch=1, iters=iters, warmup=warmup, timeout_s=timeout_s)
+    results, errors = run_execs(execs, abort, go)
     return results, errors, execs
 
 
@@ -242,8 +276,9 @@ def test_work_completion_error_names_peer_and_status() -> None:
     _, errors, _ = run_rdma(
         [s], 3, RdmaOptions(window=4, segment=4096), fabric=Fabric(fail_on=2, fail_status=10)
     )
-    assert errors and "failed: remote access error (verbs status 10" in errors[0]
-    assert "to rank" in errors[0]
+    # the QP is named by its qp_num (the double's: 0x100 x (rank + 1) + 0x10 x peer + lane)
+    assert errors and "failed on QP 0x110: remote access error (verbs status 10" in errors[0]
+    assert errors[0].startswith("rank 0: work request to rank 1 ")
 
 
 def test_credit_keeps_a_fast_sender_out_of_unreduced_scratch() -> None:

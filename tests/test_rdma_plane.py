@@ -26,17 +26,21 @@ LOOP_GID = "0000:0000:0000:0000:0000:ffff:7f00:0001"  # RoCE v2 GID of 127.0.0.1
 class FabricRank(FakeVerbs):
     """FakeVerbs with the queue-pair bookkeeping the plane asks of a VerbsRank."""
 
-    def __init__(self, fab, rank, peers):
+    def __init__(self, fab, rank, links):
         super().__init__(fab, rank)
         fab.cq.setdefault(rank, deque())
-        self.peers = peers
+        self.links = links
+        self.peers = sorted({q for q, _ in links})
         self.connected: dict[int, tuple] = {}
 
-    def qpn(self, peer: int) -> int:
-        return 1000 * self.r + peer
+    def qpn(self, link) -> int:
+        return 1000 * self.r + 10 * link[0] + link[1]
 
     def connect(self, mine, peer) -> None:
-        assert peer.qpn == 1000 * mine.dst + mine.src  # the peer's QP towards us
+        lanes = sorted(k for q, k in self.links if q == mine.dst)
+        # the peer's QPs towards us, lane by lane
+        assert peer.qpns == [1000 * mine.dst + 10 * mine.src + k for k in lanes]
+        assert peer.qpn == peer.qpns[0]
         self.connected[mine.dst] = (mine, peer)
 
     def to_error(self) -> None:
@@ -71,8 +75,8 @@ class FabricPlane(AgentDataPlane):
         self.chosen = choice
         return FabricDevice()
 
-    def rank_verbs(self, dev, ro, rank, peers, depth):
-        vr = FabricRank(self.fab, rank, peers)
+    def rank_verbs(self, dev, ro, rank, links, depth):
+        vr = FabricRank(self.fab, rank, links)
         self.made.append(vr)
         return vr
 

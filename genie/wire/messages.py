@@ -131,6 +131,15 @@ class RdmaOptions(msgspec.Struct, kw_only=True):
     mtu: int = 0  # path MTU in bytes (256..4096); 0 takes the smaller of both ports' active MTU
     timeout: int = 14  # local ACK timeout exponent (4.096 us x 2^timeout)
     retry: int = 7  # transport retries before a work request fails
+    # queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION): a step is split across them; a
+    # rank pair has one connection per channel (``DataOptions.channels``), so channels x qps
+    qps: int = 1
+    # stall watchdog: no work completion for this long while work is outstanding fails the run
+    # naming the queue pairs (qp_num), peers and work requests; 0: the run's timeout
+    stall_s: float = 0.0
+    # per global rank, the verbs device of its NIC ("" or absent: the one carrying the rank's
+    # address of ``DataOptions.rank_addrs`` in a RoCE v2 GID, else the agent's device)
+    rank_devices: list[str] = []
 
 
 class QpFacts(msgspec.Struct, kw_only=True, array_like=True):
@@ -148,6 +157,7 @@ class QpFacts(msgspec.Struct, kw_only=True, array_like=True):
     mtu: int  # this port's active MTU in bytes
     # per RECV step from ``dst``: [program, tag, seq, step index, scratch offset, bytes]
     slots: list[tuple[int, int, int, int, int, int]] = []
+    qpns: list[int] = []  # every lane's queue pair, lane order (``qpn`` is lane 0's); [] = [qpn]
 
 
 LEAN_REGION = 8 << 20  # lean payloads: bytes of a rank's send region (and of its receive sink)

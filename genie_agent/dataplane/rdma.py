@@ -15,8 +15,10 @@ older ``pyverbs.enums`` (``load_pyverbs``).
 
 Everything here is a small step a test or a provider quirk can override: ``VerbsDevice`` opens
 the device, reads port and GID, allocates the PD; ``VerbsRank`` holds one rank's CQ (and
-completion channel when events are on), its memory regions and one RC queue pair per peer,
-and turns the plain attribute dicts of ``rdma_conn`` into ``QPAttr`` for each transition.
+completion channel when events are on), its memory regions and its RC queue pairs, one per
+link (peer, lane: ``channels x qps`` per peer), and turns the plain attribute dicts of
+``rdma_conn`` into ``QPAttr`` for each transition. A wait on the completion channel is bounded:
+a timer moves the rank's queue pairs to ERR at the bound, whose flushed work wakes it.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import threading
 from types import SimpleNamespace
 from typing import Protocol
 
+import msgspec
 import numpy as np
 
 from genie.errors import TransportError
@@ -44,7 +48,7 @@ from genie_agent.dataplane.rdma_conn import (
     rtr_attrs,
     rts_attrs,
 )
-from genie_agent.dataplane.rdma_exec import Completion, Region
+from genie_agent.dataplane.rdma_exec import Completion, Link, Region
 
 DISTRO_PATHS = ("/usr/lib/python3/dist-packages", "/usr/lib64/python3/site-packages")
 INSTALL_HINT = (
@@ -210,9 +214,9 @@ class VerbsDevice:
         """Open the device by name."""
         return self.pv.device.Context(name=self.choice.device)
 
-    def rank_verbs(self, opts: RdmaOptions, peers: list[int], depth: int) -> VerbsRank:
-        """One rank's CQ and queue pairs (in INIT) to ``peers`` on this device."""
-        return VerbsRank(self, opts, peers, depth)
+    def rank_verbs(self, opts: RdmaOptions, links: list[Link], depth: int) -> VerbsRank:
+        """One rank's CQ and queue pairs (in INIT), one per link, on this device."""
+        return VerbsRank(self, opts, links, depth)
 
     def close(self) -> None:
         """Release the PD and the device context."""
@@ -224,21 +228,21 @@ class VerbsDevice:
 class VerbsRank:
     """One rank's CQ, memory regions and RC queue pairs (implements ``RankVerbs``)."""
 
-    def __init__(self, dev: VerbsDevice, opts: RdmaOptions, peers: list[int], depth: int) -> None:
+    def __init__(self, dev: VerbsDevice, opts: RdmaOptions, links: list[Link], depth: int) -> None:
         self.dev = dev
         self.pv = dev.pv
         self.opts = opts
         self.e = dev.pv.enums
         self.regions: list[Region] = []
-        self.qps: dict[int, QueuePair] = {}
+        self.qps: dict[Link, QueuePair] = {}
         self.rkeys: dict[int, int] = {}
         self._early: list[Completion] = []
-        cqe = max(16, len(peers) * (2 * depth + 8))
+        cqe = max(16, len(links) * (2 * depth + 8))
         try:
             self.channel = self.pv.cq.CompChannel(dev.ctx) if opts.events else None
             self.cq = self.pv.cq.CQ(dev.ctx, cqe, None, self.channel, 0)
-            for q in peers:
-                self.qps[q] = self.create_qp(depth)
+            for link in links:
+                self.qps[link] = self.create_qp(depth)
         except self.pv.errors as exc:
             raise TransportError(f"RDMA device {dev.choice.device}: {exc}") from None
 
@@ -268,49 +272,64 @@ class VerbsRank:
         self.regions.append(r)
         return r
 
-    def qpn(self, peer: int) -> int:
-        """Number of the queue pair to ``peer``."""
-        return self.qps[peer].qp_num
+    def qpn(self, link: Link) -> int:
+        """Number of the queue pair of ``link`` (peer, lane)."""
+        return self.qps[link].qp_num
 
     def connect(self, mine: QpFacts, peer: QpFacts) -> None:
-        """INIT -> RTR -> RTS with the peer's facts."""
+        """INIT -> RTR -> RTS of every lane to ``mine.dst`` with the peer's facts."""
         pv = self.pv
-        qp = self.qps[mine.dst]
-        r = rtr_attrs(mine, peer, self.dev.choice, self.opts)
-        try:
-            qp.to_rtr(rtr_qpattr(pv, r))
-            qp.to_rts(rts_qpattr(pv, rts_attrs(mine, self.opts)))
-        except self.pv.errors as exc:
-            raise TransportError(f"queue pair to rank {mine.dst}: {exc}") from None
+        theirs = peer.qpns or [peer.qpn]
+        lanes = sorted(k for q, k in self.qps if q == mine.dst)
+        if len(theirs) != len(lanes):
+            raise TransportError(
+                f"rank {mine.dst} has {len(theirs)} queue pairs to rank {mine.src}, this rank "
+                f"{len(lanes)}: both ends must use the same channels and qps"
+            )
+        for k, qpn in zip(lanes, theirs, strict=True):
+            qp = self.qps[(mine.dst, k)]
+            far = msgspec.structs.replace(peer, qpn=qpn)
+            r = rtr_attrs(mine, far, self.dev.choice, self.opts)
+            try:
+                qp.to_rtr(rtr_qpattr(pv, r))
+                qp.to_rts(rts_qpattr(pv, rts_attrs(mine, self.opts)))
+            except self.pv.errors as exc:
+                raise TransportError(
+                    f"queue pair {qp.qp_num:#x} to rank {mine.dst} (lane {k}): {exc}"
+                ) from None
         self.rkeys[mine.dst] = peer.rkey
 
     # ---- posting and polling ----------------------------------------------------------------
     def _sge(self, r: Region | None, off: int, n: int):
         return None if r is None or n == 0 else self.pv.wr.SGE(r.addr + off, n, r.lkey)
 
-    def post_write_imm(self, peer, wr_id, src, off, n, raddr, imm) -> None:
+    def post_write_imm(self, link, wr_id, src, off, n, raddr, imm) -> None:
         """RDMA WRITE WITH IMMEDIATE."""
         op = self.e.IBV_WR_RDMA_WRITE_WITH_IMM
-        rdma = (self.rkeys[peer], raddr)
-        self._post(peer, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm, rdma))
+        rdma = (self.rkeys[link[0]], raddr)
+        self._post(link, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm, rdma))
 
-    def post_send_imm(self, peer, wr_id, src, off, n, imm) -> None:
+    def post_send_imm(self, link, wr_id, src, off, n, imm) -> None:
         """SEND WITH IMMEDIATE."""
         op = self.e.IBV_WR_SEND_WITH_IMM
-        self._post(peer, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm))
+        self._post(link, send_wr(self.pv, wr_id, op, self._sge(src, off, n), imm))
 
-    def _post(self, peer: int, wr) -> None:
+    def _post(self, link: Link, wr) -> None:
         try:
-            self.qps[peer].post_send(wr)
+            self.qps[link].post_send(wr)
         except self.pv.errors as exc:
-            raise TransportError(f"posting to rank {peer} failed: {exc}") from None
+            raise TransportError(
+                f"posting to rank {link[0]} (lane {link[1]}) failed: {exc}"
+            ) from None
 
-    def post_recv(self, peer, wr_id, dst, off, n) -> None:
+    def post_recv(self, link, wr_id, dst, off, n) -> None:
         """Post one receive."""
         try:
-            self.qps[peer].post_recv(recv_wr(self.pv, wr_id, self._sge(dst, off, n)))
+            self.qps[link].post_recv(recv_wr(self.pv, wr_id, self._sge(dst, off, n)))
         except self.pv.errors as exc:
-            raise TransportError(f"posting a receive for rank {peer} failed: {exc}") from None
+            raise TransportError(
+                f"posting a receive for rank {link[0]} (lane {link[1]}) failed: {exc}"
+            ) from None
 
     def poll(self, n: int) -> list[Completion]:
         """Poll the CQ once (completions ``wait`` found first come out first)."""
@@ -332,15 +351,23 @@ class VerbsRank:
         ]
 
     def wait(self, timeout_s: float) -> None:
-        """Events mode: arm the CQ and sleep on the completion channel (release wakes it)."""
+        """Events mode: arm the CQ and sleep on the completion channel, at most ``timeout_s``
+        (pyverbs' channel has no timeout: a timer moves the QPs to ERR then, which wakes it;
+        the executor's watchdog reports the stall). Release wakes it the same way."""
         if self.channel is None:
             return
         self.cq.req_notify()
         self._early = self.poll(32)  # arrived before the arming: no event would come for it
         if self._early:
             return
-        self.channel.get_cq_event(self.cq)
-        self.cq.ack_events(1)
+        timer = threading.Timer(max(0.0, timeout_s), self.to_error)
+        timer.daemon = True
+        timer.start()
+        try:
+            self.channel.get_cq_event(self.cq)
+            self.cq.ack_events(1)
+        finally:
+            timer.cancel()
 
     def to_error(self) -> None:
         """Move every QP to ERR: posted work is flushed, which wakes a rank asleep in ``wait``."""

@@ -74,6 +74,7 @@ IMM_ITER_MASK = (1 << (31 - IMM_STEP_BITS)) - 1
 ACCESS_FLAGS = ("local_write", "remote_write")  # what a peer may do to our scratch
 FRAME = struct.Struct("<I")
 MAX_FACTS_BYTES = 64 << 20
+MAX_QPS = 16  # queue pairs per connection (each one CQ share and receive ring per rank pair)
 
 
 class NoRdmaDevice(TransportError):
@@ -476,5 +477,9 @@ def check_options(opts: RdmaOptions) -> None:
         raise TransportError(f"RDMA window {opts.window} outside 1..4096")
     if not 4096 <= opts.segment <= 1 << 30:
         raise TransportError(f"RDMA segment {opts.segment} outside 4 KiB..1 GiB")
+    if not 1 <= opts.qps <= MAX_QPS:
+        raise TransportError(f"RDMA queue pairs per connection {opts.qps} outside 1..{MAX_QPS}")
+    if not 0 <= opts.stall_s <= 86400:
+        raise TransportError(f"RDMA stall bound {opts.stall_s} s outside 0..86400")
     if opts.mtu:
         mtu_enum(opts.mtu)

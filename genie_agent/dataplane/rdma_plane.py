@@ -8,14 +8,22 @@ and rdma-core's tests do the same over a plain socket), and stays open until rel
 
 RDMA prepare, step by step (any failure is one ``prepare_failed`` line; the agent stays up):
 
-1. check the options; find the device/port/GID (``choose_port``): no device means the line
-   "no RDMA device found: ...; get one with `genie testbed softroce up --netdev IF` ...";
-2. import pyverbs (``load_pyverbs``), open the device and its PD;
+1. check the options; per rank, find the device/port/GID (``choose_port``): the rank's own
+   device (``RdmaOptions.rank_devices``), else the host's (``devices``), else the device whose
+   RoCE v2 GID carries the rank's NIC address (``DataOptions.rank_addrs``: on a multi-NIC host
+   rank i's queue pairs live on NIC i's device), else the agent's data address; no device
+   means the line "no RDMA device found: ...; get one with `genie testbed softroce up ...`";
+2. import pyverbs (``load_pyverbs``), open each device used and its PD (once per device);
 3. connect the rank pairs' TCP side channels (as a TCP job does);
-4. per rank: CQ, memory regions (buffers, scratch), one RC QP per peer in INIT;
-5. per pair: send our ``QpFacts``, read the peer's, move the QP to RTR then RTS, post the
-   receives, and map each SEND step to the peer's landing slot;
+4. per rank: CQ, memory regions (buffers, scratch), its RC QPs in INIT: ``channels x qps``
+   per peer (``rdma_exec.qp_layout``: a connection per process-group channel, ``qps`` queue
+   pairs per connection);
+5. per pair: send our ``QpFacts`` (every lane's qpn), read the peer's, move each QP to RTR then
+   RTS, post the receives, and map each SEND step to the peer's landing slot;
 6. post ``prepared``.
+
+A Go runs one program's iterations, or an op list (``genie emulate``: several programs in
+flight, each on its process group's channel; each program at most once per list).
 
 pyverbs is imported only when a job asks for RDMA, so an agent without it runs TCP jobs.
 """
@@ -32,8 +40,8 @@ from typing import Protocol
 
 import msgspec
 
-from genie.errors import TransportError
-from genie.wire.messages import Go, Prepare, Prepared, QpFacts, RdmaOptions
+from genie.errors import GenieError, TransportError
+from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, QpFacts, RdmaOptions
 from genie_agent.dataplane.rdma_conn import (
     Choice,
     Device,
@@ -44,8 +52,17 @@ from genie_agent.dataplane.rdma_conn import (
     recv_slots,
     send_targets,
 )
-from genie_agent.dataplane.rdma_exec import RankVerbs, RdmaRankExecutor, rank_peers, recv_depth
-from genie_agent.dataplane.tcp import TcpDataPlane
+from genie_agent.dataplane.rdma_exec import (
+    Link,
+    RankVerbs,
+    RdmaRankExecutor,
+    qp_layout,
+    rank_links,
+    rank_peers,
+    recv_depth,
+)
+from genie_agent.dataplane.tcp import TcpDataPlane, rank_addr
+from genie_agent.oplist import check_ops
 from genie_agent.plan import AgentPlan
 from genie_agent.state import Event
 
@@ -57,8 +74,8 @@ class VerbsDevice(Protocol):
     lid: int
     mtu: int  # active MTU in bytes
 
-    def rank_verbs(self, opts: RdmaOptions, peers: list[int], depth: int) -> PlaneRankVerbs:
-        """One rank's CQ and queue pairs (in INIT) to ``peers`` on this device."""
+    def rank_verbs(self, opts: RdmaOptions, links: list[Link], depth: int) -> PlaneRankVerbs:
+        """One rank's CQ and queue pairs (in INIT), one per link, on this device."""
         ...
 
     def close(self) -> None:
@@ -69,12 +86,8 @@ class VerbsDevice(Protocol):
 class PlaneRankVerbs(RankVerbs, Protocol):
     """A rank's verbs as the plane uses them beyond the executor (``rdma.VerbsRank``)."""
 
-    def qpn(self, peer: int) -> int:
-        """Number of the queue pair to ``peer``."""
-        ...
-
     def connect(self, mine: QpFacts, peer: QpFacts) -> None:
-        """Move the queue pair to ``mine.dst`` to RTS with the peer's facts."""
+        """Move every queue pair to ``mine.dst`` to RTS with the peer's facts."""
         ...
 
     def to_error(self) -> None:
@@ -94,7 +107,7 @@ class AgentDataPlane(TcpDataPlane):
     ):
         super().__init__(data_addr, port, log)
         self._rdma = False
-        self._dev: VerbsDevice | None = None
+        self._devs: dict[tuple[str, int, int], VerbsDevice] = {}
         self._ranks: dict[int, PlaneRankVerbs] = {}
         self._rexecs: dict[int, RdmaRankExecutor] = {}
 
@@ -144,37 +157,56 @@ class AgentDataPlane(TcpDataPlane):
         return rdma.VerbsDevice(rdma.load_pyverbs(), choice)
 
     def rank_verbs(
-        self, dev: VerbsDevice, ro: RdmaOptions, rank: int, peers: list[int], depth: int
+        self, dev: VerbsDevice, ro: RdmaOptions, rank: int, links: list[Link], depth: int
     ) -> PlaneRankVerbs:
-        """Rank ``rank``'s CQ and queue pairs (in INIT) on ``dev``."""
-        return dev.rank_verbs(ro, peers, depth)
+        """Rank ``rank``'s CQ and queue pairs (in INIT), one per link, on ``dev``."""
+        return dev.rank_verbs(ro, links, depth)
+
+    def rank_device(
+        self, devices: list[Device], ro: RdmaOptions, opts: DataOptions, agent: str, rank: int
+    ) -> tuple[Choice, VerbsDevice]:
+        """The device, port and GID rank ``rank`` uses, opened once per device."""
+        named = ro.rank_devices[rank] if rank < len(ro.rank_devices) else ""
+        named = named or ro.devices.get(agent, "")  # this host's device (testbed rdma_device)
+        if named:
+            ro = msgspec.structs.replace(ro, device=named)
+        choice = choose_port(devices, ro, rank_addr(opts, rank) or self.addr)
+        key = (choice.device, choice.port, choice.gid_index)
+        dev = self._devs.get(key)
+        if dev is None:
+            dev = self._devs[key] = self.open_device(choice)
+        return choice, dev
 
     def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
         opts = prep.options
         refuse_nccl_style(plan)
         ro = opts.rdma
-        if ro.devices.get(plan.agent):  # this host's own device name (testbed rdma_device)
-            ro = msgspec.structs.replace(ro, device=ro.devices[plan.agent])
         check_options(ro)  # 1.
-        choice = choose_port(self.find_devices(), ro, self.addr)
-        dev = self._dev = self.open_device(choice)  # 2.
+        devices = self.find_devices()
+        rank_dev = {r: self.rank_device(devices, ro, opts, plan.agent, r) for r in plan.ranks}
         socks = self._side_channels(plan, prep)  # 3. (my rank, peer) -> socket
+        lanes = qp_layout(opts.channels, ro.qps)
         for r in plan.ranks:  # 4.
             rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
-            vr = self.rank_verbs(dev, ro, r, rank_peers(rplans), recv_depth(ro) + ro.window)
-            ex = RdmaRankExecutor(r, vr, rplans, ro, opts.verify, self._abort)
+            links = rank_links(rank_peers(rplans), lanes)
+            vr = self.rank_verbs(rank_dev[r][1], ro, r, links, recv_depth(ro) + ro.window)
             self._ranks[r] = vr
+            ex = RdmaRankExecutor(
+                r, vr, rplans, ro, opts.verify, self._abort,
+                channels=opts.channels, program_channels=opts.program_channels,
+                min_part=opts.min_part,
+            )  # fmt: skip
             self._rexecs[r] = ex
             ex.allocate()
         pairs = []
         for (r, q), sock in sorted(socks.items()):  # 5.
-            ex, vr = self._rexecs[r], self._ranks[r]
+            ex, vr, dev = self._rexecs[r], self._ranks[r], rank_dev[r][1]
             psn = int.from_bytes(os.urandom(3), "little")
             scratch = ex.scratch_region()
             facts = QpFacts(
                 src=r,
                 dst=q,
-                qpn=vr.qpn(q),
+                qpn=vr.qpn((q, 0)),
                 psn=psn,
                 gid=dev.gid,
                 lid=dev.lid,
@@ -183,6 +215,7 @@ class AgentDataPlane(TcpDataPlane):
                 length=len(scratch.view),
                 mtu=dev.mtu,
                 slots=recv_slots(ex.plans, q),
+                qpns=[vr.qpn((q, k)) for k in range(lanes)],
             )
             pairs.append((sock, facts))
         peers = exchange_facts(pairs, opts.connect_timeout_s)
@@ -223,14 +256,26 @@ class AgentDataPlane(TcpDataPlane):
         t.start()
 
     def _go_rdma(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
+        oplists: dict[int, list[OpItem]] | None = None
         if go.ops:
-            msg = "op-list runs (genie emulate) use the TCP transport; prepare with transport tcp"
-            post(Event("run_failed", go.job, go.epoch, error=msg))
-            return
-        execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
-        self._run_ranks(
-            go, start_local_ns, execs, lambda ex: ex.run(go, start_local_ns), "genie-rdma", post
-        )
+            if self._plan is None:
+                post(Event("run_failed", go.job, go.epoch, error="op list without a prepared job"))
+                return
+            try:
+                oplists = check_ops(go.ops, self._plan)
+            except GenieError as exc:
+                post(Event("run_failed", go.job, go.epoch, error=f"op list refused: {exc}"))
+                return
+            execs = [ex for ex in self._rexecs.values() if oplists.get(ex.rank)]
+        else:
+            execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
+
+        def run(ex: RdmaRankExecutor):
+            if oplists is not None:
+                return ex.run_ops(go, oplists[ex.rank], start_local_ns)
+            return ex.run(go, start_local_ns)
+
+        self._run_ranks(go, start_local_ns, execs, run, "genie-rdma", post)
 
     # ---- release ----------------------------------------------------------------------------
     def release(self) -> None:
@@ -247,19 +292,21 @@ class AgentDataPlane(TcpDataPlane):
                 vr.close()
         self._ranks.clear()
         self._rexecs.clear()
-        if self._dev is not None:
-            self._dev.close()
-            self._dev = None
+        for dev in self._devs.values():
+            with contextlib.suppress(Exception):
+                dev.close()
+        self._devs.clear()
         self._rdma = False
 
 
 def refuse_nccl_style(plan: AgentPlan) -> None:
-    """The RDMA plane has one QP per rank pair and no flag bytes: a program run NCCL-style
-    with several channels or the LL / LL128 protocol is refused in one line."""
+    """The RDMA plane has no flag bytes and its channels are per process group
+    (``DataOptions.channels``), not per program: a program run NCCL-style with several
+    channels of its own or the LL / LL128 protocol is refused in one line."""
     for rplans in plan.rank_plans:
         for rp in rplans.values():
             if rp.channels > 1 or rp.proto:
                 raise TransportError(
                     "NCCL-style programs with several channels or the LL / LL128 protocol run "
-                    "on tcp only (the RDMA plane keeps one QP per rank pair)"
+                    "on tcp only (the RDMA plane's queue pairs are per process group)"
                 )
