@@ -195,3 +195,25 @@ def test_an_op_list_runs_through_the_rdma_plane() -> None:
     finally:
         for dp in planes:
             dp.close()
+
+
+def test_the_controller_names_each_ranks_nic_device_from_the_testbed() -> None:
+    from genie.controller.local import options_for_testbed
+    from genie.testbed import loads_testbed
+
+    tb = loads_testbed(
+        '[testbed]\nname = "m"\nkind = "static"\ntransport = "rdma"\n'
+        '[[hosts]]\nname = "a"\ncontrol = "10.0.0.1:7000"\nranks = 2\n'
+        '[[hosts.nics]]\ndata_addr = "10.1.0.1"\nrdma_device = "mlx5_0"\n'
+        '[[hosts.nics]]\ndata_addr = "10.2.0.1"\nrdma_device = "mlx5_1"\n'
+        '[[hosts]]\nname = "b"\ncontrol = "10.0.0.2:7000"\n'
+        '[[switches]]\nname = "sw"\n'
+        '[[links]]\na = "a.nic0"\nb = "sw"\nrate = "100gbit"\n'
+        '[[links]]\na = "a.nic1"\nb = "sw"\nrate = "100gbit"\n'
+        '[[links]]\na = "b"\nb = "sw"\nrate = "100gbit"\n'
+    )
+    opts = options_for_testbed(tb, DataOptions(transport="rdma"), ["a", "a", "b"])
+    assert opts.rdma.rank_devices == ["mlx5_0", "mlx5_1", ""]
+    assert opts.rank_addrs == ["10.1.0.1", "10.2.0.1", ""]
+    mine = DataOptions(rdma=RdmaOptions(rank_devices=["x", "y", "z"]))
+    assert options_for_testbed(tb, mine, ["a", "a", "b"]).rdma.rank_devices == ["x", "y", "z"]

@@ -306,8 +306,9 @@ def open_controller(
 
 def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) -> DataOptions:
     """``opts`` with what ``testbed`` says about a job on ``placement``: the intra-host model's
-    bandwidth and latency (where ``opts`` keeps the defaults) and each rank's NIC address (where
-    a host has several NICs and ``opts`` names none). ``opts`` itself when nothing changes."""
+    bandwidth and latency (where ``opts`` keeps the defaults) and each rank's NIC address and
+    RDMA device (where a host has several NICs and ``opts`` names none). ``opts`` itself when
+    nothing changes."""
     changes: dict = {}
     intra = testbed.intra_host
     default = DataOptions()
@@ -320,6 +321,11 @@ def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) ->
         addrs = testbed.rank_nic_addrs(placement)
         if addrs:
             changes["rank_addrs"] = addrs
+    if not opts.rdma.rank_devices and any(n.rdma_device for h in testbed.hosts for n in h.nics):
+        devs = [
+            h.nics[k].rdma_device or "" if h.nics else "" for h, k in testbed.rank_nics(placement)
+        ]
+        changes["rdma"] = msgspec.structs.replace(opts.rdma, rank_devices=devs)
     return msgspec.structs.replace(opts, **changes) if changes else opts
 
 
