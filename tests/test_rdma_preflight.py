@@ -504,3 +504,34 @@ def test_hosts_check_runs_the_preflight_over_ssh(tmp_path: Path, capsys) -> None
         assert "rdma link add genie-rxe0" in rows["rdma device"]["fix"]
     else:
         assert rows["rdma device"]["value"].split()[0] in {d["name"] for d in here["devices"]}
+
+
+def test_lab_doc_commands_parse_and_its_rows_exist(tmp_path: Path) -> None:
+    """docs/lab.md stays true: its genie commands parse, and the preflight rows its table names
+    are the rows the preflight gives."""
+    import re
+    import shlex
+
+    from genie.cli import build_parser
+
+    text = (Path(__file__).parents[1] / "docs" / "lab.md").read_text()
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    cmds = [ln.split("  #")[0].strip() for b in blocks for ln in b.splitlines()]
+    cmds = [c for c in cmds if c.startswith("genie ")]
+    assert len(cmds) >= 10
+    parser = build_parser()
+    for cmd in cmds:
+        try:
+            parser.parse_args(shlex.split(cmd)[1:])
+        except SystemExit:
+            pytest.fail(f"docs/lab.md: {cmd!r} does not parse")
+    table = text.split("| row |", 1)[1].split("\n\n", 1)[0]
+    named = re.findall(r"^\| `([a-z ]+(?: DEV/N| DEV| IF)?)`", table, re.M)
+    assert len(named) == 11, named
+    from genie.deploy.config import loads_deploy
+
+    tb, _ = loads_deploy(TESTBED.format(ip=IP).replace('"100gbit"', '"400gbit"'))
+    got = {c.name for c in preflight_tree(connectx(tmp_path), tb, tb.host("n0"))}
+    for name in named:
+        concrete = name.replace("DEV/N", "mlx5_0/1").replace("DEV", "mlx5_0")
+        assert concrete.replace(" IF", " ens1f0") in got, (name, got)
