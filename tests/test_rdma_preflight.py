@@ -379,7 +379,7 @@ def test_cli_runs_the_preflight_on_a_tree(tmp_path: Path, capsys) -> None:
     assert main(["hosts", "check", "--sysfs-root", str(tmp_path / "nope")]) == 2
 
 
-def test_the_probe_is_self_contained_and_records_what_it_read(tmp_path: Path) -> None:
+def test_the_probe_is_self_contained_and_records_what_it_read(tmp_path: Path, capsys) -> None:
     src = connectx(tmp_path / "src")
     # shipped as source and run by a bare Python, as over SSH: no genie import
     code = "import sys; src = bytes.fromhex(sys.argv[1]).decode(); sys.argv = sys.argv[1:]; "
@@ -398,7 +398,8 @@ def test_the_probe_is_self_contained_and_records_what_it_read(tmp_path: Path) ->
     assert facts["devinfo"]["mlx5_0"]["1"]["active_mtu"] == 4096
     # a record of what was read, checked again, gives the same findings
     rec = tmp_path / "rec"
-    rdma_probe.gather(str(src), live=False, record=str(rec))
+    assert rdma_probe.main([str(src), "--record", str(rec)]) == 0
+    assert json.loads(capsys.readouterr().out)["devices"][0]["ports"][0]["state"] == "ACTIVE"
     assert (rec / "sys/class/infiniband/mlx5_0/ports/1/gid_attrs/types/3").read_text() == (
         "RoCE v2\n"
     )
@@ -535,3 +536,13 @@ def test_lab_doc_commands_parse_and_its_rows_exist(tmp_path: Path) -> None:
     for name in named:
         concrete = name.replace("DEV/N", "mlx5_0/1").replace("DEV", "mlx5_0")
         assert concrete.replace(" IF", " ens1f0") in got, (name, got)
+
+
+def test_root_is_not_held_to_its_memlock_limit(tmp_path: Path) -> None:
+    facts = rdma_probe.gather(str(connectx(tmp_path, memlock=65536)), live=False)
+    assert "euid" not in facts  # a recorded tree: who will run the agent is not known
+    assert _failed(evaluate_rdma(facts))["memlock"].value.startswith("64 KiB (hard 64 KiB)")
+    rows = _rows(evaluate_rdma({**facts, "euid": 0}))
+    assert rows["memlock"].status == "ok" and "CAP_IPC_LOCK" in rows["memlock"].value
+    live = rdma_probe.gather("/")  # this machine, as the probe sees it over SSH
+    assert live["live"] is True and live["euid"] == os.geteuid()

@@ -43,10 +43,11 @@ def preflight_tree(
     priority: int | None = None,
 ) -> list[Check]:
     """The preflight against a recorded tree ``root`` (a host's ``/`` copied: sys, proc, etc,
-    genie-tools); with a testbed host, against its NICs, else every RDMA device in the tree."""
+    genie-tools; ``/`` is this machine, tools run); with a testbed host, against its NICs, else
+    every RDMA device in the tree."""
     path = Path(root)
     if not path.is_dir():
         raise UsageError(f"--sysfs-root {root}: not a directory")
-    facts = rdma_probe.gather(str(path), live=False)
+    facts = rdma_probe.gather(str(path))  # live (tools run) only for this machine's own /
     wants: list[NicWant] = wants_of(testbed, host) if testbed and host else []
     return evaluate_rdma(facts, wants, priority)

@@ -357,6 +357,8 @@ def gather(root, live=None, record=None):
     live = os.path.abspath(root) == "/" if live is None else live
     tree = Tree(root, record)
     facts = {"root": tree.root, "live": bool(live), "devices": [], "netdevs": {}}
+    if live and hasattr(os, "geteuid"):
+        facts["euid"] = os.geteuid()  # root registers memory whatever its memlock limit
     try:
         _gather(tree, live, facts)
     except Exception as exc:  # a malformed tree is a finding, never a traceback
