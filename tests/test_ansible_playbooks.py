@@ -135,3 +135,48 @@ def test_ansible_lint_if_available() -> None:
         capture_output=True, text=True, timeout=240, cwd=ANSIBLE,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+
+
+MULTI_NIC = (
+    '[testbed]\nname = "mn"\nkind = "static"\n'
+    '[[hosts]]\nname = "a"\ncontrol = "10.0.0.1:7000"\nranks = 2\n'
+    '[[hosts.nics]]\ndata_addr = "10.1.0.1"\ndevice = "ens1f0"\nrdma_device = "mlx5_0"\n'
+    '[[hosts.nics]]\ndata_addr = "10.2.0.1"\ndevice = "ens1f1"\nrdma_device = "mlx5_1"\n'
+    '[[hosts]]\nname = "b"\ncontrol = "10.0.0.2:7000"\nnic = "eth0"\n'
+    '[[switches]]\nname = "sw"\n'
+    '[[links]]\na = "a.nic0"\nb = "sw"\nrate = "100gbit"\nmtu = 9000\n'
+    '[[links]]\na = "a.nic1"\nb = "sw"\nrate = "100gbit"\nmtu = 4200\n'
+    '[[links]]\na = "b"\nb = "sw"\nrate = "100gbit"\n'
+)
+
+
+def test_the_tuning_role_tunes_every_nic_of_a_multi_nic_host(tmp_path) -> None:
+    from genie.deploy.config import loads_deploy
+    from genie.deploy.inventory import inventory_data
+
+    hosts = inventory_data(*loads_deploy(MULTI_NIC))["all"]["children"]
+    hv = hosts["genie_agents"]["hosts"]
+    nics = [{"name": "ens1f0", "mtu": 9000}, {"name": "ens1f1", "mtu": 4200}]
+    assert hv["a"]["genie_nics"] == nics
+    assert "genie_nics" not in hv["b"] and hv["b"]["genie_nic"] == "eth0"
+    # the role's list of NICs to tune, from those variables (what its MTU and IRQ tasks loop on)
+    play = tmp_path / "play.yml"
+    play.write_text(
+        "- hosts: localhost\n  gather_facts: false\n"
+        f"  vars_files: [{ANSIBLE / 'roles' / 'tuning' / 'defaults' / 'main.yml'}]\n"
+        "  tasks:\n    - ansible.builtin.debug:\n"
+        "        msg: \"NICS={{ genie_data_nics | map(attribute='name') | join(',') }} "
+        "MTUS={{ genie_data_nics | map(attribute='mtu', default='-') | join(',') }}\"\n"
+    )
+    env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_HOME": str(tmp_path / ".ansible")}
+    for extra, want in [
+        (json.dumps({"genie_nics": nics}), "NICS=ens1f0,ens1f1 MTUS=9000,4200"),
+        (json.dumps({"genie_nic": "eth0"}), "NICS=eth0 MTUS=-"),
+        ("{}", "NICS= MTUS="),
+    ]:
+        proc = subprocess.run(
+            [_tool("ansible-playbook"), "-i", "localhost,", "-c", "local", str(play), "-e", extra],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+        assert f'"msg": "{want}"' in proc.stdout, proc.stdout[-2000:]

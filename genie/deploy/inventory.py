@@ -3,7 +3,8 @@
 Groups: ``genie_agents`` (every host), ``genie_rdma`` (hosts with an RDMA device or on an RDMA
 testbed). Host variables carry SSH access (``ansible_host``, ``ansible_port``, ``ansible_user``,
 ``ansible_ssh_private_key_file``) and what the roles need (``genie_agent_id``, ``genie_listen``,
-``genie_data_addr``, ``genie_nic``, ``genie_rdma_device``, ``genie_mtu``, ``genie_ranks``).
+``genie_data_addr``, ``genie_nic``, ``genie_rdma_device``, ``genie_mtu``, ``genie_ranks``, and
+on a multi-NIC host ``genie_nics``: each NIC's interface and MTU, all tuned by the role).
 Scalars are written as JSON, which YAML reads as the same values.
 """
 
@@ -52,7 +53,16 @@ def host_vars(testbed: Testbed, cfg: DeployConfig, host: Host) -> dict[str, Any]
     mtu = host_mtu(testbed, host.name)
     if mtu:
         out["genie_mtu"] = mtu
+    nics = [(k, n) for k, n in enumerate(host.nics) if n.device]
+    if nics:  # every data NIC of a multi-NIC host, for the tuning role (MTU, IRQ affinity)
+        out["genie_nics"] = [_nic_vars(testbed, host.endpoint(k), n.device) for k, n in nics]
     return out
+
+
+def _nic_vars(testbed: Testbed, endpoint: str, device: str | None) -> dict[str, Any]:
+    """One NIC's entry of ``genie_nics``: its interface and the largest MTU of its links."""
+    mtus = [lk.mtu for lk in testbed.links if endpoint in (lk.a, lk.b)]
+    return {"name": device, **({"mtu": max(mtus)} if mtus else {})}
 
 
 def inventory_data(testbed: Testbed, cfg: DeployConfig) -> dict[str, Any]:
