@@ -546,3 +546,70 @@ def test_root_is_not_held_to_its_memlock_limit(tmp_path: Path) -> None:
     assert rows["memlock"].status == "ok" and "CAP_IPC_LOCK" in rows["memlock"].value
     live = rdma_probe.gather("/")  # this machine, as the probe sees it over SSH
     assert live["live"] is True and live["euid"] == os.geteuid()
+
+
+TWO_NICS = """
+[testbed]
+name = "rails"
+kind = "static"
+transport = "rdma"
+[[hosts]]
+name = "n0"
+control = "10.0.0.10:7000"
+ranks = 2
+[[hosts.nics]]
+data_addr = "192.168.100.10"
+device = "ens1f0"
+[[hosts.nics]]
+data_addr = "192.168.101.10"
+device = "ens1f1"
+[[hosts]]
+name = "n1"
+control = "10.0.0.11:7000"
+data_addr = "192.168.100.11"
+[[switches]]
+name = "sw"
+[[links]]
+a = "n0.nic0"
+b = "sw"
+rate = "100gbit"
+[[links]]
+a = "n0.nic1"
+b = "sw"
+rate = "100gbit"
+[[links]]
+a = "n1"
+b = "sw"
+rate = "100gbit"
+"""
+
+
+def test_each_nic_of_a_multi_nic_host_gets_its_own_device(tmp_path: Path) -> None:
+    import shutil
+
+    from genie.deploy.config import loads_deploy
+
+    root = connectx(tmp_path)
+    ib = root / "sys/class/infiniband"
+    shutil.copytree(ib / "mlx5_0", ib / "mlx5_1", symlinks=True)
+    (ib / "mlx5_1/device/net/ens1f0").rename(ib / "mlx5_1/device/net/ens1f1")
+    port = ib / "mlx5_1/ports/1"
+    for i in range(4):
+        (port / f"gid_attrs/ndevs/{i}").write_text("ens1f1\n")
+    for i in (2, 3):  # ::ffff:192.168.101.10
+        (port / f"gids/{i}").write_text(IP_GID.replace("640a", "650a") + "\n")
+    (port / "state").write_text("1: DOWN\n")
+    net = root / "sys/class/net"
+    shutil.copytree(net / "ens1f0", net / "ens1f1")
+    tools = root / "genie-tools"
+    shutil.copy(tools / "mlnx_qos-ens1f0.txt", tools / "mlnx_qos-ens1f1.txt")
+    tb, _ = loads_deploy(TWO_NICS)
+    checks = preflight_tree(root, tb, tb.host("n0"))
+    rows = _rows(checks)
+    assert rows["rdma device nic0"].value == f"mlx5_0 (mlx5_core) -> ens1f0 -> {IP}"
+    assert rows["rdma device nic1"].value == "mlx5_1 (mlx5_core) -> ens1f1 -> 192.168.101.10"
+    assert "192.168.101.10 is GID 3" in rows["rdma gid mlx5_1/1"].value
+    # NCCL_IB_GID_INDEX=3 is right for both devices; only nic1's port is down
+    assert set(_failed(checks)) == {"rdma port mlx5_1/1"}
+    assert "ip link set dev ens1f1 up" in rows["rdma port mlx5_1/1"].fix
+    assert rows["rdma mtu mlx5_1/1"].status == "skip"  # ibv_devinfo.txt lists mlx5_0 only
