@@ -67,6 +67,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         heartbeat_s=args.heartbeat,
         keys_dir=args.keys,
         testbed=args.testbed or "",
+        counters_sysfs=args.counters_sysfs,
     )
 
 
@@ -93,4 +94,11 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         default=None,
         help="serve only controllers of this testbed (genie sets it for netns agents)",
+    )
+    p.add_argument(
+        "--counters-sysfs",
+        metavar="DIR",
+        default=None,
+        help="sysfs root the NIC counters reported with each run are read from (default: "
+        "$GENIE_COUNTERS_SYSFS, else /sys)",
     )

@@ -49,6 +49,8 @@ from genie.wire.frames import check_frame
 from genie.wire.liveness import HEARTBEAT_INTERVAL_S
 from genie.wire.messages import Error, Limits, Msg, encode
 from genie_agent.clock import tighten_timer_slack
+from genie_agent.counters import CounterReader, Roots
+from genie_agent.counting import CountingDataPlane
 from genie_agent.dataplane.rdma_plane import AgentDataPlane  # TCP, and RDMA jobs over verbs
 from genie_agent.facts import available_memory, host_facts
 from genie_agent.logbook import LogBook
@@ -251,11 +253,14 @@ def run_agent(
     ready: Callable[[], None] | None = None,
     keys_dir: str | None = None,
     testbed: str = "",
+    counters_sysfs: str | None = None,
 ) -> int:
     """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code.
 
     ``keys_dir``: CURVE key directory (see ``genie.keys``); default ``$GENIE_KEYS``, else none.
     ``testbed``: the testbed this agent serves; Hellos naming another one are refused.
+    ``counters_sysfs``: where the NIC counters reported with each Go are read (default
+    ``$GENIE_COUNTERS_SYSFS``, else /sys; ``genie_agent.counters``).
     """
     book = LogBook(log or agent_logger(agent_id).info)
     say = book
@@ -304,9 +309,10 @@ def run_agent(
         events.put(ev)
         wake()
 
+    reader = CounterReader(Roots.from_env(counters_sysfs), addrs=tuple(dp.addrs))
     core = AgentCore(
         agent_id,
-        dp,
+        CountingDataPlane(dp, agent_id, reader, say),
         MonotonicClock(),
         post,
         facts=host_facts(),

@@ -41,6 +41,7 @@ from __future__ import annotations
 import msgspec
 
 from genie.errors import ProtocolError
+from genie.wire.counters import CounterSets
 from genie.wire.frames import check_frame
 from genie.wire.text import sanitize
 
@@ -300,6 +301,8 @@ class Result(Msg, tag="result"):
     ranks: list[RankResult]
     start_lateness_ns: int = 0  # how late the agent began relative to the requested start
     retransmits: int = -1  # TCP segments the data sockets retransmitted during this Go (-1: ?)
+    # NIC and stack counter deltas over this Go, per source (genie.wire.counters); bounded
+    counters: CounterSets = []
 
 
 class Error(Msg, tag="error"):
