@@ -45,6 +45,15 @@ Schema (times in seconds unless the column says ns; sizes in bytes)::
       rank_times TEXT,              -- JSON [[rank, start_ns, end_ns], ...]
       program TEXT                  -- JSON of the ProgramSpec
     )
+    counters(                       -- NIC and stack counter deltas of each Go (genie.wire.counters)
+      id INTEGER PRIMARY KEY,
+      run_id TEXT REFERENCES runs,
+      go INTEGER,                   -- 0.. the run's Goes that reported counters, in order
+      collective TEXT, algorithm TEXT, n_ranks INTEGER, size INTEGER,  -- NULL: an op-list Go
+      iterations INTEGER,           -- iterations of the Go, warm-up included
+      agent TEXT, source TEXT,      -- who read them, where (rdma:DEV/PORT, ethtool:IF, tcp)
+      deltas TEXT                   -- JSON {counter name: delta}
+    )
     calibrations(
       cal_id TEXT PRIMARY KEY,      -- "c" + UTC time + random suffix
       created_at REAL,
@@ -92,6 +101,12 @@ CREATE TABLE IF NOT EXISTS instances (
   step0_spread_ns INTEGER, rank_times TEXT, program TEXT
 );
 CREATE INDEX IF NOT EXISTS instances_run ON instances(run_id, collective, algorithm, size);
+CREATE TABLE IF NOT EXISTS counters (
+  id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(run_id), go INTEGER NOT NULL,
+  collective TEXT, algorithm TEXT, n_ranks INTEGER, size INTEGER, iterations INTEGER,
+  agent TEXT NOT NULL, source TEXT NOT NULL, deltas TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS counters_run ON counters(run_id, go);
 CREATE TABLE IF NOT EXISTS calibrations (
   cal_id TEXT PRIMARY KEY, created_at REAL NOT NULL, testbed_name TEXT, testbed TEXT,
   runs TEXT, doc TEXT NOT NULL
@@ -289,6 +304,47 @@ class RunStore:
                 )
         except sqlite3.Error as exc:
             raise _error(self.path, exc, f"store instances of {run_id}") from None
+
+    def add_counters(
+        self, run_id: str, go: int, spec: Any, iterations: int, sets: dict[str, list[Any]]
+    ) -> None:
+        """Store one Go's counter deltas (agent -> ``CounterSet``s) under its ``spec`` (None:
+        an op-list Go, one iteration of a trace)."""
+        if spec is not None:
+            from genie.collectives.layout import buffer_bytes
+
+            size = buffer_bytes(spec) if spec.collective != "flow" else spec.size
+            what = (spec.collective, spec.algorithm, spec.n_ranks, size)
+        else:
+            what = (None, None, None, None)
+        rows = [
+            (run_id, go, *what, iterations, agent, s.source, _json(s.deltas))
+            for agent, agent_sets in sorted(sets.items())
+            for s in agent_sets
+        ]
+        try:
+            with self.db:
+                self.db.execute("BEGIN")
+                self.db.executemany(
+                    "INSERT INTO counters (run_id, go, collective, algorithm, n_ranks, size,"
+                    " iterations, agent, source, deltas) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc, f"store counters of {run_id}") from None
+
+    def counters(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's counter rows in order (columns of ``counters``, ``deltas`` decoded and
+        checked: names bounded text, values non-negative ints; StoreError naming the row)."""
+        cur = self._exec(
+            "SELECT * FROM counters WHERE run_id=? ORDER BY go, id", (self.run(run_id).run_id,)
+        )
+        cols = [c[0] for c in cur.description]
+        try:
+            rows = cur.fetchall()
+        except sqlite3.Error as exc:
+            raise _error(self.path, exc) from None
+        return [_counter_row(run_id, dict(zip(cols, row, strict=True))) for row in rows]
 
     def verify_run(self, run_id: str, instances: int) -> None:
         """StoreError ("run NOT stored") unless the file at ``path`` is still the one this store
@@ -538,6 +594,40 @@ def _instance(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
             d[c] = None
         if not isinstance(d[c], list if c == "rank_times" else dict):
             raise bad(c)
+    return d
+
+
+MAX_COUNTER_NAMES = 1024  # names of one stored counter row read back
+
+
+def _counter_row(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
+    """One counters row, checked and with its deltas decoded (StoreError naming the column)."""
+
+    def bad(column: str) -> StoreError:
+        return StoreError(f"run {run_id}: counters row {d.get('id')}: column {column} is corrupt")
+
+    for c in ("go", "iterations"):
+        if not _is_int(d.get(c)) or d[c] < 0:
+            raise bad(c)
+    for c in ("n_ranks", "size"):
+        if d.get(c) is not None and not _is_int(d[c]):
+            raise bad(c)
+    for c in ("collective", "algorithm"):
+        if d.get(c) is not None and not isinstance(d[c], str):
+            raise bad(c)
+    for c in ("agent", "source"):
+        if not isinstance(d.get(c), str):
+            raise bad(c)
+        d[c] = clean(d[c], 64)
+    try:
+        deltas = json.loads(d["deltas"]) if isinstance(d.get("deltas"), str) else None
+    except (ValueError, RecursionError):
+        deltas = None
+    if not isinstance(deltas, dict) or len(deltas) > MAX_COUNTER_NAMES:
+        raise bad("deltas")
+    if not all(_is_int(v) and v >= 0 for v in deltas.values()):
+        raise bad("deltas")
+    d["deltas"] = {clean(str(k), 64): v for k, v in deltas.items()}
     return d
 
 

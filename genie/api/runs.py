@@ -42,6 +42,9 @@ class RunComparison:
     a: RunInfo
     b: RunInfo
     rows: list[ComparedSize]
+    # per size or iteration both runs have counters for: each headline counter per iteration,
+    # summed over agents (``genie.report.counters.compare_counters``); [] when either has none
+    counters: list[dict[str, object]] = dataclasses.field(default_factory=list)
 
     def conditions_differ(self) -> list[str]:
         """The recorded conditions the two runs do not share, one phrase each."""
@@ -56,6 +59,7 @@ class RunComparison:
             "conditions_differ": differences(
                 conditions_of(self.a.meta), conditions_of(self.b.meta)
             ),
+            **({"counters": self.counters} if self.counters else {}),
         }
 
 
@@ -107,6 +111,7 @@ def compare_runs(a: str, b: str, *, store: str | Path = DEFAULT_STORE) -> RunCom
     with open_store(store) as st:
         ra, rb = st.run(a), st.run(b)
         ta, tb = times_by_key(st, ra.run_id), times_by_key(st, rb.run_id)
+        ca, cb = st.counters(ra.run_id), st.counters(rb.run_id)
     rows = compare_rows(ta, tb)
     if not rows:
         have_a = sorted({f"{c}/{al} n={n}" for c, al, n, _ in ta}) or ["nothing"]
@@ -115,4 +120,9 @@ def compare_runs(a: str, b: str, *, store: str | Path = DEFAULT_STORE) -> RunCom
             f"runs {ra.run_id} ({', '.join(have_a)}) and {rb.run_id} ({', '.join(have_b)}) "
             "measured no collective in common"
         )
-    return RunComparison(ra, rb, rows)
+    counters: list[dict[str, object]] = []
+    if ca and cb:
+        from genie.report.counters import compare_counters, group_counters
+
+        counters = compare_counters(group_counters(ca), group_counters(cb))
+    return RunComparison(ra, rb, rows, counters)

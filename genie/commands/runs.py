@@ -77,6 +77,7 @@ _LIST_KEYS = ("run_id", "created_at", "finished_at", "status", "testbed_name", "
 def _show(args: argparse.Namespace) -> int:
     from genie.calibration.dilation import reported_s, run_dilation
     from genie.controller.results import stats
+    from genie.report.counters import group_counters
 
     with _open(args) as st:
         info = st.run(args.run)
@@ -85,6 +86,7 @@ def _show(args: argparse.Namespace) -> int:
         for x in st.instances(info.run_id):
             key = (x["collective"], x["algorithm"], x["n_ranks"], x["size"])
             groups.setdefault(key, []).append(reported_s(x["time_s"], dk))
+        counters = group_counters(st.counters(info.run_id))
     summary = [
         {
             "collective": c,
@@ -100,6 +102,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         out = {k: getattr(info, k) for k in info.__struct_fields__}
         out["summary"] = summary
+        if counters:
+            out["counters"] = [g.to_dict() for g in counters]
         print(json.dumps(out, indent=2))
         return 0
     print(f"run {info.run_id}: {info.status}" + (f" ({info.error})" if info.error else ""))
@@ -128,7 +132,24 @@ def _show(args: argparse.Namespace) -> int:
             f"    {c}/{a} n={n} size={size} B:"
             f" {len(ts)} x, p50 {t.p50 * 1e6:.1f} us, p99 {t.p99 * 1e6:.1f} us"
         )
+    if counters:
+        _show_counters(counters)
     return 0
+
+
+def _show_counters(counters: list) -> None:
+    """The NIC and stack counters' lines of ``runs show``: where they were read, then per
+    size or iteration what moved (or one line saying nothing did)."""
+    from genie.report.counters import group_lines, sources_line
+
+    print(
+        f"  counters (NIC and stack, deltas per size or iteration; read {sources_line(counters)}):"
+    )
+    lines = group_lines(counters)
+    for line in lines:
+        print(f"    {line}")
+    if not lines:
+        print("    nothing moved: no CNP, ECN mark, pause, retransmit, timeout or error counted")
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -176,9 +197,31 @@ def render_comparison(cmp: RunComparison) -> None:
             con.print(f"  {d}", markup=False)
     elif conditions_of(cmp.a.meta) and conditions_of(cmp.b.meta):
         con.print("conditions: the same in both runs", markup=False)
+    if cmp.counters:
+        _compare_counters(con, cmp.counters)
     only = [r for r in cmp.rows if r.b_over_a is None]
     if only:
         con.print(f"{len(only)} size(s) measured by one run only (-)", markup=False)
+
+
+def _compare_counters(con, rows: list[dict]) -> None:
+    """The NIC and stack counters of both runs, per iteration (summed over agents)."""
+    from rich.table import Table
+
+    t = Table(
+        title="NIC and stack counters per iteration, summed over agents", title_justify="left"
+    )
+    for c in ("size or iteration", "counter", "A", "B"):
+        t.add_column(c, justify="left" if c != "A" and c != "B" else "right")
+    for r in rows:
+        a, b = r["a_per_iteration"], r["b_per_iteration"]
+        t.add_row(
+            str(r["what"]),
+            str(r["counter"]),
+            "-" if a is None else f"{a:,.1f}",
+            "-" if b is None else f"{b:,.1f}",
+        )
+    con.print(t)
 
 
 def _export(args: argparse.Namespace) -> int:

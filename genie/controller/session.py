@@ -61,6 +61,7 @@ from genie.errors import (
     RunTimeout,
 )
 from genie.wire.clock import SPIN_NS, Clock, ClockEstimate, MonotonicClock, estimate_offset
+from genie.wire.counters import CounterSet
 from genie.wire.liveness import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
 from genie.wire.messages import (
     PROTOCOL_VERSION,
@@ -151,6 +152,10 @@ class OpListOutcome:
 OpList = Sequence[tuple[int, Sequence[int], int]]  # per op: (program index, deps, gap ns)
 
 
+CountersHook = Callable[[ProgramSpec | None, int, dict[str, list[CounterSet]]], None]
+"""on_counters(spec or None for op lists, iterations with warm-up, agent -> counter sets)."""
+
+
 def rank_bytes(program: Program) -> int:
     """Most bytes any rank of ``program`` sends plus receives (for timeouts)."""
     best = 0
@@ -193,6 +198,9 @@ class Controller:
         # Prepare; and TCP segments retransmitted over this controller's runs (per agent)
         self.conditions: dict[str, WireConditions] = {}
         self.retransmits: dict[str, int] = {}
+        # told each accepted Go's NIC and stack counter deltas where agents report any:
+        # (its program's spec, None for op lists; iterations with warm-up; agent -> sets)
+        self.on_counters: CountersHook | None = None
         self.placement: list[str] = []
         self.last_heard: dict[str, int] = {}
         self._next_beat = 0
@@ -747,6 +755,7 @@ class Controller:
                 f"agents {', '.join(sorted(results))} sent a malformed result: iteration "
                 f"{empty[0]} of {prog!r} took 0 ns ({len(empty)} of {len(instances)} such)"
             )
+        self._report_counters(prog.spec, iters + warmup, results)
         return RunOutcome(
             program=prog.spec,
             instances=instances,
@@ -838,6 +847,7 @@ class Controller:
         ranks_of = self._ranks_of(r for r, ops in rank_ops.items() if ops)
         counts = {r: len(ops) for r, ops in rank_ops.items()}
         self._check_results(results, ranks_of, counts, 0, start_at, 0, None)
+        self._report_counters(None, 1, results)
         offs = {a: (self.offsets[a].offset_ns if a in self.offsets else 0) for a in results}
         return OpListOutcome(start_at_ns=start_at, results=results, offsets_ns=offs)
 
@@ -846,6 +856,14 @@ class Controller:
         for a, r in results.items():
             if r.retransmits >= 0:
                 self.retransmits[a] = self.retransmits.get(a, 0) + r.retransmits
+
+    def _report_counters(
+        self, spec: ProgramSpec | None, iterations: int, results: Mapping[str, Result]
+    ) -> None:
+        """Tell ``on_counters`` the counter deltas the agents reported with a Go (if any)."""
+        sets = {a: list(r.counters) for a, r in results.items() if r.counters}
+        if sets and self.on_counters is not None:
+            self.on_counters(spec, iterations, sets)
 
     def _ranks_of(self, ranks) -> dict[str, list[int]]:
         """agent -> the global ranks (of ``ranks``) placed on it."""

@@ -6,7 +6,8 @@ and clock offset with the run; the command then does its work with ``.ctl`` and 
 measured under ``.run_id``. On leaving, the run is finished ``ok``, ``interrupted`` (Ctrl-C,
 SIGTERM: the CLI turns it into an interrupt) or ``failed`` with the error's one-line reason,
 whatever went wrong, and the controller, its transport and the store are closed. ``genie
-bench`` and ``genie emulate`` both go through it.
+bench`` and ``genie emulate`` both go through it. The NIC and stack counters the agents report
+with each Go are stored as they come (``RunStore.add_counters``).
 
 The controller beats from a keepalive thread while the command works between phases (plans,
 prices, stores), so agents never drop a job because the run store made it wait. Recording the
@@ -69,6 +70,7 @@ class StoredRun:
         self.hellos: dict[str, HelloReply] = {}
         self.offsets: dict[str, ClockEstimate] = {}
         self.stored = 0  # instances written to the store
+        self.goes = 0  # Goes whose counters were written to the store
 
     def __enter__(self) -> StoredRun:
         if self.store_path:
@@ -92,6 +94,8 @@ class StoredRun:
             except AgentUnreachable as exc:
                 raise AgentUnreachable(f"{exc}; {start_hint(self.testbed, source)}") from None
             self.ctl.start_keepalive()  # (open_controller's connect did; explicit here)
+            if self.store and self.run_id:
+                self.ctl.on_counters = self._add_counters
             self.offsets = self.ctl.sync_clocks(self.sync_rounds)
             if self.store and self.run_id:
                 self.store.update_run(
@@ -119,6 +123,12 @@ class StoredRun:
             instances = list(instances)
             self.store.add_instances(self.run_id, spec, instances, streams=streams)
             self.stored += len(instances)
+
+    def _add_counters(self, spec: Any, iterations: int, sets: dict[str, list[Any]]) -> None:
+        """Store one Go's NIC and stack counter deltas (the controller's ``on_counters``)."""
+        if self.store and self.run_id:
+            self.store.add_counters(self.run_id, self.goes, spec, iterations, sets)
+            self.goes += 1
 
     def _end(self, exc: BaseException | None) -> None:
         """Finish the run with the status ``exc`` implies (its wire's conditions and TCP

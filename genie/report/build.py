@@ -13,6 +13,7 @@ from genie import progress
 from genie.errors import UsageError
 from genie.report import data, labels
 from genie.report.checks import report_problems
+from genie.report.counters import group_counters, group_lines, sources_line, table_rows
 from genie.report.faults import fault_figure
 from genie.report.html import render_html
 from genie.store import RunStore
@@ -99,6 +100,15 @@ def build_report(
                     continue
                 resolved.append(run.run_id)
                 facts.append(data.run_facts(run))
+                counted = group_counters(store.counters(run.run_id))
+                if counted:  # the NIC and stack counters per size or iteration: a small table
+                    head, rows = table_rows(counted)
+                    facts[-1]["counters"] = {
+                        "sources": sources_line(counted),
+                        "head": head,
+                        "rows": rows,
+                        "lines": group_lines(counted),
+                    }
                 groups.extend(data.bench_groups(store, run.run_id))
                 fig = fault_figure(store, run, len(fault_figs))
                 if fig is not None:

@@ -95,6 +95,12 @@ def _run_section(facts: dict[str, Any]) -> str:
     if cond:
         out.append("<h3>Conditions (read back from the agents' data connections)</h3>")
         out.append(_table(["condition", "value"], [[k, v] for k, v in cond.items()], left=2))
+    counted = facts.get("counters")
+    if counted:
+        out.append("<h3>NIC and stack counters (deltas per size or iteration, per agent)</h3>")
+        out.append(f'<p class="note">read: {escape(counted["sources"])}</p>')
+        out.extend(f'<p class="note">{escape(line)}</p>' for line in counted["lines"])
+        out.append(_table(counted["head"], counted["rows"], left=2))
     offs = [
         [
             a,
