@@ -617,3 +617,40 @@ def test_each_nic_of_a_multi_nic_host_gets_its_own_device(tmp_path: Path) -> Non
     assert set(_failed(checks)) == {"rdma port mlx5_1/1"}
     assert "ip link set dev ens1f1 up" in rows["rdma port mlx5_1/1"].fix
     assert rows["rdma mtu mlx5_1/1"].status == "skip"  # ibv_devinfo.txt lists mlx5_0 only
+
+
+def test_infiniband_port_has_no_roce_rows(tmp_path: Path) -> None:
+    """An HDR InfiniBand HCA: LID-routed (no RoCE GID, PFC or ECN rows); its MTU is the SM's."""
+    ib = "sys/class/infiniband/mlx5_0"
+    _w(tmp_path, f"{ib}/fw_ver", "20.31.1014")
+    _w(tmp_path, f"{ib}/node_type", "1: CA")
+    (tmp_path / ib / "device/net/ib0").mkdir(parents=True)
+    port = f"{ib}/ports/1"
+    _w(tmp_path, f"{port}/state", "4: ACTIVE")
+    _w(tmp_path, f"{port}/phys_state", "5: LinkUp")
+    _w(tmp_path, f"{port}/link_layer", "InfiniBand")
+    _w(tmp_path, f"{port}/rate", "200 Gb/sec (4X HDR)")
+    _w(tmp_path, f"{port}/lid", "0x12")
+    _w(tmp_path, f"{port}/gids/0", "fe80:0000:0000:0000:b859:9f03:00d4:1234")
+    _w(tmp_path, "genie-tools/ibv_devinfo.txt", DEVINFO.format(active=2048))
+    rows = _rows(preflight_tree(tmp_path))
+    assert rows["rdma port mlx5_0/1"].value == "ACTIVE, LinkUp, InfiniBand, 200 Gb/sec (4X HDR)"
+    assert rows["rdma gid mlx5_0/1"].value == "InfiniBand: LID-routed, GID index 0"
+    assert rows["rdma mtu mlx5_0/1"].status == "warn"
+    assert "partitions.conf" in rows["rdma mtu mlx5_0/1"].fix
+    assert not [n for n in rows if n.startswith(("rdma pfc", "rdma ecn", "rdma priority"))]
+    # SM not running: the link is up but the port stays INIT
+    (tmp_path / port / "state").write_text("2: INIT\n")
+    failed = _failed(preflight_tree(tmp_path))
+    assert "opensm" in failed["rdma port mlx5_0/1"].fix
+
+
+def test_nccl_traffic_class_unset_is_a_warning_on_roce(tmp_path: Path) -> None:
+    root = connectx(tmp_path)
+    (root / "etc/nccl.conf").write_text("NCCL_IB_GID_INDEX=3\n")
+    rows = _rows(preflight_tree(root))
+    assert rows["rdma priority"].status == "warn"
+    assert "NCCL sends traffic class 0 (priority 0)" in rows["rdma priority"].value
+    assert rows["rdma priority"].fix.startswith("NCCL_IB_TC=106 in /etc/nccl.conf (DSCP 26")
+    assert rows["rdma pfc ens1f0"].status == "ok"  # still checked on priority 3
+    assert _rows(preflight_tree(root, priority=3)).get("rdma priority") is None  # chosen

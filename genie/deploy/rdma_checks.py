@@ -167,7 +167,10 @@ def _priority(ctx: _Ctx, explicit: int | None) -> int:
             ctx.add("rdma priority", "fail", f"NCCL_IB_TC={tc_text!r} ({src})", "an integer")
     tc_prio = None if tc is None else (tc >> 2) >> 3  # DSCP = TC >> 2; dscp2prio: DSCP // 8
     prio = explicit if explicit is not None else (tc_prio if tc_prio is not None else 3)
-    hard = any(not _is_soft(d) for d in ctx.facts.get("devices") or [])
+    hard = any(  # a RoCE NIC: where PFC and ECN matter
+        not _is_soft(d) and any(p.get("link_layer") == "Ethernet" for p in d["ports"])
+        for d in ctx.facts.get("devices") or []
+    )
     if tc_prio is not None and tc_prio != prio:
         ctx.add(
             "rdma priority",
@@ -326,6 +329,26 @@ def _port(
             _ecn(ctx, netdev)
     elif ll == "InfiniBand":
         ctx.add(f"rdma gid {where}", "ok", "InfiniBand: LID-routed, GID index 0")
+        _ib_mtu(ctx, dev, p)
+
+
+def _ib_mtu(ctx: _Ctx, dev: dict[str, Any], p: dict[str, Any]) -> None:
+    """An InfiniBand port's active MTU is the subnet manager's: below the port's max, say so."""
+    where = f"{dev['name']}/{p['port']}"
+    info = ((ctx.facts.get("devinfo") or {}).get(dev["name"]) or {}).get(str(p["port"])) or {}
+    active, top = info.get("active_mtu"), info.get("max_mtu")
+    if active is None:
+        ctx.add(f"rdma mtu {where}", "skip", "active MTU unknown (no ibv_devinfo -v)")
+    elif top and active < top:
+        ctx.add(
+            f"rdma mtu {where}",
+            "warn",
+            f"active MTU {active} < the port's {top}",
+            "the subnet manager sets it: mtu=5 (4096) on the partition in opensm's "
+            "partitions.conf (or the switch SM's), then restart the SM",
+        )
+    else:
+        ctx.add(f"rdma mtu {where}", "ok", f"active {active}")
 
 
 def _gid(ctx: _Ctx, dev: dict[str, Any], p: dict[str, Any], netdev: str | None, w: NicWant) -> None:
