@@ -283,10 +283,13 @@ def test_the_nccl_model_is_closer_than_line_rate_on_small_published_rows(monkeyp
 def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     from genie.collectives import nccl_pipeline as F
 
-    sys2 = h100(2)  # 2 nodes x 8 GPUs: a tree of 2 (7 + 1) = 16 stages
-    assert F.depth(sys2, "tree") == 16 and F.depth(sys2, "nvlstree") == 4
-    assert F.depth(h100(1), "nvls") == 2 and F.depth(sys2, "ring") == 1
-    assert F.depth(h100(5), "tree") == 2 * (7 + 3)  # ceil(log2 5) hops across
+    sys2 = h100(2)  # 2 nodes x 8 GPUs: Simple forwards chunks on 2 (7 + 1) = 16 tree stages,
+    # LL and LL128 only on the 2 network hops (line by line inside a node)
+    assert F.depth(sys2, "tree", "Simple") == 16 and F.depth(sys2, "nvlstree", "Simple") == 4
+    assert F.depth(sys2, "tree", "LL128") == F.depth(sys2, "tree", "LL") == 2
+    assert F.depth(h100(1), "tree", "LL128") == 0
+    assert F.depth(h100(1), "nvls", "Simple") == 2 and F.depth(sys2, "ring", "Simple") == 1
+    assert F.depth(h100(5), "tree", "Simple") == 2 * (7 + 3)  # ceil(log2 5) hops across
     # tree LL128: 576,000-byte chunks, halved (not below 128 KiB) while a channel holds fewer than
     # (1 + 1 + 0.8) x 64 / 8 = 22.4 of them, then (not below 32 KiB) fewer than 5.6
     ch = 16
@@ -306,10 +309,13 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
         for p in N.candidates("all_reduce", size, sys2):
             bw = p.link_bytes / p.rate
             assert p.time_s == pytest.approx(p.latency_s + bw + p.fill_s, rel=1e-9), p
-            assert (p.fill_s == 0.0) == (p.algorithm == "ring"), p
+            assert (p.fill_s > 0.0) == (p.algorithm != "ring"), p
+            assert p.fill_s < 1e-8 or size > 64, p  # a 64-byte message: no chunk to speak of
     fills = [N.choose("all_reduce", s, sys2, "tree", "LL128").fill_s for s in (KiB, MiB, GiB)]
     assert fills[0] < fills[1] < fills[2]
     top = N.choose("all_reduce", 8 * GiB, sys2, "tree", "LL128")
-    assert top.fill_s == pytest.approx(15 * 576000 / (top.rate / top.channels), rel=1e-9)
+    assert top.fill_s == pytest.approx(1 * 576000 / (top.rate / top.channels), rel=1e-9)
+    simple = N.choose("all_reduce", 8 * GiB, sys2, "tree", "Simple")
+    assert simple.fill_s == pytest.approx(15 * (512 << 10) / (simple.rate / simple.channels))
     assert top.fill_s < 0.01 * top.time_s
     assert "pipeline_fill_s" in top.to_dict()

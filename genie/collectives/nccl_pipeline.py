@@ -1,11 +1,15 @@
 """NCCL's chunk schedule per algorithm, and the pipeline fill it costs a tree-shaped collective.
 
 A tree (NCCL's double binary tree, a chain inside each node), NVLS and NVLSTree move a channel's
-data as a stream of chunks through a pipeline of D stages (hops up and down the tree, the
+data as a stream of chunks through a pipeline of stages (hops up and down the tree, the
 switch's reduction and multicast). ``latency + bytes / rate`` prices the stream as if the first
-chunk cost nothing to bring through: a chunk needs D stages before the last one sees it, so the
-stream ends (D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's bytes
-at the channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
+chunk cost nothing to bring through. A stage that forwards whole chunks (store and forward)
+holds the stream back by one chunk: a network hop for every protocol (the proxy posts a send
+once the GPU has filled a FIFO step), a hop inside a node for Simple (the peer sees a step when
+its flag is set); LL and LL128 inside a node forward line by line (every 8- or 128-byte line
+carries its own flag), which costs no chunk. With D chunk-forwarding stages the stream ends
+(D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's bytes at the
+channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
 messages, ``calcCollChunking``), so the fill is nothing for tiny messages, grows with the chunk
 through the middle sizes and stops at the largest chunk, where it is a small part of a large
 transfer. The ring has no fill: every rank sends from the first step on.
@@ -56,12 +60,14 @@ def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) ->
     return c
 
 
-def depth(sys: System, algo: str) -> int:
-    """Pipeline stages a chunk passes: a tree's hops up and down (a chain of a node's GPUs and
-    ceil(log2 nodes) across), NVLS's reduction and multicast, NVLSTree both; 1 for the rest."""
+def depth(sys: System, algo: str, proto: str) -> int:
+    """Stages that forward whole chunks: a tree's hops up and down across nodes (ceil(log2
+    nodes) each way) and, with Simple, along the chain of a node's GPUs; NVLS's reduction and
+    multicast (Simple only); NVLSTree both; 1 for the rest."""
     across = math.ceil(math.log2(sys.nodes)) if sys.nodes > 1 else 0
     if algo == "tree":
-        return 2 * (sys.gpus_per_node - 1 + across)
+        inside = sys.gpus_per_node - 1 if proto == "Simple" else 0
+        return 2 * (inside + across)
     if algo == "nvls":
         return 2
     if algo == "nvlstree":
@@ -74,7 +80,7 @@ def fill_seconds(
 ) -> float:
     """Seconds the pipeline's fill adds to ``latency + bytes / rate`` (``rate``: bytes/s of the
     whole collective, shared by ``channels``)."""
-    stages = depth(sys, algo)
+    stages = depth(sys, algo, proto)
     if stages <= 1 or size <= 0 or rate <= 0 or channels <= 0:
         return 0.0
     per_channel = size / channels
