@@ -105,8 +105,9 @@ def test_rdma_job_through_the_plane_matches_tcp() -> None:
     try:
         s = ProgramSpec(collective="selftest", algorithm="ring", n_ranks=3, size=3 * 30_000,
                         chunks=3)  # fmt: skip
-        placement = ["a0", "a1", "a0"]  # ranks 0 and 2 share a0: their pair is exchanged too
-        opts = DataOptions(token=new_token(), transport="rdma",
+        placement = ["a0", "a1", "a0"]  # ranks 0 and 2 share a0: on the wire, their pair is
+        # exchanged too (a loopback QP; the intra-host model is test_rdma_intra's)
+        opts = DataOptions(token=new_token(), transport="rdma", intra="wire",
                            rdma=RdmaOptions(window=2, segment=8192))  # fmt: skip
         prepared, ev = _job(planes, [s], placement, opts, 1)
         assert all(e.kind == "prepared" for e in prepared), prepared

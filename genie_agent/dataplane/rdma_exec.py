@@ -128,7 +128,7 @@ class RankVerbs(Protocol):
         ...
 
     def qpn(self, link: Link) -> int:
-        """The qp_num of the queue pair of ``link``."""
+        """The qp_num of the queue pair of ``link`` (negative: a modelled link, no QP)."""
         ...
 
 
@@ -519,9 +519,7 @@ class RdmaRankExecutor:
                 bits.append(f"waiting for its credit for iteration {self.queues[link][0][0].it}")
             if wait:
                 bits.append("waiting for " + ", ".join(wait))
-            parts.append(
-                f"QP {self._qpn(link)} to rank {link[0]} (lane {link[1]}): {'; '.join(bits)}"
-            )
+            parts.append(f"{self._qp(link)} to rank {link[0]} (lane {link[1]}): {'; '.join(bits)}")
         shown = " | ".join(parts[:4]) + (f" | {len(parts) - 4} more QPs" if len(parts) > 4 else "")
         if why == "stalled":
             head = (
@@ -532,11 +530,13 @@ class RdmaRankExecutor:
             head = f"{what} timed out after {self._timeout_s:.3g} s"
         return f"rank {self.rank}: {head}: {shown or 'nothing outstanding'}"
 
-    def _qpn(self, link: Link) -> str:
+    def _qp(self, link: Link) -> str:
+        """ "QP 0x1a2" by its qp_num, or "intra-host link" for a modelled one."""
         try:
-            return f"{self.v.qpn(link):#x}"
+            n = self.v.qpn(link)
         except Exception:  # naming must never hide the stall itself
-            return "?"
+            return "QP ?"
+        return "intra-host link" if n < 0 else f"QP {n:#x}"
 
     # ---- one Go of one program ----------------------------------------------------------------
     def run(self, go: Go, start_local_ns: int) -> RankResult:
@@ -729,7 +729,7 @@ class RdmaRankExecutor:
             link = self._sends.get(c.wr_id, ((-1, -1), None, -1))[0]
             what = "work request to"
         raise TransportError(
-            f"rank {self.rank}: {what} rank {link[0]} failed on QP {self._qpn(link)}: "
+            f"rank {self.rank}: {what} rank {link[0]} failed on {self._qp(link)}: "
             f"{wc_status_name(c.status)} (verbs status {c.status}, vendor error "
             f"{c.vendor_err:#x})"
         )

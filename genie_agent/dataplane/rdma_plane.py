@@ -22,6 +22,11 @@ RDMA prepare, step by step (any failure is one ``prepare_failed`` line; the agen
    RTS, post the receives, and map each SEND step to the peer's landing slot;
 6. post ``prepared``.
 
+Pairs of ranks both on this agent take the intra-host model when the job says so
+(``DataOptions.intra == "model"``, as on TCP): no side channel, no queue pair; their steps go
+through ``rdma_intra.ModelledVerbs`` (priced on the sending rank's intra-host port) and their
+landing slots are read in memory (``local_facts``).
+
 A Go runs one program's iterations, or an op list (``genie emulate``: several programs in
 flight, each on its process group's channel; each program at most once per list).
 
@@ -61,7 +66,8 @@ from genie_agent.dataplane.rdma_exec import (
     rank_peers,
     recv_depth,
 )
-from genie_agent.dataplane.tcp import TcpDataPlane, rank_addr
+from genie_agent.dataplane.rdma_intra import IntraHub, ModelledVerbs
+from genie_agent.dataplane.tcp import TcpDataPlane, local_pairs, rank_addr
 from genie_agent.oplist import check_ops
 from genie_agent.plan import AgentPlan
 from genie_agent.state import Event
@@ -186,10 +192,19 @@ class AgentDataPlane(TcpDataPlane):
         rank_dev = {r: self.rank_device(devices, ro, opts, plan.agent, r) for r in plan.ranks}
         socks = self._side_channels(plan, prep)  # 3. (my rank, peer) -> socket
         lanes = qp_layout(opts.channels, ro.qps)
+        here: dict[int, set[int]] = {r: set() for r in plan.ranks}  # modelled co-located peers
+        for a, b in local_pairs(plan, opts):
+            here[a].add(b)
+            here[b].add(a)
+        hub = IntraHub()
         for r in plan.ranks:  # 4.
             rplans = {p: plans[r] for p, plans in enumerate(plan.rank_plans) if r in plans}
-            links = rank_links(rank_peers(rplans), lanes)
+            remote = [q for q in rank_peers(rplans) if q not in here[r]]
+            links = rank_links(remote, lanes)
             vr = self.rank_verbs(rank_dev[r][1], ro, r, links, recv_depth(ro) + ro.window)
+            if here[r]:  # steps to ranks of this agent: the intra-host model, no queue pair
+                vr = ModelledVerbs(vr, hub, r, frozenset(here[r]), opts.intra_bandwidth,
+                                   opts.intra_latency)  # fmt: skip
             self._ranks[r] = vr
             ex = RdmaRankExecutor(
                 r, vr, rplans, ro, opts.verify, self._abort,
@@ -224,6 +239,11 @@ class AgentDataPlane(TcpDataPlane):
             ex, vr = self._rexecs[mine.src], self._ranks[mine.src]
             vr.connect(mine, peer)
             ex.targets.update(send_targets(ex.plans, mine.dst, peer))
+        for r in plan.ranks:  # co-located pairs: their landing slots, read in memory
+            for q in sorted(here[r]):
+                self._rexecs[r].targets.update(
+                    send_targets(self._rexecs[r].plans, q, local_facts(self._rexecs[q], r))
+                )
         for ex in self._rexecs.values():
             ex.post_receives()
         return len(socks)
@@ -297,6 +317,16 @@ class AgentDataPlane(TcpDataPlane):
                 dev.close()
         self._devs.clear()
         self._rdma = False
+
+
+def local_facts(ex: RdmaRankExecutor, peer: int) -> QpFacts:
+    """What co-located rank ``ex.rank`` would tell ``peer``: where its scratch is and the landing
+    slots of its RECVs from ``peer`` (no queue pair: the link is modelled)."""
+    sc = ex.scratch_region()
+    return QpFacts(
+        src=ex.rank, dst=peer, qpn=0, psn=0, gid="0" * 32, lid=0, rkey=sc.rkey, address=sc.addr,
+        length=len(sc.view), mtu=0, slots=recv_slots(ex.plans, peer),
+    )  # fmt: skip
 
 
 def refuse_nccl_style(plan: AgentPlan) -> None:

@@ -455,7 +455,7 @@ def _listen(addr: str, port: int) -> socket.socket:
 
 def local_pairs(plan: AgentPlan, opts: DataOptions) -> list[tuple[int, int]]:
     """Rank pairs both on this agent whose steps take the intra-host model (no connection)."""
-    if opts.intra != "model" or opts.transport != "tcp":
+    if opts.intra != "model" or opts.transport not in ("tcp", "rdma"):
         return []
     mine = set(plan.ranks)
     return [(a, b) for a, b in plan.outgoing if b in mine]
