@@ -339,11 +339,15 @@ def test_malformed_tree_gives_one_line_findings_never_a_traceback(tmp_path: Path
     (root / "sys/class/infiniband/mlx5_0/fw_ver").write_bytes(b"\xff\xfe\x00" * 10)
     (root / "genie-tools/ibv_devinfo.txt").write_bytes(b"x" * (rdma_probe.MAX_TOOL + 10))
     (root / "proc/self/limits").write_text("Max locked memory  lots  lots  bytes\n")
+    (root / "etc/nccl.conf").unlink()
+    os.symlink("/dev/zero", root / "etc/nccl.conf")  # not a regular file: never read
     checks = preflight_tree(root)
     rows = _rows(checks)
     probe = rows["rdma probe"]
     assert probe.status == "warn" and "ports/x1: not a number, ignored" in probe.value
     assert "more)" in probe.value and "\n" not in probe.value
+    facts = rdma_probe.gather(str(root), live=False)
+    assert not [e for e in facts["errors"] if "nccl.conf" in e] and facts["nccl"] == {}
     assert rows["rdma mtu mlx5_0/1"].status == "skip"  # mtu unreadable
     assert rows["rdma firmware mlx5_0"].status == "skip"
     assert rows["memlock"].status == "skip"

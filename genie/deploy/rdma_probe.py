@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -58,6 +59,8 @@ class Tree:
         """The stripped text of ``rel``, or None when absent or unreadable."""
         p = self.path(rel)
         try:
+            if not stat.S_ISREG(os.stat(p).st_mode):  # a FIFO or device would block or flood
+                return None
             with open(p, "rb") as f:
                 data = f.read(limit + 1)
         except OSError:
