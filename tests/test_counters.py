@@ -370,3 +370,47 @@ def test_runs_show_and_the_report_give_each_sizes_counters(counted, tmp_path, ca
     assert pause[0]["a_per_iteration"] > 0 and pause[0]["b_per_iteration"] > 0
     assert main(["runs", "compare", run.run_id, second, "--store", str(store)]) == 0
     assert "NIC and stack counters per iteration" in capsys.readouterr().out
+
+
+def _step():
+    """Two ranks: compute, an all-reduce, compute, an all-reduce (a small training step)."""
+    from genie.workload.generators.builder import RankBuilder, finish
+    from genie.workload.model import CollectiveType
+
+    builders = []
+    for r in range(2):
+        b = RankBuilder(r)
+        c0 = b.compute("fwd", 2e-3)
+        a = b.collective("ar0", CollectiveType.ALL_REDUCE, 1 << 16, [c0])
+        c1 = b.compute("bwd", 2e-3, [a])
+        b.collective("ar1", CollectiveType.ALL_REDUCE, 1 << 16, [c1])
+        builders.append(b)
+    return finish("step", builders)
+
+
+def test_emulate_shows_each_iterations_counters(counted, tmp_path, capsys) -> None:
+    import genie
+    from genie.workload import save_workload
+
+    cl, _port, _d = counted
+    prefix = tmp_path / "step"
+    save_workload(_step(), prefix)
+    store = tmp_path / "runs.sqlite"
+    spec = genie.EmulateSpec(
+        testbed=str(cl.testbed_path),
+        workload=str(prefix),
+        store=str(store),
+        iterations=3,
+        warmup=1,
+    )
+    run_id = genie.emulate(spec).doc()["run_id"]
+    with RunStore(store) as st:
+        rows = st.counters(run_id)
+    # one Go per iteration of the trace (warm-up first), each with its agents' counters
+    assert sorted({r["go"] for r in rows}) == [0, 1, 2, 3]
+    assert all(r["collective"] is None and r["iterations"] == 1 for r in rows)
+    assert main(["runs", "show", run_id, "--store", str(store)]) == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines()]
+    for it in range(4):  # the fake ethtool adds pause at every snapshot: every iteration shows
+        (line,) = [ln for ln in lines if ln.startswith(f"iteration {it}: ")]
+        assert re.search(r"\d ms of pause[^;]* on h0(;|$)", line), line

@@ -44,12 +44,12 @@ class CounterSet(msgspec.Struct, kw_only=True, array_like=True, forbid_unknown_f
 
 CounterSets = Annotated[list[CounterSet], msgspec.Meta(max_length=MAX_SOURCES)]
 
-# what a person reads first, in order: (label, names summed, unit); a name may appear in one
-# source or another (mlx5 and rxe spell some differently)
+# what a person reads first, in order: (label, the names that count it, the first present
+# taken: the RoCE NIC's ECN marks, else the IP layer's CE packets, else TCP's CE deliveries)
 HEADLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CNPs sent", ("np_cnp_sent",)),
     ("CNPs handled", ("rp_cnp_handled",)),
-    ("ECN-marked", ("np_ecn_marked_roce_packets", "TcpExtTCPDeliveredCE", "IpExtInCEPkts")),
+    ("ECN-marked", ("np_ecn_marked_roce_packets", "IpExtInCEPkts", "TcpExtTCPDeliveredCE")),
     ("out of sequence", ("out_of_sequence",)),
     ("sequence errors", ("packet_seq_err",)),
     ("ACK timeouts", ("local_ack_timeout_err",)),
@@ -60,8 +60,10 @@ HEADLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("SYN retransmits", ("TcpExtTCPSynRetrans",)),
     ("xmit-wait ticks", ("port_xmit_wait",)),
 )
-# names that are errors however the driver spells them (summed as "errors")
+# a NIC's names that are errors however the driver spells them (summed as "errors"); the
+# stack's own (``STACK_PREFIXES``) are read by name in ``HEADLINE`` instead
 ERROR_WORDS = ("err", "discard", "drop")
+STACK_PREFIXES = ("Tcp", "IpExt")
 
 
 def is_pause_frames(name: str) -> bool:
@@ -91,7 +93,7 @@ def headline(deltas: Mapping[str, int]) -> dict[str, int]:
     for label, names in HEADLINE:
         present = [n for n in names if n in deltas]
         if present:
-            out[label] = sum(deltas[n] for n in present)
+            out[label] = deltas[present[0]]
     frames = [v for k, v in deltas.items() if is_pause_frames(k)]
     if frames:
         out["pause frames"] = sum(frames)
@@ -102,7 +104,9 @@ def headline(deltas: Mapping[str, int]) -> dict[str, int]:
     errs = [
         v
         for k, v in deltas.items()
-        if k not in named and any(w in k.lower() for w in ERROR_WORDS) and not k.startswith("Tcp")
+        if k not in named
+        and any(w in k.lower() for w in ERROR_WORDS)
+        and not k.startswith(STACK_PREFIXES)
     ]
     if errs:
         out["errors"] = sum(errs)
