@@ -218,3 +218,56 @@ def test_the_controller_names_each_ranks_nic_device_from_the_testbed() -> None:
     assert opts.rank_addrs == ["10.1.0.1", "10.2.0.1", ""]
     mine = DataOptions(rdma=RdmaOptions(rank_devices=["x", "y", "z"]))
     assert options_for_testbed(tb, mine, ["a", "a", "b"]).rdma.rank_devices == ["x", "y", "z"]
+
+
+def _tcp_ops(specs, ops):
+    """The op lists on the TCP data plane (loopback, one agent per rank): per-rank results."""
+    import queue
+
+    import msgspec
+
+    from genie.wire.messages import Limits, Prepare
+    from genie_agent.dataplane.tcp import TcpDataPlane
+    from genie_agent.plan import plan_agent
+    from genie_agent.programs import builtin_program
+
+    n = len(ops)
+    dps = [TcpDataPlane("127.0.0.1") for _ in range(n)]
+    try:
+        agents = [f"a{r}" for r in range(n)]
+        prep = Prepare(
+            job="j", epoch=1, programs=[msgspec.msgpack.encode(s) for s in specs],
+            placement=agents,
+            endpoints={a: f"127.0.0.1:{dp.port}" for a, dp in zip(agents, dps, strict=True)},
+            options=DataOptions(token=new_token()),
+        )  # fmt: skip
+        ev: queue.Queue = queue.Queue()
+        programs = [builtin_program(s) for s in specs]
+        for a, dp in zip(agents, dps, strict=True):
+            dp.prepare(plan_agent(a, programs, agents, Limits()), prep, ev.put)
+        assert all(ev.get(timeout=10).kind == "prepared" for _ in dps)
+        for r, dp in enumerate(dps):
+            go = Go(job="j", epoch=1, timeout_s=5, ops=[RankOps(rank=r, ops=ops[r])])
+            dp.go(go, time.monotonic_ns(), ev.put)
+        out = [ev.get(timeout=20) for _ in dps]
+        assert all(e.kind == "result" for e in out), out
+        return {r.rank: r for e in out for r in e.msg.ranks}
+    finally:
+        for dp in dps:
+            dp.close()
+
+
+def test_an_op_list_reusing_a_program_computes_what_tcp_does() -> None:
+    # a layer's all-reduce template run three times (instances 0, 2, 3) around another one:
+    # its uses run one after another, each peer waiting for the credit of the next use
+    specs = [spec("selftest", "ring", 3, 3 * 40_000, chunks=2), spec("selftest", "ring", 3, 3000)]
+    lst = [OpItem(program=0, instance=0), OpItem(program=1, instance=1),
+           OpItem(program=0, instance=2, deps=[1]), OpItem(program=0, instance=3)]  # fmt: skip
+    ops = {r: lst for r in range(3)}
+    execs, abort = connect_rdma(specs, 3, RdmaOptions(window=1, segment=4096), Fabric(seed=5))
+    res, errors = run_execs(execs, abort, Go(job="j", epoch=1, timeout_s=10), ops)
+    assert not errors, errors
+    tcp = _tcp_ops(specs, [lst] * 3)
+    assert {r: x.buffer_crc for r, x in res.items()} == {r: x.buffer_crc for r, x in tcp.items()}
+    for x in res.values():  # the uses of program 0 never overlapped on a rank
+        assert x.start[2] >= x.end[0] and x.start[3] >= x.end[2]

@@ -128,7 +128,11 @@ def test_immediates_round_trip() -> None:
         kind, bits, s = decode_imm(imm_data(step, it))
         assert (kind, bits, s) == ("data", it & 1023, step)
         assert not imm_data(step, it) & IMM_READY
-    assert decode_imm(imm_ready(9)) == ("ready", 9, 0)
+    # a credit: (program low bits, use); program 0's is the encoding of before op lists
+    assert decode_imm(imm_ready(9)) == ("ready", 0, 9) and imm_ready(9) == IMM_READY | 9
+    assert decode_imm(imm_ready(70_000, 1026)) == ("ready", 2, 70_000)
+    with pytest.raises(TransportError):
+        imm_ready(1 << 21)
     with pytest.raises(TransportError):
         imm_data(1 << 21, 0)
 

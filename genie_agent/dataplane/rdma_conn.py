@@ -17,8 +17,9 @@ the order a connection is made:
    job's authenticated TCP connection and reads the peer's (``exchange_facts``: all sends
    first, each in its own thread, then all reads, so no order of pairs can deadlock).
 4. On the wire, every data work request carries a 32-bit immediate (``imm_data``): the
-   receiver's step index and the iteration's low bits; ``imm_ready`` is the credit a receiver
-   gives for the next iteration (its scratch may be overwritten again).
+   receiver's step index and the iteration's low bits (an op list: the program's); ``imm_ready``
+   is the credit a receiver gives for the next use of a program (its scratch may be overwritten
+   again).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ WC_STATUS = (
     "response timeout error",
     "general error",
 )
-IMM_READY = 1 << 31  # immediate of a credit message: "ready for iteration N"
+IMM_READY = 1 << 31  # immediate of a credit message: "ready for use N of program P"
 IMM_STEP_BITS = 21  # receiver step index (< 2M; the agent limit is 1M steps)
 IMM_ITER_MASK = (1 << (31 - IMM_STEP_BITS)) - 1
 ACCESS_FLAGS = ("local_write", "remote_write")  # what a peer may do to our scratch
@@ -457,16 +458,19 @@ def imm_data(step: int, iteration: int) -> int:
     return ((iteration & IMM_ITER_MASK) << IMM_STEP_BITS) | step
 
 
-def imm_ready(iteration: int) -> int:
-    """Immediate of a credit: the sender may write this iteration into our scratch."""
-    return IMM_READY | (iteration & (IMM_READY - 1))
+def imm_ready(use: int, program: int = 0) -> int:
+    """Immediate of a credit: the sender may write use ``use`` (an iteration, or the n-th op of
+    an op list) of ``program`` into our scratch (program 0: the encoding of genie before op
+    lists ran over RDMA)."""
+    if not 0 <= use < 1 << IMM_STEP_BITS:
+        raise TransportError(f"credit for use {use} does not fit an immediate")
+    return IMM_READY | ((program & IMM_ITER_MASK) << IMM_STEP_BITS) | use
 
 
 def decode_imm(imm: int) -> tuple[str, int, int]:
-    """("ready", iteration, 0) or ("data", iteration low bits, step)."""
-    if imm & IMM_READY:
-        return "ready", imm & (IMM_READY - 1), 0
-    return "data", (imm >> IMM_STEP_BITS) & IMM_ITER_MASK, imm & ((1 << IMM_STEP_BITS) - 1)
+    """("ready", program low bits, use) or ("data", iteration or program low bits, step)."""
+    kind = "ready" if imm & IMM_READY else "data"
+    return kind, (imm >> IMM_STEP_BITS) & IMM_ITER_MASK, imm & ((1 << IMM_STEP_BITS) - 1)
 
 
 def check_options(opts: RdmaOptions) -> None:

@@ -262,7 +262,7 @@ class RdmaRankExecutor:
         self.bytes_sent = self.bytes_received = self.verified = 0
         self._wr = 0
         self._sends: dict[int, tuple[Link, _Run | None, int]] = {}  # wr -> (link, run, step)
-        self.ready_for: dict[int, int] = dict.fromkeys(self.peers, 0)
+        self.ready_for: dict[tuple[int, int], int] = {}  # (peer, program bits) -> use allowed
         self.inflight: dict[Link, int] = dict.fromkeys(self.links, 0)
         self.queues: dict[Link, deque] = {ln: deque() for ln in self.links}
         self.backoff = Backoff()
@@ -368,7 +368,7 @@ class RdmaRankExecutor:
         send_mode = self.opts.mode == "send"
         while qu and self.inflight[link] < window:
             run, i, off, ln, raddr, imm = qu[0]
-            if self.ready_for[link[0]] < run.it:
+            if run.it and self.ready_for.get((link[0], run.prog & IMM_ITER_MASK), 0) < run.it:
                 return
             qu.popleft()
             wr = self._next_wr(link, run, i)
@@ -382,8 +382,9 @@ class RdmaRankExecutor:
         q, lane, slot = (c.wr_id >> 16) & 0xFFFFFF, (c.wr_id >> 40) & 0xFFFF, c.wr_id & 0xFFFF
         link = (q, lane)
         kind, hit, i = decode_imm(c.imm)
-        if kind == "ready":
-            self.ready_for[q] = max(self.ready_for[q], hit)
+        if kind == "ready":  # hit: the program's low bits, i: the use it may write
+            key = (q, hit)
+            self.ready_for[key] = max(self.ready_for.get(key, 0), i)
             self._post_recv(link, slot)
             for k in range(self.lanes):
                 self._pump((q, k))
@@ -509,14 +510,17 @@ class RdmaRankExecutor:
                 if run.left[i] and link[1] in self.expect[run.prog].get(i, {})
                 and run.plan.peer_global[i] == link[0]
             ]  # fmt: skip
-            credit = qd and self.ready_for[link[0]] < self.queues[link][0][0].it
+            head = self.queues[link][0][0] if qd else None
+            credit = head is not None and head.it > self.ready_for.get(
+                (link[0], head.prog & IMM_ITER_MASK), 0
+            )
             if not (n or qd or wait):
                 continue
             bits = []
             if n or qd:
                 bits.append(f"{n} work requests outstanding, {qd} queued")
-            if credit:
-                bits.append(f"waiting for its credit for iteration {self.queues[link][0][0].it}")
+            if credit and head is not None:
+                bits.append(f"waiting for its credit for use {head.it} of program {head.prog}")
             if wait:
                 bits.append("waiting for " + ", ".join(wait))
             parts.append(f"{self._qp(link)} to rank {link[0]} (lane {link[1]}): {'; '.join(bits)}")
@@ -544,7 +548,7 @@ class RdmaRankExecutor:
         plan = self.plans[go.program]
         total = go.iters + go.warmup
         self.bytes_sent = self.bytes_received = self.verified = 0
-        self.ready_for = dict.fromkeys(self.peers, 0)  # iteration 0 of a Go needs no credit
+        self.ready_for = {}  # iteration 0 of a Go needs no credit
         starts, ends, sst, sen = run_iterations(
             go,
             self.abort,
@@ -604,30 +608,56 @@ class RdmaRankExecutor:
         self._loop(go, deadline, ready, lambda: run.remaining == 0, find, what)
         self._waiting = []
         if it + 1 < total:  # our scratch is free again: tell every sender it may write
-            first = self.first_lane[prog]
-            for q in sorted(senders):
-                link = (q, first)
-                self.v.post_send_imm(
-                    link, self._next_wr(link, None, -1), None, 0, 0, imm_ready(it + 1)
-                )
+            self._credit(prog, senders, it + 1)
+
+    def _credit(self, prog: int, senders: set[int], use: int) -> None:
+        """Tell every rank that sends to us in ``prog`` that it may write its use ``use``."""
+        first = self.first_lane[prog]
+        for q in sorted(senders):
+            link = (q, first)
+            self.v.post_send_imm(
+                link, self._next_wr(link, None, -1), None, 0, 0, imm_ready(use, prog)
+            )
 
     # ---- an op list (several programs in flight) -------------------------------------------------
     def run_ops(self, go: Go, ops: list[OpItem], start_local_ns: int) -> RankResult:
         """Run this rank's op list once: ops start when deps and gaps allow, several in flight
-        (each on its program's channel); start/end of the result are per op."""
+        (each on its program's channel); start/end of the result are per op.
+
+        A program's buffers and landing slots are registered once, so the ops of one program
+        run one after another on a rank (the n-th waits for the (n-1)-th), and a peer writes
+        its n-th use only after this rank's credit for it; the ops of one program between two
+        ranks come in the same order in both lists (a process group's issue order).
+        """
         progs = [op.program for op in ops]
-        if len(set(progs)) != len(progs) or len({p & IMM_ITER_MASK for p in progs}) != len(progs):
+        if len({p & IMM_ITER_MASK for p in progs}) != len(set(progs)):
             raise TransportError(
-                f"rank {self.rank}: over RDMA an op list runs each program at most once (and at "
-                f"most {IMM_ITER_MASK + 1} programs): a program's scratch slots are fixed"
+                f"rank {self.rank}: over RDMA an op list takes at most {IMM_ITER_MASK + 1} "
+                f"programs whose numbers differ in their low 10 bits"
             )
         self.bytes_sent = self.bytes_received = self.verified = 0
-        self.ready_for = dict.fromkeys(self.peers, 0)
+        self.ready_for = {}
         n_ops = len(ops)
-        op_of = {p & IMM_ITER_MASK: j for j, p in enumerate(progs)}
         op_start, op_end, op_crc = [0] * n_ops, [0] * n_ops, [0] * n_ops
         op_pending = [waits(op) for op in ops]
         op_after = dependents(ops)
+        uses = [0] * n_ops  # the n-th op of its program on this rank
+        nxt = [-1] * n_ops  # the next op of the same program
+        last: dict[int, int] = {}
+        current: dict[int, deque[int]] = {}  # program bits -> its ops not yet ended, in order
+        for j, p in enumerate(progs):
+            current.setdefault(p & IMM_ITER_MASK, deque()).append(j)
+            if p in last:
+                k = last[p]
+                uses[j], nxt[k] = uses[k] + 1, j
+                op_pending[j] += 1  # after the previous op of its program
+                op_after[k].append(j)
+            last[p] = j
+        senders = {
+            p: {pl.peer_global[i] for i, st in enumerate(pl.steps) if st.op == Op.RECV}
+            for p in set(progs)
+            for pl in (self.plans[p],)
+        }
         runs: dict[int, _Run] = {}
         timers: list[tuple[int, int]] = []
         ready: deque = deque()
@@ -637,9 +667,13 @@ class RdmaRankExecutor:
             j = run.op
             op_end[j] = time.monotonic_ns()
             left[0] -= 1
+            current[run.prog & IMM_ITER_MASK].popleft()
+            runs.pop(j, None)
             if self.verify:
                 pl = run.plan
                 op_crc[j] = zlib.crc32(self.buffers[run.prog].view[: pl.buffer_bytes].data)
+            if nxt[j] >= 0:  # our slots of this program are free for its next use
+                self._credit(run.prog, senders[run.prog], uses[j] + 1)
             for k in op_after[j]:
                 op_pending[k] -= 1
                 if op_pending[k] == 0:
@@ -650,13 +684,16 @@ class RdmaRankExecutor:
             if run is None:
                 p = progs[j]
                 n = len(self.plans[p].steps)
-                run = runs[j] = self._new_run(p, 0, p & IMM_ITER_MASK, [0] * n, [0] * n)
+                if uses[j] and self.verify:  # the working buffer afresh, as on TCP
+                    pattern_fill(self.buffers[p].view[: self.plans[p].buffer_bytes], self.rank)
+                run = runs[j] = self._new_run(p, uses[j], p & IMM_ITER_MASK, [0] * n, [0] * n)
                 run.op, run.on_done = j, op_done
             return run
 
         def find(hit: int, i: int) -> _Run:
-            j = op_of.get(hit, -1)
-            if j < 0 or op_end[j] or not 0 <= i < len(self.plans[progs[j]].steps):
+            cur = current.get(hit)
+            j = cur[0] if cur else -1
+            if j < 0 or not 0 <= i < len(self.plans[progs[j]].steps):
                 raise TransportError(
                     f"rank {self.rank}: data for program bits {hit} step {i}, which is not a "
                     f"running op of this rank's list"
