@@ -27,7 +27,7 @@ from genie.live.stored import live_run, replay_all, wire_notes
 from genie.sim.closed import with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.streams import order_collectives
-from genie.wire.messages import HostFacts, WireConditions
+from genie.wire.messages import HostFacts, RdmaOptions, WireConditions
 
 JsonDoc = dict[str, Any]  # a JSON document (seconds, bytes)
 
@@ -238,6 +238,11 @@ def run_overlapped(
         check_memory(plan.peak_bytes(agents, payload), {a: h.facts for a, h in run.hellos.items()})
 
         options = plan.data_options(tb.routing.flows, payload, tb.tcp.congestion_control)
+        if tb.transport == "rdma":  # the testbed's data plane, as genie bench takes it
+            devices = {h.name: h.rdma_device for h in tb.hosts if h.rdma_device}
+            options = msgspec.structs.replace(
+                options, transport="rdma", rdma=RdmaOptions(devices=devices)
+            )
         learned: list = []  # the paths the fabric gives the job's connections, once they are up
 
         def on_pass(j, p) -> None:

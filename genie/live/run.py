@@ -185,10 +185,6 @@ def emulate_overlapped(
     """Prepare every instance's program once, run the op lists warmup+iters times, release;
     ``on_start`` is told the first measured run's common start (controller clock ns, after
     the warm-up runs) before its Go."""
-    from genie.errors import UsageError
-
-    if options is not None and options.transport != "tcp":
-        raise UsageError("overlapped emulation runs op lists on the TCP data plane only")
     ctl.prepare(plan.programs, list(rank_agents), options)
     passes = []
     try:
