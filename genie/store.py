@@ -52,7 +52,8 @@ Schema (times in seconds unless the column says ns; sizes in bytes)::
       collective TEXT, algorithm TEXT, n_ranks INTEGER, size INTEGER,  -- NULL: an op-list Go
       iterations INTEGER,           -- iterations of the Go, warm-up included
       agent TEXT, source TEXT,      -- who read them, where (rdma:DEV/PORT, ethtool:IF, tcp)
-      deltas TEXT                   -- JSON {counter name: delta}
+      deltas TEXT,                  -- JSON {counter name: delta}
+      samples TEXT                  -- JSON [[ms into the Go, {name: delta so far}], ...]
     )
     calibrations(
       cal_id TEXT PRIMARY KEY,      -- "c" + UTC time + random suffix
@@ -104,7 +105,7 @@ CREATE INDEX IF NOT EXISTS instances_run ON instances(run_id, collective, algori
 CREATE TABLE IF NOT EXISTS counters (
   id INTEGER PRIMARY KEY, run_id TEXT NOT NULL REFERENCES runs(run_id), go INTEGER NOT NULL,
   collective TEXT, algorithm TEXT, n_ranks INTEGER, size INTEGER, iterations INTEGER,
-  agent TEXT NOT NULL, source TEXT NOT NULL, deltas TEXT NOT NULL
+  agent TEXT NOT NULL, source TEXT NOT NULL, deltas TEXT NOT NULL, samples TEXT
 );
 CREATE INDEX IF NOT EXISTS counters_run ON counters(run_id, go);
 CREATE TABLE IF NOT EXISTS calibrations (
@@ -318,7 +319,16 @@ class RunStore:
         else:
             what = (None, None, None, None)
         rows = [
-            (run_id, go, *what, iterations, agent, s.source, _json(s.deltas))
+            (
+                run_id,
+                go,
+                *what,
+                iterations,
+                agent,
+                s.source,
+                _json(s.deltas),
+                _json([[x.t_ms, x.deltas] for x in s.samples]),
+            )
             for agent, agent_sets in sorted(sets.items())
             for s in agent_sets
         ]
@@ -327,7 +337,8 @@ class RunStore:
                 self.db.execute("BEGIN")
                 self.db.executemany(
                     "INSERT INTO counters (run_id, go, collective, algorithm, n_ranks, size,"
-                    " iterations, agent, source, deltas) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    " iterations, agent, source, deltas, samples)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                     rows,
                 )
         except sqlite3.Error as exc:
@@ -597,7 +608,8 @@ def _instance(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-MAX_COUNTER_NAMES = 1024  # names of one stored counter row read back
+MAX_COUNTER_NAMES = 1024  # names of one stored counter row (or sample) read back
+MAX_COUNTER_SAMPLES = 1024  # samples of one stored counter row read back
 
 
 def _counter_row(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
@@ -623,12 +635,31 @@ def _counter_row(run_id: str, d: dict[str, Any]) -> dict[str, Any]:
         deltas = json.loads(d["deltas"]) if isinstance(d.get("deltas"), str) else None
     except (ValueError, RecursionError):
         deltas = None
-    if not isinstance(deltas, dict) or len(deltas) > MAX_COUNTER_NAMES:
-        raise bad("deltas")
-    if not all(_is_int(v) and v >= 0 for v in deltas.values()):
+    if not isinstance(deltas, dict) or not _counts(deltas):
         raise bad("deltas")
     d["deltas"] = {clean(str(k), 64): v for k, v in deltas.items()}
+    try:
+        samples = json.loads(d.get("samples") or "[]")
+    except (ValueError, RecursionError, TypeError):
+        samples = None
+    if not isinstance(samples, list) or len(samples) > MAX_COUNTER_SAMPLES:
+        raise bad("samples")
+    for x in samples:
+        if not (isinstance(x, list) and len(x) == 2 and _is_int(x[0]) and x[0] >= 0):
+            raise bad("samples")
+        if not _counts(x[1]):
+            raise bad("samples")
+    d["samples"] = [[t, {clean(str(k), 64): v for k, v in x.items()}] for t, x in samples]
     return d
+
+
+def _counts(v: Any) -> bool:
+    """True for a dict of at most MAX_COUNTER_NAMES counts (non-negative ints)."""
+    return (
+        isinstance(v, dict)
+        and len(v) <= MAX_COUNTER_NAMES
+        and all(_is_int(x) and x >= 0 for x in v.values())
+    )
 
 
 # ---- export -------------------------------------------------------------------------------

@@ -27,12 +27,17 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import msgspec
+
 from genie.wire.counters import (
     HEADLINE,
     MAX_COUNTERS,
     MAX_NAME,
+    MAX_SAMPLE_COUNTERS,
+    MAX_SAMPLES,
     MAX_SOURCES,
     MAX_VALUE,
+    CounterSample,
     CounterSet,
 )
 
@@ -288,4 +293,31 @@ def deltas(before: Snapshot, after: Snapshot) -> list[CounterSet]:
             if x or k in keep:
                 d[k] = x
         out.append(CounterSet(source=src, deltas=d))
+    return out
+
+
+def _delta(was: int | None, now: int) -> int:
+    return now - was if was is not None and now >= was else now
+
+
+def with_samples(
+    sets: list[CounterSet], before: Snapshot, samples: list[tuple[int, Snapshot]]
+) -> list[CounterSet]:
+    """``sets`` with the samples of a long Go: per source and sample (``t_ms``, snapshot), what
+    moved since ``before`` (headline names first, at most MAX_SAMPLE_COUNTERS names)."""
+    keep = [n for _, names in HEADLINE for n in names]
+    out = []
+    for cs in sets:
+        was = before.get(cs.source, {})
+        got = []
+        for t_ms, snap in samples[-MAX_SAMPLES:]:
+            now = snap.get(cs.source)
+            if now is None:
+                continue
+            moved = {k: _delta(was.get(k), v) for k, v in now.items()}
+            moved = {k: v for k, v in moved.items() if v}
+            names = [k for k in keep if k in moved] + sorted(k for k in moved if k not in keep)
+            d = {k: moved[k] for k in names[:MAX_SAMPLE_COUNTERS]}
+            got.append(CounterSample(t_ms=max(0, t_ms), deltas=d))
+        out.append(msgspec.structs.replace(cs, samples=got) if got else cs)
     return out

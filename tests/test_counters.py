@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import stat
 import threading
+import time
 from pathlib import Path
 
 import msgspec
@@ -27,9 +29,19 @@ from genie.errors import ProtocolError, StoreError
 from genie.report.counters import compare_counters, group_counters, group_lines
 from genie.store import RunStore
 from genie.units import format_bytes
-from genie.wire.counters import MAX_COUNTERS, MAX_SOURCES, CounterSet, headline, summary
-from genie.wire.messages import Result, decode, encode
+from genie.wire.counters import (
+    MAX_COUNTERS,
+    MAX_SAMPLES,
+    MAX_SOURCES,
+    CounterSample,
+    CounterSet,
+    headline,
+    summary,
+)
+from genie.wire.messages import Go, Prepare, Prepared, Result, decode, encode
 from genie_agent.counters import CounterReader, Roots, deltas, read_tcp, safe_name
+from genie_agent.counting import CountingDataPlane
+from genie_agent.state import Event
 
 DEV = "mlx5_0"
 HW = ("np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence")
@@ -182,6 +194,62 @@ def test_tcp_counters_come_from_proc_with_nstat_names(tmp_path) -> None:
     assert not any(k.startswith(("Ip", "Udp")) and not k.startswith("IpExt") for k in got)
 
 
+class _SlowPlane:
+    """A data plane whose Go takes ``run_s`` and reports an empty Result."""
+
+    def __init__(self, run_s: float) -> None:
+        self.run_s = run_s
+
+    def endpoint(self) -> tuple[str, int]:
+        return ("127.0.0.1", 1)
+
+    def prepare(self, plan, prep, post) -> None:
+        post(Event("prepared", prep.job, prep.epoch, Prepared(ranks=[], connections=0, setup_s=0)))
+
+    def go(self, go, start_local_ns, post) -> None:
+        def run() -> None:
+            time.sleep(self.run_s)
+            post(Event("result", go.job, go.epoch, Result(program=0, warmup=0, ranks=[])))
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def release(self) -> None:
+        pass
+
+
+def test_a_long_go_is_sampled_as_it_runs_and_its_samples_stay_bounded(tmp_path) -> None:
+    port = fake_sysfs(tmp_path / "sys", ip="10.0.0.7", netdev="eth9")
+    roots = Roots(sysfs=str(tmp_path / "sys"), proc=str(tmp_path / "proc"), ethtool="/nonexistent")
+    reader = CounterReader(roots, addrs=("10.0.0.7",))
+    got: queue.Queue[Event] = queue.Queue()
+    stop, counts = threading.Event(), {"n": 0}
+    bumper = threading.Thread(target=_bump, args=(port, stop, counts), daemon=True)
+    bumper.start()
+    try:
+        for period, epoch in ((0.05, 1), (0.002, 2)):
+            plane = CountingDataPlane(_SlowPlane(0.4), "h0", reader, log=print, period_s=period)
+            plane.prepare(
+                None,
+                Prepare(job="j", epoch=epoch, programs=[], placement=[], endpoints={}),
+                got.put,
+            )
+            assert got.get(timeout=10).kind == "prepared"
+            plane.go(Go(job="j", epoch=epoch), time.monotonic_ns(), got.put)
+            ev = got.get(timeout=10)
+            assert ev.kind == "result" and isinstance(ev.msg, Result)
+            (cs,) = ev.msg.counters
+            assert cs.source == "rdma:mlx5_0/1" and cs.deltas["np_cnp_sent"] > 0
+            ts = [x.t_ms for x in cs.samples]
+            cnps = [x.deltas.get("np_cnp_sent", 0) for x in cs.samples]
+            assert 3 <= len(ts) <= MAX_SAMPLES and ts == sorted(ts) and len(set(ts)) == len(ts)
+            assert cnps == sorted(cnps) and 0 < cnps[-1] <= cs.deltas["np_cnp_sent"]
+            assert ts[-1] >= 200  # thinned or not, the samples span the Go
+            assert decode(encode(ev.msg)).counters == ev.msg.counters  # fits the wire's bounds
+    finally:
+        stop.set()
+        bumper.join(timeout=10)
+
+
 # ---- the store ----------------------------------------------------------------------------
 def _spec(size: int) -> ProgramSpec:
     return ProgramSpec(collective="all_reduce", algorithm="ring", n_ranks=2, size=size)
@@ -207,6 +275,18 @@ def test_store_keeps_counters_per_go_and_refuses_a_corrupt_row(tmp_path) -> None
         assert group_lines(groups) == [
             "all_reduce/ring n=2 4.0 KiB (8 iterations): 6 CNPs sent on h1"
         ]
+        grew = [CounterSample(t_ms=1000, deltas={"np_cnp_sent": 1})]
+        long = CounterSet(source="rdma:mlx5_0/1", deltas={"np_cnp_sent": 2}, samples=grew)
+        st.add_counters(rid, 3, _spec(1 << 20), 1, {"h1": [long]})
+        assert st.counters(rid)[-1]["samples"] == [[1000, {"np_cnp_sent": 1}]]
+        (g,) = [g for g in group_counters(st.counters(rid)) if g.key and g.key[3] == 1 << 20]
+        assert g.to_dict()["agents"]["h1"]["samples"] == [
+            {"go": 3, "source": "rdma:mlx5_0/1", "samples": [[1000, {"np_cnp_sent": 1}]]}
+        ]
+        st.db.execute("UPDATE counters SET samples=? WHERE go=3", ("[[-1, {}]]",))
+        with pytest.raises(StoreError, match="column samples is corrupt"):
+            st.counters(rid)
+        st.db.execute("UPDATE counters SET samples=NULL WHERE go=3")
         st.db.execute("UPDATE counters SET deltas=? WHERE go=1", ('{"np_cnp_sent": -5}',))
         with pytest.raises(StoreError, match="column deltas is corrupt"):
             st.counters(rid)
@@ -410,7 +490,9 @@ def test_emulate_shows_each_iterations_counters(counted, tmp_path, capsys) -> No
     assert sorted({r["go"] for r in rows}) == [0, 1, 2, 3]
     assert all(r["collective"] is None and r["iterations"] == 1 for r in rows)
     assert main(["runs", "show", run_id, "--store", str(store)]) == 0
-    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines()]
+    out = capsys.readouterr().out
+    assert "deltas per size or iteration (of the trace, from 0, warm-up first); read " in out
+    lines = [ln.strip() for ln in out.splitlines()]
     for it in range(4):  # the fake ethtool adds pause at every snapshot: every iteration shows
         (line,) = [ln for ln in lines if ln.startswith(f"iteration {it}: ")]
         assert re.search(r"\d ms of pause[^;]* on h0(;|$)", line), line

@@ -142,9 +142,14 @@ def _show_counters(counters: list) -> None:
     size or iteration what moved (or one line saying nothing did)."""
     from genie.report.counters import group_lines, sources_line
 
+    trace = any(g.iteration is not None for g in counters)
+    what = " (of the trace, from 0, warm-up first)" if trace else ""
     print(
-        f"  counters (NIC and stack, deltas per size or iteration; read {sources_line(counters)}):"
+        f"  counters (NIC and stack, deltas per size or iteration{what}; "
+        f"read {sources_line(counters)}):"
     )
+    if any(g.samples for g in counters):
+        print("    (Goes that ran long were sampled as they went: --json has how counters grew)")
     lines = group_lines(counters)
     for line in lines:
         print(f"    {line}")

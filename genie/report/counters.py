@@ -32,6 +32,8 @@ class CounterGroup:
     iterations: int = 0  # iterations its Goes ran, warm-up included
     agents: dict[str, dict[str, int]] = field(default_factory=dict)
     sources: dict[str, list[str]] = field(default_factory=dict)  # agent -> its sources
+    # agent -> per Go and source of a long Go, how its counters grew: {go, source, samples}
+    samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def total(self) -> dict[str, int]:
         """Deltas summed over agents."""
@@ -53,7 +55,12 @@ class CounterGroup:
             "goes": self.goes,
             "iterations": self.iterations,
             "agents": {
-                a: {"sources": self.sources.get(a, []), "headline": headline(d), "deltas": d}
+                a: {
+                    "sources": self.sources.get(a, []),
+                    "headline": headline(d),
+                    "deltas": d,
+                    **({"samples": self.samples[a]} if self.samples.get(a) else {}),
+                }
                 for a, d in sorted(self.agents.items())
             },
         }
@@ -89,6 +96,10 @@ def group_counters(rows: Iterable[Mapping[str, Any]]) -> list[CounterGroup]:
         srcs = g.sources.setdefault(agent, [])
         if r["source"] not in srcs:
             srcs.append(str(r["source"]))
+        if r.get("samples"):
+            g.samples.setdefault(agent, []).append(
+                {"go": go, "source": str(r["source"]), "samples": r["samples"]}
+            )
     return list(groups.values())
 
 

@@ -1,6 +1,7 @@
 """NIC and stack counters of one Go, as an agent reports them in its ``Result``.
 
-An agent snapshots its counters before and after every Go (``genie_agent.counters``): the RDMA
+An agent snapshots its counters before and after every Go, and every ``SAMPLE_S`` or so while a
+long one runs (``genie_agent.counters``, ``genie_agent.counting``): the RDMA
 device's port counters (``counters/*`` and ``hw_counters/*`` in sysfs: CNPs, ECN marks,
 sequence errors, ACK timeouts, RNR retries, transmit wait...), its netdev's pause counters (from
 ``ethtool -S``: per priority and the global ones) and, on TCP runs, the stack's counters of its
@@ -10,7 +11,8 @@ source's deltas over the Go, by the counter's own name: names genie knows nothin
 A peer's counters are bounded and checked when the frame is decoded (msgspec constraints): at
 most ``MAX_SOURCES`` sets of at most ``MAX_COUNTERS`` names each, every name and source matching
 ``NAME_PATTERN`` (no control character, at most ``MAX_NAME`` characters), every value an int in
-0 .. 2^63-1. ``HEADLINE`` lists what a person reads first; ``summary`` says it in one phrase.
+0 .. 2^63-1; a long Go's samples at most ``MAX_SAMPLES`` of ``MAX_SAMPLE_COUNTERS`` names.
+``HEADLINE`` lists what a person reads first; ``summary`` says it in one phrase.
 """
 
 from __future__ import annotations
@@ -25,21 +27,38 @@ MAX_COUNTERS = 256  # names of one set
 MAX_NAME = 64  # characters of a counter or source name
 MAX_VALUE = (1 << 63) - 1  # a delta fits SQLite's INTEGER
 NAME_PATTERN = r"^[A-Za-z0-9_.:/+@-]{1,64}$"
+SAMPLE_S = 1.0  # a Go still running after this long is sampled, and again every period
+MAX_SAMPLES = 32  # samples of one set (a longer Go keeps every other one, then samples half as
+# often)
+MAX_SAMPLE_COUNTERS = 32  # names of one sample (what moved, headline names first)
 
 Name = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN, max_length=MAX_NAME)]
 Value = Annotated[int, msgspec.Meta(ge=0, le=MAX_VALUE)]
 Deltas = Annotated[dict[Name, Value], msgspec.Meta(max_length=MAX_COUNTERS)]
 
 
+SampleDeltas = Annotated[dict[Name, Value], msgspec.Meta(max_length=MAX_SAMPLE_COUNTERS)]
+
+
+class CounterSample(msgspec.Struct, kw_only=True, array_like=True, forbid_unknown_fields=True):
+    """A source's deltas so far, ``t_ms`` into a long Go (only what moved, bounded)."""
+
+    t_ms: Value
+    deltas: SampleDeltas = {}
+
+
 class CounterSet(msgspec.Struct, kw_only=True, array_like=True, forbid_unknown_fields=True):
-    """One source's counter deltas over one Go.
+    """One source's counter deltas over one Go, and on a long Go how they grew.
 
     ``source``: ``rdma:DEV/PORT`` (sysfs port counters), ``ethtool:NETDEV`` (pause counters),
     ``tcp`` (the agent's network namespace's stack counters, nstat-style names such as
-    ``TcpRetransSegs``, ``TcpExtTCPTimeouts``, ``IpExtInCEPkts``)."""
+    ``TcpRetransSegs``, ``TcpExtTCPTimeouts``, ``IpExtInCEPkts``). ``samples``: snapshots
+    taken while the Go ran (every ``SAMPLE_S`` or so, at most ``MAX_SAMPLES``), each the deltas
+    since the Go's first snapshot."""
 
     source: Name
     deltas: Deltas = {}
+    samples: Annotated[list[CounterSample], msgspec.Meta(max_length=MAX_SAMPLES)] = []
 
 
 CounterSets = Annotated[list[CounterSet], msgspec.Meta(max_length=MAX_SOURCES)]
