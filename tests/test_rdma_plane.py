@@ -154,3 +154,21 @@ def test_per_host_device_names_are_used_and_a_wrong_one_is_one_line() -> None:
     finally:
         for dp in planes:
             dp.close()
+
+
+def test_a_job_beyond_the_agents_memory_bound_is_refused_before_registering() -> None:
+    fab = Fabric()
+    planes = [FabricPlane(fab), FabricPlane(fab)]
+    try:
+        planes[1].memory_bound = 150_000  # rank 1 needs its 100 kB buffer and 100 kB scratch
+        s = ProgramSpec(collective="flow", algorithm="oneway", n_ranks=2, size=100_000)
+        opts = DataOptions(token=new_token(), transport="rdma", connect_timeout_s=2.0)
+        prepared, _ = _job(planes, [s], ["a0", "a1"], opts, 1)
+        by_agent = {e.error.split(":")[0]: e for e in prepared if e.kind == "prepare_failed"}
+        assert by_agent["a1"].error == (
+            "a1: RDMA buffers of this job need 200000 bytes of registered memory on this agent, "
+            "beyond its memory bound of 150000 bytes"
+        )
+    finally:
+        for dp in planes:
+            dp.close()

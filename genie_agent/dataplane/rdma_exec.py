@@ -283,6 +283,15 @@ class RdmaRankExecutor:
         """Bytes of the scratch region every peer writes into."""
         return sum(pl.scratch_bytes for pl in self.plans.values())
 
+    def needed_bytes(self) -> int:
+        """Bytes ``allocate`` registers: every program's buffer, the scratch, bounce slots."""
+        bounce = len(self.links) * self.recv_depth * self.opts.segment
+        return (
+            sum(max(1, pl.buffer_bytes) for pl in self.plans.values())
+            + max(1, self.scratch_bytes())
+            + (bounce if self.opts.mode == "send" else 0)
+        )
+
     def allocate(self) -> int:
         """Register and pattern-fill buffers, the scratch region and (send mode) bounce slots."""
         total = 0

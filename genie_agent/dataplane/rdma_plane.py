@@ -212,6 +212,13 @@ class AgentDataPlane(TcpDataPlane):
                 min_part=opts.min_part,
             )  # fmt: skip
             self._rexecs[r] = ex
+        need = sum(ex.needed_bytes() for ex in self._rexecs.values())
+        if need > self.memory_bound:  # registered at once, for the whole job
+            raise TransportError(
+                f"RDMA buffers of this job need {need} bytes of registered memory on this agent, "
+                f"beyond its memory bound of {self.memory_bound} bytes"
+            )
+        for ex in self._rexecs.values():
             ex.allocate()
         pairs = []
         for (r, q), sock in sorted(socks.items()):  # 5.
