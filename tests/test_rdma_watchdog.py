@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from test_rdma_exec import Fabric, connect_rdma, run_execs, spec
 from test_rdma_plane import FabricPlane, _job
 
@@ -26,9 +27,10 @@ class StalledFabric(Fabric):
         return 0 if {src, dst} & self.stalled else super().budget(key)
 
 
-def test_a_stalled_peer_is_named_by_the_watchdog_within_the_bound() -> None:
+@pytest.mark.parametrize("events", [False, True])
+def test_a_stalled_peer_is_named_by_the_watchdog_within_the_bound(events: bool) -> None:
     fab = StalledFabric({1})
-    opts = RdmaOptions(segment=16384, window=4, stall_s=0.5)
+    opts = RdmaOptions(segment=16384, window=4, stall_s=0.5, events=events)
     execs, abort = connect_rdma([spec("flow", "oneway", 2, 100_000)], 2, opts, fab)
     t0 = time.monotonic()
     _, errors = run_execs(execs, abort, Go(job="j", epoch=1, timeout_s=20))
@@ -102,3 +104,32 @@ def test_the_stall_reaches_the_controller_as_one_line() -> None:
     finally:
         for dp in planes:
             dp.close()
+
+
+def test_a_completion_channel_wait_is_bounded_by_flushing_the_queue_pairs() -> None:
+    # pyverbs' get_cq_event has no timeout: at the bound a timer moves the QPs to ERR, whose
+    # flushed work requests are the event that wakes the rank
+    import threading
+    from types import SimpleNamespace
+
+    from genie_agent.dataplane.rdma import VerbsRank
+
+    woke = threading.Event()
+
+    class Qp:
+        def modify(self, attr, mask) -> None:
+            assert attr.qp_state == "ERR" and mask == "STATE"
+            woke.set()
+
+    vr = VerbsRank.__new__(VerbsRank)
+    vr.pv = SimpleNamespace(qp=SimpleNamespace(QPAttr=lambda qp_state: SimpleNamespace(
+        qp_state=qp_state)))  # fmt: skip
+    vr.e = SimpleNamespace(IBV_QPS_ERR="ERR", IBV_QP_STATE="STATE")
+    vr.qps = {(1, 0): Qp(), (1, 1): Qp()}
+    vr._early = []
+    vr.cq = SimpleNamespace(req_notify=lambda: None, poll=lambda n: (0, []),
+                            ack_events=lambda n: None)  # fmt: skip
+    vr.channel = SimpleNamespace(get_cq_event=lambda cq: woke.wait(30))
+    t0 = time.monotonic()
+    vr.wait(0.2)
+    assert woke.is_set() and 0.15 < time.monotonic() - t0 < 5

@@ -31,6 +31,8 @@ growing slices (``Backoff``: never a pure busy-wait), or, with ``events``, on th
 channel; every wait is bounded by the run's timeout, and a *stall watchdog* fails the run when
 no completion has come for ``stall_s`` (at most the run's timeout) while work is outstanding,
 naming each stuck queue pair (its qp_num), the peer and the work requests outstanding there.
+(A peer in an op list's compute gap sends nothing: ``stall_s`` below the longest gap would name
+it; the default, the run's timeout, never fires before the timeout would.)
 """
 
 from __future__ import annotations
@@ -492,6 +494,8 @@ class RdmaRankExecutor:
                 limit = min(limit, max(0, due - now))
             if self.opts.events and not due:
                 self.v.wait(max(0.0, limit / 1e9))  # bounded: may flush the QPs at the bound
+                if self.abort.is_set():  # another rank failed and flushed us awake
+                    raise TransportError(f"rank {self.rank}: aborted")
                 now = time.monotonic_ns()
                 if now - self.last_progress >= stall_ns and self._outstanding():
                     raise TransportError(self.stall_report(now, what(), "stalled"))

@@ -298,9 +298,18 @@ class AgentDataPlane(TcpDataPlane):
             execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]
 
         def run(ex: RdmaRankExecutor):
-            if oplists is not None:
-                return ex.run_ops(go, oplists[ex.rank], start_local_ns)
-            return ex.run(go, start_local_ns)
+            try:
+                if oplists is not None:
+                    return ex.run_ops(go, oplists[ex.rank], start_local_ns)
+                return ex.run(go, start_local_ns)
+            except BaseException:
+                if ex.opts.events:
+                    # ranks asleep on a completion channel: flushed awake, they see the abort
+                    # (the job's run is over either way)
+                    self._abort.set()
+                    for vr in list(self._ranks.values()):
+                        vr.to_error()
+                raise
 
         self._run_ranks(go, start_local_ns, execs, run, "genie-rdma", post)
 
