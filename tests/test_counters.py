@@ -496,3 +496,21 @@ def test_emulate_shows_each_iterations_counters(counted, tmp_path, capsys) -> No
     for it in range(4):  # the fake ethtool adds pause at every snapshot: every iteration shows
         (line,) = [ln for ln in lines if ln.startswith(f"iteration {it}: ")]
         assert re.search(r"\d ms of pause[^;]* on h0(;|$)", line), line
+
+
+def test_the_agent_option_points_the_counters_at_a_sysfs_root(monkeypatch, tmp_path) -> None:
+    import argparse
+
+    from genie_agent import cli, daemon
+
+    seen = {}
+    monkeypatch.setattr(daemon, "run_agent", lambda *a, **kw: seen.update(kw) or 0)
+    p = argparse.ArgumentParser()
+    cli.add_agent_arguments(p)
+    args = p.parse_args(
+        ["--listen", "127.0.0.1:9", "--id", "h0", "--counters-sysfs", str(tmp_path)]
+    )
+    assert cli.run_from_args(args) == 0 and seen["counters_sysfs"] == str(tmp_path)
+    monkeypatch.setenv("GENIE_COUNTERS_SYSFS", "/elsewhere")
+    assert Roots.from_env(str(tmp_path)).sysfs == str(tmp_path)  # the option wins
+    assert Roots.from_env(None).sysfs == "/elsewhere"

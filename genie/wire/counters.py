@@ -69,7 +69,7 @@ HEADLINE: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("CNPs sent", ("np_cnp_sent",)),
     ("CNPs handled", ("rp_cnp_handled",)),
     ("ECN-marked", ("np_ecn_marked_roce_packets", "IpExtInCEPkts", "TcpExtTCPDeliveredCE")),
-    ("out of sequence", ("out_of_sequence",)),
+    ("out of sequence", ("out_of_sequence", "out_of_seq_request")),  # mlx5, rxe
     ("sequence errors", ("packet_seq_err",)),
     ("ACK timeouts", ("local_ack_timeout_err",)),
     ("RNR retries", ("rnr_nak_retry_err",)),
