@@ -50,6 +50,7 @@ class Fabric:
         self.max_inflight = 0
         self.sizes: dict[int, list[int]] = {}  # sender -> bytes of each data request
         self.link_bytes: dict[tuple, int] = {}  # (sender, (peer, lane)) -> data bytes posted
+        self.credits: list[int] = []  # immediates of the zero-byte requests (credits)
 
     def rank(self, r: int) -> FakeVerbs:
         self.cq.setdefault(r, deque())
@@ -121,6 +122,8 @@ class FakeVerbs:
                 self.f.sizes.setdefault(self.r, []).append(n)
                 self.f.link_bytes[(self.r, link)] = self.f.link_bytes.get((self.r, link), 0) + n
             self.f.posted_on((self.r, link), n)
+            if src is None:
+                self.f.credits.append(imm)
             status = self.f.fail_status if self.f.posted == self.f.fail_on else 0
             self.f.wire.setdefault((self.r, link), deque()).append(
                 (kind, wr_id, data, raddr, imm, status)
@@ -289,3 +292,16 @@ def test_credit_keeps_a_fast_sender_out_of_unreduced_scratch() -> None:
     assert not errors, errors
     tcp = run_tcp([s], 4, iters=8, warmup=0)
     assert {r: x.buffer_crc for r, x in res.items()} == {r: x.buffer_crc for r, x in tcp.items()}
+
+
+def test_credits_of_a_go_encode_as_before_op_lists_whatever_the_program() -> None:
+    # a Go of program 1 for 4 iterations: "ready for k" is IMM_READY | k, as genie's agents
+    # before op lists ran over RDMA send and expect it (mixed versions keep working)
+    from genie_agent.dataplane.rdma_conn import IMM_READY
+
+    fab = Fabric(seed=9)
+    specs = [spec("flow", "oneway", 2, 5000), spec("selftest", "ring", 2, 2 * 9000)]
+    execs, abort = connect_rdma(specs, 2, RdmaOptions(segment=4096), fab)
+    _, errors = run_execs(execs, abort, Go(job="j", epoch=1, program=1, iters=3, warmup=1))
+    assert not errors, errors
+    assert sorted(fab.credits) == sorted(IMM_READY | k for k in (1, 2, 3) for _ in range(2))

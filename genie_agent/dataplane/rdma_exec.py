@@ -264,7 +264,9 @@ class RdmaRankExecutor:
         self.bytes_sent = self.bytes_received = self.verified = 0
         self._wr = 0
         self._sends: dict[int, tuple[Link, _Run | None, int]] = {}  # wr -> (link, run, step)
-        self.ready_for: dict[tuple[int, int], int] = {}  # (peer, program bits) -> use allowed
+        # (peer, credit key) -> the use it may write: the key is the program's low bits in an
+        # op list, 0 in a Go of one program (whose credits thus encode as before op lists)
+        self.ready_for: dict[tuple[int, int], int] = {}
         self.inflight: dict[Link, int] = dict.fromkeys(self.links, 0)
         self.queues: dict[Link, deque] = {ln: deque() for ln in self.links}
         self.backoff = Backoff()
@@ -379,7 +381,7 @@ class RdmaRankExecutor:
         send_mode = self.opts.mode == "send"
         while qu and self.inflight[link] < window:
             run, i, off, ln, raddr, imm = qu[0]
-            if run.it and self.ready_for.get((link[0], run.prog & IMM_ITER_MASK), 0) < run.it:
+            if run.it and self.ready_for.get((link[0], self._key(run)), 0) < run.it:
                 return
             qu.popleft()
             wr = self._next_wr(link, run, i)
@@ -525,7 +527,7 @@ class RdmaRankExecutor:
             ]  # fmt: skip
             head = self.queues[link][0][0] if qd else None
             credit = head is not None and head.it > self.ready_for.get(
-                (link[0], head.prog & IMM_ITER_MASK), 0
+                (link[0], self._key(head)), 0
             )
             if not (n or qd or wait):
                 continue
@@ -621,16 +623,21 @@ class RdmaRankExecutor:
         self._loop(go, deadline, ready, lambda: run.remaining == 0, find, what)
         self._waiting = []
         if it + 1 < total:  # our scratch is free again: tell every sender it may write
-            self._credit(prog, senders, it + 1)
+            self._credit(prog, senders, it + 1, 0)
 
-    def _credit(self, prog: int, senders: set[int], use: int) -> None:
+    def _credit(self, prog: int, senders: set[int], use: int, key: int) -> None:
         """Tell every rank that sends to us in ``prog`` that it may write its use ``use``."""
         first = self.first_lane[prog]
         for q in sorted(senders):
             link = (q, first)
             self.v.post_send_imm(
-                link, self._next_wr(link, None, -1), None, 0, 0, imm_ready(use, prog)
+                link, self._next_wr(link, None, -1), None, 0, 0, imm_ready(use, key)
             )
+
+    @staticmethod
+    def _key(run: _Run) -> int:
+        """The credit key of ``run``'s program (see ``ready_for``)."""
+        return run.prog & IMM_ITER_MASK if run.op >= 0 else 0
 
     # ---- an op list (several programs in flight) -------------------------------------------------
     def run_ops(self, go: Go, ops: list[OpItem], start_local_ns: int) -> RankResult:
@@ -686,7 +693,7 @@ class RdmaRankExecutor:
                 pl = run.plan
                 op_crc[j] = zlib.crc32(self.buffers[run.prog].view[: pl.buffer_bytes].data)
             if nxt[j] >= 0:  # our slots of this program are free for its next use
-                self._credit(run.prog, senders[run.prog], uses[j] + 1)
+                self._credit(run.prog, senders[run.prog], uses[j] + 1, self._key(run))
             for k in op_after[j]:
                 op_pending[k] -= 1
                 if op_pending[k] == 0:
