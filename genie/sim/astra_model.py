@@ -33,8 +33,10 @@ The planning (chunks, phases, rings) is ``genie.sim.astra_plan``; this module ru
 event clock, the two networks, each phase's steps, the per-rank queues and the backend.
 
 Time is integer nanoseconds inside (ASTRA-sim's tick) and seconds at the interface. In the
-congestion-unaware model an instance's time depends only on its type, size and group, so it is
-simulated once and replayed from a cache.
+congestion-unaware model an instance whose members all start in one tick on idle lanes takes a
+time that depends only on its type, size and group: it is simulated once and replayed from a
+cache, and where its members provably run one timeline (``genie.sim.astra_mirror``) that once is
+one rank's run with its peers' messages mirrored from its own (O(steps), not O(ranks x steps)).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from typing import Any
 
 from genie.errors import CollectiveError, ConfigError
 from genie.sim.astra_config import AstraNetwork, AstraSystem
+from genie.sim.astra_mirror import RingGeometry
 from genie.sim.astra_plan import (
     A2A,
     AG,
@@ -560,9 +563,12 @@ class AstraBackend:
         self._finished: list[int] = []  # whole instances ended (not per_member)
         self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
         self._cache: dict[tuple, dict[int, int]] = {}  # unaware: rank -> ns after the start
+        self._geometry: RingGeometry | None = None
         self.messages = 0
         self.simulated = 0
         self.cached = 0
+        self.mirrored = 0  # instances run for one rank with mirrored peers
+        self.mirrored_messages = 0
 
     # ---- the NetworkBackend interface --------------------------------------------------------
 
@@ -573,9 +579,12 @@ class AstraBackend:
             inst.recv_ready = True
         for r in inst.lanes:
             self._lanes[r].append(inst)
-        if inst.key in self._cache and all(self._lanes[r][0] is inst for r in inst.lanes):
-            self._from_cache(inst)  # unaware and alone on free lanes: replay the cache
-            return
+        if (
+            inst.key is not None
+            and all(self._lanes[r][0] is inst for r in inst.lanes)
+            and self._replay(inst)
+        ):
+            return  # unaware and alone on free lanes: replayed
         for r in inst.lanes:
             if self._lanes[r][0] is inst:
                 self._launch(inst, r)
@@ -591,7 +600,7 @@ class AstraBackend:
         lane = self._lanes[rank]
         lane.append(inst)
         if lane[0] is inst:
-            self._launch(inst, rank)
+            self._head(inst, rank)
 
     def next_time(self) -> float:
         """The next event (seconds), ``inf`` when idle."""
@@ -640,6 +649,11 @@ class AstraBackend:
             f"{self.name}: {self.simulated} rank shares of collectives simulated message by "
             f"message ({self.messages} messages; {how})"
         )
+        if self.mirrored:
+            out += (
+                f", {self.mirrored} instances simulated for one rank whose peers provably mirror "
+                f"it ({self.mirrored_messages} messages)"
+            )
         if self.cached:
             out += f", {self.cached} instances replayed from the run of an identical one"
         return out
@@ -668,7 +682,7 @@ class AstraBackend:
                     f"network's {self.net.total_npus} NPUs"
                 )
         world = kind != P2P and self._is_world(transfer)
-        cacheable = kind in NETWORK_COLLECTIVES and not self.aware and not self.per_member
+        cacheable = kind in NETWORK_COLLECTIVES and not self.aware
         key = (kind, int(transfer.size), ranks, world) if cacheable else None
         inst = _Instance(transfer.iid, kind, int(transfer.size), ranks, key, world)
         self._insts[transfer.iid] = inst
@@ -747,24 +761,59 @@ class AstraBackend:
             lane = self._lanes[rank]
             lane.popleft()
             if lane:
-                nxt = lane[0]
-                if nxt.first < 0 and nxt.key in self._cache:
-                    # other lanes may free in this same tick: decide once they have
-                    if not nxt.pending:
-                        nxt.pending = True
-                        self.clock.at(self.clock.now, self._decide, nxt)
-                else:
-                    self._launch(nxt, rank)
+                self._head(lane[0], rank)
+
+    def _head(self, inst: _Instance, rank: int) -> None:
+        """``inst`` now heads ``rank``'s lane: launch its share, or decide at the tick's end."""
+        if inst.first < 0 and inst.key is not None:
+            # other lanes may free (other members arrive) in this same tick: decide once they have
+            if not inst.pending:
+                inst.pending = True
+                self.clock.at(self.clock.now, self._decide, inst)
+        else:
+            self._launch(inst, rank)
 
     def _decide(self, inst: _Instance) -> None:
-        """Start ``inst`` from the cache if it heads every lane now, else on the free lanes."""
+        """Replay ``inst`` if it heads every lane now, else start it on the free lanes."""
         inst.pending = False
-        heads = [r for r in inst.lanes if self._lanes[r][0] is inst and r not in inst.started]
-        if inst.first < 0 and len(heads) == len(inst.lanes):
-            self._from_cache(inst)
+        lanes = self._lanes
+        heads = [r for r in inst.lanes if lanes[r] and lanes[r][0] is inst and r not in inst.started]
+        if inst.first < 0 and len(heads) == len(inst.lanes) and self._replay(inst):
             return
         for r in heads:
             self._launch(inst, r)
+
+    def _replay(self, inst: _Instance) -> bool:
+        """Run ``inst``, whose members all start now on idle lanes, from the cache, filling it
+        from one mirrored rank where that is exact; False: simulate every member."""
+        if inst.key not in self._cache:
+            dt = self._mirrored(inst)
+            if dt is None:
+                return False
+            self._cache[inst.key] = dict.fromkeys(inst.ranks, dt)
+        self._from_cache(inst)
+        return True
+
+    def _mirrored(self, inst: _Instance) -> int | None:
+        """ns every member of ``inst`` takes, from one rank's run with mirrored peers; None
+        where ``genie.sim.astra_mirror``'s obligations (b)-(d) do not hold."""
+        plan = self._plan(inst)
+        if len(inst.ranks) == 1 or not plan.templates:
+            return None
+        rank = inst.ranks[0]
+        phases = plan.phases_for(rank, self.rings)
+        if plan.local or plan.flat:  # a dimension's own ring is uniform by construction
+            if self._geometry is None:
+                self._geometry = RingGeometry(self.net)
+            if not all(self._geometry.uniform_ring(p.members, p.algorithm) for p in phases):
+                return None
+        assert isinstance(self.transport, _Unaware)
+        run = _MirrorRun(self, self.transport)
+        dt = run.run(inst, rank, plan.streams, phases)
+        if dt is not None:
+            self.mirrored += 1
+            self.mirrored_messages += run.messages
+        return dt
 
     def _from_cache(self, inst: _Instance) -> None:
         self.cached += 1
@@ -822,3 +871,95 @@ class AstraBackend:
 def model_names() -> tuple[str, ...]:
     """The pricing models ``genie simulate --model`` offers."""
     return ("genie", "astra-unaware", "astra-aware")
+
+
+class _MirrorRun:
+    """One rank's share of a collective on a clock of its own, each message it awaits sent by
+    its peer as the mirror image of its own message of the same step (``genie.sim.astra_mirror``).
+
+    It plays the backend's part for ``_Phase``, ``_RankQueues`` and ``_Part`` (``system``,
+    ``clock``, ``reduce_ns``, ``post``, ``part_done``) and watches for obligation (d): a chunk
+    that receives and gets a token back in one tick.
+    """
+
+    def __init__(self, backend: AstraBackend, transport: _Unaware) -> None:
+        self.system = backend.system
+        self.reduce_ns = backend.reduce_ns
+        self.delay = transport.delay
+        self.clock = _Clock()
+        self._mail: dict[tuple, list] = {}
+        self.messages = 0
+        self.finish = -1
+        self._tick = -1
+        self._received: set[int] = set()  # id of each stream that received in this tick
+        self._tokens: set[int] = set()  # id of each stream whose bundle ended in this tick
+        self.tie = False
+
+    def run(self, inst: _Instance, rank: int, chunks: int, phases: list[PhaseSpec]) -> int | None:
+        """ns from the start of ``rank``'s share to its end; None on a same-tick tie."""
+        sched = _RankQueues(self, self.system.active_chunks)  # type: ignore[arg-type]
+        part = _Part(inst, rank, sched, chunks)
+        prio = sched.next_priority()
+        for c in range(chunks):
+            sched.proceed(_Stream(part, phases, (inst.iid, c), prio))
+        heap = self.clock.heap
+        bundle, receive = _Stream.bundle_done, _Stream.receive
+        while heap and not self.tie:
+            t, _, fn, arg = heapq.heappop(heap)
+            self._at(t)
+            self.clock.now = t
+            f = getattr(fn, "__func__", None)
+            if f is bundle:
+                self._mark(fn.__self__, self._tokens, self._received)  # type: ignore[attr-defined]
+            elif f is receive:
+                self._mark(fn.__self__, self._received, self._tokens)  # type: ignore[attr-defined]
+            fn(arg)
+        if self.tie or self.finish < 0:
+            return None
+        return self.finish
+
+    def _at(self, t: int) -> None:
+        if t != self._tick:
+            self._tick = t
+            self._received.clear()
+            self._tokens.clear()
+
+    def _mark(self, stream: _Stream, mine: set[int], other: set[int]) -> None:
+        if id(stream) in other:
+            self.tie = True
+        mine.add(id(stream))
+
+    def part_done(self, inst: _Instance, rank: int) -> None:
+        """The share's last chunk is done."""
+        self.finish = self.clock.now
+
+    def post(self, stream: _Stream, me: int, dest: int, src: int, size: int) -> None:
+        """Send to ``dest``, and the peer ``src`` sends this rank the same step's message now."""
+        self.messages += 1
+        key = (stream.tag, src, me, size)
+        self.clock.at(self.clock.now + self.delay(src, me, size), self._arrived, key)
+        box = self._mail.get(key)
+        if box is None:
+            self._mail[key] = [0, deque([stream])]
+            return
+        if box[0] > 0:  # the message is already here: deliver it in this tick
+            box[0] -= 1
+            if box[0] == 0 and not box[1]:
+                del self._mail[key]
+            self.clock.at(self.clock.now, stream.receive)
+        else:
+            box[1].append(stream)
+
+    def _arrived(self, key: tuple) -> None:
+        box = self._mail.get(key)
+        if box is None:
+            self._mail[key] = [1, deque()]
+            return
+        if box[1]:
+            stream = box[1].popleft()
+            if box[0] == 0 and not box[1]:
+                del self._mail[key]
+            self._mark(stream, self._received, self._tokens)
+            stream.receive()
+        else:
+            box[0] += 1
