@@ -104,19 +104,16 @@ def group_counters(rows: Iterable[Mapping[str, Any]]) -> list[CounterGroup]:
 
 
 def group_lines(groups: Sequence[CounterGroup], limit: int = MAX_LINES) -> list[str]:
-    """One line per size or iteration where a headline counter moved, its agents' phrases
-    ("iteration 7: 1,240 CNPs sent and 18 ms of pause on h3; 12 retransmits on h1"); at most
-    ``limit`` lines, then one saying how many more."""
+    """One line per size or iteration and agent where a headline counter moved ("iteration 7:
+    1,240 CNPs sent and 18 ms of pause on h3"); at most ``limit`` lines, then one saying how
+    many more."""
     lines = []
     for g in groups:
-        parts = []
+        its = f" ({g.iterations} iterations)" if g.iteration is None else ""
         for agent, d in sorted(g.agents.items()):
             said = summary(d)
             if said:
-                parts.append(f"{said} on {agent}")
-        if parts:
-            its = f" ({g.iterations} iterations)" if g.iteration is None else ""
-            lines.append(f"{g.label}{its}: " + "; ".join(parts))
+                lines.append(f"{g.label}{its}: {said} on {agent}")
     if len(lines) > limit:
         more = len(lines) - limit
         lines = [*lines[:limit], f"... {more} more (--json has them all)"]
