@@ -11,7 +11,9 @@ in order, as RC's receiver-not-ready retry does); the sender's completion comes 
 receiver's (with the immediate) at the landing. Links to other hosts go to the real verbs untouched.
 
 Completions of modelled links are kept per rank in a heap by due time (``IntraHub``) and come
-out of ``poll`` with the device's.
+out of ``poll`` with the device's; with ``events`` on, a rank that has modelled links sleeps in
+slices of at most a millisecond (to its next due completion) instead of on the completion
+channel, which no modelled completion would wake.
 """
 
 from __future__ import annotations
