@@ -17,3 +17,9 @@ def replay(
     reps = representatives(cw) if symmetry and not backend.per_member else None
     raw = simulate(cw, backend, ranks=reps)
     return build_report(cw, raw, backend.standalone), raw
+
+
+def makespan(cw: CompiledWorkload, backend: NetworkBackend, symmetry: bool = True) -> float:
+    """The iteration time ``replay`` would report (its makespan), without building the report."""
+    reps = representatives(cw) if symmetry and not backend.per_member else None
+    return simulate(cw, backend, ranks=reps).makespan

@@ -79,6 +79,20 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         # bytes), or None where the cost model declined
         self._shapes: dict[tuple, tuple | None] = {}
         self._lid = {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
+        # (comm type, size, ranks, hosts, splits) -> ``_cost``'s program cost (None: declined);
+        # ``twin`` shares it with a pricer of the same topology, algorithms and chunks
+        self._programs: dict[tuple, tuple | None] = {}
+
+    def twin(self, algorithms: Mapping[str, str] | None = None) -> ProgramPricer:
+        """A line-rate ``ProgramPricer`` on this pricer's topology (the same object), placement
+        and chunks; with the same algorithms it shares the programs' costs (each step program
+        both price is simulated once; the line-rate replay beside the NCCL-like one needs it)."""
+        other = ProgramPricer(
+            self.topology, self.host_of.tolist(), self.fallback.n_ranks, algorithms, self.chunks
+        )
+        if other.algorithms == self.algorithms and other.canonical == self.canonical:
+            other._programs = self._programs
+        return other
 
     def use_splits(self, splits: Mapping[int, np.ndarray]) -> Self:
         """Price instance ids in ``splits`` by their n x n byte matrix (the fallback too)."""
@@ -151,7 +165,19 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self, ctype: int, size: int, ranks: tuple, hosts: tuple, splits: tuple[int, ...] = ()
     ) -> tuple | None:
         """(time s, algorithm, link bytes, intra bytes) of one program, None if declined;
-        ``splits``: an all-to-all-v's per-peer sizes (row-major matrix)."""
+        ``splits``: an all-to-all-v's per-peer sizes (row-major matrix). Memoised: callers read
+        the tuple and its dict, never change them."""
+        key = (ctype, int(size), ranks, hosts, splits)
+        if key in self._programs:
+            return self._programs[key]
+        out = self._program_cost(ctype, size, ranks, hosts, splits)
+        self._programs[key] = out
+        return out
+
+    def _program_cost(
+        self, ctype: int, size: int, ranks: tuple, hosts: tuple, splits: tuple[int, ...]
+    ) -> tuple | None:
+        """``_cost`` computed: the program built and priced by the cost model."""
         try:
             planned = planned_name(ctype)
             prog = self._build(
