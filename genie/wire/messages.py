@@ -45,7 +45,8 @@ from genie.wire.counters import CounterSets
 from genie.wire.frames import check_frame
 from genie.wire.text import sanitize
 
-PROTOCOL_VERSION = 2  # 2: session secrets and testbed identity in Hello/HelloReply
+PROTOCOL_VERSION = 3  # 2: session secrets and testbed identity in Hello/HelloReply; 3: NIC and
+# stack counters in Result, RDMA channels, QPs per connection and rank devices in RdmaOptions
 DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
 DEFAULT_INTRA_LAT = 1e-6  # s
 
