@@ -20,9 +20,22 @@ log-log: over all sizes (start-up included), and from 1,024 ranks up over the to
 fixed cost of an 8-rank run of the same kind (start-up, imports), with the exponent between
 successive sizes. Goal: k <= 1. The machine is shared: the load average is printed before and after.
 
+Then the large sizes (``--big``, default 4,096 and 16,384 ranks of llm, ``--big-kinds``): each
+generated once (its wall and CPU time and peak RSS printed), then ``genie simulate`` on each
+``--topologies`` entry (default switch and leaf_spine: 2 leaves, 1 spine), printing CPU time
+(user + system), peak RSS and wall time, against issue 33's goals: at 16,384 ranks under 20 s
+CPU and 4 GB, at 4,096 ranks under 4 s (``--big-timeout`` bounds each run; a run cut there
+prints its bound). ``--big ''`` skips them.
+
     ASTRA_SIM_BIN=/path/AstraSim_Analytical_Congestion_Unaware \\
       .venv/bin/python bench/sim_speed.py [--kinds dp,llm,moe] [--ranks 64,256,1024]
       [--scale 64,256,1024,2048,4096] [--repeat 2] [--astra-timeout 600]
+      [--big 4096,16384] [--big-kinds llm] [--topologies switch,leaf_spine] [--big-timeout 900]
+
+Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine, load 2-5):
+before (commit 4c97177): 4,096 switch 24.3 s / 1,124 MB; 16,384 switch 150.0 s / 6,294 MB;
+1,024 leaf_spine 34.0 s / 470 MB (4,096 leaf_spine cut after 8 min CPU: its 1,024-member data-
+parallel ring all-reduces simulated flow by flow, twice). After: see the commit messages.
 """
 
 from __future__ import annotations
@@ -85,32 +98,38 @@ def genie(*args: str) -> list[str]:
 
 def generate(kind: str, n: int, tmp: Path) -> Path:
     """Generated ASTRA-sim-compatible files for ``kind`` at ``n`` ranks; their prefix."""
+    return generate_timed(kind, n, tmp)[0]
+
+
+def generate_timed(kind: str, n: int, tmp: Path) -> tuple[Path, dict | None]:
+    """``generate``, with the generator's ``timed`` figures (None: the files were there)."""
     prefix = tmp / f"{kind}{n}" / "w"
-    if not prefix.with_name("w.0.et").exists():
-        r = subprocess.run(
-            genie("workload", "generate", kind, "--ranks", str(n), "--out", str(prefix)),
-            capture_output=True,
-            text=True,
-        )
-        if r.returncode:
-            raise SystemExit(f"generate {kind} {n} failed: {r.stderr.strip()}")
-    return prefix
+    if prefix.with_name("w.0.et").exists():
+        return prefix, None
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    argv = genie("workload", "generate", kind, "--ranks", str(n), "--out", str(prefix))
+    r = timed(argv)
+    if r["rc"]:
+        raise SystemExit(f"generate {kind} {n} failed ({r['rc']})")
+    return prefix, r
 
 
-def run_genie(prefix: Path, repeat: int, iteration: bool = True) -> dict:
+def run_genie(
+    prefix: Path, repeat: int, iteration: bool = True, extra: tuple[str, ...] = ()
+) -> dict:
     """Best of ``repeat`` runs of ``genie simulate PREFIX`` (by CPU time; the default text
     report, as a user runs it); then, with ``iteration``, one untimed ``--json`` run for the
-    iteration time and node count."""
+    iteration time and node count. ``extra``: more simulate options (a topology)."""
     best = None
     for _ in range(repeat):
-        r = timed(genie("simulate", str(prefix)))
+        r = timed(genie("simulate", str(prefix), *extra))
         if r["rc"]:
             raise SystemExit(f"genie simulate {prefix} failed ({r['rc']})")
         if best is None or r["cpu"] < best["cpu"]:
             best = r
     if iteration:
         out = subprocess.run(
-            genie("simulate", str(prefix), "--json", "--rows", "0"), capture_output=True
+            genie("simulate", str(prefix), *extra, "--json", "--rows", "0"), capture_output=True
         )
         rep = json.loads(out.stdout)["reports"][0]
         best["iteration_s"] = rep["iteration_s"]
@@ -160,6 +179,57 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / den if den else math.nan
 
 
+# issue 33's goals for genie simulate of llm: ranks -> (CPU s, peak RSS MB or None)
+BIG_GOALS = {4096: (4.0, None), 16384: (20.0, 4096.0)}
+
+
+def run_big(sizes: list[int], args: argparse.Namespace, tmp: Path) -> None:
+    """Generate and simulate the large sizes once each; print CPU, peak RSS, goals."""
+    topologies = [t for t in args.topologies.split(",") if t]
+    print(
+        "\nlarge sizes, one run each (CPU = user + system; peak RSS of the process; "
+        f"timeout {args.big_timeout:.0f} s)"
+    )
+    print(f"{'workload':<12}{'run':<22}{'wall':>9} {'CPU':>9} {'peak RSS':>10}  goal")
+    for kind in [k for k in args.big_kinds.split(",") if k]:
+        for n in sizes:
+            prefix, gen = generate_timed(kind, n, tmp)
+            name = f"{kind} {n}"
+            if gen is not None:
+                print(
+                    f"{name:<12}{'workload generate':<22}{gen['wall']:>7.2f} s "
+                    f"{gen['cpu']:>7.2f} s {gen['rss_mb']:>7.0f} MB",
+                    flush=True,
+                )
+            for topo in topologies:
+                argv = genie("simulate", str(prefix), "--topology", topo)
+                r = timed(argv, args.big_timeout)
+                label = f"simulate {topo}"
+                if r["timeout"]:
+                    print(
+                        f"{name:<12}{label:<22}{'> ' + format(args.big_timeout, '.0f'):>7} s (cut)"
+                    )
+                    continue
+                if r["rc"]:
+                    print(f"{name:<12}{label:<22}failed ({r['rc']})")
+                    continue
+                cpu_goal, rss_goal = BIG_GOALS.get(n, (None, None))
+                goal = "-"
+                if cpu_goal is not None:
+                    met = r["cpu"] <= cpu_goal and (rss_goal is None or r["rss_mb"] <= rss_goal)
+                    within = f"<= {cpu_goal:.0f} s" + (
+                        f", <= {rss_goal / 1024:.0f} GB" if rss_goal else ""
+                    )
+                    goal = f"{within}: {'met' if met else 'NOT met'}"
+                print(
+                    f"{name:<12}{label:<22}{r['wall']:>7.2f} s {r['cpu']:>7.2f} s "
+                    f"{r['rss_mb']:>7.0f} MB  {goal}",
+                    flush=True,
+                )
+            if not args.keep:  # the big ones only once: they take disk
+                shutil.rmtree(tmp / f"{kind}{n}", ignore_errors=True)
+
+
 def main() -> None:
     """Run the sizes and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -171,6 +241,10 @@ def main() -> None:
     ap.add_argument("--astra-bin", default=os.environ.get("ASTRA_SIM_BIN"))
     ap.add_argument("--astra-timeout", type=float, default=600.0, help="seconds per run")
     ap.add_argument("--keep", help="directory for the generated workloads (kept)")
+    ap.add_argument("--big", default="4096,16384", help="large sizes ('' to skip)")
+    ap.add_argument("--big-kinds", default="llm")
+    ap.add_argument("--topologies", default="switch,leaf_spine", help="for the large sizes")
+    ap.add_argument("--big-timeout", type=float, default=900.0, help="seconds per large run")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     ranks = [int(x) for x in args.ranks.split(",") if x]
@@ -227,6 +301,9 @@ def main() -> None:
                 print(f"  {kind} {n}: ratio {mark} {ratio:.3f}  {verdict}")
         else:
             print("(no ASTRA_SIM_BIN given: ASTRA-sim columns left out)")
+        big = [int(x) for x in args.big.split(",") if x]
+        if big:
+            run_big(big, args, tmp)
         if scale:
             print(
                 "\nscaling at fixed nodes per rank (genie CPU s; best of "
@@ -235,16 +312,20 @@ def main() -> None:
             for kind in [k for k in args.scale_kinds.split(",") if k]:
                 base = run_genie(generate(kind, 8, tmp), args.repeat, False)["cpu"]
                 cpus = []
+                rss = []
                 for n in scale:
                     prefix = generate(kind, n, tmp)
                     g = run_genie(prefix, args.repeat, False)
                     cpus.append(g["cpu"])
+                    rss.append(g["rss_mb"])
                     if n > 1024 and not args.keep:  # the big ones only once: they take disk
                         shutil.rmtree(tmp / f"{kind}{n}", ignore_errors=True)
                 k_total = slope(scale, cpus)
                 big = [(n, c - base) for n, c in zip(scale, cpus, strict=True) if n >= 1024]
                 k_marg = slope(*zip(*big, strict=True)) if len(big) > 1 else math.nan
-                curve = ", ".join(f"{n}: {c:.2f} s" for n, c in zip(scale, cpus, strict=True))
+                curve = ", ".join(
+                    f"{n}: {c:.2f} s ({m:.0f} MB)" for n, c, m in zip(scale, cpus, rss, strict=True)
+                )
                 pts = list(zip(scale, cpus, strict=True))
                 steps = ", ".join(
                     f"{a}->{b}: {slope([a, b], [ca - base, cb - base]):.2f}"
