@@ -26,6 +26,7 @@ from genie_agent.dataplane.rdma_conn import (
     init_attrs,
     no_device_message,
     path_mtu,
+    rdma_conditions,
     recv_slots,
     rtr_attrs,
     rts_attrs,
@@ -113,6 +114,19 @@ def test_qp_walks_init_rtr_rts_with_the_peer_facts() -> None:
     assert (s["qp_state"], s["sq_psn"], s["timeout"], s["retry_cnt"]) == ("RTS", 100, 12, 5)
 
 
+def test_the_traffic_class_goes_into_the_grh_and_the_conditions() -> None:
+    mine, peer = _facts(0, 1, 17, 100), _facts(1, 0, 42, 777)
+    roce = Choice("rxe0", 1, 3, "Ethernet")
+    assert rtr_attrs(mine, peer, roce, RdmaOptions())["traffic_class"] == 0  # verbs' default
+    assert rtr_attrs(mine, peer, roce, RdmaOptions(traffic_class=106))["traffic_class"] == 106
+    held = rdma_conditions(RdmaOptions(qps=4, traffic_class=106),
+                           [roce, roce, Choice("mlx5_1", 1, 0, "InfiniBand")])  # fmt: skip
+    assert held.nics == {
+        "rxe0": {"rdma_qps": "4", "rdma_traffic_class": "106"},
+        "mlx5_1": {"rdma_qps": "4"},  # InfiniBand: no GRH on the wire, no traffic class
+    }
+
+
 def test_mtu_gid_and_status_helpers() -> None:
     assert path_mtu(4096, 2048) == 2048 and path_mtu(4096, 4096, 1024) == 1024
     assert path_mtu(1500, 9000) == 1024  # an Ethernet MTU rounds down to an IB MTU
@@ -152,6 +166,9 @@ def test_options_are_checked() -> None:
         (RdmaOptions(window=0), "window"),
         (RdmaOptions(segment=10), "segment"),
         (RdmaOptions(mtu=1500), "MTU"),
+        (RdmaOptions(qps=17), "queue pairs per connection 17 outside 1..16"),
+        (RdmaOptions(traffic_class=256), "traffic class 256 outside 0..255"),
+        (RdmaOptions(traffic_class=-1), "traffic class -1 outside 0..255"),
     ):
         with pytest.raises(TransportError, match=msg):
             check_options(bad)  # fmt: skip

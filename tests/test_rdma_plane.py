@@ -138,6 +138,30 @@ def test_rdma_job_through_the_plane_matches_tcp() -> None:
             dp.close()
 
 
+def test_prepared_says_which_queue_pairs_and_traffic_class_the_job_runs_with() -> None:
+    """What the controller stores as the run's conditions (genie.wire.conditions)."""
+    from genie.wire.conditions import flatten
+
+    fab = Fabric()
+    planes = [FabricPlane(fab), FabricPlane(fab)]
+    try:
+        s = ProgramSpec(collective="flow", algorithm="oneway", n_ranks=2, size=4096)
+        opts = DataOptions(token=new_token(), transport="rdma",
+                           rdma=RdmaOptions(qps=3, traffic_class=106))  # fmt: skip
+        prepared, _ = _job(planes, [s], ["a0", "a1"], opts, 1)
+        assert all(e.kind == "prepared" for e in prepared), prepared
+        for e in prepared:
+            assert e.msg.conditions.nics == {"fab0": {"rdma_qps": "3", "rdma_traffic_class": "106"}}
+        held = {f"a{i}": msgspec.to_builtins(e.msg.conditions) for i, e in enumerate(prepared)}
+        assert flatten(held) == {
+            "RDMA queue pairs per connection": "3",
+            "RDMA traffic class (GRH)": "106",
+        }
+    finally:
+        for dp in planes:
+            dp.close()
+
+
 def test_per_host_device_names_are_used_and_a_wrong_one_is_one_line() -> None:
     fab = Fabric()
     planes = [FabricPlane(fab), FabricPlane(fab)]

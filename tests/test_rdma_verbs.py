@@ -7,6 +7,7 @@ even though no device exists to send them.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from genie.errors import TransportError
@@ -49,6 +50,39 @@ def test_transitions_carry_the_pure_attributes() -> None:
     assert (s.qp_state, s.sq_psn, s.timeout, s.retry_cnt, s.rnr_retry) == (
         e.IBV_QPS_RTS, 100, 14, 7, 7
     )  # fmt: skip
+
+
+def test_every_lane_of_a_connection_carries_the_traffic_class_in_its_grh() -> None:
+    """VerbsRank.connect on stand-in queue pairs: the RTR attributes each lane gets (pyverbs'
+    own QPAttr/AHAttr/GlobalRoute) carry the job's traffic class."""
+    from types import SimpleNamespace
+
+    from genie_agent.dataplane.rdma import VerbsRank
+
+    pv = _pv()
+
+    class Qp:
+        def __init__(self, n):
+            self.qp_num, self.rtr, self.rts = n, None, None
+
+        def to_rtr(self, attr):
+            self.rtr = attr
+
+        def to_rts(self, attr):
+            self.rts = attr
+
+    for tc, want in ((None, 0), (106, 106), (255, 255)):
+        opts = RdmaOptions() if tc is None else RdmaOptions(qps=3, traffic_class=tc)
+        vr = object.__new__(VerbsRank)  # no device: only what connect touches
+        vr.pv, vr.opts, vr.rkeys = pv, opts, {}
+        vr.dev = SimpleNamespace(choice=Choice("rxe0", 1, 1, "Ethernet"))
+        vr.qps = {(1, k): Qp(0x100 + k) for k in range(3)}
+        mine, peer = _facts(0, 1, 0x100, 5), _facts(1, 0, 0x200, 9)
+        vr.connect(mine, msgspec.structs.replace(peer, qpns=[0x200, 0x201, 0x202]))
+        for k, qp in vr.qps.items():
+            ah = qp.rtr.ah_attr
+            assert (qp.rtr.dest_qp_num, ah.is_global, ah.sgid_index) == (0x200 + k[1], 1, 1)
+            assert ah.traffic_class == want
 
 
 def test_work_requests_with_and_without_data() -> None:

@@ -2,7 +2,8 @@
 
 A run's meta keeps, per agent, the ``WireConditions`` its data connections reported (what was in
 force: congestion control, socket buffers, MSS, the namespace's TCP sysctls, MTU, qdisc and
-segmentation offload limits of its data NIC, kernel). ``flatten`` turns that into one
+segmentation offload limits of its data NIC, kernel; on RDMA runs, per verbs device, the queue
+pairs per connection and the traffic class of the queue pairs). ``flatten`` turns that into one
 ``name -> value`` map (a value the agents agree on once; where they differ, each agent's);
 ``differences`` says in words which conditions two runs do not share, the check behind
 ``genie runs compare`` and ``genie calibrate``.
@@ -26,6 +27,9 @@ NIC_LABELS = {
     "gso_max_segs": "GSO packets of the data NIC at most (segments)",
     "tso_max_size": "TSO packets of the data NIC at most (bytes)",
     "gro_max_size": "GRO packets of the data NIC at most (bytes)",
+    # an RDMA job's devices (genie_agent.dataplane.rdma_conn.rdma_conditions)
+    "rdma_qps": "RDMA queue pairs per connection",
+    "rdma_traffic_class": "RDMA traffic class (GRH)",
 }
 
 

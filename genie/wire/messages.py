@@ -46,7 +46,8 @@ from genie.wire.frames import check_frame
 from genie.wire.text import sanitize
 
 PROTOCOL_VERSION = 3  # 2: session secrets and testbed identity in Hello/HelloReply; 3: NIC and
-# stack counters in Result, RDMA channels, QPs per connection and rank devices in RdmaOptions
+# stack counters in Result, RDMA channels, QPs per connection, rank devices and traffic class
+# in RdmaOptions
 DEFAULT_INTRA_BW = 300e9  # bytes/s, one direction of an NVLink-class fabric
 DEFAULT_INTRA_LAT = 1e-6  # s
 
@@ -142,6 +143,10 @@ class RdmaOptions(msgspec.Struct, kw_only=True):
     # per global rank, the verbs device of its NIC ("" or absent: the one carrying the rank's
     # address of ``DataOptions.rank_addrs`` in a RoCE v2 GID, else the agent's device)
     rank_devices: list[str] = []
+    # the GRH traffic class of every queue pair (NCCL_IB_TC's role, 0..255): on RoCE, under the
+    # common DSCP trust mapping, DSCP = traffic_class >> 2 and priority = DSCP >> 3, so the
+    # traffic lands on the lossless priority the preflight checks; 0 is the verbs default
+    traffic_class: int = 0
 
 
 class QpFacts(msgspec.Struct, kw_only=True, array_like=True):
@@ -224,7 +229,8 @@ class WireConditions(msgspec.Struct, kw_only=True):
     # sysctls of the agent's network namespace: tcp_congestion_control, tcp_ecn,
     # tcp_slow_start_after_idle, tcp_rmem, tcp_wmem, fib_multipath_hash_policy, ...
     sysctl: dict[str, str] = {}
-    # per data NIC (name): its MTU and root qdisc as `tc` shows it ("" where unknown)
+    # per data NIC (name): its MTU and root qdisc as `tc` shows it ("" where unknown); an RDMA
+    # job's: per verbs device, rdma_qps and rdma_traffic_class (what its queue pairs were given)
     nics: dict[str, dict[str, str]] = {}
 
 

@@ -113,7 +113,8 @@ def init_qpattr(pv: SimpleNamespace, a: dict):
 
 
 def rtr_qpattr(pv: SimpleNamespace, r: dict):
-    """QPAttr of INIT -> RTR from ``rdma_conn.rtr_attrs`` (address vector with GRH for RoCE)."""
+    """QPAttr of INIT -> RTR from ``rdma_conn.rtr_attrs`` (address vector with GRH for RoCE:
+    the peer's GID, our GID index, hop limit and traffic class)."""
     attr = pv.qp.QPAttr(qp_state=pv.enums.IBV_QPS_RTR)
     attr.path_mtu = MTU_ENUM[r["path_mtu"]]
     attr.dest_qp_num = r["dest_qp_num"]
@@ -121,7 +122,10 @@ def rtr_qpattr(pv: SimpleNamespace, r: dict):
     attr.max_dest_rd_atomic = r["max_dest_rd_atomic"]
     attr.min_rnr_timer = r["min_rnr_timer"]
     gr = pv.addr.GlobalRoute(
-        dgid=pv.addr.GID(gid_text(r["dgid"])), sgid_index=r["sgid_index"], hop_limit=r["hop_limit"]
+        dgid=pv.addr.GID(gid_text(r["dgid"])),
+        sgid_index=r["sgid_index"],
+        hop_limit=r["hop_limit"],
+        traffic_class=r["traffic_class"],
     )
     # pyverbs names the route argument ``gr`` (its docstring says ``grh``)
     attr.ah_attr = pv.addr.AHAttr(

@@ -9,9 +9,9 @@ the order a connection is made:
    No device at all is ``NoRdmaDevice`` with one line saying how to get one (soft-RoCE).
 2. A queue pair is created in RESET and walks ``QP_PATH``: ``init_attrs`` (port, access flags),
    then, once the peer's ``QpFacts`` are known, ``rtr_attrs`` (peer qpn/psn, path MTU, the
-   address vector: GID + GID index for RoCE, LID for InfiniBand), then ``rts_attrs`` (own psn,
-   timeouts, retries). Each returns the attribute values as plain data; the verbs module only
-   copies them into ``QPAttr`` and calls ``modify``.
+   address vector: GID + GID index and the GRH's traffic class for RoCE, LID for InfiniBand),
+   then ``rts_attrs`` (own psn, timeouts, retries). Each returns the attribute values as plain
+   data; the verbs module only copies them into ``QPAttr`` and calls ``modify``.
 3. The exchange: each side sends its ``QpFacts`` (qpn, psn, gid, lid, rkey, address, length,
    MTU and the landing slots of its RECV steps) as one length-prefixed msgpack frame on the
    job's authenticated TCP connection and reads the peer's (``exchange_facts``: all sends
@@ -36,7 +36,7 @@ import msgspec
 
 from genie.collectives.program import Op
 from genie.errors import TransportError
-from genie.wire.messages import QpFacts, RdmaOptions
+from genie.wire.messages import QpFacts, RdmaOptions, WireConditions
 from genie_agent.plan import RankPlan
 
 SYS_IB = "/sys/class/infiniband"
@@ -76,6 +76,7 @@ ACCESS_FLAGS = ("local_write", "remote_write")  # what a peer may do to our scra
 FRAME = struct.Struct("<I")
 MAX_FACTS_BYTES = 64 << 20
 MAX_QPS = 16  # queue pairs per connection (each one CQ share and receive ring per rank pair)
+MAX_TRAFFIC_CLASS = 255  # the GRH's traffic class is one byte (DSCP in its upper six bits)
 
 
 class NoRdmaDevice(TransportError):
@@ -285,6 +286,7 @@ def rtr_attrs(
         "dgid": peer.gid,
         "sgid_index": choice.gid_index,
         "hop_limit": 64,
+        "traffic_class": opts.traffic_class,  # RoCE: DSCP = traffic_class >> 2 (NCCL_IB_TC)
         "dlid": 0 if roce else peer.lid,
         "port_num": choice.port,
     }
@@ -485,5 +487,20 @@ def check_options(opts: RdmaOptions) -> None:
         raise TransportError(f"RDMA queue pairs per connection {opts.qps} outside 1..{MAX_QPS}")
     if not 0 <= opts.stall_s <= 86400:
         raise TransportError(f"RDMA stall bound {opts.stall_s} s outside 0..86400")
+    if not 0 <= opts.traffic_class <= MAX_TRAFFIC_CLASS:
+        raise TransportError(
+            f"RDMA traffic class {opts.traffic_class} outside 0..{MAX_TRAFFIC_CLASS}"
+        )
     if opts.mtu:
         mtu_enum(opts.mtu)
+
+
+def rdma_conditions(opts: RdmaOptions, choices: list[Choice]) -> WireConditions:
+    """What an RDMA job's queue pairs run with, per device used (``WireConditions.nics``, as a
+    TCP job reports its NICs): queue pairs per connection and, on RoCE, the GRH traffic class."""
+    nics: dict[str, dict[str, str]] = {}
+    for c in choices:
+        got = nics.setdefault(c.device, {"rdma_qps": str(opts.qps)})
+        if c.link_layer != "InfiniBand":  # the GRH (and its traffic class) is RoCE's
+            got["rdma_traffic_class"] = str(opts.traffic_class)
+    return WireConditions(nics=nics)

@@ -20,7 +20,8 @@ RDMA prepare, step by step (any failure is one ``prepare_failed`` line; the agen
    pairs per connection);
 5. per pair: send our ``QpFacts`` (every lane's qpn), read the peer's, move each QP to RTR then
    RTS, post the receives, and map each SEND step to the peer's landing slot;
-6. post ``prepared``.
+6. post ``prepared`` with the conditions the queue pairs run with (``rdma_conditions``: per
+   device, queue pairs per connection and the GRH traffic class), stored with the run.
 
 Pairs of ranks both on this agent take the intra-host model when the job says so
 (``DataOptions.intra == "model"``, as on TCP): no side channel, no queue pair; their steps go
@@ -46,7 +47,16 @@ from typing import Protocol
 import msgspec
 
 from genie.errors import GenieError, TransportError
-from genie.wire.messages import DataOptions, Go, OpItem, Prepare, Prepared, QpFacts, RdmaOptions
+from genie.wire.messages import (
+    DataOptions,
+    Go,
+    OpItem,
+    Prepare,
+    Prepared,
+    QpFacts,
+    RdmaOptions,
+    WireConditions,
+)
 from genie_agent.dataplane.rdma_conn import (
     Choice,
     Device,
@@ -54,6 +64,7 @@ from genie_agent.dataplane.rdma_conn import (
     choose_port,
     exchange_facts,
     find_devices,
+    rdma_conditions,
     recv_slots,
     send_targets,
 )
@@ -135,13 +146,14 @@ class AgentDataPlane(TcpDataPlane):
             return
         t0 = time.monotonic()
         try:
-            conns = self._prepare_rdma(plan, prep)
+            conns, held = self._prepare_rdma(plan, prep)
             msg = Prepared(
                 job=prep.job,
                 epoch=prep.epoch,
                 ranks=list(plan.ranks),
                 connections=conns,
                 setup_s=time.monotonic() - t0,
+                conditions=held,
             )
             post(Event("prepared", prep.job, prep.epoch, msg))
         except Exception as exc:  # a bug must fail the prepare in one line, not leave it hanging
@@ -183,7 +195,9 @@ class AgentDataPlane(TcpDataPlane):
             dev = self._devs[key] = self.open_device(choice)
         return choice, dev
 
-    def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> int:
+    def _prepare_rdma(self, plan: AgentPlan, prep: Prepare) -> tuple[int, WireConditions]:
+        """Set up the job's queue pairs (steps 1-5); its connections and the conditions its
+        queue pairs run with (per device: queue pairs per connection, traffic class)."""
         opts = prep.options
         refuse_nccl_style(plan)
         ro = opts.rdma
@@ -253,7 +267,7 @@ class AgentDataPlane(TcpDataPlane):
                 )
         for ex in self._rexecs.values():
             ex.post_receives()
-        return len(socks)
+        return len(socks), rdma_conditions(ro, [c for c, _ in rank_dev.values()])
 
     def _side_channels(
         self, plan: AgentPlan, prep: Prepare
