@@ -484,6 +484,7 @@ class _Instance:
         "kind",
         "lanes",
         "left",
+        "parked",
         "pending",
         "ranks",
         "recv_ready",
@@ -510,6 +511,7 @@ class _Instance:
         self.arrived = False  # send/recv: the message is at the receiver
         self.recv_ready = False  # send/recv: the receive was issued
         self.pending = False  # a cached start waits for the end of this tick
+        self.parked: list[int] = []  # members whose shares wait for the end of this tick
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,6 +566,9 @@ class AstraBackend:
         self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
         self._cache: dict[tuple, dict[int, int]] = {}  # unaware: rank -> ns after the start
         self._geometry: RingGeometry | None = None
+        self._parked: list[_Instance] = []  # instances with parked shares (per member)
+        self._park_t = -1  # the tick they were parked in
+        self._park_wake = math.inf  # when the first of them would have had an event
         self.messages = 0
         self.simulated = 0
         self.cached = 0
@@ -591,6 +596,8 @@ class AstraBackend:
 
     def arrive(self, transfer: Transfer, rank: int, now: float) -> None:
         """Member ``rank`` reached the node (per-member mode)."""
+        if self._parked and round(now * 1e9) > self._park_t:
+            self._unpark()
         inst = self._instance(transfer, now)
         if inst.kind == P2P and rank == inst.ranks[1]:
             inst.recv_ready = True
@@ -604,11 +611,16 @@ class AstraBackend:
 
     def next_time(self) -> float:
         """The next event (seconds), ``inf`` when idle."""
-        return self.clock.heap[0][0] * 1e-9 if self.clock.heap else math.inf
+        t = self.clock.heap[0][0] if self.clock.heap else math.inf
+        if self._parked:
+            t = min(t, self._park_wake)
+        return t * 1e-9
 
     def _run_events(self) -> None:
         """Run the events of the earliest time on the clock."""
         heap = self.clock.heap
+        if self._parked and (not heap or heap[0][0] > self._park_t):
+            self._unpark()
         if heap:
             t = heap[0][0]
             while heap and heap[0][0] <= t:
@@ -767,17 +779,57 @@ class AstraBackend:
         """``inst`` now heads ``rank``'s lane: launch its share, or decide at the tick's end."""
         if inst.first < 0 and inst.key is not None:
             # other lanes may free (other members arrive) in this same tick: decide once they have
-            if not inst.pending:
+            if self.per_member:
+                self._park(inst, rank)
+            elif not inst.pending:
                 inst.pending = True
                 self.clock.at(self.clock.now, self._decide, inst)
         else:
             self._launch(inst, rank)
 
+    def _park(self, inst: _Instance, rank: int) -> None:
+        """Hold ``rank``'s share of ``inst`` (per member) while other members may arrive in this
+        tick: the engine hands the backend its events of a tick before its own, whose nodes can
+        bring the other members in the same tick. Replayed once every member is here; launched
+        at this tick (``_unpark``) once time moves on. A share's first event comes an endpoint
+        delay after its launch, so ``next_time`` wakes at the latest then."""
+        plan = self._plan(inst)
+        e = LOCAL_ENDPOINT_DELAY if plan.local else self.system.endpoint_delay
+        if e <= 0 or len(inst.ranks) == 1 or not plan.templates:
+            self._launch(inst, rank)
+            return
+        now = self.clock.now
+        if not inst.parked:
+            self._parked.append(inst)
+        inst.parked.append(rank)
+        self._park_t = now
+        self._park_wake = min(self._park_wake, now + e)
+        if len(inst.parked) == len(inst.lanes):  # everyone is here, in this tick
+            self._parked.remove(inst)
+            inst.parked = []
+            if not self._replay(inst):
+                for r in inst.lanes:
+                    self._launch(inst, r)
+            if not self._parked:
+                self._park_wake = math.inf
+
+    def _unpark(self) -> None:
+        """Time moves past the tick of the parked shares: launch them at that tick."""
+        assert self.clock.now == self._park_t
+        parked, self._parked = self._parked, []
+        self._park_wake = math.inf
+        for inst in parked:
+            ranks, inst.parked = inst.parked, []
+            for r in ranks:
+                self._launch(inst, r)
+
     def _decide(self, inst: _Instance) -> None:
         """Replay ``inst`` if it heads every lane now, else start it on the free lanes."""
         inst.pending = False
         lanes = self._lanes
-        heads = [r for r in inst.lanes if lanes[r] and lanes[r][0] is inst and r not in inst.started]
+        heads = [
+            r for r in inst.lanes if lanes[r] and lanes[r][0] is inst and r not in inst.started
+        ]
         if inst.first < 0 and len(heads) == len(inst.lanes) and self._replay(inst):
             return
         for r in heads:
