@@ -41,7 +41,7 @@ from genie.controller.local_agents import states as agent_states
 from genie.controller.postmortem import LocalPostmortem
 from genie.controller.session import Controller, Timeouts
 from genie.errors import RuntimeFault, TestbedError
-from genie.wire.messages import DataOptions
+from genie.wire.messages import DataOptions, RdmaOptions
 
 PIDFILE = "agents.pids"
 TESTBED_FILE = "testbed.toml"
@@ -307,8 +307,8 @@ def open_controller(
 def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) -> DataOptions:
     """``opts`` with what ``testbed`` says about a job on ``placement``: the intra-host model's
     bandwidth and latency (where ``opts`` keeps the defaults) and each rank's NIC address and
-    RDMA device (where a host has several NICs and ``opts`` names none). ``opts`` itself when
-    nothing changes."""
+    RDMA device (where a host has several NICs and ``opts`` names none), and its ``[rdma]``
+    settings (where ``opts.rdma`` keeps the defaults). ``opts`` itself when nothing changes."""
     changes: dict = {}
     intra = testbed.intra_host
     default = DataOptions()
@@ -321,12 +321,32 @@ def options_for_testbed(testbed, opts: DataOptions, placement: Sequence[str]) ->
         addrs = testbed.rank_nic_addrs(placement)
         if addrs:
             changes["rank_addrs"] = addrs
+    rdma = _rdma_for_testbed(testbed, opts.rdma)
     if not opts.rdma.rank_devices and any(n.rdma_device for h in testbed.hosts for n in h.nics):
         devs = [
             h.nics[k].rdma_device or "" if h.nics else "" for h, k in testbed.rank_nics(placement)
         ]
-        changes["rdma"] = msgspec.structs.replace(opts.rdma, rank_devices=devs)
+        rdma = msgspec.structs.replace(rdma, rank_devices=devs)
+    if rdma is not opts.rdma:
+        changes["rdma"] = rdma
     return msgspec.structs.replace(opts, **changes) if changes else opts
+
+
+def _rdma_for_testbed(testbed, ro: RdmaOptions) -> RdmaOptions:
+    """``ro`` with the testbed's ``[rdma]`` (queue pairs per connection, stall bound, traffic
+    class) where ``ro`` keeps the defaults; ``ro`` itself when nothing changes."""
+    rs = getattr(testbed, "rdma", None)
+    if rs is None:
+        return ro
+    default = RdmaOptions()
+    changes: dict = {}
+    if ro.qps == default.qps and rs.qps_per_connection != default.qps:
+        changes["qps"] = rs.qps_per_connection
+    if ro.stall_s == default.stall_s and rs.stall_s is not None:
+        changes["stall_s"] = rs.stall_s
+    if ro.traffic_class == default.traffic_class and rs.traffic_class is not None:
+        changes["traffic_class"] = rs.traffic_class
+    return msgspec.structs.replace(ro, **changes) if changes else ro
 
 
 def _can_bind_to_device(ifname: str) -> bool:

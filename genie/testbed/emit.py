@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from genie.collectives.topology import Routing
-from genie.testbed.model import DEFAULT_NETNS_PREFIX, TcpSettings, Testbed
+from genie.testbed.model import DEFAULT_NETNS_PREFIX, RdmaSettings, TcpSettings, Testbed
 
 
 def _str(value: str) -> str:
@@ -42,6 +42,13 @@ def dumps_testbed(tb: Testbed) -> str:
         out += [f"slow_start_after_idle = {'true' if t.slow_start_after_idle else 'false'}"]
         if t.buffer_max is not None:
             out += [f"buffer_max = {t.buffer_max}"]
+    if tb.rdma != RdmaSettings():
+        rd = tb.rdma
+        out += ["", "[rdma]", f"qps_per_connection = {rd.qps_per_connection}"]
+        if rd.stall_s is not None:
+            out += [f"stall_s = {rd.stall_s!r}"]
+        if rd.traffic_class is not None:
+            out += [f"traffic_class = {rd.traffic_class}"]
     if tb.routing != Routing():
         r = tb.routing
         out += ["", "[routing]", f"policy = {_str(r.policy)}", f"channels = {r.channels}"]

@@ -25,10 +25,12 @@ from genie.testbed.model import (
     DEFAULT_INTRA_LAT,
     DEFAULT_MTU,
     DEFAULT_NETNS_PREFIX,
+    MAX_QPS_PER_CONNECTION,
     Host,
     IntraHost,
     Link,
     Nic,
+    RdmaSettings,
     Switch,
     TcpSettings,
     Testbed,
@@ -55,6 +57,7 @@ _TOP_KEYS = {
     "deploy",
     "routing",
     "tcp",
+    "rdma",
 }
 _TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model", "rates"}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
@@ -281,6 +284,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
 
     routing = _routing(ctx, data["routing"]) if "routing" in data else Routing()
     tcp = _tcp(ctx, data["tcp"]) if "tcp" in data else TcpSettings()
+    rdma = _rdma(ctx, data["rdma"]) if "rdma" in data else RdmaSettings()
 
     raw_hosts = ctx.array_of_tables(data["hosts"], ("hosts",)) if "hosts" in data else []
     topo = ctx.table(data["topology"], ("topology",)) if "topology" in data else None
@@ -327,6 +331,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         rates=rates,
         routing=routing,
         tcp=tcp,
+        rdma=rdma,
     )
 
 
@@ -345,6 +350,34 @@ def _tcp(ctx: _Ctx, raw: Any) -> TcpSettings:
     if buf is not None and not BUFFER_MIN <= buf <= BUFFER_MAX:
         raise ctx.error((*path, "buffer_max"), f"{buf} B: from {BUFFER_MIN} B to {BUFFER_MAX} B")
     return TcpSettings(congestion_control=cc, ecn=ecn, slow_start_after_idle=sst, buffer_max=buf)
+
+
+STALL_MAX_S = 86400  # the agents' bound on the stall watchdog (rdma_conn.check_options)
+
+
+def _rdma(ctx: _Ctx, raw: Any) -> RdmaSettings:
+    """``[rdma]``: qps_per_connection (1..16), stall_s (> 0 s), traffic_class (0..255)."""
+    path = ("rdma",)
+    t = ctx.table(raw, path)
+    ctx.check_keys(t, {"qps_per_connection", "stall_s", "traffic_class"}, path)
+    qps = ctx.get(t, "qps_per_connection", path, (int,), 1)
+    if not 1 <= qps <= MAX_QPS_PER_CONNECTION:
+        raise ctx.error(
+            (*path, "qps_per_connection"), f"must be 1..{MAX_QPS_PER_CONNECTION}, got {qps}"
+        )
+    stall = ctx.get(t, "stall_s", path, (int, float), None)
+    if stall is not None and not 0 < stall <= STALL_MAX_S:
+        raise ctx.error(
+            (*path, "stall_s"), f"must be seconds, > 0 and <= {STALL_MAX_S}, got {stall}"
+        )
+    tc = ctx.get(t, "traffic_class", path, (int,), None)
+    if tc is not None and not 0 <= tc <= 255:
+        raise ctx.error((*path, "traffic_class"), f"must be 0..255 (one byte), got {tc}")
+    return RdmaSettings(
+        qps_per_connection=qps,
+        stall_s=None if stall is None else float(stall),
+        traffic_class=tc,
+    )
 
 
 def _routing(ctx: _Ctx, raw: Any) -> Routing:

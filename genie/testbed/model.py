@@ -151,6 +151,32 @@ class TcpSettings(msgspec.Struct, frozen=True, kw_only=True):
         return f"TCP {self.congestion_control}, ECN {self.ecn}, slow start after idle {sst}{buf}"
 
 
+MAX_QPS_PER_CONNECTION = 16  # NCCL_IB_QPS_PER_CONNECTION's range in genie (the agents' bound)
+
+
+class RdmaSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How the RDMA data plane's queue pairs run on this testbed (``[rdma]``), given to every
+    RDMA job and recorded with each run.
+
+    ``qps_per_connection``: queue pairs per connection, a step split across them
+    (NCCL_IB_QPS_PER_CONNECTION's role; more flows for ECMP to spread); ``stall_s``: the stall
+    watchdog's bound, seconds without a completion while work is outstanding (None: the run's
+    timeout); ``traffic_class``: the GRH traffic class of the queue pairs (NCCL_IB_TC's role,
+    0..255; None sends 0, the verbs default). Under the common DSCP trust mapping DSCP =
+    traffic_class >> 2 and priority = DSCP >> 3 (= traffic_class >> 5): 106 is DSCP 26,
+    priority 3, RoCE's usual lossless class, the priority ``genie hosts check`` then checks.
+    """
+
+    qps_per_connection: int = 1
+    stall_s: float | None = None
+    traffic_class: int | None = None
+
+    @property
+    def priority(self) -> int | None:
+        """The priority ``traffic_class`` lands on under DSCP trust (None: not set)."""
+        return None if self.traffic_class is None else self.traffic_class >> 5
+
+
 class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     """A whole testbed: what runs where and how it is connected."""
 
@@ -170,6 +196,7 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     rates: Literal["line", "payload"] = "line"
     routing: Routing = msgspec.field(default_factory=Routing)  # how flows spread over paths
     tcp: TcpSettings = msgspec.field(default_factory=TcpSettings)  # the data connections' TCP
+    rdma: RdmaSettings = msgspec.field(default_factory=RdmaSettings)  # the queue pairs' settings
 
     @property
     def model_source(self) -> str:
