@@ -234,6 +234,8 @@ def simulate(spec: SimulateSpec) -> Simulation:
             makers = [again]
         facts = trace_facts(wl, cw)
         facts.update(semantics_facts(wl, cw, spec.model.trace_edges))
+        if genie_model:  # the replays need only the compiled form: the workload's node objects
+            del wl  # (most of the memory at 16,384 ranks) go before the replays' arrays come
         reports: list[SimReport] = []
         raws: list[RawResult] = []
         for make in makers:
