@@ -658,3 +658,52 @@ def test_nccl_traffic_class_unset_is_a_warning_on_roce(tmp_path: Path) -> None:
     assert rows["rdma priority"].fix.startswith("NCCL_IB_TC=106 in /etc/nccl.conf (DSCP 26")
     assert rows["rdma pfc ens1f0"].status == "ok"  # still checked on priority 3
     assert _rows(preflight_tree(root, priority=3)).get("rdma priority") is None  # chosen
+
+
+def _with_tc(tc: int):
+    from genie.deploy.config import loads_deploy
+
+    tb, _ = loads_deploy(TESTBED.format(ip=IP) + f"[rdma]\ntraffic_class = {tc}\n")
+    return tb, tb.host("n0")
+
+
+def test_the_testbed_traffic_class_picks_the_priority_checked(tmp_path: Path) -> None:
+    """genie's own queue pairs send [rdma] traffic_class: its priority (tc >> 5 under DSCP
+    trust) is the one PFC and ECN must cover, whatever NCCL_IB_TC says; --priority overrides."""
+    root = connectx(tmp_path)  # PFC on priority 3 only; NCCL_IB_TC=106 (priority 3)
+    tb, host = _with_tc(106)  # DSCP 26 -> priority 3: all healthy
+    checks = preflight_tree(root, tb, host)
+    assert {c.status for c in checks} == {"ok"}, [c for c in checks if c.status != "ok"]
+    assert checks[0].name == "rdma priority" and checks[0].value == (
+        "3: genie's queue pairs send traffic class 106 ([rdma] traffic_class): DSCP 26 "
+        "-> priority 3"
+    )
+    tb, host = _with_tc(160)  # DSCP 40 -> priority 5: genie's traffic would not be lossless
+    checks = preflight_tree(root, tb, host)
+    failed = _failed(checks)
+    assert failed["rdma pfc ens1f0"].value.startswith("priority 5 off (enabled: 3")
+    assert checks[0].value.startswith("5: genie's queue pairs send traffic class 160")
+    nccl = [c for c in checks if c.name == "rdma priority" and "NCCL_IB_TC" in c.value]
+    assert nccl and nccl[0].status == "warn"  # NCCL's own traffic lands on 3: said, not failed
+    # --priority stays the override, and the row says what genie's queue pairs send instead
+    over = preflight_tree(root, tb, host, priority=3)
+    assert not _failed(over)
+    assert over[0].status == "warn" and over[0].value == (
+        "checked 3 (--priority); genie's queue pairs send traffic class 160 ([rdma] "
+        "traffic_class): DSCP 40 -> priority 5"
+    )
+    assert over[0].fix.startswith("traffic_class = 106 in the testbed's [rdma]")
+    # no [rdma] traffic_class: NCCL_IB_TC's priority, as before
+    tb, host = _host(tmp_path)
+    assert preflight_tree(root, tb, host)[0].value.startswith("3 (NCCL_IB_TC=106")
+
+
+def test_hosts_check_takes_the_testbed_traffic_class(tmp_path: Path, capsys) -> None:
+    root = connectx(tmp_path / "tree")
+    tbf = tmp_path / "lab.toml"
+    tbf.write_text(TESTBED.format(ip=IP) + "[rdma]\ntraffic_class = 160\n")
+    args = ["hosts", "check", "--sysfs-root", str(root), "--testbed", str(tbf), "--hosts", "n0"]
+    assert main([*args, "--json"]) == 1  # PFC off on priority 5
+    rows = {c["name"]: c for c in json.loads(capsys.readouterr().out)[0]["checks"]}
+    assert rows["rdma pfc ens1f0"]["status"] == "fail"
+    assert main([*args, "--priority", "3", "--json"]) == 0

@@ -89,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "IP mapping, port state and link layer, the GID index carrying the host's IP as RoCE "
         "v2 (what NCCL_IB_GID_INDEX must be; RoCE v1 only fails), active MTU against the "
         "netdev MTU (ibv_devinfo -v), PFC (mlnx_qos or dcb) and ECN (roce_np/roce_rp in "
-        "/sys/class/net/IF/ecn) on the traffic priority, firmware and rate, and the "
+        "/sys/class/net/IF/ecn) on the traffic priority (--priority, else that of the "
+        "testbed's [rdma] traffic_class, else NCCL_IB_TC's, else 3), firmware and rate, and the "
         "locked-memory limit. --sysfs-root DIR runs the preflight alone, here, without SSH, "
         "on a recorded tree (DIR/sys/class/infiniband, DIR/sys/class/net, DIR/proc/self/"
         "limits, DIR/etc/nccl.conf, tool outputs in DIR/genie-tools/: ibv_devinfo.txt, "
@@ -110,8 +111,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--priority",
         type=int,
         metavar="P",
-        help="the traffic priority PFC and ECN must cover (default: from NCCL_IB_TC in the "
-        "host's nccl.conf or environment, else 3, RoCE's usual lossless priority)",
+        help="the traffic priority PFC and ECN must cover (default: the one genie's queue pairs "
+        "use where the testbed's [rdma] sets traffic_class, else from NCCL_IB_TC in the host's "
+        "nccl.conf or environment, else 3, RoCE's usual lossless priority; a traffic class TC "
+        "maps under the common DSCP trust mapping: DSCP = TC >> 2, priority = DSCP >> 3, so "
+        "106 -> DSCP 26 -> priority 3)",
     )
     c.add_argument("--json", action="store_true", help="print JSON")
     c.set_defaults(func=_run)

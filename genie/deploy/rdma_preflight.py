@@ -3,6 +3,11 @@
 The facts come from ``rdma_probe`` (shipped as source and run by the host's Python, or called
 here on a tree), the rules from ``rdma_checks``. A host the probe cannot run on is one failed
 row, not an error.
+
+The traffic priority PFC and ECN must cover: ``--priority``, else the one genie's own queue
+pairs land on when the testbed sets ``[rdma] traffic_class`` (under the common DSCP trust
+mapping, DSCP = traffic_class >> 2 and priority = DSCP >> 3, so priority = traffic_class >> 5),
+else ``rdma_checks``' own choice (NCCL_IB_TC of the host, else 3).
 """
 
 from __future__ import annotations
@@ -33,7 +38,31 @@ def preflight_remote(
         return [Check("rdma preflight", "fail", str(exc).removeprefix(f"{a.name}: "), "")]
     if not isinstance(facts, dict):
         return [Check("rdma preflight", "fail", "the RDMA probe returned no facts", "")]
-    return evaluate_rdma(facts, wants_of(testbed, host), priority)
+    prio, rows = genie_priority(testbed, priority)
+    return rows + evaluate_rdma(facts, wants_of(testbed, host), prio)
+
+
+def genie_priority(testbed: Testbed | None, priority: int | None) -> tuple[int | None, list[Check]]:
+    """The priority to check (``priority``, else the testbed's traffic class's, else None: the
+    rules' default) and a row saying so where the testbed sets a traffic class."""
+    tc = testbed.rdma.traffic_class if testbed is not None else None
+    if tc is None:
+        return priority, []
+    mine = tc >> 5  # DSCP = tc >> 2; priority = DSCP >> 3 (DSCP trust)
+    sends = f"genie's queue pairs send traffic class {tc} ([rdma] traffic_class): DSCP {tc >> 2}"
+    if priority is None:
+        return mine, [Check("rdma priority", "ok", f"{mine}: {sends} -> priority {mine}", "")]
+    if priority == mine:
+        return priority, []
+    return priority, [
+        Check(
+            "rdma priority",
+            "warn",
+            f"checked {priority} (--priority); {sends} -> priority {mine}",
+            f"traffic_class = {priority * 32 + 10} in the testbed's [rdma] (DSCP "
+            f"{priority * 8 + 2} -> priority {priority}), or --priority {mine}",
+        )
+    ]
 
 
 def preflight_tree(
@@ -50,4 +79,5 @@ def preflight_tree(
         raise UsageError(f"--sysfs-root {root}: not a directory")
     facts = rdma_probe.gather(str(path))  # live (tools run) only for this machine's own /
     wants: list[NicWant] = wants_of(testbed, host) if testbed and host else []
-    return evaluate_rdma(facts, wants, priority)
+    prio, rows = genie_priority(testbed, priority)
+    return rows + evaluate_rdma(facts, wants, prio)
