@@ -479,6 +479,7 @@ class _Instance:
         "arrived",
         "done",
         "first",
+        "ident",
         "iid",
         "key",
         "kind",
@@ -494,9 +495,17 @@ class _Instance:
     )
 
     def __init__(
-        self, iid: int, kind: int, size: int, ranks: tuple[int, ...], key, world: bool
+        self,
+        iid: int,
+        kind: int,
+        size: int,
+        ranks: tuple[int, ...],
+        key,
+        world: bool,
+        ident: int | tuple[int, ...] = -1,
     ) -> None:
         self.iid = iid
+        self.ident = ident  # the group's id (a send/recv: its two ranks)
         self.kind = kind
         self.size = size
         self.ranks = ranks
@@ -564,7 +573,9 @@ class AstraBackend:
         self._insts: dict[int, _Instance] = {}
         self._finished: list[int] = []  # whole instances ended (not per_member)
         self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
-        self._cache: dict[tuple, dict[int, int]] = {}  # unaware: rank -> ns after the start
+        # unaware: ns after the start -> the ranks whose shares end then
+        self._cache: dict[tuple, dict[int, list[int]]] = {}
+        self._groups: dict[int, tuple[tuple[int, ...], bool]] = {}  # id -> (ranks, world)
         self._geometry: RingGeometry | None = None
         self._parked: list[_Instance] = []  # instances with parked shares (per member)
         self._park_t = -1  # the tick they were parked in
@@ -686,17 +697,26 @@ class AstraBackend:
             return inst
         kind = transfer.comm_type
         check_collective(kind)
-        ranks = tuple(int(r) for r in transfer.ranks)
-        for r in ranks:
-            if not 0 <= r < self.net.total_npus:
-                raise ConfigError(
-                    f"{self.net.path}: key 'npus_count': the workload's rank {r} is beyond the "
-                    f"network's {self.net.total_npus} NPUs"
-                )
-        world = kind != P2P and self._is_world(transfer)
+        g = int(transfer.group)
+        group = self._groups.get(g) if g >= 0 else None
+        if group is None:
+            ranks = tuple(int(r) for r in transfer.ranks)
+            for r in ranks:
+                if not 0 <= r < self.net.total_npus:
+                    raise ConfigError(
+                        f"{self.net.path}: key 'npus_count': the workload's rank {r} is beyond "
+                        f"the network's {self.net.total_npus} NPUs"
+                    )
+            group = (ranks, self._is_world(transfer))
+            if g >= 0:
+                self._groups[g] = group
+        ranks = group[0]
+        world = kind != P2P and group[1]
         cacheable = kind in NETWORK_COLLECTIVES and not self.aware
-        key = (kind, int(transfer.size), ranks, world) if cacheable else None
-        inst = _Instance(transfer.iid, kind, int(transfer.size), ranks, key, world)
+        # a group by its id (hashing a 4,096-rank tuple per lookup costs); send/recv by its pair
+        ident = g if g >= 0 else ranks
+        key = (kind, int(transfer.size), ident, world) if cacheable else None
+        inst = _Instance(transfer.iid, kind, int(transfer.size), ranks, key, world, ident)
         self._insts[transfer.iid] = inst
         return inst
 
@@ -730,7 +750,7 @@ class AstraBackend:
 
     def _plan(self, inst: _Instance) -> CollectivePlan:
         world = inst.world
-        key = (inst.kind, inst.size, inst.ranks, world)
+        key = (inst.kind, inst.size, inst.ident, world)
         plan = self._plans.get(key)
         if plan is None:
             coll = NETWORK_COLLECTIVES[inst.kind]
@@ -842,7 +862,7 @@ class AstraBackend:
             dt = self._mirrored(inst)
             if dt is None:
                 return False
-            self._cache[inst.key] = dict.fromkeys(inst.ranks, dt)
+            self._cache[inst.key] = {dt: list(inst.ranks)}
         self._from_cache(inst)
         return True
 
@@ -871,16 +891,26 @@ class AstraBackend:
         self.cached += 1
         now = self.clock.now
         inst.first = now
-        for r, dt in self._cache[inst.key].items():
-            inst.started[r] = now
-            self.clock.at(now + dt, self._share_at, (inst, r))
+        for dt, ranks in self._cache[inst.key].items():
+            for r in ranks:
+                inst.started[r] = now
+            # one event per end time: its shares end in the order separate events would
+            self.clock.at(now + dt, self._shares_at, (inst, ranks))
+
+    def _shares_at(self, arg: tuple[_Instance, list[int]]) -> None:
+        inst, ranks = arg
+        for r in ranks:
+            self.part_done(inst, r)
 
     def _remember(self, inst: _Instance) -> None:
         """Cache an unaware instance whose members all started at the same time."""
         if inst.key is None or inst.key in self._cache:
             return
         if len(set(inst.started.values())) == 1 and len(inst.started) == len(inst.ranks):
-            self._cache[inst.key] = {r: inst.done[r] - inst.first for r in inst.ranks}
+            ends: dict[int, list[int]] = {}  # ns after the start -> ranks (in group order)
+            for r in inst.ranks:
+                ends.setdefault(inst.done[r] - inst.first, []).append(r)
+            self._cache[inst.key] = ends
 
     # ---- messages of collectives --------------------------------------------------------------
 
