@@ -169,6 +169,8 @@ def test_options_are_checked() -> None:
         (RdmaOptions(qps=17), "queue pairs per connection 17 outside 1..16"),
         (RdmaOptions(traffic_class=256), "traffic class 256 outside 0..255"),
         (RdmaOptions(traffic_class=-1), "traffic class -1 outside 0..255"),
+        (RdmaOptions(timeout=32), "ACK timeout exponent 32 outside 0..31"),
+        (RdmaOptions(retry=8), "retry count 8 outside 0..7"),
     ):
         with pytest.raises(TransportError, match=msg):
             check_options(bad)  # fmt: skip

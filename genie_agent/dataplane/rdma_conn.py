@@ -491,6 +491,10 @@ def check_options(opts: RdmaOptions) -> None:
         raise TransportError(
             f"RDMA traffic class {opts.traffic_class} outside 0..{MAX_TRAFFIC_CLASS}"
         )
+    if not 0 <= opts.timeout <= 31:  # the QP attribute's 5 bits
+        raise TransportError(f"RDMA local ACK timeout exponent {opts.timeout} outside 0..31")
+    if not 0 <= opts.retry <= 7:  # its 3 bits
+        raise TransportError(f"RDMA retry count {opts.retry} outside 0..7")
     if opts.mtu:
         mtu_enum(opts.mtu)
 
