@@ -94,3 +94,46 @@ def test_offset_estimate_prefers_min_rtt_sample() -> None:
     assert est.rtt_min_ns == 100
     assert est.uncertainty_ns == 50
     assert est.samples == 3
+
+
+def test_rdma_options_round_trip_and_a_frame_without_the_traffic_class_decodes() -> None:
+    ro = p.RdmaOptions(qps=4, stall_s=2.5, traffic_class=106, rank_devices=["mlx5_0", ""])
+    prep = p.Prepare(job="j", epoch=1, programs=[b"\x80"], placement=["a0"],
+                     endpoints={"a0": "127.0.0.1:1"},
+                     options=p.DataOptions(transport="rdma", rdma=ro))  # fmt: skip
+    back = p.decode(p.encode(prep))
+    assert isinstance(back, p.Prepare) and back.options.rdma == ro
+    # an agent of this protocol reading a controller's options that name no traffic class
+    old = msgspec.msgpack.decode(p.encode(prep))
+    del old["options"]["rdma"]["traffic_class"]
+    again = p.decode(msgspec.msgpack.encode(old))
+    assert isinstance(again, p.Prepare) and again.options.rdma.traffic_class == 0
+    held = p.WireConditions(nics={"mlx5_0": {"rdma_qps": "4", "rdma_traffic_class": "106"}})
+    prepared = p.Prepared(job="j", epoch=1, ranks=[0], connections=1, setup_s=0.1,
+                          conditions=held)  # fmt: skip
+    assert p.decode(p.encode(prepared)) == prepared
+
+
+def test_the_largest_result_with_counters_at_every_bound_fits_one_frame() -> None:
+    """genie.wire.frames' size note: 8 ranks x max_iters iterations of times, and counters at
+    every bound of genie.wire.counters (16 sources x 256 names of 64 characters, values
+    2^63-1, 32 samples of 32 names each), in one frame under the limit."""
+    from genie.wire import counters as c
+
+    def name(i: int) -> str:
+        return f"n{i:05d}".ljust(c.MAX_NAME, "x")
+
+    sample = c.CounterSample(
+        t_ms=c.MAX_VALUE, deltas={name(i): c.MAX_VALUE for i in range(c.MAX_SAMPLE_COUNTERS)}
+    )
+    sets = [c.CounterSet(source=f"rdma:dev{s}/1".ljust(c.MAX_NAME, "d"),
+                         deltas={name(i): c.MAX_VALUE for i in range(c.MAX_COUNTERS)},
+                         samples=[sample] * c.MAX_SAMPLES)
+            for s in range(c.MAX_SOURCES)]  # fmt: skip
+    iters = p.Limits().max_iters
+    t = [(1 << 62) + i for i in range(iters)]
+    ranks = [p.RankResult(rank=r, start=t, end=t) for r in range(8)]
+    frame = p.encode(p.Result(program=0, warmup=0, ranks=ranks, counters=sets))
+    assert 14 << 20 < len(frame) <= MAX_FRAME_BYTES
+    back = p.decode(frame)
+    assert isinstance(back, p.Result) and back.counters == sets

@@ -11,7 +11,13 @@ agent's admission checks let through in ordinary use. Measured with ``encode``: 
 every limit of ``messages.Limits`` (256 programs of 4,096 explicitly listed ranks, 4,096
 agents with IPv6 data endpoints and per-rank NIC addresses) is 3.3 MiB; a Go with 256 ops for
 each of 4,096 ranks on one agent is 12.5 MiB; a Result of 8 ranks x 100,000 iterations (the
-``max_iters`` limit) is 13.7 MiB. What does not fit is refused with a FrameTooLarge naming the
+``max_iters`` limit) is 13.7 MiB, and its NIC and stack counters (``genie.wire.counters``:
+at most 16 sources x 256 names, names <= 64 characters, values 0..2^63-1, plus per source 32
+samples of 32 names) add at most 1.5 MiB (0.3 MiB without samples): 15.2 MiB together. A
+Prepare's RDMA options are a few numbers, each bounded where the agent takes them (queue pairs
+per connection 1..16, traffic class 0..255, stall bound 0..86400 s, window 1..4096, segment
+4 KiB..1 GiB), and a device name per agent and per rank (0.1 MiB at 4,096 of each with
+names like ``mlx5_0``). What does not fit is refused with a FrameTooLarge naming the
 size: an all-to-all-v's byte matrix grows with the square of its ranks (5 MiB at 1,024 ranks,
 20 MiB at 2,048), and per-step times of long runs (``record_steps``) grow with steps x
 iterations.
