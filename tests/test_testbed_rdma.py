@@ -105,3 +105,15 @@ def test_a_run_on_the_testbed_records_its_queue_pairs_and_traffic_class() -> Non
     finally:
         for dp in planes:
             dp.close()
+
+
+def test_the_lab_docs_rdma_section_loads_as_it_says() -> None:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "docs" / "lab.md").read_text()
+    block = re.search(r"```toml\n(\[rdma\].*?)```", text, re.S)
+    assert block is not None
+    rd = loads_testbed(BASE + block.group(1)).rdma
+    assert (rd.qps_per_connection, rd.traffic_class, rd.priority) == (4, 106, 3)
+    assert "DSCP = 106 >> 2 = 26, priority = 26 >> 3 = 3" in block.group(1)
