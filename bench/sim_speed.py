@@ -245,11 +245,22 @@ def main() -> None:
     ap.add_argument("--big-kinds", default="llm")
     ap.add_argument("--topologies", default="switch,leaf_spine", help="for the large sizes")
     ap.add_argument("--big-timeout", type=float, default=900.0, help="seconds per large run")
+    ap.add_argument(
+        "--pycache",
+        help="run genie with its bytecode cached in this folder (PYTHONPYCACHEPREFIX), as an "
+        "installed package runs; without it, PYTHONDONTWRITEBYTECODE=1 makes every start "
+        "compile genie's sources again (~0.1-0.2 s of a 64-rank run)",
+    )
     args = ap.parse_args()
+    if args.pycache:
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(Path(args.pycache).resolve())
     kinds = [k for k in args.kinds.split(",") if k]
     ranks = [int(x) for x in args.ranks.split(",") if x]
     scale = [int(x) for x in args.scale.split(",") if x]
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine)")
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        print("PYTHONDONTWRITEBYTECODE is set: start-up includes compiling genie (--pycache DIR)")
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="genie-bench-"))
     tmp.mkdir(parents=True, exist_ok=True)
     astra = args.astra_bin

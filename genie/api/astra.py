@@ -10,6 +10,7 @@ collective's first implementation its algorithm, and ``preferred-dataset-splits`
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from genie.api.specs import Model, SimulateSpec
 from genie.errors import ConfigError, UsageError, ValidationError
@@ -21,9 +22,11 @@ from genie.sim.astra_config import (
     load_network,
     load_system,
 )
-from genie.sim.astra_model import AstraBackend
 from genie.sim.compiled import CompiledWorkload
 from genie.workload.model import Workload
+
+if TYPE_CHECKING:  # imported where built: genie's own model never loads it (start-up)
+    from genie.sim.astra_model import AstraBackend
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +129,7 @@ def astra_backend(
     system: AstraSystem,
 ) -> AstraBackend:
     """The ``--model astra-*`` backend for compiled workload ``cw``."""
+    from genie.sim.astra_model import AstraBackend
     from genie.sim.astra_plan import check_collective
     from genie.sim.symmetry import astra_symmetry_refusal, representatives
 

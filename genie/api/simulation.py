@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from genie import progress
 from genie.api import astra, fabric
@@ -25,7 +26,6 @@ from genie.sim import perturb
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import makespan
 from genie.sim.astra_config import AstraSystem
-from genie.sim.astra_model import AstraBackend
 from genie.sim.closed import ClosedForm, with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.engine import RawResult
@@ -40,6 +40,9 @@ from genie.sim.streams import order_collectives
 from genie.workload.et_codec import gc_paused
 from genie.workload.model import Workload
 from genie.workload.summary import reading_notes
+
+if TYPE_CHECKING:  # ASTRA-sim's model is loaded only where asked for (genie.api.astra)
+    from genie.sim.astra_model import AstraBackend
 
 JsonDoc = dict[str, object]
 
@@ -242,8 +245,10 @@ def simulate(spec: SimulateSpec) -> Simulation:
             status.describe(f"replaying {cw.n_nodes} nodes")
             be = make()
             rep, raw = replay_perturbed(cw, base, be, make, pert, spec.symmetry)
-            if isinstance(be, MeasuredBackend | AstraBackend):
+            if isinstance(be, MeasuredBackend):
                 rep.notes.append(be.summary())
+            elif not genie_model:  # ASTRA-sim's backend (``again``)
+                rep.notes.append(cast("AstraBackend", be).summary())
             rep.notes.extend(astra_notes)
             rep.notes.extend(placement_notes)
             rep.notes += trace_notes(facts) + semantics_notes(facts)

@@ -36,7 +36,6 @@ naming what differs (``mismatch``). ``offered``: whether ``--calibration latest`
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -255,6 +254,8 @@ def nominal_reason(asked: str | None) -> str:
 
 def identity(topology: Topology) -> dict[str, str]:
     """What makes a fabric the one a calibration was fitted on, as ``name -> value`` strings."""
+    import hashlib  # here, not at the top: loading OpenSSL is felt in every command's start-up
+
     links = sorted((lk.src, lk.dst, lk.bandwidth, lk.latency) for lk in topology.links)
     rates = sorted({lk.bandwidth for lk in topology.links})
     lats = sorted({lk.latency for lk in topology.links})

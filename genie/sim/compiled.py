@@ -24,13 +24,17 @@ builds it from a ``genie.workload.Workload``.
 from __future__ import annotations
 
 import enum
-import hashlib
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+try:  # hashlib's own blake2b, without hashlib loading OpenSSL (start-up: issue 33)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without the builtin module
+    from hashlib import blake2b
 
 from genie.errors import CollectiveError, ValidationError
 from genie.sim.lanes import GPU as GPU_LANE
@@ -96,7 +100,7 @@ class CompiledRank:
 
     def signature(self) -> bytes:
         """A digest of everything that decides this rank's timeline (not names, not peers)."""
-        h = hashlib.blake2b(digest_size=16)
+        h = blake2b(digest_size=16)
         for arr in (
             self.kind,
             self.duration,
