@@ -463,6 +463,10 @@ def encode_node(n: Node) -> bytes:
     if n.outputs is not None:
         b = _encode_io(n.outputs)
         parts.append(b"\x4a" + uvarint(len(b)) + b)
+    raw = n._attrs
+    if type(raw) is bytes:
+        parts.append(raw)  # the attr fields as read: checked canonical, so encoding is a copy
+        return b"".join(parts)
     for a in n.attrs:
         b = encode_attr(a)
         parts.append(b"\x52" + uvarint(len(b)) + b)

@@ -345,6 +345,103 @@ def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tupl
     return tuple(attrs), tuple(d), plain
 
 
+def _int64_attr(data: bytes, pos: int, stop: int, names: dict) -> tuple[Attr, int | None] | None:
+    """The attr body ``data[pos:stop]`` when it is ``known name + one plain int64 varint``.
+
+    Plain: non-negative, shortest form (what ``AttrCache.get`` would accept); None otherwise.
+    """
+    nl = data[pos + 1]
+    p = pos + 2 + nl
+    if data[pos] != 0x0A or nl >= 0x80 or p >= stop - 1 or data[p] != 0x48:
+        return None
+    ns = names.get(data[pos:p])
+    if ns is None:
+        return None
+    v, q = _varint(data, p + 1)
+    if q != stop or (q - p > 2 and data[q - 1] == 0) or v >= 1 << 63:
+        return None
+    return (tuple.__new__(Attr, (ns[0], "int64_val", v, "")), ns[1])
+
+
+def _one_attr(data: bytes, pos: int, end: int, cache: AttrCache) -> tuple[tuple, int]:
+    """Check one attr field at ``pos`` (as ``_decode_attr_tail`` would decode it); return
+    ``((Attr, derived slot or None), offset after it)``."""
+    if data[pos] != 0x52:
+        raise _Fallback  # a lower field after the attrs: not canonical
+    b = data[pos + 1]
+    if b < 0x80:
+        alen = b
+        pos += 2
+    else:
+        alen, pos = _varint(data, pos + 1)
+    stop = pos + alen
+    if stop > end:
+        raise _Fallback
+    body = data[pos:stop]
+    hit = cache.memo.get(body)
+    if hit is None:
+        hit = _int64_attr(data, pos, stop, cache.names) if alen > 3 else None
+        if hit is None:
+            hit = cache.get(body)
+    return hit, stop
+
+
+def _scan_attr_tail(
+    data: bytes, pos: int, end: int, cache: AttrCache, rests: dict
+) -> tuple[tuple, bool]:
+    """Check the run of attr fields that ends a canonical node, as ``_decode_attr_tail`` would
+    decode it, without building the attrs; return ``(derived tuple, True when no derived value
+    is a list)``. Raises ``_Fallback`` (or what protobuf raises) where decoding would.
+
+    ``rests`` memoises the fields after the first attr (bytes -> derived (slot, value) pairs):
+    converters put a per-node id first (``rf_id``) and repeat the rest.
+    """
+    hit, pos = _one_attr(data, pos, end, cache)
+    pairs: list = [] if hit[1] is None else [(hit[1], hit[0][2])]
+    if pos < end:
+        key = data[pos:end]
+        rest = rests.get(key)
+        if rest is None:
+            rest = []
+            while pos < end:
+                hit, pos = _one_attr(data, pos, end, cache)
+                if hit[1] is not None:
+                    rest.append((hit[1], hit[0][2]))
+            rest = tuple(rest)
+            if all(type(v) is not list for _i, v in rest):
+                if len(rests) >= 100_000:
+                    rests.clear()
+                rests[key] = rest
+        pairs += rest
+    if not pairs:
+        return _NO_DERIVED, True
+    d = list(_NO_DERIVED)
+    plain = True
+    for i, v in pairs:
+        d[i] = v
+        if type(v) is list:
+            plain = False
+    if d[2] is None:
+        d[2] = ""
+    return tuple(d), plain
+
+
+_LAZY_CACHE = AttrCache(limit=50_000)
+
+
+def decode_attr_section(raw: bytes) -> list[Attr]:
+    """The attrs of a node's attr fields ``raw`` (canonical bytes a reader checked and kept)."""
+    try:
+        attrs, _d, plain = _decode_attr_tail(raw, 0, len(raw), _LAZY_CACHE)
+    except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
+        m = et_schema.Node()
+        m.ParseFromString(raw)  # the attr fields alone are a Node message
+        return [_attr_from_pb(a) for a in m.attr]
+    if plain:
+        return list(attrs)
+    return [Attr(a[0], a[1], list(a[2]), a[3]) if type(a[2]) is list else a for a in attrs]
+
+
 def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
     """Decode a packed uint64 list body starting at its length; return the new offset."""
     plen, pos = _varint(data, pos)
@@ -408,7 +505,8 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
     append = out.append
     new = Node.__new__
     cache = AttrCache()
-    tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (attrs, derived, hashable)
+    tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, those bytes)
+    rests: dict[bytes, tuple] = {}  # attr section after its first attr -> derived pairs
     size = len(data)
     odd = 0
     zero = 0
@@ -565,15 +663,16 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 key = data[pos:end]
                 tail = tails.get(key)
                 if tail is None:
-                    tail = _decode_attr_tail(data, pos, end, cache)
+                    derived, plain = _scan_attr_tail(data, pos, end, cache, rests)
+                    tail = (derived, key)
                     tail_misses += 1
-                    if tail[2] and tail_misses < 10_000 + 4 * len(out) // 5:
+                    if plain and tail_misses < 10_000 + 4 * len(out) // 5:
                         # memoise while it pays: stop once most tails are unique
                         if len(tails) >= 100_000:
                             tails.clear()
                         tails[key] = tail
-                attrs = list(tail[0])
-                derived = tail[1]
+                derived = tail[0]
+                attrs = tail[1]  # checked canonical bytes: Node.attrs decodes them when read
             else:
                 attrs = []
                 derived = _NO_DERIVED
@@ -590,13 +689,8 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
             n.duration_micros = dur
             n.inputs = ins
             n.outputs = outs
-            n.attrs = attrs
+            n._attrs = attrs
             n._d = derived
-            if tail is not None and not tail[2]:
-                # list values are mutable: give this node its own copies
-                n.attrs = [
-                    Attr(a[0], a[1], list(a[2]), a[3]) if type(a[2]) is list else a for a in attrs
-                ]
         except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
             pos = end
             start = end - ln

@@ -138,8 +138,8 @@ class Node:
     """One Chakra node: raw fields for round trip plus the derived fields the simulator reads."""
 
     __slots__ = (
+        "_attrs",
         "_d",
-        "attrs",
         "ctrl_deps",
         "data_deps",
         "duration_micros",
@@ -176,8 +176,22 @@ class Node:
         self.duration_micros = duration_micros
         self.inputs = inputs
         self.outputs = outputs
-        self.attrs = attrs if attrs is not None else []
+        self._attrs: list[Attr] | bytes = attrs if attrs is not None else []
         self.refresh()
+
+    @property
+    def attrs(self) -> list[Attr]:
+        """The attrs in file order (a reader may keep them as their canonical bytes until now)."""
+        a = self._attrs
+        if type(a) is bytes:
+            from genie.workload.et_fast import decode_attr_section
+
+            a = self._attrs = decode_attr_section(a)
+        return a  # type: ignore[return-value]
+
+    @attrs.setter
+    def attrs(self, value: list[Attr]) -> None:
+        self._attrs = value
 
     def refresh(self) -> None:
         """Recompute the derived fields from ``attrs`` (the last attr of a name wins)."""
@@ -268,7 +282,7 @@ class Node:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Node):
             return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__ if s != "_d")
+        return all(getattr(self, s) == getattr(other, s) for s in _COMPARED)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -278,6 +292,10 @@ class Node:
     def label(self) -> str:
         """A short human name: ``id 12 'layer3.fwd'``."""
         return f"id {self.id} {self.name!r}" if self.name else f"id {self.id}"
+
+
+#: what ``Node.__eq__`` compares: every raw field (attrs decoded), not the derived tuple
+_COMPARED = tuple("attrs" if s == "_attrs" else s for s in Node.__slots__ if s != "_d")
 
 
 @dataclass
