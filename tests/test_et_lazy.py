@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from genie.errors import TraceFormatError
 from genie.workload.et_codec import decode_trace, decode_trace_protobuf, encode_trace
-from genie.workload.model import Attr, Metadata, Node, NodeType
+from genie.workload.model import Attr, IOInfo, Metadata, Node, NodeType
 
 
 def _comm(i: int, first: Attr, size: int, pg: str = "7") -> Node:
@@ -55,3 +58,25 @@ def test_list_attrs_are_fresh_per_node() -> None:
     a, b = decode_trace(encode_trace(Metadata(), ns))[1]
     a.attrs[0].value.append(True)
     assert b.attrs[0].value == [True, False]
+
+
+def test_inputs_and_outputs_stay_bytes_until_read() -> None:
+    long = "x" * 200  # a two-byte string length
+    ns = [
+        Node(1, "a", 4, inputs=IOInfo("[[1, 2]]", "[[4]]", "['Tensor']"), outputs=IOInfo()),
+        Node(2, "a", 4, inputs=IOInfo("é", "", long), outputs=IOInfo(types="ü")),
+    ]
+    data = encode_trace(Metadata(), ns)
+    _, got, problems = decode_trace(data)
+    assert problems == [] and all(type(n._inputs) is bytes for n in got)
+    assert got[0].name is got[1].name  # one str per distinct name
+    assert encode_trace(Metadata(), got) == data
+    assert [(n.inputs, n.outputs) for n in got] == [(n.inputs, n.outputs) for n in ns]
+    assert got == ns
+
+
+def test_bad_utf8_in_an_ioinfo_is_still_refused() -> None:
+    data = encode_trace(Metadata(), [Node(1, "a", 4, inputs=IOInfo("ab"))])
+    bad = data.replace(b"ab", b"a\xff")
+    with pytest.raises(TraceFormatError, match="byte offset"):
+        decode_trace(bad)

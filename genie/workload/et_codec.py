@@ -457,12 +457,11 @@ def encode_node(n: Node) -> bytes:
         if n.duration_micros < 0:
             raise WorkloadError(f"node {n.label()}: negative duration {n.duration_micros}")
         parts.append(b"\x38" + uvarint(n.duration_micros))
-    if n.inputs is not None:
-        b = _encode_io(n.inputs)
-        parts.append(b"\x42" + uvarint(len(b)) + b)
-    if n.outputs is not None:
-        b = _encode_io(n.outputs)
-        parts.append(b"\x4a" + uvarint(len(b)) + b)
+    for tag, io in ((b"\x42", n._inputs), (b"\x4a", n._outputs)):
+        if io is not None:
+            # bytes: the IOInfo body as read, checked canonical, so encoding is a copy
+            b = io if type(io) is bytes else _encode_io(io)  # type: ignore[arg-type]
+            parts.append(tag + uvarint(len(b)) + b)
     raw = n._attrs
     if type(raw) is bytes:
         parts.append(raw)  # the attr fields as read: checked canonical, so encoding is a copy

@@ -458,8 +458,9 @@ def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
     return pos
 
 
-def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
-    """Decode a canonical IOInfo field body (length first); return it and the offset after."""
+def _check_io(data: bytes, pos: int, end: int) -> tuple[bytes, int]:
+    """Check a canonical IOInfo field body (length first): string fields 1..3, ascending, once
+    each, non-empty, UTF-8; return its body bytes (for ``decode_io``) and the offset after it."""
     b = data[pos]
     if b < 0x80:
         ln = b
@@ -469,8 +470,9 @@ def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
     stop = pos + ln
     if stop > end:
         raise _Fallback
-    vals = ["", "", ""]
+    start = pos
     last = 0
+    short = True  # every string length is one byte (< 0x80): all framing bytes are ASCII
     while pos < stop:
         key = data[pos]
         k = (key >> 3) - 1
@@ -481,16 +483,35 @@ def _io_info(data: bytes, pos: int, end: int) -> tuple[IOInfo, int]:
             slen = b
             pos += 2
         else:
+            short = False
             slen, pos = _varint(data, pos + 1)
         e = pos + slen
         if not slen or e > stop:
             raise _Fallback  # an empty string is not canonical; let protobuf count it
-        vals[k] = data[pos:e].decode("utf-8")
         pos = e
         last = k + 1
     if pos != stop:
         raise _Fallback
-    return IOInfo(vals[0], vals[1], vals[2]), stop
+    body = data[start:stop]
+    if short and not body.isascii():
+        # ASCII framing splits valid UTF-8 only between characters: one check for all
+        body.decode("utf-8")
+    elif not short:
+        decode_io(body)  # every string again (lengths of 2+ bytes are rare)
+    return body, stop
+
+
+def decode_io(raw: bytes) -> IOInfo:
+    """The IOInfo of a canonical body ``raw`` (what ``_check_io`` returned)."""
+    vals = ["", "", ""]
+    pos = 0
+    end = len(raw)
+    while pos < end:
+        k = (raw[pos] >> 3) - 1
+        slen, pos = _varint(raw, pos + 1)
+        vals[k] = raw[pos : pos + slen].decode("utf-8")
+        pos += slen
+    return IOInfo(vals[0], vals[1], vals[2])
 
 
 def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[list[Node], int, int]:
@@ -507,6 +528,7 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
     cache = AttrCache()
     tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, those bytes)
     rests: dict[bytes, tuple] = {}  # attr section after its first attr -> derived pairs
+    names: dict[bytes, str] = {}
     size = len(data)
     odd = 0
     zero = 0
@@ -582,7 +604,13 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 stop = pos + slen
                 if stop > end or not slen:
                     raise _Fallback
-                name = data[pos:stop].decode("utf-8")
+                key = data[pos:stop]
+                known = names.get(key)  # one str per distinct name (they repeat a lot)
+                if known is None:
+                    known = key.decode("utf-8")
+                    if len(names) < 1_000_000:
+                        names[key] = known
+                name = known
                 pos = stop
                 t = data[pos] if pos < end else 0
             if t == 0x18:
@@ -650,10 +678,10 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
                 t = data[pos] if pos < end else 0
             ins = outs = None
             if t == 0x42:
-                ins, pos = _io_info(data, pos + 1, end)
+                ins, pos = _check_io(data, pos + 1, end)
                 t = data[pos] if pos < end else 0
             if t == 0x4A:
-                outs, pos = _io_info(data, pos + 1, end)
+                outs, pos = _check_io(data, pos + 1, end)
                 t = data[pos] if pos < end else 0
             if pos > end:
                 raise _Fallback  # a field ran past the frame: let protobuf judge it
@@ -687,8 +715,8 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
             n.data_deps = deps
             n.start_time_micros = st
             n.duration_micros = dur
-            n.inputs = ins
-            n.outputs = outs
+            n._inputs = ins
+            n._outputs = outs
             n._attrs = attrs
             n._d = derived
         except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):

@@ -140,13 +140,13 @@ class Node:
     __slots__ = (
         "_attrs",
         "_d",
+        "_inputs",
+        "_outputs",
         "ctrl_deps",
         "data_deps",
         "duration_micros",
         "id",
-        "inputs",
         "name",
-        "outputs",
         "raw_ctrl_deps",
         "start_time_micros",
         "type",
@@ -174,8 +174,8 @@ class Node:
         self.ctrl_deps = self.raw_ctrl_deps
         self.start_time_micros = start_time_micros
         self.duration_micros = duration_micros
-        self.inputs = inputs
-        self.outputs = outputs
+        self._inputs: IOInfo | bytes | None = inputs
+        self._outputs: IOInfo | bytes | None = outputs
         self._attrs: list[Attr] | bytes = attrs if attrs is not None else []
         self.refresh()
 
@@ -192,6 +192,34 @@ class Node:
     @attrs.setter
     def attrs(self, value: list[Attr]) -> None:
         self._attrs = value
+
+    @property
+    def inputs(self) -> IOInfo | None:
+        """Chakra's inputs IOInfo, or None (a reader may keep it as checked bytes until now)."""
+        io = self._inputs
+        if type(io) is bytes:
+            from genie.workload.et_fast import decode_io
+
+            io = self._inputs = decode_io(io)
+        return io  # type: ignore[return-value]
+
+    @inputs.setter
+    def inputs(self, value: IOInfo | None) -> None:
+        self._inputs = value
+
+    @property
+    def outputs(self) -> IOInfo | None:
+        """Chakra's outputs IOInfo, or None (a reader may keep it as checked bytes until now)."""
+        io = self._outputs
+        if type(io) is bytes:
+            from genie.workload.et_fast import decode_io
+
+            io = self._outputs = decode_io(io)
+        return io  # type: ignore[return-value]
+
+    @outputs.setter
+    def outputs(self, value: IOInfo | None) -> None:
+        self._outputs = value
 
     def refresh(self) -> None:
         """Recompute the derived fields from ``attrs`` (the last attr of a name wins)."""
@@ -295,7 +323,7 @@ class Node:
 
 
 #: what ``Node.__eq__`` compares: every raw field (attrs decoded), not the derived tuple
-_COMPARED = tuple("attrs" if s == "_attrs" else s for s in Node.__slots__ if s != "_d")
+_COMPARED = tuple(s.lstrip("_") for s in Node.__slots__ if s != "_d")
 
 
 @dataclass
