@@ -60,6 +60,23 @@ def test_decode_sanitises_a_peers_text() -> None:
     assert not any(c in err.message for c in BAD)
 
 
+def test_decode_sanitises_the_conditions_a_prepared_reply_states() -> None:
+    cond = p.WireConditions(
+        congestion=[ESCAPES + "cubic"],
+        kernel=ESCAPES * 1000,
+        sysctl={ESCAPES: ESCAPES * 100},
+        nics={"eth0" + ESCAPES: {"qdisc": ESCAPES * 50, "rdma_traffic_class": "106"}},
+    )
+    got = p.decode(p.encode(p.Prepared(job="j1", ranks=[0], connections=1, setup_s=0.1,
+                                       conditions=cond)))  # fmt: skip
+    assert isinstance(got, p.Prepared)
+    text = msgspec.json.encode(got.conditions).decode()
+    assert not any(c in text for c in BAD) and len(got.conditions.kernel) < MAX_NAME + 40
+    assert "cubic" in got.conditions.congestion[0]
+    (nic,) = got.conditions.nics.values()
+    assert nic["rdma_traffic_class"] == "106"  # plain values pass unchanged
+
+
 def test_a_hostile_agents_text_reaches_neither_terminal_nor_store(tmp_path, capsys) -> None:
     fake = EvilAgent(lambda go: None)
     try:

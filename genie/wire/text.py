@@ -75,7 +75,16 @@ TEXT_FIELDS: dict[str, dict[str, int]] = {
     "Abort": {"reason": MAX_TEXT},
     "Ack": {"what": MAX_NAME},
     "DataProbeReply": {"peers": MAX_NAME},
+    "WireConditions": {
+        "congestion": MAX_NAME,
+        "kernel": MAX_NAME,
+        "sysctl": MAX_NAME,
+        "nics": MAX_NAME,
+    },
+    "Prepared": {},
 }
+#: fields that hold a struct of peer text of their own (cleaned by its own TEXT_FIELDS entry)
+NESTED = ("facts", "conditions")
 
 
 def sanitize(obj: Any) -> Any:
@@ -84,7 +93,7 @@ def sanitize(obj: Any) -> Any:
     import msgspec
 
     fields = TEXT_FIELDS.get(type(obj).__name__)
-    if not fields:
+    if fields is None:
         return obj
     changes: dict[str, Any] = {}
     for name, limit in fields.items():
@@ -92,7 +101,8 @@ def sanitize(obj: Any) -> Any:
         new = clean_value(v, limit)
         if new != v:
             changes[name] = new
-    facts = getattr(obj, "facts", None)
-    if facts is not None and (clean_facts := sanitize(facts)) is not facts:
-        changes["facts"] = clean_facts
+    for name in NESTED:
+        inner = getattr(obj, name, None)
+        if inner is not None and (clean_inner := sanitize(inner)) is not inner:
+            changes[name] = clean_inner
     return msgspec.structs.replace(obj, **changes) if changes else obj
