@@ -396,8 +396,28 @@ def _scan_attr_tail(
     ``rests`` memoises the fields after the first attr (bytes -> derived (slot, value) pairs):
     converters put a per-node id first (``rf_id``) and repeat the rest.
     """
-    hit, pos = _one_attr(data, pos, end, cache)
-    pairs: list = [] if hit[1] is None else [(hit[1], hit[0][2])]
+    pairs: list = []
+    # the first attr, most often a per-node id: "known name, plain int64" read in place
+    b = data[pos + 1]
+    nl = data[pos + 3]
+    p = pos + 4 + nl
+    stop = pos + 2 + b
+    ns = None
+    head = data[pos] == 0x52 and b < 0x80 and data[pos + 2] == 0x0A and nl < 0x80
+    if head and p < stop - 1 and stop <= end and data[p] == 0x48:
+        ns = cache.names.get(data[pos + 2 : p])
+    if ns is not None:
+        v, q = _varint(data, p + 1)
+        if q != stop or (q - p > 2 and data[q - 1] == 0) or v >= 1 << 63:
+            ns = None
+    if ns is None:
+        hit, pos = _one_attr(data, pos, end, cache)
+        if hit[1] is not None:
+            pairs.append((hit[1], hit[0][2]))
+    else:
+        pos = stop
+        if ns[1] is not None:
+            pairs.append((ns[1], v))
     if pos < end:
         key = data[pos:end]
         rest = rests.get(key)
@@ -444,6 +464,10 @@ def decode_attr_section(raw: bytes) -> list[Attr]:
 
 def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
     """Decode a packed uint64 list body starting at its length; return the new offset."""
+    plen = data[pos]
+    if plen == 1 and pos + 2 <= end and data[pos + 1] < 0x80:
+        out.append(data[pos + 1])  # one small id (a converter's root): the common case
+        return pos + 2
     plen, pos = _varint(data, pos)
     stop = pos + plen
     if stop > end or not plen:
