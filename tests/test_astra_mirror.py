@@ -56,7 +56,7 @@ def run(wl, net, system, mirror: bool, per_member: bool = True):
         net, system, aware=False, group_names=list(cw.group_names), per_member=per_member
     )
     if not mirror:  # the reference: every instance simulated for every rank, no cache
-        be._replay = lambda inst: False  # type: ignore[method-assign]
+        be._replay = lambda inst, order=None: False  # type: ignore[method-assign]
     _, raw = replay(cw, be)
     return [round(t * 1e9) for t in raw.inst_end], be
 

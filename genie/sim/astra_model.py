@@ -826,9 +826,9 @@ class AstraBackend:
         self._park_wake = min(self._park_wake, now + e)
         if len(inst.parked) == len(inst.lanes):  # everyone is here, in this tick
             self._parked.remove(inst)
-            inst.parked = []
-            if not self._replay(inst):
-                for r in inst.lanes:
+            order, inst.parked = inst.parked, []
+            if not self._replay(inst, order):
+                for r in order:
                     self._launch(inst, r)
             if not self._parked:
                 self._park_wake = math.inf
@@ -855,14 +855,15 @@ class AstraBackend:
         for r in heads:
             self._launch(inst, r)
 
-    def _replay(self, inst: _Instance) -> bool:
+    def _replay(self, inst: _Instance, order: list[int] | None = None) -> bool:
         """Run ``inst``, whose members all start now on idle lanes, from the cache, filling it
-        from one mirrored rank where that is exact; False: simulate every member."""
+        from one mirrored rank where that is exact; False: simulate every member. ``order``:
+        the order the members came in (default: the group's)."""
         if inst.key not in self._cache:
             dt = self._mirrored(inst)
             if dt is None:
                 return False
-            self._cache[inst.key] = {dt: list(inst.ranks)}
+            self._cache[inst.key] = {dt: list(order or inst.ranks)}
         self._from_cache(inst)
         return True
 
@@ -907,8 +908,8 @@ class AstraBackend:
         if inst.key is None or inst.key in self._cache:
             return
         if len(set(inst.started.values())) == 1 and len(inst.started) == len(inst.ranks):
-            ends: dict[int, list[int]] = {}  # ns after the start -> ranks (in group order)
-            for r in inst.ranks:
+            ends: dict[int, list[int]] = {}  # ns after the start -> ranks (in the order they ended)
+            for r in inst.done:
                 ends.setdefault(inst.done[r] - inst.first, []).append(r)
             self._cache[inst.key] = ends
 
