@@ -536,8 +536,12 @@ class AstraBackend:
     ``(iid, rank)`` as each member's share ends: every rank issues and finishes on its own, as
     in ASTRA-sim. Without it, the usual ``start``/``pop`` of whole instances: all members
     arrive together (true when every rank provably has the same timeline, which is when the
-    engine replays one representative rank) and an instance ends with its last member; in the
-    congestion-unaware model an instance that starts on free lanes then replays a cached run.
+    engine replays one representative rank) and an instance ends with its last member.
+
+    Congestion-unaware, either way, an instance whose members all start in one tick on free
+    lanes replays a cached run (per member, shares are parked until the tick is over to see
+    whether they do), and a missing entry is filled by one mirrored rank (``_MirrorRun``)
+    where ``genie.sim.astra_mirror``'s obligations hold, by the full run otherwise.
     """
 
     lazy_next = None
