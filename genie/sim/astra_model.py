@@ -581,7 +581,8 @@ class AstraBackend:
         self._cache: dict[tuple, dict[int, list[int]]] = {}
         self._groups: dict[int, tuple[tuple[int, ...], bool]] = {}  # id -> (ranks, world)
         self._geometry: RingGeometry | None = None
-        self._parked: list[_Instance] = []  # instances with parked shares (per member)
+        # instances with parked shares (per member), by id, in the order they were parked
+        self._parked: dict[int, _Instance] = {}
         self._park_t = -1  # the tick they were parked in
         self._park_wake = math.inf  # when the first of them would have had an event
         self.messages = 0
@@ -793,7 +794,7 @@ class AstraBackend:
             if not self.per_member:
                 self._finished.append(inst.iid)
             self._remember(inst)
-        if rank in inst.lanes:
+        if inst.kind != P2P or rank == inst.ranks[0]:  # rank in inst.lanes, without the scan
             lane = self._lanes[rank]
             lane.popleft()
             if lane:
@@ -824,12 +825,12 @@ class AstraBackend:
             return
         now = self.clock.now
         if not inst.parked:
-            self._parked.append(inst)
+            self._parked[inst.iid] = inst
         inst.parked.append(rank)
         self._park_t = now
         self._park_wake = min(self._park_wake, now + e)
         if len(inst.parked) == len(inst.lanes):  # everyone is here, in this tick
-            self._parked.remove(inst)
+            del self._parked[inst.iid]
             order, inst.parked = inst.parked, []
             if not self._replay(inst, order):
                 for r in order:
@@ -840,9 +841,9 @@ class AstraBackend:
     def _unpark(self) -> None:
         """Time moves past the tick of the parked shares: launch them at that tick."""
         assert self.clock.now == self._park_t
-        parked, self._parked = self._parked, []
+        parked, self._parked = self._parked, {}
         self._park_wake = math.inf
-        for inst in parked:
+        for inst in parked.values():
             ranks, inst.parked = inst.parked, []
             for r in ranks:
                 self._launch(inst, r)
