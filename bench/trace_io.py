@@ -12,6 +12,11 @@ then compile (``genie.sim.adapter``) and replay over the built-in traffic model 
 with several lanes, no merged compute runs). The machine is shared: the load average is printed.
 
     .venv/bin/python bench/trace_io.py [--nodes 100000] [--ranks 8] [--repeat 2]
+    .venv/bin/python bench/trace_io.py --nodes 1250000 --ranks 8 --memory   # 10 M nodes
+
+``--memory`` skips the timed loads: it writes the .et files and loads, compiles and replays
+them in a fresh child process (so the generator's memory does not count), printing that
+process's wall and CPU seconds and its peak RSS after each stage, with bytes per node.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import argparse
 import gzip
 import math
 import os
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,13 +70,51 @@ def jsonize(et: Path, out: Path) -> None:
     out.write_text("".join(parts))
 
 
+def _peak_mb() -> float:
+    """This process's peak RSS in MiB (VmHWM: unlike ru_maxrss, not inherited over exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(prefix: str) -> None:
+    """Load, compile and replay ``prefix`` in this process; print time and peak RSS per stage."""
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    base = _peak_mb()
+
+    def stage(label: str, n: int) -> None:
+        mb = _peak_mb()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        print(
+            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
+            f"({(mb - base) * 2**20 / n:,.0f} B/node over imports)",
+            flush=True,
+        )
+
+    wl = load_workload(prefix)
+    n = wl.node_count()
+    stage("load", n)
+    cw = compile_workload(wl)
+    stage("compile", n)
+    raw = simulate(cw, AnalyticalBackend(NetModel(wl.n_ranks, 50 * 2**30, 500e-9)))
+    stage("replay", n)
+    print(f"  {n:,d} nodes, iteration {raw.makespan * 1e3:.3f} ms simulated")
+
+
 def main() -> None:
     """Build, write and time; print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=100_000, help="nodes per rank (at least)")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--memory", action="store_true", help="peak RSS of load + compile + replay")
+    ap.add_argument("--measure", metavar="PREFIX", help=argparse.SUPPRESS)  # the child's part
     args = ap.parse_args()
+    if args.measure:
+        measure(args.measure)
+        return
     steps = max(1, math.ceil((args.nodes - 1) / (nodes_per_rank(LAYERS, 1) - 1)))
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine)")
     tmp = Path(tempfile.mkdtemp(prefix="genie-bench-"))
@@ -84,6 +130,10 @@ def main() -> None:
         del wl
         print(f"  write .et                {rate(n, t)}")
         et = tmp / "et" / "t"
+        if args.memory:
+            print(f"  load + compile + replay in a child process ({et}.<rank>.et):", flush=True)
+            subprocess.run([sys.executable, __file__, "--measure", str(et)], check=True)
+            return
         (tmp / "gz").mkdir()
         (tmp / "js").mkdir()
         (tmp / "jsgz").mkdir()
