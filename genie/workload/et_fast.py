@@ -393,8 +393,9 @@ def _scan_attr_tail(
     decode it, without building the attrs; return ``(derived tuple, True when no derived value
     is a list)``. Raises ``_Fallback`` (or what protobuf raises) where decoding would.
 
-    ``rests`` memoises the fields after the first attr (bytes -> derived (slot, value) pairs):
-    converters put a per-node id first (``rf_id``) and repeat the rest.
+    ``rests`` memoises the fields after the first attr (bytes -> their derived ``(slot, value)``
+    pairs and ``_derived`` of them): converters put a per-node id first (``rf_id``) and repeat
+    the rest.
     """
     pairs: list = []
     # the first attr, most often a per-node id: "known name, plain int64" read in place
@@ -422,17 +423,25 @@ def _scan_attr_tail(
         key = data[pos:end]
         rest = rests.get(key)
         if rest is None:
-            rest = []
+            found = []
             while pos < end:
                 hit, pos = _one_attr(data, pos, end, cache)
                 if hit[1] is not None:
-                    rest.append((hit[1], hit[0][2]))
-            rest = tuple(rest)
-            if all(type(v) is not list for _i, v in rest):
+                    found.append((hit[1], hit[0][2]))
+            rest = (tuple(found), _derived(found))
+            if rest[1][1]:
                 if len(rests) >= 100_000:
                     rests.clear()
                 rests[key] = rest
-        pairs += rest
+        if not pairs:
+            return rest[1]  # the first attr sets no derived field: the rest's, memoised
+        pairs += rest[0]
+    return _derived(pairs)
+
+
+def _derived(pairs: list) -> tuple[tuple, bool]:
+    """The derived tuple of ``(slot, value)`` pairs in attr order (the last of a slot wins),
+    and True when no value is a list."""
     if not pairs:
         return _NO_DERIVED, True
     d = list(_NO_DERIVED)
