@@ -408,7 +408,11 @@ def _scan_attr_tail(
     if head and p < stop - 1 and stop <= end and data[p] == 0x48:
         ns = cache.names.get(data[pos + 2 : p])
     if ns is not None:
-        v, q = _varint(data, p + 1)
+        v = data[p + 1]
+        if v < 0x80:
+            q = p + 2
+        else:
+            v, q = _varint(data, p + 1)
         if q != stop or (q - p > 2 and data[q - 1] == 0) or v >= 1 << 63:
             ns = None
     if ns is None:
@@ -474,14 +478,24 @@ def decode_attr_section(raw: bytes) -> list[Attr]:
 def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
     """Decode a packed uint64 list body starting at its length; return the new offset."""
     plen = data[pos]
-    if plen == 1 and pos + 2 <= end and data[pos + 1] < 0x80:
-        out.append(data[pos + 1])  # one small id (a converter's root): the common case
-        return pos + 2
-    plen, pos = _varint(data, pos)
+    if plen < 0x80:
+        pos += 1
+    else:
+        plen, pos = _varint(data, pos)
     stop = pos + plen
     if stop > end or not plen:
         raise _Fallback
     while pos < stop:
+        b = data[pos]
+        if b < 0x80:  # ids below 2^14 unrolled
+            out.append(b)
+            pos += 1
+            continue
+        b1 = data[pos + 1]
+        if 0 < b1 < 0x80:
+            out.append((b & 0x7F) | (b1 << 7))
+            pos += 2
+            continue
         v, pos = _varint(data, pos)
         if data[pos - 1] == 0 and v > 0x7F:
             raise _Fallback
