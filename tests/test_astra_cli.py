@@ -253,6 +253,31 @@ def test_simulate_astra_models_end_to_end(tmp_path):
         assert "ASTRA-sim 2.0 analytical" in sim.network and "2^30 B/s" in sim.network
 
 
+@pytest.mark.parametrize("on", ["c", "x"])
+def test_involved_dim_leaving_out_a_dimension_is_refused(tmp_path, on):
+    """A node whose involved_dim leaves out a dimension is refused, read from its .et file (the
+    reader keeps attrs as bytes: the check must still see them), on a collective or any node;
+    an involved_dim of every dimension passes."""
+    from genie.errors import ValidationError
+    from genie.workload.model import Attr
+
+    n, s = files(tmp_path)
+    for dims, bad in (([True], False), ([True, False], True)):
+        builders = [RankBuilder(r) for r in range(4)]
+        for b in builders:
+            c = b.collective("c", CollectiveType.ALL_REDUCE, 2**20)
+            x = b.compute("x", 1e-6, [c])
+            node = b.nodes[c if on == "c" else x]
+            node.attrs.append(Attr("involved_dim", "bool_list", dims))
+        prefix = tmp_path / f"{on}{len(dims)}" / "wl"
+        save_workload(finish("wl", builders), prefix)
+        if bad:
+            with pytest.raises(ValidationError, match="involved_dim leaves out dimensions"):
+                genie.simulate(astra_spec(prefix, "astra-unaware", n, s))
+        else:
+            assert genie.simulate(astra_spec(prefix, "astra-unaware", n, s)).iteration_s > 0
+
+
 def test_simulate_genie_model_from_astra_files(tmp_path):
     """With --model genie the files set genie's own topology, bandwidth, latency, algorithm and
     chunks: the same figure as those options given by hand."""
