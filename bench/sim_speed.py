@@ -32,10 +32,18 @@ prints its bound). ``--big ''`` skips them.
       [--scale 64,256,1024,2048,4096] [--repeat 2] [--astra-timeout 600]
       [--big 4096,16384] [--big-kinds llm] [--topologies switch,leaf_spine] [--big-timeout 900]
 
-Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine, load 2-5):
-before (commit 4c97177): 4,096 switch 24.3 s / 1,124 MB; 16,384 switch 150.0 s / 6,294 MB;
-1,024 leaf_spine 34.0 s / 470 MB (4,096 leaf_spine cut after 8 min CPU: its 1,024-member data-
-parallel ring all-reduces simulated flow by flow, twice). After: see the commit messages.
+Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine at load 4-6, so
+CPU times move by +-15 % run to run; before = commit 4c97177, after = the issue-33 commits):
+16,384 switch --json: 150.0 s / 6,294 MB before, 196.1 s / 5,454 MB after (same JSON; heavier
+load on the after run); 4,096 switch, interleaved A/B: 28.1-32.5 s / 1,124 MB before,
+28.5-30.6 s / 755 MB after; 1,024 switch best of 3 interleaved: 6.41 s / 282 MB -> 5.99 s /
+207 MB; 1,024 leaf_spine --json 34.0 s / 470 MB -> 16.6 s / 403 MB (the data-parallel ring
+all-reduces, 256 members, simulated flow by flow once instead of twice); 4,096 leaf_spine was
+cut after 8 min CPU before. 64 ranks, best of 3 interleaved, with --pycache: dp 0.44 -> 0.41 s,
+llm 0.65 -> 0.57 s, moe 0.44 -> 0.42 s (without: 0.58 -> 0.58, 0.81 -> 0.74, 0.61 -> 0.57);
+ASTRA-sim's analytical binary (issue's figures): dp 0.25 s, llm 0.12 s. Goals not met: the
+replay is Python per node (~16 us a node, twice: the NCCL-like model and its line-rate
+partner), and a 64-rank run is numpy's and rich's imports (~0.2 s) plus rich's tables.
 """
 
 from __future__ import annotations
