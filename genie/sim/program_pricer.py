@@ -14,8 +14,11 @@ Each distinct shape is priced once. On a switch or fully-connected topology whos
 alike, renaming hosts maps the network onto itself, so a group's cost depends only on the
 collective, the size and the pattern of its hosts (which ranks share a host): every group of
 that shape is priced once, on hosts 0, 1, ... in order of first appearance, and its link bytes
-are mapped back onto the group's own hosts' links (the same numbers, on other links). Elsewhere
-(rings, leaf-spine, testbeds; ECMP hashes ranks) each group is priced as itself.
+are mapped back onto the group's own hosts' links (the same numbers, on other links). On a
+leaf-spine with one spine (no hash picks among paths) whose host links are all alike and whose
+uplinks are all alike, renaming hosts within their leaf does the same: a group is priced on the
+first hosts of its leaves, in order of first appearance per leaf. Elsewhere (rings, several
+spines, testbeds; ECMP hashes ranks) each group is priced as itself.
 ``canonical=False`` prices every group as itself everywhere (the reference the tests compare).
 """
 
@@ -75,6 +78,8 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self.fallbacks: dict[str, int] = {}
         self.priced: dict[tuple[str, str, int, int], float] = {}
         self.canonical = canonical and _relabels_hosts(topology)
+        # a one-spine leaf-spine: each leaf's hosts in order (hosts relabel within their leaf)
+        self._leaf_hosts = _leaf_hosts(topology) if canonical and not self.canonical else None
         # (comm type, size, host pattern) -> (time s, algorithm, canonical link bytes, intra
         # bytes), or None where the cost model declined
         self._shapes: dict[tuple, tuple | None] = {}
@@ -125,9 +130,19 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         if n < 2 or (transfer.size == 0 and name != "send_recv"):
             return self.fallback.price(transfer)
         hosts = [int(self.host_of[r]) for r in ranks]
-        if self.canonical and not splits:  # an all-to-all-v's matrix is its group's own
-            first: dict[int, int] = {}
-            pattern = tuple(first.setdefault(h, len(first)) for h in hosts)
+        leaf_hosts = self._leaf_hosts
+        if (self.canonical or leaf_hosts is not None) and not splits:  # an all-to-all-v's
+            first: dict[int, int] = {}  # matrix is its group's own
+            if leaf_hosts is None:
+                pattern = tuple(first.setdefault(h, len(first)) for h in hosts)
+            else:  # the k-th distinct host on a leaf stands for that leaf's k-th host
+                used: dict[int, int] = {}
+                for h in hosts:
+                    if h not in first:
+                        leaf, row = leaf_hosts[h]
+                        first[h] = row[used.get(leaf, 0)]
+                        used[leaf] = used.get(leaf, 0) + 1
+                pattern = tuple(first[h] for h in hosts)
             key = (transfer.comm_type, int(transfer.size), pattern)
             if key not in self._shapes:
                 self._shapes[key] = self._cost(transfer.comm_type, transfer.size, (), pattern)
@@ -194,6 +209,41 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         except CollectiveError:
             return None
         return cost.time_s, prog.spec.algorithm, dict(cost.link_bytes), cost.intra_bytes
+
+
+def _leaf_hosts(topology: Topology) -> list[tuple[int, list[int]]] | None:
+    """Per host, (its leaf, that leaf's hosts in order) where renaming hosts within their leaf
+    maps ``topology`` onto itself and routes stay the same: a leaf-spine with at most one spine
+    (so no hash picks among paths), no learned paths, one NIC per server, and all host links
+    alike, all uplinks alike. None elsewhere."""
+    if topology.kind != "leaf_spine" or topology.paths is not None:
+        return None
+    n = len(topology.hosts)
+    if topology.server_of != tuple(range(n)):
+        return None
+    index = {name: i for i, name in enumerate(topology.hosts)}
+    leaf_of: list[str | None] = [None] * n
+    host_links: set[tuple[float, float]] = set()
+    uplinks: set[tuple[float, float]] = set()
+    for lk in topology.links:
+        a, b = index.get(lk.src), index.get(lk.dst)
+        if a is not None and b is not None:
+            return None
+        if a is not None:
+            if leaf_of[a] not in (None, lk.dst):
+                return None
+            leaf_of[a] = lk.dst
+        (host_links if a is not None or b is not None else uplinks).add((lk.bandwidth, lk.latency))
+    leaves = {x for x in leaf_of if x is not None}
+    spines = set(topology.switches) - leaves
+    if None in leaf_of or len(spines) > 1 or len(host_links) > 1 or len(uplinks) > 1:
+        return None
+    rows: dict[str, list[int]] = {}
+    for h, leaf in enumerate(leaf_of):
+        assert leaf is not None
+        rows.setdefault(leaf, []).append(h)
+    number = {leaf: i for i, leaf in enumerate(rows)}
+    return [(number[leaf], rows[leaf]) for leaf in leaf_of if leaf is not None]
 
 
 def _relabels_hosts(topology: Topology) -> bool:
