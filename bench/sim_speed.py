@@ -32,18 +32,24 @@ prints its bound). ``--big ''`` skips them.
       [--scale 64,256,1024,2048,4096] [--repeat 2] [--astra-timeout 600]
       [--big 4096,16384] [--big-kinds llm] [--topologies switch,leaf_spine] [--big-timeout 900]
 
-Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine at load 4-6, so
-CPU times move by +-15 % run to run; before = commit 4c97177, after = the issue-33 commits):
-16,384 switch --json: 150.0 s / 6,294 MB before, 196.1 s / 5,454 MB after (same JSON; heavier
-load on the after run); 4,096 switch, interleaved A/B: 28.1-32.5 s / 1,124 MB before,
-28.5-30.6 s / 755 MB after; 1,024 switch best of 3 interleaved: 6.41 s / 282 MB -> 5.99 s /
-207 MB; 1,024 leaf_spine --json 34.0 s / 470 MB -> 16.6 s / 403 MB (the data-parallel ring
-all-reduces, 256 members, simulated flow by flow once instead of twice); 4,096 leaf_spine was
-cut after 8 min CPU before. 64 ranks, best of 3 interleaved, with --pycache: dp 0.44 -> 0.41 s,
-llm 0.65 -> 0.57 s, moe 0.44 -> 0.42 s (without: 0.58 -> 0.58, 0.81 -> 0.74, 0.61 -> 0.57);
-ASTRA-sim's analytical binary (issue's figures): dp 0.25 s, llm 0.12 s. Goals not met: the
-replay is Python per node (~16 us a node, twice: the NCCL-like model and its line-rate
-partner), and a 64-rank run is numpy's and rich's imports (~0.2 s) plus rich's tables.
+Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine; before = commit
+4c97177 (the session's start), after = HEAD with every helper's issue-33 work; under load 4-6
+CPU times move by +-15 % run to run, so A/B pairs ran interleaved):
+- 4,096 switch (text report, load ~1.5): 22.0 s / 1,124 MB -> 19.4 s / 754 MB.
+- 16,384 switch --json: 150.0 s / 6,294 MB -> 196.1 s / 5,454 MB (same JSON; the after run
+  under heavier load, so its CPU is no evidence of a slowdown: 4,096 interleaved says -12 %).
+- leaf_spine (2 leaves, 1 spine) --json: 1,024 ranks 34.0 s / 470 MB -> 10.4 s / 244 MB;
+  4,096 ranks cut after 8 min CPU before, 408 s / 2,236 MB with the line-rate replay's programs
+  shared, 88.7 s / 1,905 MB with one-spine shapes priced once (each 1,024-member data-parallel
+  ring all-reduce is still simulated flow by flow once: 2 M flows); 16,384 ranks after: 224.9 s
+  / 6,426 MB (its 4,096-member rings pass the cost model's step limit and take the built-in
+  traffic model; not run before).
+- 64 ranks, best of 5 interleaved, bytecode cached (--pycache): dp 0.40 -> 0.37 s, llm 0.60 ->
+  0.55 s, moe 0.38 -> 0.37 s (PYTHONDONTWRITEBYTECODE, best of 3 at load 4: 0.58 -> 0.58,
+  0.81 -> 0.74, 0.61 -> 0.57); ASTRA-sim's analytical binary (issue's figures; not built here):
+  dp 0.25 s, llm 0.12 s.
+Goals not met: the replay is Python per node (~16 us a node, twice: the NCCL-like model and its
+line-rate partner), and a 64-rank run is numpy's and rich's imports (~0.2 s) plus rich's tables.
 """
 
 from __future__ import annotations
