@@ -26,6 +26,11 @@ def test_up_loads_the_module_then_adds_a_genie_link() -> None:
     assert [" ".join(c) for c in sr.up_commands("eth1", [], loaded=True, index=2)] == [
         "rdma link add genie-rxe2 type rxe netdev eth1"
     ]
+    # a second netdev gets the next free name (the kernel refuses a name twice)
+    taken = _links(("genie-rxe0", "eth0"), ("genie-rxe2", "eth2"))
+    assert [" ".join(c) for c in sr.up_commands("eth1", taken, loaded=True)] == [
+        "rdma link add genie-rxe1 type rxe netdev eth1"
+    ]
 
 
 def test_up_is_idempotent_and_refuses_odd_names() -> None:

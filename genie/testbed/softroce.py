@@ -90,8 +90,11 @@ def link_name(index: int = 0) -> str:
     return f"{PREFIX}{index}"
 
 
-def up_commands(netdev: str, existing: Sequence[dict], loaded: bool, index: int = 0) -> list:
-    """Commands that load rdma_rxe (unless loaded) and add ``genie-rxe<index>`` on ``netdev``.
+def up_commands(
+    netdev: str, existing: Sequence[dict], loaded: bool, index: int | None = None
+) -> list:
+    """Commands that load rdma_rxe (unless loaded) and add ``genie-rxe<index>`` on ``netdev``
+    (``index`` None: the lowest one no existing link has, so a second netdev gets its own).
 
     Nothing is added when an rxe link on ``netdev`` exists already (``up`` is idempotent).
     """
@@ -99,6 +102,9 @@ def up_commands(netdev: str, existing: Sequence[dict], loaded: bool, index: int 
         raise TestbedError(f"bad network device name {netdev!r}")
     if any(link.get("netdev") == netdev for link in existing):
         return []
+    if index is None:
+        taken = {link.get("name") for link in existing}
+        index = next(i for i in range(len(taken) + 1) if link_name(i) not in taken)
     cmds = [] if loaded else [["modprobe", MODULE]]
     cmds.append(["rdma", "link", "add", link_name(index), "type", "rxe", "netdev", netdev])
     return cmds
