@@ -30,7 +30,7 @@ from genie.sim.perturb import Perturbation
 from genie.sim.report import SimReport
 from genie.sim.streams import order_collectives
 from genie.testbed.model import Testbed
-from genie.wire.messages import DataOptions
+from genie.wire.messages import DataOptions, RdmaOptions
 
 JsonDoc = dict[str, Any]  # a JSON document (seconds, bytes)
 
@@ -144,7 +144,15 @@ def run_isolated(
             chunks=chunks,
             on_done=on_done,
             model_placement=ends,
-            options=DataOptions(streams=tb.routing.flows, congestion=tb.tcp.congestion_control),
+            options=DataOptions(
+                streams=tb.routing.flows,
+                congestion=tb.tcp.congestion_control,
+                # the testbed's data plane, as genie bench takes it (RDMA: each host's device)
+                transport=tb.transport,
+                rdma=RdmaOptions(
+                    devices={h.name: h.rdma_device for h in tb.hosts if h.rdma_device}
+                ),
+            ),
         )
         refused = conditions_refusal(calibration, dict(run.ctl.conditions))
         if refused:  # fitted under other wire conditions: the nominal model only, and why
