@@ -113,6 +113,7 @@ class StepResult:
     rc: int
     stdout: str
     stderr: str
+    seconds: float = float("nan")  # the step's run time, by the guest's clock
 
 
 @dataclass(frozen=True)
@@ -379,8 +380,10 @@ def run_steps_in_guest(
             f"cat > \"$steps/{i}.sh\" <<'GENIE_STEP_EOF'",
             body.rstrip("\n"),
             "GENIE_STEP_EOF",
+            "t0=$(cut -d' ' -f1 /proc/uptime)",
             f'bash "$steps/{i}.sh" > "$steps/{name}.out" 2> "$steps/{name}.err" < /dev/null',
             f'echo $? > "$steps/{name}.rc"',
+            f'echo "$t0 $(cut -d\' \' -f1 /proc/uptime)" > "$steps/{name}.time"',
             f'echo "genie-guest: step {name} rc $(cat "$steps/{name}.rc")" >&2',
         ]
         if "\nGENIE_STEP_EOF\n" in f"\n{body}\n":
@@ -393,8 +396,12 @@ def run_steps_in_guest(
         for name in steps:
             rc = _read(sd / f"{name}.rc").strip()
             if rc:
+                t = _read(sd / f"{name}.time").split()
                 results[name] = StepResult(
-                    int(rc), _read(sd / f"{name}.out"), _read(sd / f"{name}.err")
+                    int(rc),
+                    _read(sd / f"{name}.out"),
+                    _read(sd / f"{name}.err"),
+                    float(t[1]) - float(t[0]) if len(t) == 2 else float("nan"),
                 )
         shutil.rmtree(sd, ignore_errors=True)
         if out_dir is not None:
