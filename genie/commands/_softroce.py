@@ -77,11 +77,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "softroce",
         help="soft-RoCE (rdma_rxe) links for RDMA jobs without an RDMA NIC",
-        description="Load rdma_rxe and add an rxe link named genie-rxe0 on a network device, "
+        description="Load rdma_rxe and add an rxe link on a network device (genie-rxe0, or the next free "
+        "genie-rxe<N>), "
         "remove genie's rxe links, or show the kernel's support and the RDMA devices.",
     )
     s = p.add_subparsers(dest="softroce_command", metavar="SUBCOMMAND", required=True)
-    u = s.add_parser("up", help="load rdma_rxe and add genie-rxe0 on --netdev (root)")
+    u = s.add_parser("up", help="load rdma_rxe and add genie-rxe<N> on --netdev (root)")
     u.add_argument("--netdev", required=True, metavar="IF", help="network device, e.g. eth0")
     u.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     u.set_defaults(func=_up)
