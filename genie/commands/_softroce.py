@@ -78,7 +78,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "softroce",
         help="soft-RoCE (rdma_rxe) links for RDMA jobs without an RDMA NIC",
         description="Load rdma_rxe and add an rxe link on a network device (genie-rxe0, or "
-        "the next free genie-rxe<N>), remove genie's rxe links, or show the kernel's support and the RDMA devices.",
+        "the next free genie-rxe<N>), remove genie's rxe links, or show the kernel's support "
+        "and the RDMA devices.",
     )
     s = p.add_subparsers(dest="softroce_command", metavar="SUBCOMMAND", required=True)
     u = s.add_parser("up", help="load rdma_rxe and add genie-rxe<N> on --netdev (root)")
