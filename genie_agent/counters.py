@@ -40,6 +40,7 @@ from genie.wire.counters import (
     CounterSample,
     CounterSet,
 )
+from genie.wire.gid import gid_ip
 
 log = logging.getLogger(__name__)
 
@@ -125,18 +126,6 @@ class RdmaPort:
         return safe_name(f"rdma:{self.device}/{self.port}")
 
 
-def _gid_ip(gid: str) -> str:
-    import ipaddress
-
-    try:
-        addr = ipaddress.IPv6Address(gid)
-    except ValueError:
-        return ""
-    if addr.ipv4_mapped:
-        return str(addr.ipv4_mapped)
-    return "" if addr.is_link_local else str(addr)
-
-
 def rdma_ports(roots: Roots, addrs: Iterable[str], named: Iterable[str] = ()) -> list[RdmaPort]:
     """The ports whose counters an agent reads: those with a GID carrying one of ``addrs`` and
     every port of the devices ``named`` (bounded)."""
@@ -153,7 +142,7 @@ def rdma_ports(roots: Roots, addrs: Iterable[str], named: Iterable[str] = ()) ->
             ndir = os.path.join(pdir, p, "gid_attrs", "ndevs")
             hit, netdevs = dev in names, []
             for gi in _listdir(gdir)[:MAX_FILES]:
-                if _gid_ip(_read_text(os.path.join(gdir, gi), 64)) in want:
+                if gid_ip(_read_text(os.path.join(gdir, gi), 64)) in want:
                     hit = True
                 nd = _read_text(os.path.join(ndir, gi), 64)
                 if nd and nd not in netdevs:

@@ -10,7 +10,6 @@ Every non-ok finding carries its fix. Malformed facts give one failed row, never
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import re
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any
 
 from genie.deploy.check import Check, Status
 from genie.testbed import Host, Testbed
+from genie.wire.gid import gid_ip
 
 log = logging.getLogger(__name__)
 
@@ -67,17 +67,6 @@ def wants_rdma(testbed: Testbed, host: Host) -> bool:
 def roce_mtu(netdev_mtu: int, headers: int = ROCE_HEADERS) -> int:
     """The largest RDMA MTU a RoCE port carries over a netdev of MTU ``netdev_mtu``."""
     return next((m for m in IB_MTUS if m <= netdev_mtu - headers), 256)
-
-
-def gid_ip(gid: str) -> str:
-    """The IP address a RoCE GID encodes ("" for link-local or non-IP GIDs)."""
-    try:
-        addr = ipaddress.IPv6Address(gid)
-    except ValueError:
-        return ""
-    if addr.ipv4_mapped:
-        return str(addr.ipv4_mapped)
-    return "" if addr.is_link_local else str(addr)
 
 
 def _bytes(n: int) -> str:

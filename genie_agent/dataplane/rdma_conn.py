@@ -36,6 +36,7 @@ import msgspec
 
 from genie.collectives.program import Op
 from genie.errors import TransportError
+from genie.wire.gid import gid_ip
 from genie.wire.messages import QpFacts, RdmaOptions, WireConditions
 from genie_agent.plan import RankPlan
 
@@ -100,13 +101,7 @@ class Gid:
 
     def ip(self) -> str:
         """The IP address a RoCE GID encodes ("" for link-local or non-IP GIDs)."""
-        try:
-            addr = ipaddress.IPv6Address(self.gid)
-        except ValueError:
-            return ""
-        if addr.ipv4_mapped:
-            return str(addr.ipv4_mapped)
-        return "" if addr.is_link_local else str(addr)
+        return gid_ip(self.gid)
 
 
 @dataclass(frozen=True)
