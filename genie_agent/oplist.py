@@ -28,14 +28,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from genie.errors import ProtocolError
-from genie.wire.messages import OpItem, RankOps
+from genie.errors import GenieError, ProtocolError
+from genie.wire.messages import Go, OpItem, RankOps
 from genie_agent.plan import AgentPlan
 
 MAX_OPS_PER_RANK = 1_000_000  # the Go frame limit bounds a list first (about 12 bytes an op)
 MAX_INSTANCE = (1 << 32) - 1  # frames carry it in 32 bits
 MAX_DEPS_PER_OP = 256
 MAX_GAP_NS = 3600 * 10**9  # an hour of compute between two ops is surely a mistake
+
+
+def go_oplists(go: Go, plan: AgentPlan | None) -> dict[int, list[OpItem]] | None:
+    """A Go's op lists checked against ``plan`` (None: a Go of one program); a ProtocolError
+    with the one line a data plane reports as the run's failure."""
+    if not go.ops:
+        return None
+    if plan is None:
+        raise ProtocolError("op list without a prepared job")
+    try:
+        return check_ops(go.ops, plan)
+    except GenieError as exc:
+        raise ProtocolError(f"op list refused: {exc}") from None
 
 
 def check_ops(ranks_ops: Sequence[RankOps], plan: AgentPlan) -> dict[int, list[OpItem]]:

@@ -50,7 +50,6 @@ from genie.errors import GenieError, TransportError
 from genie.wire.messages import (
     DataOptions,
     Go,
-    OpItem,
     Prepare,
     Prepared,
     QpFacts,
@@ -79,7 +78,7 @@ from genie_agent.dataplane.rdma_exec import (
 )
 from genie_agent.dataplane.rdma_intra import IntraHub, ModelledVerbs
 from genie_agent.dataplane.tcp import TcpDataPlane, local_pairs, rank_addr
-from genie_agent.oplist import check_ops
+from genie_agent.oplist import go_oplists
 from genie_agent.plan import AgentPlan
 from genie_agent.state import Event
 
@@ -297,16 +296,12 @@ class AgentDataPlane(TcpDataPlane):
         t.start()
 
     def _go_rdma(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
-        oplists: dict[int, list[OpItem]] | None = None
-        if go.ops:
-            if self._plan is None:
-                post(Event("run_failed", go.job, go.epoch, error="op list without a prepared job"))
-                return
-            try:
-                oplists = check_ops(go.ops, self._plan)
-            except GenieError as exc:
-                post(Event("run_failed", go.job, go.epoch, error=f"op list refused: {exc}"))
-                return
+        try:
+            oplists = go_oplists(go, self._plan)
+        except GenieError as exc:
+            post(Event("run_failed", go.job, go.epoch, error=str(exc)))
+            return
+        if oplists is not None:
             execs = [ex for ex in self._rexecs.values() if oplists.get(ex.rank)]
         else:
             execs = [ex for ex in self._rexecs.values() if go.program in ex.plans]

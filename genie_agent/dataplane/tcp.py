@@ -35,7 +35,6 @@ from genie.wire.messages import (
     DataOptions,
     Go,
     Limits,
-    OpItem,
     Prepare,
     Prepared,
     RankResult,
@@ -60,7 +59,7 @@ from genie_agent.dataplane.tcp_wire import (
     split_parts,
     tune,
 )
-from genie_agent.oplist import check_ops
+from genie_agent.oplist import go_oplists
 from genie_agent.plan import AgentPlan
 from genie_agent.state import Event
 
@@ -321,16 +320,12 @@ class TcpDataPlane:
         t.start()
 
     def _go(self, go: Go, start_local_ns: int, post: Callable[[Event], None]) -> None:
-        oplists: dict[int, list[OpItem]] | None = None
-        if go.ops:
-            if self._plan is None:
-                post(Event("run_failed", go.job, go.epoch, error="op list without a prepared job"))
-                return
-            try:
-                oplists = check_ops(go.ops, self._plan)
-            except GenieError as exc:
-                post(Event("run_failed", go.job, go.epoch, error=f"op list refused: {exc}"))
-                return
+        try:
+            oplists = go_oplists(go, self._plan)
+        except GenieError as exc:
+            post(Event("run_failed", go.job, go.epoch, error=str(exc)))
+            return
+        if oplists is not None:
             execs = [ex for ex in self._execs.values() if oplists.get(ex.rank)]
         else:
             execs = [ex for ex in self._execs.values() if go.program in ex.plans]
