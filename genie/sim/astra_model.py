@@ -472,6 +472,42 @@ class _RankQueues:
         self._fill(st.vnet)
 
 
+class _Mailbox:
+    """Messages of collectives keyed (tag, src, dst, size): those that arrived before their
+    receive was posted (counted) and receives posted before their message arrived (in order)."""
+
+    def __init__(self, clock: _Clock) -> None:
+        self.clock = clock
+        self._boxes: dict[tuple, list] = {}  # key -> [arrived, deque of waiting streams]
+
+    def expect(self, key: tuple, stream: _Stream) -> None:
+        """``stream`` waits for message ``key``; one already here is delivered in this tick."""
+        box = self._boxes.get(key)
+        if box is None:
+            self._boxes[key] = [0, deque([stream])]
+        elif box[0] > 0:
+            box[0] -= 1
+            if box[0] == 0 and not box[1]:
+                del self._boxes[key]
+            self.clock.at(self.clock.now, stream.receive)
+        else:
+            box[1].append(stream)
+
+    def arrive(self, key: tuple) -> _Stream | None:
+        """Message ``key`` is here: the stream that waited for it (first come), or None."""
+        box = self._boxes.get(key)
+        if box is None:
+            self._boxes[key] = [1, deque()]
+            return None
+        if not box[1]:
+            box[0] += 1
+            return None
+        stream: _Stream = box[1].popleft()
+        if box[0] == 0 and not box[1]:
+            del self._boxes[key]
+        return stream
+
+
 class _Instance:
     """A collective or send/recv instance handed to the backend."""
 
@@ -573,7 +609,7 @@ class AstraBackend:
         self._lanes: list[deque[_Instance]] = [deque() for _ in range(net.total_npus)]
         threshold = system.active_chunks  # one queue per dimension
         self._ranks = [_RankQueues(self, threshold) for _ in range(net.total_npus)]
-        self._mail: dict[tuple, list] = {}  # (tag, src, dst, size) -> [arrived, waiting streams]
+        self._mail = _Mailbox(self.clock)
         self._insts: dict[int, _Instance] = {}
         self._finished: list[int] = []  # whole instances ended (not per_member)
         self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
@@ -929,31 +965,12 @@ class AstraBackend:
         """Send ``size`` bytes to ``dest`` and post the receive of the same size from ``src``."""
         self.messages += 1
         self.transport.send(me, dest, size, self._arrived, (stream.tag, me, dest, size))
-        key = (stream.tag, src, me, size)
-        box = self._mail.get(key)
-        if box is None:
-            self._mail[key] = [0, deque([stream])]
-            return
-        if box[0] > 0:  # the message is already here: deliver it in this tick
-            box[0] -= 1
-            if box[0] == 0 and not box[1]:
-                del self._mail[key]
-            self.clock.at(self.clock.now, stream.receive)
-        else:
-            box[1].append(stream)
+        self._mail.expect((stream.tag, src, me, size), stream)
 
     def _arrived(self, key: tuple) -> None:
-        box = self._mail.get(key)
-        if box is None:
-            self._mail[key] = [1, deque()]
-            return
-        if box[1]:
-            stream = box[1].popleft()
-            if box[0] == 0 and not box[1]:
-                del self._mail[key]
+        stream = self._mail.arrive(key)
+        if stream is not None:
             stream.receive()
-        else:
-            box[0] += 1
 
 
 def model_names() -> tuple[str, ...]:
@@ -975,7 +992,7 @@ class _MirrorRun:
         self.reduce_ns = backend.reduce_ns
         self.delay = transport.delay
         self.clock = _Clock()
-        self._mail: dict[tuple, list] = {}
+        self._mail = _Mailbox(self.clock)
         self.messages = 0
         self.finish = -1
         self._tick = -1
@@ -1026,28 +1043,10 @@ class _MirrorRun:
         self.messages += 1
         key = (stream.tag, src, me, size)
         self.clock.at(self.clock.now + self.delay(src, me, size), self._arrived, key)
-        box = self._mail.get(key)
-        if box is None:
-            self._mail[key] = [0, deque([stream])]
-            return
-        if box[0] > 0:  # the message is already here: deliver it in this tick
-            box[0] -= 1
-            if box[0] == 0 and not box[1]:
-                del self._mail[key]
-            self.clock.at(self.clock.now, stream.receive)
-        else:
-            box[1].append(stream)
+        self._mail.expect(key, stream)
 
     def _arrived(self, key: tuple) -> None:
-        box = self._mail.get(key)
-        if box is None:
-            self._mail[key] = [1, deque()]
-            return
-        if box[1]:
-            stream = box[1].popleft()
-            if box[0] == 0 and not box[1]:
-                del self._mail[key]
+        stream = self._mail.arrive(key)
+        if stream is not None:
             self._mark(stream, self._received, self._tokens)
             stream.receive()
-        else:
-            box[0] += 1
