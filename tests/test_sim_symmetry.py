@@ -47,14 +47,17 @@ def test_no_symmetry_with_send_recv_or_partial_groups():
         b.compute(r, 1e-6)
     b.send(0, 1, 10)
     b.recv(1, 0, 10)
-    assert representatives(b.build()) is None
+    assert representatives(b.build(), orbits=False) is None
     b = GraphBuilder(4)
     b.group("a", [0, 1])
     b.group("b", [2, 3])
     for r in range(4):
         b.collective(r, "all_reduce", 64, group=0 if r < 2 else 1)
     # graphs look alike (group ids differ), and no group holds everyone
-    assert representatives(b.build()) is None
+    cw = b.build()
+    assert representatives(cw, orbits=False) is None
+    # alike up to a rotation, though: ranks 0, 1 stand for 2, 3 (genie.sim.orbits)
+    assert representatives(cw) == [0, 1]
 
 
 def test_chrome_trace_has_one_process_per_rank(tmp_path):

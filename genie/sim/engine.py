@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 import math
 import time
 from collections import deque
@@ -43,7 +44,10 @@ from genie.errors import DeadlockError
 from genie.sim.chains import Collapsed, collapse, expand
 from genie.sim.compiled import CompiledWorkload, Kind
 from genie.sim.network import NetworkBackend, Transfer, is_per_member
+from genie.sim.orbits import Orbits, Quotient, RankOrbits, quotient_for
 from genie.vocabulary import P2P, chakra_name
+
+log = logging.getLogger(__name__)
 
 _COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
 
@@ -67,6 +71,9 @@ class RawResult:
     events: int
     backend: str
     notes: list[str] = field(default_factory=list)
+    # orbit replay (``genie.sim.orbits``): each rank's index into sim_ranks (the representative
+    # whose times it has); None: ranks not replayed copy sim_ranks[0]
+    rank_rep: np.ndarray | None = None
 
     def rank_slice(self, k: int) -> slice:
         """Slice of the flat arrays holding simulated rank number ``k``."""
@@ -95,6 +102,16 @@ def simulate(
     (``genie.sim.chains``); the times of every node are the same either way.
     """
     t0 = time.perf_counter()
+    orbit: RankOrbits | None = None
+    if isinstance(ranks, Orbits):
+        quotient, why = _quotient(ranks, backend, cw)
+        if quotient is None:
+            log.info("orbit replay refused (%s): every rank is replayed", why)
+            ranks = None
+        else:
+            backend.use_orbits(quotient)  # type: ignore[attr-defined]
+            orbit = quotient.orb
+            ranks = orbit.reps
     sim_ranks = list(range(cw.n_ranks)) if ranks is None else sorted(ranks)
     offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the replayed (collapsed) nodes
     out_offsets = np.zeros(len(sim_ranks) + 1, np.int64)  # of the original nodes
@@ -384,23 +401,50 @@ def simulate(
                 cw, sim_ranks, offsets, end_a.tolist(), ready_a.tolist(), inst_a, waiting
             )
         )
+    inst_first = np.array(first_arr, dtype=np.float64)
+    inst_last = np.array(last_arr, dtype=np.float64)
+    inst_start = np.array(istart, dtype=np.float64)
+    inst_rank = np.array(last_rank, dtype=np.int64)
+    inst_end = np.array(iend, dtype=np.float64)
+    if orbit is not None:  # every instance has the times of its orbit's replayed one
+        rep = orbit.inst_rep
+        inst_first, inst_last, inst_start, inst_end = (
+            a[rep] for a in (inst_first, inst_last, inst_start, inst_end)
+        )
+        moved = inst_rank[rep]
+        inst_rank = np.where(moved >= 0, orbit.rank_power(moved, orbit.inst_power), -1)
+        alone = backend.standalone
+        if isinstance(alone, dict):
+            for iid, r in enumerate(rep.tolist()):
+                if r != iid and r in alone:
+                    alone[iid] = alone[r]
     return RawResult(
         sim_ranks=sim_ranks,
         offsets=offsets,
         ready=ready_a,
         start=start_a,
         end=end_a,
-        inst_first_arrival=np.array(first_arr, dtype=np.float64),
-        inst_last_arrival=np.array(last_arr, dtype=np.float64),
-        inst_start=np.array(istart, dtype=np.float64),
-        inst_last_rank=np.array(last_rank, dtype=np.int64),
-        inst_end=np.array(iend, dtype=np.float64),
+        inst_first_arrival=inst_first,
+        inst_last_arrival=inst_last,
+        inst_start=inst_start,
+        inst_last_rank=inst_rank,
+        inst_end=inst_end,
         makespan=float(end_a.max()) if total else 0.0,
         wall_s=time.perf_counter() - t0,
         events=events,
         backend=backend.name,
         notes=list(backend.notes),
+        rank_rep=None if orbit is None else orbit.rank_rep,
     )
+
+
+def _quotient(
+    orbits: Orbits, backend: NetworkBackend, cw: CompiledWorkload
+) -> tuple[Quotient | None, str]:
+    """The quotient an orbit replay prices on ``backend``, or None and why (full replay)."""
+    if backend.per_member or not hasattr(backend, "use_orbits"):
+        return None, f"the {backend.name} backend does not price orbits"
+    return quotient_for(orbits, backend.pricer, cw)  # type: ignore[attr-defined]
 
 
 def _deadlock_message(cw, sim_ranks, offsets, end, ready, inst, waiting=None) -> str:

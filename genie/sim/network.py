@@ -26,9 +26,12 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeGuard
+from typing import TYPE_CHECKING, Protocol, TypeGuard
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from genie.sim.orbits import Quotient
 
 
 @dataclass(slots=True)
@@ -49,6 +52,9 @@ class Demand:
     latency: float
     links: np.ndarray  # int64 link ids
     nbytes: np.ndarray  # float64 bytes per link
+    # the bytes-time W alone, when it is not max(nbytes / capacity): an orbit's summed demand
+    # (``genie.sim.orbits``) moves at the pace of one of its copies
+    alone_w: float | None = None
 
 
 class Pricer(Protocol):
@@ -314,6 +320,11 @@ class AnalyticalBackend(_Fluid):
         self._pending_at = 0.0
         # id(demand) -> (demand, W, demand bytes/s per link: array, and as a dict)
         self._keep: dict[int, tuple] = {}
+        self._quotient: Quotient | None = None  # an orbit replay's (``use_orbits``)
+
+    def use_orbits(self, quotient: Quotient) -> None:
+        """Price each transfer as its whole orbit on representative links (``genie.sim.orbits``)."""
+        self._quotient = quotient
 
     @property
     def link_bytes(self) -> np.ndarray | None:
@@ -325,7 +336,7 @@ class AnalyticalBackend(_Fluid):
             dem = self._keep[did][0]
             if len(dem.links):
                 np.add.at(out, dem.links, dem.nbytes * count)
-        return out
+        return out if self._quotient is None else self._quotient.expand_links(out)
 
     @property
     def link_saturated_s(self) -> np.ndarray | None:
@@ -335,7 +346,7 @@ class AnalyticalBackend(_Fluid):
         out = self._sat_s.copy()
         for lid, since in self._sat_since.items():
             out[lid] += self._last - since
-        return out
+        return out if self._quotient is None else self._quotient.expand_links(out)
 
     def link_usage(self) -> LinkUsage | None:
         """What each link carried and how long it was saturated (with ``track_links``)."""
@@ -349,6 +360,8 @@ class AnalyticalBackend(_Fluid):
         known = self._keep.get(did)
         if known is None or known[0] is not dem:
             w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+            if dem.alone_w is not None:
+                w = dem.alone_w
             per = dem.nbytes / w if w > 0 else dem.nbytes
             # keeping dem alive keeps id(dem) unique while the caches hold it
             known = (dem, w, per, dict(zip(dem.links.tolist(), per.tolist(), strict=True)))
@@ -358,6 +371,8 @@ class AnalyticalBackend(_Fluid):
     def start(self, transfer: Transfer, now: float) -> None:
         """Begin a transfer: price it, then share links with those in flight."""
         dem = self.pricer.price(transfer)
+        if self._quotient is not None:
+            dem = self._quotient.demand(transfer.iid, dem)
         known = self._known(dem)
         did = id(dem)
         w = known[1]
@@ -606,6 +621,8 @@ class ReferenceAnalyticalBackend(_Fluid):
         known = self._keep.get(did)
         if known is None or known[0] is not dem:
             w = float(np.max(dem.nbytes / self.cap[dem.links])) if len(dem.links) else 0.0
+            if dem.alone_w is not None:
+                w = dem.alone_w
             # keeping dem alive keeps id(dem) unique while the rate cache holds it
             known = (dem, w, dem.nbytes / w if w > 0 else dem.nbytes)
             self._keep[did] = known

@@ -164,7 +164,9 @@ def build_report(
     ranks = []
     for r in range(cw.n_ranks):
         b = simulated.get(r)
-        if b is None and rep is not None:
+        if b is None and raw.rank_rep is not None:  # an orbit replay: its orbit's representative
+            b = replace(simulated[raw.sim_ranks[int(raw.rank_rep[r])]], rank=r)
+        elif b is None and rep is not None:
             b = replace(rep, rank=r)
         if b is not None:
             ranks.append(b)
@@ -239,8 +241,14 @@ def _exposure(cw: CompiledWorkload, raw: RawResult) -> tuple[dict, dict]:
     keys = instance_keys(cw)
     dim: dict[str, float] = {}
     coll: dict[str, float] = {}
-    weight = cw.n_ranks / len(raw.sim_ranks)  # replayed ranks stand for the identical others
+    # replayed ranks stand for the identical others (an orbit replay: each for its orbit)
+    weights = (
+        np.bincount(raw.rank_rep, minlength=len(raw.sim_ranks)).tolist()
+        if raw.rank_rep is not None
+        else [cw.n_ranks / len(raw.sim_ranks)] * len(raw.sim_ranks)
+    )
     for k in range(len(raw.sim_ranks)):
+        weight = weights[k]
         for (d, c), secs in rank_exposure(cw, raw, k, keys).items():
             dim[d] = dim.get(d, 0.0) + secs * weight / cw.n_ranks
             coll[c] = coll.get(c, 0.0) + secs * weight / cw.n_ranks
@@ -271,7 +279,7 @@ def chrome_trace(
     by_rank = {r: k for k, r in enumerate(raw.sim_ranks)}
     shown = cw.n_ranks if max_ranks is None else min(cw.n_ranks, max_ranks)
     for r in range(shown):
-        k = by_rank.get(r, 0)
+        k = by_rank.get(r, 0 if raw.rank_rep is None else int(raw.rank_rep[r]))
         if not raw.sim_ranks:
             break
         src = raw.sim_ranks[k]

@@ -46,30 +46,46 @@ if TYPE_CHECKING:
 RING_INVARIANT = frozenset({"ring", "direct"})
 
 
-def representatives(cw: CompiledWorkload) -> list[int] | None:
-    """Ranks whose replay stands for all of them, or None when symmetry is not proven."""
+def representatives(cw: CompiledWorkload, orbits: bool = True) -> list[int] | None:
+    """Ranks whose replay stands for all of them, or None when symmetry is not proven.
+
+    ``[0]`` when every rank is alike (above); else, with ``orbits``, the representatives of a
+    rank rotation the workload is invariant under (an ``genie.sim.orbits.Orbits``, whose
+    network obligations the engine checks on its backend before it replays them).
+    """
     if cw.n_ranks <= 1:
         return None
+    if all_alike(cw):
+        return [0]
+    if not orbits:
+        return None
+    from genie.sim.orbits import find_orbits
+
+    return find_orbits(cw)
+
+
+def all_alike(cw: CompiledWorkload) -> bool:
+    """Conditions (a)-(c) above: every rank has the same timeline."""
     everyone = set(range(cw.n_ranks))
     sig0 = None
     for cr in cw.ranks:
         if np.any((cr.kind == Kind.SEND) | (cr.kind == Kind.RECV)):
-            return None
+            return False
         sig = cr.signature()
         if sig0 is None:
             sig0 = sig
         elif sig != sig0:
-            return None
+            return False
     used = {int(g) for g in cw.instances.group.tolist() if g >= 0}
-    if any(set(cw.group_ranks[g]) != everyone for g in used):
-        return None
-    return [0]
+    return not any(set(cw.group_ranks[g]) != everyone for g in used)
 
 
 def astra_symmetry_refusal(
     cw: CompiledWorkload, net: AstraNetwork, system: AstraSystem, aware: bool
 ) -> str | None:
     """Why obligation (d) fails for ASTRA-sim's model on ``net`` and ``system``, or None."""
+    if not all_alike(cw):  # ranks alike up to a rotation only: the orbit replay is genie's
+        return "ranks are alike only up to a rotation; ASTRA-sim's model replays every rank"
     # the aware model takes 1-D networks only (its backend refuses the others, with the reason)
     if not aware or net.topology != ("Ring",):
         return None

@@ -1,0 +1,471 @@
+"""Rank-orbit replay: one representative rank per orbit of a rank rotation, checked at run time.
+
+``genie.sim.symmetry`` replays one rank when every rank is alike. Most workloads are alike only
+up to a relabelling: in a tensor x pipeline x data-parallel job, the ranks at one (tensor,
+pipeline) position differ only by their data-parallel index, and rotating that index maps the
+job onto itself. This module finds such a rotation and proves, for the workload at hand and the
+network it is priced on, that the full replay is invariant under it; the engine then replays one
+rank per orbit, each collective standing for its whole orbit of copies on the network.
+
+The rotation. ``sigma`` rotates the ranks inside blocks of ``B`` consecutive ranks by ``s``:
+``sigma(r) = (r // B) * B + (r % B + s) % B`` (``s`` divides ``B``; a block is the whole job on a
+switch, one leaf's ranks on a leaf-spine). Each rank's orbit is ``{r, sigma(r), ...}`` (``B / s``
+ranks); its smallest rank is its representative.
+
+Proof obligations (each checked; any failure falls back to the full replay):
+
+(W1) node by node, rank ``sigma(r)`` has the same graph as rank ``r``: node kinds, durations,
+     deps, lanes, collective types, sizes and tags (``_shapes``);
+(W2) the nodes of rank ``r`` and of ``sigma(r)`` at the same index belong to instances related by
+     one bijection ``sigma_I`` of the instances, which keeps type, size and sequence number, maps
+     a collective's group onto the group of the image ranks (as a set), a send/recv's ends onto
+     the image ranks, and keeps tags; no instance is an uneven all-to-all (``_instance_map``);
+(W3) closure: every member ``(m, node)`` of an instance that has a representative member has
+     ``(rep(m), node)`` as a member too (so the representatives' arrivals decide its start, and
+     each instance orbit holds exactly one instance with a representative member);
+(N1) ``pi``, the link permutation induced by ``sigma`` (hosts by the placement, each host's
+     switch by its host link, other switches fixed, intra-host ports by rank) is a bijection of
+     the links that keeps every link's bandwidth and latency (``link_permutation``);
+(N2) for every instance ``i`` the pricer's demand of ``sigma_I(i)`` is the demand of ``i`` with
+     its links moved by ``pi``: the same latency and the same bytes, bit for bit
+     (``check_pricing``); routing that tells hosts apart (ECMP hashes) fails here;
+(N3) the backend's rates are weighted max-min fair per set of transfers in flight
+     (``AnalyticalBackend``): the fair allocation is unique, so it is invariant under any
+     capacity-preserving link permutation that maps the set of demands onto itself.
+
+Then the full replay is invariant under ``sigma``: by induction over events in time order, if
+node ``j`` of every rank ``r`` and of ``sigma(r)`` have had the same times so far, and instance
+``sigma_I(i)`` the same as ``i``, the next local event is the same on both (W1); the members of
+``sigma_I(i)`` arrive when those of ``i`` do (W2), so both start together; the demands in flight
+are a ``pi``-invariant set (N2), so each instance and its image get the same rate (N3) and end
+together. So every rank copies its representative, and every instance the instance of its orbit
+that has a representative member (W3) (its last rank moved by ``sigma``).
+
+The quotient. Only the representatives' instances are replayed, each standing for its orbit of
+``K`` instances (``K`` = orbit length under ``sigma_I``). Under an invariant allocation every
+link of a link orbit carries the same load; the load on the orbit's representative link
+``lam`` of the ``K`` copies of instance ``i`` at rate ``x`` is ``x / W_i * sum_{j<K} d_i(pi^-j
+lam)``, ``W_i`` the standalone bytes-time of one copy. So the backend runs max-min fairness on
+representative links with these summed demands (``Quotient.demand``, keeping ``W_i``): the same
+constraints as the full system restricted to invariant allocations, hence the same rates
+(progressive filling freezes an orbit exactly when the full system freezes its copies, since
+links of one orbit saturate together). Floating point sums in another order, so times agree to
+rounding (tests hold them to 1 ns), not bit for bit. A link's bytes and saturated seconds are
+its representative link's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+try:  # as in genie.sim.compiled: the builtin blake2b, without OpenSSL
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover
+    from hashlib import blake2b
+
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.network import Demand, Transfer
+
+if TYPE_CHECKING:
+    from genie.sim.network import Pricer
+
+log = logging.getLogger(__name__)
+
+#: candidate rotations tried on the workload (each one a pass over the instances)
+MAX_CANDIDATES = 8
+
+
+@dataclass
+class RankOrbits:
+    """A rank rotation ``perm`` that passed W1-W3, with its orbits and instance orbits."""
+
+    block: int  # B: ranks rotate inside blocks of this many consecutive ranks
+    shift: int  # s
+    perm: np.ndarray  # rank -> sigma(rank)
+    reps: list[int]  # representative ranks (each orbit's smallest), ascending
+    rank_rep: np.ndarray  # rank -> index into reps of its orbit's representative
+    inst_perm: np.ndarray  # sigma_I
+    inst_rep: np.ndarray  # instance -> the instance of its orbit that has a representative member
+    inst_power: np.ndarray  # instance = sigma_I ** inst_power (inst_rep)
+    inst_orbit: np.ndarray  # instance -> its orbit's length K under sigma_I
+
+    @property
+    def n_orbits(self) -> int:
+        """How many ranks are replayed."""
+        return len(self.reps)
+
+    def rank_power(self, ranks: np.ndarray, power: np.ndarray) -> np.ndarray:
+        """``sigma ** power`` applied to ``ranks`` (elementwise)."""
+        b, s = self.block, self.shift
+        return (ranks // b) * b + (ranks % b + power * s) % b
+
+
+class Orbits(list[int]):
+    """The representative ranks of the first candidate rotation, carrying every candidate.
+
+    A ``list[int]`` so that ``representatives`` keeps its type; the engine sees the candidates
+    and asks the backend which one it can price (``genie.sim.engine``), else replays every rank.
+    """
+
+    def __init__(self, candidates: list[RankOrbits]) -> None:
+        super().__init__(candidates[0].reps)
+        self.candidates = candidates
+
+
+def _shapes(cw: CompiledWorkload) -> np.ndarray:
+    """A digest per rank of what W1 compares (not groups, peers or instances): int row ids."""
+    ids: dict[bytes, int] = {}
+    out = np.empty(cw.n_ranks, np.int64)
+    for r, cr in enumerate(cw.ranks):
+        h = blake2b(digest_size=16)
+        for arr in (
+            cr.kind,
+            cr.duration,
+            cr.dep_ptr,
+            cr.dep_idx,
+            cr.comm_type,
+            cr.comm_size,
+            cr.tag,
+            cr.lane,
+        ):
+            h.update(np.ascontiguousarray(arr).tobytes())
+            h.update(b"|")
+        h.update("|".join(cr.lane_names).encode())
+        out[r] = ids.setdefault(h.digest(), len(ids))
+    return out
+
+
+def rotation(n: int, block: int, shift: int) -> np.ndarray:
+    """``sigma(r)`` for every rank: rotate by ``shift`` inside blocks of ``block`` ranks."""
+    r = np.arange(n, dtype=np.int64)
+    return (r // block) * block + (r % block + shift) % block
+
+
+def _candidates(n: int) -> list[tuple[int, int]]:
+    """(block, shift) pairs, fewest orbits first (n * shift / block), excluding the identity."""
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    out = [(b, s) for b in divs if b > 1 for s in divs if s < b and b % s == 0]
+    return sorted(out, key=lambda bs: (n * bs[1] // bs[0], -bs[0]))
+
+
+def find_orbits(cw: CompiledWorkload) -> Orbits | None:
+    """Rank rotations under which the workload is invariant (W1-W3), best first; None if none."""
+    n = cw.n_ranks
+    if n < 2 or cw.instances.splits or any(cr.splits for cr in cw.ranks):
+        return None
+    shapes = _shapes(cw)
+    flat = _flat_instances(cw)
+    found: list[RankOrbits] = []
+    for block, shift in _candidates(n):
+        perm = rotation(n, block, shift)
+        if not np.array_equal(shapes[perm], shapes):
+            continue
+        orb = _check(cw, block, shift, perm, flat)
+        if orb is not None:
+            found.append(orb)
+            if len(found) >= MAX_CANDIDATES:
+                break
+    return Orbits(found) if found else None
+
+
+@dataclass
+class _Flat:
+    """Every rank's instance column side by side (rank-major) and where each rank starts."""
+
+    inst: np.ndarray
+    offsets: np.ndarray
+    comm: np.ndarray  # flat positions of communication nodes
+    comm_rank: np.ndarray  # their rank
+    comm_local: np.ndarray  # their index on that rank
+    members: list[list[tuple[int, int]]] = field(default_factory=list)
+
+
+def _flat_instances(cw: CompiledWorkload) -> _Flat:
+    inst = np.concatenate([cr.instance for cr in cw.ranks]).astype(np.int64)
+    sizes = np.array([cr.n_nodes for cr in cw.ranks], np.int64)
+    offsets = np.zeros(cw.n_ranks + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    comm = np.flatnonzero(inst >= 0)
+    rank = np.searchsorted(offsets, comm, side="right") - 1
+    return _Flat(inst, offsets, comm, rank, comm - offsets[rank])
+
+
+def _check(
+    cw: CompiledWorkload, block: int, shift: int, perm: np.ndarray, flat: _Flat
+) -> RankOrbits | None:
+    """W2 and W3 for ``perm`` (W1 already holds); the orbits, or None with the reason logged."""
+    ins = cw.instances
+    n_inst = len(ins)
+    src = flat.inst[flat.comm]
+    dst = flat.inst[flat.offsets[perm[flat.comm_rank]] + flat.comm_local]
+    sig = np.full(n_inst, -1, np.int64)
+    sig[src] = dst
+    if not np.array_equal(sig[src], dst) or np.any(sig < 0):
+        return _no(block, shift, "nodes of one instance map to different instances")
+    if np.any(np.bincount(sig, minlength=n_inst) != 1):
+        return _no(block, shift, "the instance map is not a bijection")
+    for col in (ins.comm_type, ins.size, ins.seq, ins.tag):
+        if not np.array_equal(col[sig], col):
+            return _no(block, shift, "an instance and its image differ in type, size, seq or tag")
+    p2p = ins.group < 0
+    if np.any(p2p):
+        for col in (ins.src, ins.dst):
+            c = col.astype(np.int64)
+            ok = c[p2p] >= 0
+            if not np.array_equal(c[sig][p2p][ok], perm[c[p2p][ok]]):
+                return _no(block, shift, "a send/recv's image has other ends")
+    g = ins.group.astype(np.int64)
+    pairs = np.unique(np.stack([g[~p2p], g[sig][~p2p]], axis=1), axis=0)
+    for a, b in pairs.tolist():
+        ra, rb = cw.group_ranks[a], cw.group_ranks[b]
+        if len(ra) != len(rb) or set(perm[np.asarray(ra, np.int64)].tolist()) != set(rb):
+            return _no(block, shift, f"group {a}'s image is not group {b}")
+    # orbits of ranks: each orbit's smallest rank represents it
+    n = cw.n_ranks
+    r = np.arange(n, dtype=np.int64)
+    rep_rank = (r // block) * block + (r % block) % shift
+    reps = np.unique(rep_rank)
+    rank_rep = np.searchsorted(reps, rep_rank)
+    # W3: closure of the instances that have a representative member
+    is_rep = rep_rank == r
+    rep_inst = np.unique(flat.inst[flat.comm[is_rep[flat.comm_rank]]])
+    for iid in rep_inst.tolist():
+        mem = ins.members[iid]
+        have = set(mem)
+        for m, nd in mem:
+            if (int(rep_rank[m]), nd) not in have:
+                return _no(block, shift, f"instance {iid} is not closed under its orbits")
+    # instance orbits: walk sigma_I from every representative instance
+    inst_rep = np.full(n_inst, -1, np.int64)
+    inst_power = np.zeros(n_inst, np.int64)
+    cur = rep_inst.copy()
+    for j in range(block // shift):
+        fresh = inst_rep[cur] < 0
+        if j and not fresh.any():
+            break
+        inst_rep[cur[fresh]] = rep_inst[fresh]
+        inst_power[cur[fresh]] = j
+        cur = sig[cur]
+    if np.any(inst_rep < 0):
+        return _no(block, shift, "an instance orbit holds no representative's instance")
+    inst_orbit = np.bincount(inst_rep, minlength=n_inst)[inst_rep]
+    # two representative instances in one orbit would stand for it twice (W3 excludes it)
+    if np.any(inst_rep[rep_inst] != rep_inst):
+        return _no(block, shift, "an instance orbit holds two representatives' instances")
+    return RankOrbits(
+        block,
+        shift,
+        perm,
+        reps.tolist(),
+        rank_rep,
+        sig,
+        inst_rep,
+        inst_power,
+        inst_orbit,
+    )
+
+
+def _no(block: int, shift: int, why: str) -> RankOrbits | None:
+    """Log why rotation (block, shift) is refused; None."""
+    log.debug("rank rotation by %d in blocks of %d refused: %s", shift, block, why)
+    return None
+
+
+# --- the network side: N1 and N2, and the quotient the backend prices ------------------------
+
+
+def link_permutation(pricer: Pricer, perm: np.ndarray) -> np.ndarray | str:
+    """``pi``: the links' permutation induced by ``perm`` (N1), or why there is none."""
+    base = getattr(pricer, "fallback", pricer)
+    topo = getattr(base, "topology", None)
+    host_of = getattr(base, "host_of", None)
+    n_links = getattr(base, "n_links", None)
+    if topo is None or host_of is None or n_links is None:
+        return f"{type(pricer).__name__} names no topology and placement"
+    n = len(perm)
+    cap = np.asarray(pricer.capacity(), np.float64)
+    if len(cap) != n_links + n or len(host_of) != n:
+        return "the pricer's links are not topology links and one intra-host port per rank"
+    if getattr(topo, "multi_nic", False):
+        return "hosts with several NICs"
+    host_of = np.asarray(host_of, np.int64)
+    n_hosts = len(topo.hosts)
+    hmap = np.arange(n_hosts, dtype=np.int64)
+    hmap[host_of] = host_of[perm]
+    if not np.array_equal(hmap[host_of], host_of[perm]):
+        return "ranks of one host move to different hosts"
+    if len(np.unique(hmap)) != n_hosts:
+        return "two hosts move onto one"
+    names = {h: i for i, h in enumerate(topo.hosts)}
+    node_map: dict[str, str] = {topo.hosts[h]: topo.hosts[int(hmap[h])] for h in range(n_hosts)}
+    uplink: dict[str, str] = {}  # host -> its one switch
+    for lk in topo.links:
+        for a, b in ((lk.src, lk.dst), (lk.dst, lk.src)):
+            if a in names and b not in names and uplink.setdefault(a, b) != b:
+                return f"host {a} has several switches"
+    for h, sw in uplink.items():
+        img = uplink.get(node_map[h])
+        if img is None or node_map.setdefault(sw, img) != img:
+            return f"switch {sw} has no consistent image"
+    if len(set(node_map.values())) != len(node_map):
+        return "two switches move onto one"
+    lid = {(lk.src, lk.dst): i for i, lk in enumerate(topo.links)}
+    pi = np.empty(n_links + n, np.int64)
+    for i, lk in enumerate(topo.links):
+        j = lid.get((node_map.get(lk.src, lk.src), node_map.get(lk.dst, lk.dst)))
+        if j is None:
+            return f"link {lk.src}->{lk.dst} has no image"
+        other = topo.links[j]
+        if (other.bandwidth, other.latency) != (lk.bandwidth, lk.latency):
+            return f"link {lk.src}->{lk.dst} and its image differ"
+        pi[i] = j
+    pi[n_links:] = n_links + perm
+    if len(np.unique(pi)) != len(pi) or not np.array_equal(cap[pi], cap):
+        return "the link map is not a capacity-preserving bijection"
+    return pi
+
+
+def _transfer(cw: CompiledWorkload, iid: int) -> Transfer:
+    ins = cw.instances
+    g = int(ins.group[iid])
+    ranks = cw.group_ranks[g] if g >= 0 else (int(ins.src[iid]), int(ins.dst[iid]))
+    return Transfer(iid, int(ins.comm_type[iid]), int(ins.size[iid]), ranks, g)
+
+
+def check_pricing(
+    pricer: Pricer, cw: CompiledWorkload, orb: RankOrbits, pi: np.ndarray
+) -> str | None:
+    """N2 over every instance (each distinct pair of demands compared once); None when it holds."""
+    ins = cw.instances
+    sig = orb.inst_perm
+    g = ins.group.astype(np.int64)
+    p2p = g < 0
+    # an instance's demand is decided by (type, size, group) and, for send/recv, its ends
+    key = np.stack(
+        [
+            ins.comm_type.astype(np.int64),
+            ins.size.astype(np.int64),
+            g,
+            np.where(p2p, ins.src, -1).astype(np.int64),
+            np.where(p2p, ins.dst, -1).astype(np.int64),
+        ],
+        axis=1,
+    )
+    both = np.concatenate([key, key[sig]], axis=1)
+    _, first = np.unique(both, axis=0, return_index=True)
+    seen: set[tuple[int, int]] = set()
+    for iid in first.tolist():
+        a = pricer.price(_transfer(cw, iid))
+        b = pricer.price(_transfer(cw, int(sig[iid])))
+        if (id(a), id(b)) in seen:
+            continue
+        seen.add((id(a), id(b)))
+        if a.latency != b.latency or len(a.links) != len(b.links):
+            return f"instance {iid} and its image are priced differently"
+        moved = pi[a.links]
+        order = np.argsort(moved, kind="stable")
+        bo = np.argsort(b.links, kind="stable")
+        if not (
+            np.array_equal(moved[order], b.links[bo])
+            and np.array_equal(a.nbytes[order], b.nbytes[bo])
+        ):
+            return f"instance {iid}'s demand moved by the link map is not its image's"
+    return None
+
+
+class Quotient:
+    """What the backend prices in an orbit replay: representatives' instances on link orbits."""
+
+    def __init__(self, orb: RankOrbits, pi: np.ndarray, cap: np.ndarray) -> None:
+        self.orb = orb
+        self.pi = pi
+        # link orbits: representative (smallest) link and the power e with l = pi^e(rep)
+        self.link_rep = _cycle_min(pi)
+        self.link_pos, self.link_len = _cycle_pos(pi, self.link_rep)
+        self.cap = cap
+        self._cache: dict[tuple[int, int], Demand] = {}
+        self._keep: list[Demand] = []
+
+    def demand(self, iid: int, dem: Demand) -> Demand:
+        """The summed demand of instance ``iid``'s orbit on representative links (see above)."""
+        k = int(self.orb.inst_orbit[iid])
+        key = (id(dem), k)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        links = dem.links
+        if len(links) == 0:
+            out = dem
+        else:
+            w = float(np.max(dem.nbytes / self.cap[links]))
+            c = self.link_len[links]
+            j0 = (c - self.link_pos[links]) % c
+            count = np.where(j0 < k, (k - j0 + c - 1) // c, 0)
+            lam = self.link_rep[links]
+            uniq, inv = np.unique(lam, return_inverse=True)
+            nb = np.bincount(inv, weights=dem.nbytes * count, minlength=len(uniq))
+            keep = nb > 0
+            out = Demand(dem.latency, uniq[keep], nb[keep], alone_w=w)
+        self._keep.append(dem)  # id(dem) stays unique while cached
+        self._cache[key] = out
+        return out
+
+    def expand_links(self, per_link: np.ndarray) -> np.ndarray:
+        """A per-link figure of representative links, copied to every link of their orbit."""
+        return per_link[self.link_rep]
+
+
+def _cycle_min(p: np.ndarray) -> np.ndarray:
+    """The smallest element of each element's cycle under permutation ``p``."""
+    n = len(p)
+    best = np.arange(n, dtype=np.int64)
+    cur = p.copy()
+    ident = np.arange(n, dtype=np.int64)
+    for _ in range(n):
+        np.minimum(best, cur, out=best)
+        if np.array_equal(cur, ident):
+            break
+        cur = p[cur]
+    return best
+
+
+def _cycle_pos(p: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each element l: e with l = p^e(rep[l]), and its cycle's length."""
+    n = len(p)
+    pos = np.full(n, -1, np.int64)
+    reps = np.unique(rep)
+    cur = reps.copy()
+    e = 0
+    while True:
+        fresh = pos[cur] < 0
+        if not fresh.any():
+            break
+        pos[cur[fresh]] = e
+        cur = p[cur]
+        e += 1
+    length = np.bincount(rep, minlength=n)[rep]
+    return pos, length
+
+
+def quotient_for(
+    orbits: Orbits, pricer: Pricer, cw: CompiledWorkload
+) -> tuple[Quotient | None, str]:
+    """The first candidate whose network obligations (N1, N2) hold, or None and why not."""
+    why = "no candidate"
+    for orb in orbits.candidates:
+        pi = link_permutation(pricer, orb.perm)
+        if isinstance(pi, str):
+            why = pi
+            log.debug("orbit replay (shift %d, block %d): %s", orb.shift, orb.block, pi)
+            continue
+        bad = check_pricing(pricer, cw, orb, pi)
+        if bad is not None:
+            why = bad
+            log.debug("orbit replay (shift %d, block %d): %s", orb.shift, orb.block, bad)
+            continue
+        return Quotient(orb, pi, np.asarray(pricer.capacity(), np.float64)), ""
+    return None, why
