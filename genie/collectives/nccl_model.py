@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from genie.collectives import gpu_presets as P
-from genie.collectives.nccl_pipeline import fill_seconds
+from genie.collectives.nccl_pipeline import fill_seconds, ring_chunk_bytes
 from genie.errors import CollectiveError
 from genie.vocabulary import bus_factor, canonical_collective
 
@@ -471,6 +471,32 @@ def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
     return base + (steps - net_steps) * intra + net_steps * inter
 
 
+def ring_loops(coll: str, size: int, sys: System, proto: str) -> int:
+    """Passes a ring makes over its steps: NCCL moves ``channels x ranks`` chunks of the
+    protocol's ring chunk per pass (``calcCollChunking``: ``loopSize``, ``nLoops``)."""
+    if coll not in ("all_reduce", "all_gather", "reduce_scatter") or size <= 0:
+        return 1
+    chunk = ring_chunk_bytes(proto)
+    return max(1, math.ceil(size / (sys.channels * sys.n_ranks * chunk)))
+
+
+def _ring_pass_cost(coll: str, size: int, sys: System, proto: str) -> float:
+    """Seconds a Simple ring's passes after the first add. With Simple, every step of every
+    pass waits for its peer's flag, then posts its own, between its copies on the same threads
+    (``src/device/prims_simple.h``): NCCL's per-step hardware latency inside a node, paid by
+    each pass, which the channel's next pass cannot overlap; the network's latency pipelines
+    through the proxy's FIFO and is paid once. NCCL's tuner prices the first pass only. LL and
+    LL128 carry a flag in every line and never wait for a whole step: nothing is added."""
+    loops = ring_loops(coll, size, sys, proto)
+    if loops <= 1:
+        return 0.0
+    n = sys.n_ranks
+    steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
+    cls = "pci" if sys.intra_link == "pci" else "nvlink"
+    hop = HW_LATENCY_US[cls]["ring"][PROTOCOLS.index(proto)] * US
+    return (loops - 1) * steps * hop
+
+
 def _ring_link(sys: System) -> float:
     """The rate a ring's channels reach together: a GPU's bus on one node; across nodes the
     node's NICs, unless the GPUs' buses are narrower (each GPU leaves the node in 1/g of the
@@ -547,6 +573,8 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     plateau = size / (sys.channels * n) >= 64
     if algo == "ring" and proto == "Simple" and sys.nodes > 1 and coll == "all_reduce" and plateau:
         lat *= RING_PLATEAU[sys.tuning]
+    if algo == "ring" and proto == "Simple":
+        lat += _ring_pass_cost(coll, size, sys, proto)
     fill = fill_seconds(size, sys, algo, proto, channels, rate)
     t = lat + bw_time + fill
     return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, t, fill)

@@ -28,16 +28,24 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from genie.collectives.nccl_wire import BUFFSIZE, LL, LL128, NCCL_STEPS, SIMPLE
+from genie.collectives.nccl_wire import BUFFSIZE, LL, LL128, NCCL_STEPS, SIMPLE, NcclStyle
+from genie.collectives.nccl_wire import chunk_bytes as wire_chunk_bytes
 
 if TYPE_CHECKING:
     from genie.collectives.nccl_model import System
 
 NVLS_CHUNK = 128 << 10  # nvlsChunkSize's default (NCCL_NVLS_CHUNKSIZE)
 _PROTO = {"LL": LL, "LL128": LL128, "Simple": SIMPLE}
+_WIRE_NAME = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
 #: NVLS: (chunks per concurrent operation, chunk size it falls to below that), in order.
 _NVLS_CUTS = ((64, 65536), (8, 32768), (2, 16384))
 _NVLSTREE_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+
+
+def ring_chunk_bytes(proto: str) -> int:
+    """Data bytes of a ring's full chunk under ``proto`` with NCCL's default buffers (Simple
+    2 MiB, LL 32 KiB, LL128 576,000 B; ``genie.collectives.nccl_wire.chunk_bytes``)."""
+    return wire_chunk_bytes(NcclStyle(1, _WIRE_NAME[proto]))
 
 
 def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) -> int:
