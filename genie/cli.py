@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import logging
-import pkgutil
 import signal
 import sys
 from collections.abc import Sequence
@@ -91,13 +91,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.set_defaults(_commands=sub.choices)
-    names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__))
-    for name in names if command is None else [command]:
-        if name.startswith("_"):
-            continue
+    for name in _command_modules() if command is None else [command]:
         module = importlib.import_module(f"genie.commands.{name}")
         module.register(sub)
     return parser
+
+
+def _command_modules() -> list[str]:
+    """The names of the command modules in ``genie/commands/`` (not the ``_private`` ones)."""
+    import pkgutil  # here: it loads ``inspect``, which one command's start-up does not need
+
+    return sorted(
+        m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")
+    )
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
@@ -107,8 +113,9 @@ def _command_of(argv: Sequence[str]) -> str | None:
             return None
         if tok.startswith("-"):
             continue  # -v, -vv, -q come before the command
-        known = {m.name for m in pkgutil.iter_modules(commands.__path__)}
-        return tok if tok in known and not tok.startswith("_") else None
+        if not tok.isidentifier() or tok.startswith("_"):
+            return None
+        return tok if importlib.util.find_spec(f"genie.commands.{tok}") is not None else None
     return None
 
 

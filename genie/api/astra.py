@@ -14,19 +14,12 @@ from typing import TYPE_CHECKING
 
 from genie.api.specs import Model, SimulateSpec
 from genie.errors import ConfigError, UsageError, ValidationError
-from genie.sim.astra_config import (
-    IMPLEMENTATION_KEYS,
-    AstraNetwork,
-    AstraSystem,
-    load_comm_groups,
-    load_network,
-    load_system,
-)
-from genie.sim.compiled import CompiledWorkload
-from genie.workload.model import Workload
 
-if TYPE_CHECKING:  # imported where built: genie's own model never loads it (start-up)
+if TYPE_CHECKING:  # imported where used: genie's own model without ASTRA-sim files loads none
+    from genie.sim.astra_config import AstraNetwork, AstraSystem  # (start-up, issue 33)
     from genie.sim.astra_model import AstraBackend
+    from genie.sim.compiled import CompiledWorkload
+    from genie.workload.model import Workload
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +29,8 @@ _GENIE_TOPOLOGY = {"Ring": "ring", "Switch": "switch", "FullyConnected": "fully_
 def apply_comm_groups(model: Model, wl: Workload) -> None:
     """Replace the workload's process groups by those of ``--comm-group``."""
     if model.comm_group:
+        from genie.sim.astra_config import load_comm_groups
+
         wl.groups = load_comm_groups(model.comm_group, wl.n_ranks)
 
 
@@ -59,6 +54,8 @@ def load_configs(spec: SimulateSpec) -> tuple[AstraNetwork | None, AstraSystem |
             raise UsageError(f"{flag} is set by the ASTRA-sim files; give one or the other")
     if astra and (list(spec.network) != ["analytical"] or m.pricer != "programs"):
         raise UsageError(f"--model {m.kind} is its own network backend; drop --network/--pricer")
+    from genie.sim.astra_config import load_network, load_system
+
     return load_network(m.astra_network), load_system(m.astra_system)
 
 
@@ -66,6 +63,8 @@ def as_genie_model(
     spec: SimulateSpec, net: AstraNetwork, system: AstraSystem
 ) -> tuple[SimulateSpec, list[str]]:
     """``spec`` with genie's own model set from the ASTRA-sim files; notes on what differs."""
+    from genie.sim.astra_config import IMPLEMENTATION_KEYS
+
     if net.dims != 1:
         raise ConfigError(
             f"{net.path}: key 'topology': genie's own model takes a 1-D network; this one has "

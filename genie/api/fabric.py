@@ -145,10 +145,11 @@ def build(
 
 def _payload(fabric: Fabric, bw: float) -> tuple[float, str]:
     """The rate the model gives a target topology's links, and one note saying what it is."""
-    from genie.testbed.to_topology import payload_fraction, wire_phrase
-
     if fabric.headers == "none":
         return bw, "link rates as given: no packet headers taken off (--headers tcp|tcp6|rocev2)"
+    # here, below the default: the testbed package is a quarter of a small simulate's imports
+    from genie.testbed.to_topology import payload_fraction, wire_phrase
+
     if not 576 <= fabric.mtu <= 65536:
         raise UsageError(f"--mtu {fabric.mtu}: from 576 to 65536 bytes")
     frac = payload_fraction(fabric.headers, fabric.mtu, "static")

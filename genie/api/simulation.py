@@ -25,11 +25,9 @@ from genie.errors import StoreError, UsageError
 from genie.sim import perturb
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import makespan
-from genie.sim.astra_config import AstraSystem
 from genie.sim.closed import ClosedForm, with_closed
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.engine import RawResult
-from genie.sim.measured import MeasuredBackend, MeasuredTable
 from genie.sim.nccl_pricer import NcclPricer
 from genie.sim.network import AnalyticalBackend, NetworkBackend
 from genie.sim.program_pricer import ProgramPricer
@@ -41,8 +39,10 @@ from genie.workload.et_codec import gc_paused
 from genie.workload.model import Workload
 from genie.workload.summary import reading_notes
 
-if TYPE_CHECKING:  # ASTRA-sim's model is loaded only where asked for (genie.api.astra)
+if TYPE_CHECKING:  # loaded only where asked for: ASTRA-sim's model and files (genie.api.astra)
+    from genie.sim.astra_config import AstraSystem  # and the measured backend (start-up)
     from genie.sim.astra_model import AstraBackend
+    from genie.sim.measured import MeasuredBackend, MeasuredTable
 
 JsonDoc = dict[str, object]
 
@@ -137,6 +137,8 @@ def compute_model(spec: Compute, system: AstraSystem | None = None) -> ComputeMo
 
 def measured_table(source: str, store: str | None, algorithm: str | None) -> MeasuredTable:
     """The measured times of a ``genie bench`` run in the store, or of a JSON file of rows."""
+    from genie.sim.measured import MeasuredTable
+
     if source.endswith(".json") or Path(source).is_file():
         return MeasuredTable.from_json(source)
     from genie.store import DEFAULT_STORE, RunStore
@@ -173,6 +175,8 @@ def _backend(spec: SimulateSpec, pricer: fabric.Pricer, name: str) -> NetworkBac
     """A fresh backend ``name`` over ``pricer`` (measured tables read once per process)."""
     if name == "analytical":
         return AnalyticalBackend(pricer, track_links=True)
+    from genie.sim.measured import MeasuredBackend
+
     key = (name, spec.store, spec.model.algorithm)
     if key not in _TABLES:
         _TABLES[key] = measured_table(name.split(":", 1)[1], spec.store, spec.model.algorithm)
@@ -216,7 +220,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
         cw = perturb.apply(base, pert)
         closed: ClosedForm | None = None
         placement_notes: tuple[str, ...] = ()
-        makers: list[Callable[[], NetworkBackend]]
+        makers: list[tuple[str, Callable[[], NetworkBackend]]]  # (backend name, maker)
         pricer: fabric.Pricer | AstraBackend
         if genie_model:
             priced, closed, placement_notes = fabric.network_model(
@@ -224,7 +228,7 @@ def simulate(spec: SimulateSpec) -> Simulation:
             )
             priced.use_splits(cw.instances.splits)  # all-to-all-v priced by its matrix
             pricer = priced
-            makers = [_maker(spec, priced, name) for name in backend_names(spec)]
+            makers = [(name, _maker(spec, priced, name)) for name in backend_names(spec)]
         else:
             assert net is not None and system is not None
             first = astra.astra_backend(spec, wl, cw, net, system)
@@ -234,19 +238,19 @@ def simulate(spec: SimulateSpec) -> Simulation:
                 assert net is not None and system is not None
                 return built.pop() if built else astra.astra_backend(spec, wl, base, net, system)
 
-            makers = [again]
+            makers = [(spec.model.kind, again)]
         facts = trace_facts(wl, cw)
         facts.update(semantics_facts(wl, cw, spec.model.trace_edges))
         if genie_model:  # the replays need only the compiled form: the workload's node objects
             del wl  # (most of the memory at 16,384 ranks) go before the replays' arrays come
         reports: list[SimReport] = []
         raws: list[RawResult] = []
-        for make in makers:
+        for name, make in makers:
             status.describe(f"replaying {cw.n_nodes} nodes")
             be = make()
             rep, raw = replay_perturbed(cw, base, be, make, pert, spec.symmetry)
-            if isinstance(be, MeasuredBackend):
-                rep.notes.append(be.summary())
+            if name.startswith("measured:"):  # a MeasuredBackend (``_backend``)
+                rep.notes.append(cast("MeasuredBackend", be).summary())
             elif not genie_model:  # ASTRA-sim's backend (``again``)
                 rep.notes.append(cast("AstraBackend", be).summary())
             rep.notes.extend(astra_notes)

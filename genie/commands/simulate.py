@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-
 from genie import progress
 from genie.api.simulation import Simulation, simulate
 from genie.api.specs import TOPOLOGIES, Compute, Fabric, Model, SimulateSpec
@@ -19,8 +17,6 @@ from genie.collectives.gpu_presets import PRESETS
 from genie.commands import _args as A
 from genie.commands import _astra, _calibration
 from genie.commands import _experiments as X
-from genie.commands._nccl_output import print_choices
-from genie.commands._sim_output import dump_json, print_reports
 from genie.placement import MODES as PLACEMENTS
 from genie.units import format_seconds
 
@@ -239,6 +235,12 @@ def spec_from_args(args: argparse.Namespace) -> SimulateSpec:
 
 def render(sim: Simulation, rows: int = 20) -> None:
     """Print a simulation's tables on stdout (120 columns when not a terminal)."""
+    # the tables' modules (and rich) load here: ``--json`` does not need them (start-up)
+    from rich.console import Console
+
+    from genie.commands._nccl_output import print_choices
+    from genie.commands._sim_output import print_reports
+
     con = Console(width=None if sys.stdout.isatty() else 120)
     if sim.jobs is not None:
         from genie.commands._jobs import print_jobs
@@ -267,10 +269,14 @@ def run(args: argparse.Namespace) -> int:
             n = sim.write_trace(args.trace, args.trace_ranks)
         left = sim.workload.n_ranks - min(sim.workload.n_ranks, args.trace_ranks)
         more = f"; {left} ranks left out (--trace-ranks)" if left > 0 else ""
+        from rich.console import Console
+
         Console(stderr=True).print(
             f"trace: {n} events ({sim.reports[0].backend}) written to {args.trace}{more}"
         )
     if args.json:
+        from genie.commands._sim_output import dump_json
+
         dump_json(sim.to_dict())
         return 0
     render(sim, args.rows)

@@ -18,34 +18,49 @@ Pieces (each its own module):
 * ``report``: ``build_report`` (iteration, per-rank breakdown, per-collective table) and
   ``chrome_trace``; ``api.replay(compiled, backend)`` ties it together.
 
-The live path (the trace's communication run on agents) is ``genie.live``.
+The live path (the trace's communication run on agents) is ``genie.live``. The names above load
+on first use (importing the package loads none of its modules).
 """
 
-from genie.sim.adapter import ComputeModel, compile_workload, load_workload
-from genie.sim.api import replay
-from genie.sim.compiled import CompiledWorkload, GraphBuilder, Kind
-from genie.sim.engine import RawResult, simulate
-from genie.sim.measured import MeasuredBackend, MeasuredTable
-from genie.sim.network import AnalyticalBackend, CalibratedPricer, Demand, Transfer
-from genie.sim.report import SimReport, build_report, chrome_trace
+from __future__ import annotations
 
-__all__ = [
-    "AnalyticalBackend",
-    "CalibratedPricer",
-    "CompiledWorkload",
-    "ComputeModel",
-    "Demand",
-    "GraphBuilder",
-    "Kind",
-    "MeasuredBackend",
-    "MeasuredTable",
-    "RawResult",
-    "SimReport",
-    "Transfer",
-    "build_report",
-    "chrome_trace",
-    "compile_workload",
-    "load_workload",
-    "replay",
-    "simulate",
-]
+import importlib
+
+# each name's module, loaded on first use: importing one submodule (``genie.sim.perturb``, the
+# ASTRA-sim files' reader) runs this package, which then loads nothing else (start-up)
+_WHERE = {
+    "AnalyticalBackend": "genie.sim.network",
+    "CalibratedPricer": "genie.sim.network",
+    "CompiledWorkload": "genie.sim.compiled",
+    "ComputeModel": "genie.sim.adapter",
+    "Demand": "genie.sim.network",
+    "GraphBuilder": "genie.sim.compiled",
+    "Kind": "genie.sim.compiled",
+    "MeasuredBackend": "genie.sim.measured",
+    "MeasuredTable": "genie.sim.measured",
+    "RawResult": "genie.sim.engine",
+    "SimReport": "genie.sim.report",
+    "Transfer": "genie.sim.network",
+    "build_report": "genie.sim.report",
+    "chrome_trace": "genie.sim.report",
+    "compile_workload": "genie.sim.adapter",
+    "load_workload": "genie.sim.adapter",
+    "replay": "genie.sim.api",
+    "simulate": "genie.sim.engine",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> object:
+    """Load a public name's module on first use (see ``_WHERE``)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'genie.sim' has no attribute {name!r}")
+    value: object = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The package's public names (for help() and completion)."""
+    return sorted({*globals(), *__all__})
