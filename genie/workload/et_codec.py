@@ -27,6 +27,9 @@ from genie.workload import et_fast, et_schema
 from genie.workload.model import DEFAULT_VERSION, Attr, IOInfo, Metadata, Node
 
 GZIP_MAGIC = b"\x1f\x8b"
+#: node bytes from which a file is decoded in columns (``et_columns``: numpy passes over every
+#: frame; below this, ``et_fast``'s frame-by-frame loop costs less than numpy's set-up)
+COLUMNS_FROM_BYTES = 1 << 15
 
 
 # ----------------------------------------------------------------------------- framing
@@ -204,7 +207,13 @@ def _decode(
 ) -> tuple[Metadata, list[Node], list[str]]:
     meta, pos, problems = _first_frame(data, source, note, memo)
     with gc_paused():
-        nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
+        if len(data) - pos >= COLUMNS_FROM_BYTES:
+            from genie.workload.et_columns import decode_columns
+
+            cols = decode_columns(data, pos, source, note)
+            nodes, odd, zero = cols.to_nodes(), cols.odd, cols.zero
+        else:
+            nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
     if zero:
         problems.append(
             f"{source}: {zero} zero-length node frame(s); Chakra's reader stops at the first"

@@ -497,8 +497,8 @@ def _packed(data: bytes, pos: int, end: int, out: list[int]) -> int:
             pos += 2
             continue
         v, pos = _varint(data, pos)
-        if data[pos - 1] == 0 and v > 0x7F:
-            raise _Fallback
+        if data[pos - 1] == 0:
+            raise _Fallback  # a padded varint (shortest form never ends in a zero byte)
         out.append(v)
     if pos != stop:
         raise _Fallback
@@ -561,8 +561,10 @@ def decode_io(raw: bytes) -> IOInfo:
     return IOInfo(vals[0], vals[1], vals[2])
 
 
-def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[list[Node], int, int]:
-    """Decode every Node frame from ``pos`` to the end.
+def decode_nodes(
+    data: bytes, pos: int, source: str, note: str = "", stop: int | None = None
+) -> tuple[list[Node], int, int]:
+    """Decode every Node frame from ``pos`` to ``stop`` (default: the end of ``data``).
 
     Returns the nodes, the count of frames whose re-encoding differs (non-canonical bytes or
     unknown fields), and the count of zero-length frames.
@@ -576,7 +578,7 @@ def decode_nodes(data: bytes, pos: int, source: str, note: str = "") -> tuple[li
     tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, those bytes)
     rests: dict[bytes, tuple] = {}  # attr section after its first attr -> derived pairs
     names: dict[bytes, str] = {}
-    size = len(data)
+    size = len(data) if stop is None else stop
     odd = 0
     zero = 0
     tail_misses = 0

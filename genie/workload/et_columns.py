@@ -1,0 +1,570 @@
+"""Columnar decoding of Chakra ET node frames: every field of every frame in numpy passes.
+
+``decode_columns`` splits the node frames, then walks the canonical field order (id, name,
+type, ctrl_deps, data_deps, start, duration, inputs, outputs, attrs) once per field over all
+frames at once, and keeps the result as columns (``NodeColumns``): ids, types, times, both
+dependency lists in CSR form, spans of the IOInfo bodies and attr fields in the file's bytes,
+node names interned once, and each node's derived fields (``genie.workload.model``) as an index
+into a table of distinct derived tuples. Attr fields are decoded once per distinct byte string:
+the fields after a node's first attr (real traces put a per-node id such as ``rf_id`` first and
+repeat the rest), with a first attr of the form ``name + plain int64`` read in numpy.
+
+What this decoder accepts is a subset of what ``et_fast.decode_nodes`` accepts on its fast path
+(canonical bytes, shortest varints); any other frame is handed, alone, to ``et_fast`` (and from
+there to protobuf), so ``NodeColumns.to_nodes`` gives the very nodes ``et_fast`` gives, with
+attrs and IOInfo kept as their checked bytes (a re-write copies them). Tests compare the two
+node for node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from genie.workload import et_fast
+from genie.workload.model import NO_DERIVED, Derived, Node
+
+log = logging.getLogger(__name__)
+
+_U64 = np.uint64
+_PAD = 16  # zero bytes after the data: a read past the end sees a varint terminator
+_MAX_LEN = 1 << 31  # longer length fields go to the per-frame decoder
+
+
+@dataclass
+class NodeColumns:
+    """One rank's node frames as columns; row ``i`` is the ``i``-th node frame of ``data``.
+
+    Spans are offsets into ``data``; an absent IOInfo has span ``(-1, -1)``, absent attrs an
+    empty span. ``fallback`` holds the rows decoded frame by frame (by ``et_fast``): their
+    columns are not filled, ``to_nodes`` takes the node from there.
+    """
+
+    data: bytes
+    frame: np.ndarray  # int64: offset of each frame's length prefix
+    id: np.ndarray  # uint64
+    type: np.ndarray  # uint8
+    name: np.ndarray  # int32 index into names (0: no name)
+    names: list[str]
+    start_micros: np.ndarray  # uint64
+    duration_micros: np.ndarray  # uint64
+    ctrl_offsets: np.ndarray  # int64, rows + 1
+    ctrl_deps: np.ndarray  # uint64
+    data_offsets: np.ndarray  # int64, rows + 1
+    data_deps: np.ndarray  # uint64
+    inputs: np.ndarray  # int64 (rows, 2): IOInfo body span or -1
+    outputs: np.ndarray  # int64 (rows, 2)
+    attrs: np.ndarray  # int64 (rows, 2): the attr fields' span
+    derived: np.ndarray  # int32 index into derived_table
+    derived_table: list[Derived]
+    fallback: dict[int, Node] = field(default_factory=dict)
+    odd: int = 0  # fallback frames whose re-encoding differs (non-canonical or unknown fields)
+    zero: int = 0  # zero-length frames
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def nbytes(self) -> int:
+        """Bytes held by the columns (not ``data``, not the interned strings and tuples)."""
+        return sum(
+            a.nbytes
+            for a in (
+                self.frame,
+                self.id,
+                self.type,
+                self.name,
+                self.start_micros,
+                self.duration_micros,
+                self.ctrl_offsets,
+                self.ctrl_deps,
+                self.data_offsets,
+                self.data_deps,
+                self.inputs,
+                self.outputs,
+                self.attrs,
+                self.derived,
+            )
+        )
+
+    def derived_column(self, slot: int) -> np.ndarray:
+        """One derived field (a ``model.DERIVED_INDEX`` slot) per row, as an object array."""
+        col = np.empty(len(self.derived_table), dtype=object)
+        col[:] = [d[slot] for d in self.derived_table]
+        out = col[self.derived]
+        for r, n in self.fallback.items():
+            out[r] = n._d[slot]
+        return out
+
+    def to_nodes(self) -> list[Node]:
+        """The rows as model Nodes (what ``et_fast.decode_nodes`` gives for the same bytes)."""
+        data = self.data
+        n = len(self)
+        ins = _span_bytes(data, self.inputs, n)
+        outs = _span_bytes(data, self.outputs, n)
+        a0 = self.attrs[:, 0].tolist()
+        a1 = self.attrs[:, 1].tolist()
+        attrs: list[Any] = [data[s:e] if s < e else [] for s, e in zip(a0, a1, strict=True)]
+        cv = self.ctrl_deps.tolist()
+        co = self.ctrl_offsets.tolist()
+        ctrl = [cv[a:b] for a, b in itertools.pairwise(co)]
+        dv = self.data_deps.tolist()
+        do = self.data_offsets.tolist()
+        deps = [dv[a:b] for a, b in itertools.pairwise(do)]
+        names = self.names
+        table = self.derived_table
+        out: list[Node] = []
+        append = out.append
+        new = Node.__new__
+        for nid, nm, ty, cl, dl, st, du, i_, o_, at, dk in zip(
+            self.id.tolist(),
+            self.name.tolist(),
+            self.type.tolist(),
+            ctrl,
+            deps,
+            self.start_micros.tolist(),
+            self.duration_micros.tolist(),
+            ins,
+            outs,
+            attrs,
+            self.derived.tolist(),
+            strict=True,
+        ):
+            nd = new(Node)
+            nd.id = nid
+            nd.name = names[nm]
+            nd.type = ty
+            nd.raw_ctrl_deps = nd.ctrl_deps = cl
+            nd.data_deps = dl
+            nd.start_time_micros = st
+            nd.duration_micros = du
+            nd._inputs = i_
+            nd._outputs = o_
+            nd._attrs = at
+            nd._d = table[dk]
+            append(nd)
+        for r, nd in self.fallback.items():
+            out[r] = nd
+        return out
+
+
+def _span_bytes(data: bytes, spans: np.ndarray, n: int) -> list[bytes | None]:
+    """The bytes of each row's span, None where there is none (start -1)."""
+    rows = np.flatnonzero(spans[:, 0] >= 0)
+    got = list(map(data.__getitem__, map(slice, *spans[rows].T.tolist())))
+    if len(rows) == n:
+        return got  # type: ignore[return-value]
+    out: list[bytes | None] = [None] * n
+    for r, b in zip(rows.tolist(), got, strict=True):
+        out[r] = b
+    return out
+
+
+class _Unsplittable(Exception):
+    """The frames cannot be split (truncated or corrupt length): the per-frame decoder reports."""
+
+
+def _split(data: bytes, pos: int) -> tuple[list[int], list[int], list[int]]:
+    """Frame offsets, body starts and body ends from ``pos`` to the end of ``data``."""
+    frames: list[int] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    size = len(data)
+    while pos < size:
+        frames.append(pos)
+        b = data[pos]
+        if b < 0x80:
+            pos += 1
+            ln = b
+        else:
+            ln = b & 0x7F
+            shift = 7
+            pos += 1
+            while True:
+                if pos >= size or shift > 28:
+                    raise _Unsplittable
+                b = data[pos]
+                pos += 1
+                ln |= (b & 0x7F) << shift
+                shift += 7
+                if b < 0x80:
+                    break
+        starts.append(pos)
+        pos += ln
+        ends.append(pos)
+    if pos > size:
+        raise _Unsplittable
+    return frames, starts, ends
+
+
+def _varints(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Varints at offsets ``p``: values (uint64), offsets after them, and whether each is in
+    shortest form and fits 64 bits."""
+    b = buf[p]
+    v = b.astype(_U64)
+    q = p + 1
+    ok = np.ones(len(p), dtype=bool)
+    sel = np.flatnonzero(b >= 0x80)
+    if sel.size:
+        v[sel] &= _U64(0x7F)
+        shift = 7
+        while sel.size:
+            if shift > 63:
+                ok[sel] = False
+                break
+            bb = buf[q[sel]]
+            v[sel] |= (bb & 0x7F).astype(_U64) << _U64(shift)
+            q[sel] += 1
+            more = bb >= 0x80
+            done = ~more
+            last = bb[done]
+            # shortest form: a multi-byte varint does not end in a zero byte; 64 bits at most
+            ok[sel[done]] = (last != 0) & ((shift < 63) | (last <= 1))
+            sel = sel[more]
+            shift += 7
+    return v, q, ok
+
+
+def _lengths(
+    buf: np.ndarray, p: np.ndarray, bad: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """A non-empty length field at ``p`` (rows ``rows``): (body start, body end); marks ``bad``."""
+    ln, q, ok = _varints(buf, p)
+    ok &= (ln > 0) & (ln < _MAX_LEN)
+    bad[rows[~ok]] = True
+    ln[~ok] = 0
+    return q, q + ln.astype(np.int64)
+
+
+def _packed(
+    buf: np.ndarray, spans: np.ndarray, rows: np.ndarray, n: int, bad: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decode packed uint64 lists (body spans of ``rows``) into CSR: offsets (n + 1), values."""
+    keep = ~bad[rows]
+    rows, spans = rows[keep], spans[keep]
+    lens = spans[:, 1] - spans[:, 0]
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=_U64)
+    first = np.cumsum(lens) - lens  # where each span starts in the gathered bytes
+    at = np.repeat(spans[:, 0] - first, lens) + np.arange(total, dtype=np.int64)
+    b = buf[at]
+    term = b < 0x80
+    ends_ok = term[first + lens - 1]
+    if not ends_ok.all():  # a varint runs past its span: those frames go frame by frame
+        bad[rows[~ends_ok]] = True
+        return _packed(buf, spans, rows, n, bad)
+    stops = np.flatnonzero(term)  # the last byte of each varint
+    vstart = np.empty(len(stops), dtype=np.int64)
+    vstart[0] = 0
+    vstart[1:] = stops[:-1] + 1
+    vlen = stops - vstart + 1
+    k = np.arange(total, dtype=np.int64) - np.repeat(vstart, vlen)
+    shifted = (b & 0x7F).astype(_U64) << (7 * np.minimum(k, 9)).astype(_U64)
+    vals = np.add.reduceat(shifted, vstart)
+    last = b[stops]
+    vok = (vlen == 1) | ((last != 0) & ((vlen < 10) | ((vlen == 10) & (last <= 1))))
+    counts = np.add.reduceat(term.astype(np.int64), first)
+    if not vok.all():
+        row_of = np.repeat(rows, counts)
+        bad[row_of[~vok]] = True
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    offsets[rows + 1] = counts
+    np.cumsum(offsets, out=offsets)
+    return offsets, vals
+
+
+def _check_io(buf: np.ndarray, span: np.ndarray, rows: np.ndarray, bad: np.ndarray) -> None:
+    """Mark ``bad`` the IOInfo bodies that are not canonical (string fields 1..3, ascending,
+    once each, non-empty, shortest lengths, ending at the body's end). UTF-8 is checked later."""
+    r = span[:, 0].copy()
+    end = span[:, 1]
+    last = np.zeros(len(r), dtype=np.int64)
+    ok = np.ones(len(r), dtype=bool)
+    for _ in range(3):
+        act = r < end
+        if not act.any():
+            break
+        key = buf[r].astype(np.int64)
+        k = (key >> 3) - 1
+        good = ((key & 7) == 2) & (k >= last) & (k < 3)
+        ln, q, vok = _varints(buf, r + 1)
+        good &= vok & (ln > 0) & (ln < _MAX_LEN)
+        nr = q + np.where(good, ln, 0).astype(np.int64)
+        good &= nr <= end
+        ok &= ~act | good
+        r = np.where(act & good, nr, r)
+        last = np.where(act, k + 1, last)
+    ok &= r == end
+    bad[rows[~ok]] = True
+
+
+def _intern(keys: list[bytes]) -> tuple[list[bytes], np.ndarray]:
+    """Distinct keys in first-seen order, and each key's index among them."""
+    uniq = list(dict.fromkeys(keys))
+    index = {k: i for i, k in enumerate(uniq)}
+    return uniq, np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
+
+
+def _section_pairs(key: bytes, cache: et_fast.AttrCache) -> tuple[tuple, bool]:
+    """Derived ``(slot, value)`` pairs of a run of canonical attr fields, and True when no
+    derived value is a list; raises what ``et_fast`` raises for a frame it hands on."""
+    pos = 0
+    end = len(key)
+    pairs = []
+    plain = True
+    while pos < end:
+        hit, pos = et_fast._one_attr(key, pos, end, cache)
+        if hit[1] is not None:
+            v = hit[0][2]
+            pairs.append((hit[1], v))
+            if type(v) is list:
+                plain = False
+    return tuple(pairs), plain
+
+
+_HANDED_ON = (et_fast._Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error)
+
+
+def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeColumns:
+    """Decode every Node frame of ``data`` from ``pos`` into columns (see the module doc)."""
+    try:
+        frames, starts, ends = _split(data, pos)
+    except _Unsplittable:
+        # et_fast names the offset and the fault (truncated or corrupt length)
+        et_fast.decode_nodes(data, pos, source, note)
+        raise AssertionError("et_fast accepted frames the splitter rejects") from None
+    n = len(frames)
+    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    S = np.array(starts, dtype=np.int64)
+    E = np.array(ends, dtype=np.int64)
+    bad = np.zeros(n, dtype=bool)
+    cur = S.copy()
+    ids = np.zeros(n, dtype=_U64)
+    types = np.zeros(n, dtype=np.uint8)
+    st = np.zeros(n, dtype=_U64)
+    du = np.zeros(n, dtype=_U64)
+    name_span = np.full((n, 2), -1, dtype=np.int64)
+    spans = {k: np.full((n, 2), -1, dtype=np.int64) for k in ("ctrl", "data", "in", "out")}
+
+    def tag() -> np.ndarray:
+        """The key byte at each frame's cursor (0 at its end); a field that ran past the end
+        of its frame marks the frame bad (et_fast and protobuf judge it)."""
+        over = cur > E
+        if over.any():
+            bad[over] = True
+            cur[over] = E[over]
+        t = buf[cur]
+        t[cur >= E] = 0
+        return t
+
+    t = tag()
+    for code, what in ((0x08, "id"), (0x12, "name"), (0x18, "type"), (0x22, "ctrl")):
+        rows = np.flatnonzero(t == code)
+        if rows.size:
+            p = cur[rows] + 1
+            if what == "id":
+                v, q, ok = _varints(buf, p)
+                ok &= v != 0
+                ids[rows] = v
+                cur[rows] = q
+                bad[rows[~ok]] = True
+            elif what == "type":
+                tv = buf[p]
+                bad[rows[(tv == 0) | (tv >= 0x80)]] = True
+                types[rows] = tv
+                cur[rows] = p + 1
+            else:
+                s, e = _lengths(buf, p, bad, rows)
+                (name_span if what == "name" else spans[what])[rows] = np.stack([s, e], 1)
+                cur[rows] = e
+            t = tag()
+    for code, what in ((0x2A, "data"), (0x30, "st"), (0x38, "du"), (0x42, "in"), (0x4A, "out")):
+        rows = np.flatnonzero(t == code)
+        if rows.size:
+            p = cur[rows] + 1
+            if what in ("st", "du"):
+                v, q, ok = _varints(buf, p)
+                ok &= v != 0
+                (st if what == "st" else du)[rows] = v
+                cur[rows] = q
+                bad[rows[~ok]] = True
+            else:
+                s, e = _lengths(buf, p, bad, rows)
+                spans[what][rows] = np.stack([s, e], 1)
+                cur[rows] = e
+            t = tag()
+    bad |= cur > E
+    bad |= (cur < E) & (t != 0x52)
+    high = np.flatnonzero(buf[: len(data)] >= 0x80)
+    for what in ("in", "out"):
+        rows = np.flatnonzero((spans[what][:, 0] >= 0) & ~bad)
+        if rows.size:
+            _check_io(buf, spans[what][rows], rows, bad)
+            _utf8_io(data, high, spans[what], bad)
+    ctrl_off, ctrl_vals = _packed_rows(buf, spans["ctrl"], n, bad)
+    data_off, data_vals = _packed_rows(buf, spans["data"], n, bad)
+
+    # node names: one str per distinct byte string
+    rows = np.flatnonzero((name_span[:, 0] >= 0) & ~bad)
+    name_idx = np.zeros(n, dtype=np.int32)
+    names = [""]
+    if rows.size:
+        keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
+        uniq, idx = _intern(keys)
+        good = np.ones(len(uniq), dtype=bool)
+        for i, k in enumerate(uniq):
+            try:
+                names.append(k.decode("utf-8"))
+            except UnicodeDecodeError:
+                names.append("")
+                good[i] = False
+        bad[rows[~good[idx]]] = True
+        name_idx[rows] = idx + 1
+
+    attr_span = np.stack([cur, E], 1)
+    derived, table = _attrs(data, buf, attr_span, bad)
+
+    cols = NodeColumns(
+        data=data,
+        frame=np.array(frames, dtype=np.int64),
+        id=ids,
+        type=types,
+        name=name_idx,
+        names=names,
+        start_micros=st,
+        duration_micros=du,
+        ctrl_offsets=ctrl_off,
+        ctrl_deps=ctrl_vals,
+        data_offsets=data_off,
+        data_deps=data_vals,
+        inputs=spans["in"],
+        outputs=spans["out"],
+        attrs=attr_span,
+        derived=derived,
+        derived_table=table,
+        zero=int(np.count_nonzero(S == E)),
+    )
+    for r in np.flatnonzero(bad).tolist():
+        got, odd, _zero = et_fast.decode_nodes(data, frames[r], source, note, stop=ends[r])
+        cols.fallback[r] = got[0]
+        cols.odd += odd
+    if cols.fallback:
+        log.debug("%s: %d of %d node frames decoded one by one", source, len(cols.fallback), n)
+    return cols
+
+
+def _packed_rows(
+    buf: np.ndarray, span: np.ndarray, n: int, bad: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the packed lists whose span is set (other rows, and bad ones, get none)."""
+    rows = np.flatnonzero(span[:, 0] >= 0)
+    offsets, vals = _packed(buf, span[rows], rows, n, bad)
+    return offsets, vals
+
+
+def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
+    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high`` holds the offsets of
+    the bytes >= 0x80 in ``data`` (a body without one is ASCII: nothing to check)."""
+    rows = np.flatnonzero((spans[:, 0] >= 0) & ~bad)
+    if not rows.size:
+        return
+    s, e = spans[rows, 0], spans[rows, 1]
+    some = np.searchsorted(high, e) > np.searchsorted(high, s)
+    for r, a, b in zip(rows[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
+        try:
+            et_fast.decode_io(data[a:b])
+        except UnicodeDecodeError:
+            bad[r] = True
+
+
+def _attrs(
+    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray
+) -> tuple[np.ndarray, list[Derived]]:
+    """Each row's derived tuple, as an index into a table of distinct ones; marks ``bad`` the
+    rows whose attr fields the per-frame decoder must read."""
+    n = len(span)
+    table: list[Derived] = [NO_DERIVED]
+    where: dict[Derived, int] = {NO_DERIVED: 0}
+    derived = np.zeros(n, dtype=np.int32)
+    s, e = span[:, 0], span[:, 1]
+    rows = np.flatnonzero((s < e) & ~bad)
+    if not rows.size:
+        return derived, table
+    cache = et_fast.AttrCache()
+    p = s[rows]
+    stop = e[rows]
+    # a first attr "name + plain int64" (0x52 len 0x0A nl name 0x48 varint), read in numpy
+    alen = buf[p + 1].astype(np.int64)
+    nl = buf[p + 3].astype(np.int64)
+    vp = p + 4 + nl
+    fstop = p + 2 + alen
+    simple = (
+        (alen < 0x80)
+        & (buf[p + 2] == 0x0A)
+        & (nl > 0)
+        & (nl < 0x80)
+        & (fstop <= stop)
+        & (vp < fstop - 1)
+    )
+    simple &= buf[np.where(simple, vp, p)] == 0x48
+    v, q, ok = _varints(buf, np.where(simple, vp + 1, p))
+    simple &= ok & (q == fstop) & (v < _U64(1 << 63))
+    fs = rows[simple]
+    whole = rows[~simple]
+    # distinct first-attr names
+    if fs.size:
+        fp = p[simple]
+        nkeys = list(map(data.__getitem__, map(slice, (fp + 4).tolist(), vp[simple].tolist())))
+        nuniq, nidx = _intern(nkeys)
+        slots: list[int | None] = []
+        good = np.ones(len(nuniq), dtype=bool)
+        for i, k in enumerate(nuniq):
+            try:
+                slots.append(et_fast._SLOT_OF_ATTR.get(k.decode("utf-8")))
+            except UnicodeDecodeError:
+                slots.append(None)
+                good[i] = False
+        bad[fs[~good[nidx]]] = True
+    groups: list[tuple[Any, ...]] = []
+    if fs.size:
+        groups.append((fs, fstop[simple], nidx, slots, v[simple]))
+    if whole.size:
+        groups.append((whole, s[whole], None, None, None))
+    for grows, gstart, gnidx, gslots, gv in groups:
+        keys = list(map(data.__getitem__, map(slice, gstart.tolist(), e[grows].tolist())))
+        uniq, kidx = _intern(keys)
+        kd = np.zeros(len(uniq), dtype=np.int64)  # key -> table index, -1: hand on
+        kpairs: list[tuple] = []
+        for i, k in enumerate(uniq):
+            try:
+                pairs, plain = _section_pairs(k, cache)
+            except _HANDED_ON:
+                pairs, plain = (), False
+            kpairs.append(pairs)
+            if not plain:
+                kd[i] = -1
+                continue
+            d = et_fast._derived(list(pairs))[0]
+            kd[i] = where.setdefault(d, len(where))
+            if kd[i] == len(table):
+                table.append(d)
+        di = kd[kidx]
+        bad[grows[di < 0]] = True
+        if gslots is not None and any(x is not None for x in gslots):
+            # the first attr sets a derived field: merge it with the rest's, row by row
+            sl = np.array([-1 if x is None else x for x in gslots], dtype=np.int64)[gnidx]
+            for j in np.flatnonzero((sl >= 0) & (di >= 0)).tolist():
+                merged = [(int(sl[j]), int(gv[j])), *kpairs[kidx[j]]]
+                d = et_fast._derived(merged)[0]
+                di[j] = where.setdefault(d, len(where))
+                if di[j] == len(table):
+                    table.append(d)
+        derived[grows] = np.maximum(di, 0)
+    return derived, table

@@ -1,0 +1,253 @@
+"""The columnar ET decoder gives the nodes the frame-by-frame decoder gives, node for node."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from genie.errors import TraceFormatError
+from genie.workload import et_codec, et_fast
+from genie.workload.et_codec import (
+    _first_frame,
+    decode_trace,
+    decode_trace_protobuf,
+    encode_node,
+    encode_trace,
+    uvarint,
+)
+from genie.workload.et_columns import NodeColumns, decode_columns
+from genie.workload.model import DERIVED_INDEX, Attr, IOInfo, Metadata, Node, NodeType
+from tests.test_et_codec import nodes
+
+
+def _decode_both(data: bytes) -> tuple[NodeColumns, list[Node], list[Node]]:
+    """Columns, their nodes, and et_fast's nodes for the same bytes (counts checked equal)."""
+    _meta, pos, _ = _first_frame(data, "<t>", "")
+    cols = decode_columns(data, pos, "<t>")
+    ref, odd, zero = et_fast.decode_nodes(data, pos, "<t>")
+    got = cols.to_nodes()
+    assert (cols.odd, cols.zero) == (odd, zero)
+    assert len(got) == len(ref) == len(cols)
+    for a, b in zip(got, ref, strict=True):
+        assert a._d == b._d, (a, a._d, b._d)
+        assert encode_node(a) == encode_node(b), a
+        assert a.ctrl_deps is a.raw_ctrl_deps
+        assert a == b  # every raw field, attrs and IOInfo decoded
+    return cols, got, ref
+
+
+def _trace(ns: list[Node], meta: Metadata | None = None) -> bytes:
+    return encode_trace(meta or Metadata("0.0.4", []), ns)
+
+
+def test_real_style_trace_decodes_in_columns_like_et_fast() -> None:
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    wl = pytorch_style(2, layers=4, steps=3)
+    for rg in wl.ranks:
+        data = _trace(rg.nodes, rg.metadata)
+        cols, got, _ = _decode_both(data)
+        assert cols.fallback == {}  # every frame on the columnar path
+        assert got == rg.nodes
+        assert _trace(got, rg.metadata) == data  # written back byte-exact from kept bytes
+        # the columns themselves
+        assert cols.id.tolist() == [n.id for n in rg.nodes]
+        assert cols.type.tolist() == [n.type for n in rg.nodes]
+        assert [cols.names[i] for i in cols.name] == [n.name for n in rg.nodes]
+        assert cols.duration_micros.tolist() == [n.duration_micros for n in rg.nodes]
+        deps = np.split(cols.data_deps, cols.data_offsets[1:-1])
+        assert [d.tolist() for d in deps] == [n.data_deps for n in rg.nodes]
+        ctrl = np.split(cols.ctrl_deps, cols.ctrl_offsets[1:-1])
+        assert [d.tolist() for d in ctrl] == [n.raw_ctrl_deps for n in rg.nodes]
+        for name, slot in DERIVED_INDEX.items():
+            assert cols.derived_column(slot).tolist() == [n._d[slot] for n in rg.nodes], name
+        assert len(cols.derived_table) < len(cols) // 10  # derived tuples interned
+        assert len(cols.names) < len(cols)  # node names interned
+
+
+@pytest.mark.parametrize("which", ["llm", "moe"])
+def test_generated_workloads_decode_in_columns_like_et_fast(which: str) -> None:
+    from genie.workload.generators.llm import llm
+    from genie.workload.generators.moe import moe
+
+    wl = llm(8, tp=2, pp=2, layers=4) if which == "llm" else moe(8)
+    for rg in wl.ranks[:3]:
+        data = _trace(rg.nodes, rg.metadata)
+        cols, got, _ = _decode_both(data)
+        assert cols.fallback == {}
+        assert got == rg.nodes and _trace(got, rg.metadata) == data
+
+
+def test_shared_samples_decode_in_columns_like_et_fast(et_samples: Path) -> None:
+    files = sorted(et_samples.rglob("*.et"))
+    assert files
+    for f in files:
+        data = f.read_bytes()
+        cols, got, _ = _decode_both(data)
+        assert cols.fallback == {} and got[0].comm_size == 1048576
+        meta, _pos, _ = _first_frame(data, str(f), "")
+        assert _trace(got, meta) == data
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(nodes(), max_size=8))
+def test_any_nodes_decode_in_columns_like_et_fast_and_protobuf(ns: list[Node]) -> None:
+    ns = [n for n in ns if encode_node(n)]
+    data = _trace(ns)
+    _cols, got, _ = _decode_both(data)
+    _, ref = decode_trace_protobuf(data)
+    for a, b in zip(got, ref, strict=True):
+        assert encode_node(a) == encode_node(b) and a.attrs == b.attrs
+    assert _trace(got) == data
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(nodes(), min_size=1, max_size=5),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=3),
+    st.integers(0, 10**6),
+)
+def test_corrupted_streams_decode_in_columns_like_et_fast(ns, flips, cut) -> None:
+    ns = [n for n in ns if encode_node(n)]
+    data = bytearray(_trace(ns))
+    for at, byte in flips:
+        data[at % len(data)] = byte
+    data = bytes(data[: max(1, len(data) - cut % 4)])
+    try:
+        _meta, pos, _ = _first_frame(data, "<t>", "")
+    except TraceFormatError:
+        return  # the metadata frame is not this decoder's
+    try:
+        ref = et_fast.decode_nodes(data, pos, "<t>")
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError) as got:
+            decode_columns(data, pos, "<t>")
+        assert str(got.value) == str(exc)
+        return
+    _decode_both(data)
+    assert ref is not None
+
+
+def _frame(body: bytes) -> bytes:
+    return uvarint(len(body)) + body
+
+
+GOOD = encode_node(
+    Node(
+        300,
+        "n",
+        NodeType.COMP_NODE,
+        data_deps=[1, 200],
+        ctrl_deps=[2],
+        duration_micros=150,
+        inputs=IOInfo("v", "s", "t"),
+        attrs=[Attr("rf_id", "int64_val", 9), Attr("num_ops", "int64_val", 5)],
+    )
+)
+ODD_BODIES = {
+    "padded id": b"\x08\x81\x00",
+    "padded ctrl dep": b"\x08\x05\x22\x02\x81\x00",
+    "padded data dep": b"\x08\x05\x2a\x03\x81\x80\x00",
+    "padded name length": b"\x08\x05\x12\x81\x00" + b"a",
+    "explicit zero id": b"\x08\x00\x18\x04",
+    "fields out of order": b"\x18\x04\x08\x05",
+    "unpacked data deps": b"\x08\x07\x28\x01\x28\x02",
+    "unknown field": b"\x08\x07\x78\x05",
+    "non-UTF-8 name": b"\x08\x05\x12\x02\xff\xfe",
+    "non-UTF-8 input": b"\x08\x05\x42\x04\x0a\x02\xc3\x28",
+    "UTF-8 input": b"\x08\x05\x42\x04\x0a\x02\xc3\xa9",
+    "IOInfo fields reversed": b"\x08\x05\x42\x06\x12\x01a\x0a\x01b",
+    "empty IOInfo string": b"\x08\x05\x42\x02\x0a\x00",
+    "attr before duration": b"\x08\x05\x52\x02\x0a\x00\x38\x01",
+    "list comm_size": encode_node(Node(5, "c", 7, attrs=[Attr("comm_size", "int64_list", [1, 2])])),
+    "first attr derived": encode_node(
+        Node(
+            5,
+            "c",
+            7,
+            attrs=[
+                Attr("comm_size", "int64_val", 64),
+                Attr("comm_type", "int64_val", 0),
+                Attr("comm_size", "int64_val", 32),
+            ],
+        )
+    ),
+    "first attr alone derived": encode_node(
+        Node(6, "c", 7, attrs=[Attr("comm_type", "int64_val", 2)])
+    ),
+    "negative first attr": encode_node(
+        Node(5, "c", 4, attrs=[Attr("rf_id", "int64_val", -1), Attr("num_ops", "int64_val", 3)])
+    ),
+    "doc string first": encode_node(Node(5, "c", 4, attrs=[Attr("rf_id", "int64_val", 1, "d")])),
+    "largest ids": encode_node(
+        Node(2**64 - 1, "x", 4, data_deps=[2**64 - 1, 2**63], duration_micros=2**64 - 1)
+    ),
+    "empty": b"",
+    "truncated attr": b"\x08\x05\x52\x05\x0a\x01a",
+}
+
+
+@pytest.mark.parametrize("what", ODD_BODIES)
+def test_odd_frames_leave_for_et_fast_and_read_alike(what: str) -> None:
+    body = ODD_BODIES[what]
+    data = _trace([]) + _frame(GOOD) * 3 + _frame(body) + _frame(GOOD)
+    _meta, pos, _ = _first_frame(data, "<t>", "")
+    try:
+        et_fast.decode_nodes(data, pos, "<t>")
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError, match="byte offset") as got:
+            decode_columns(data, pos, "<t>")
+        assert str(got.value) == str(exc)
+        return
+    cols, got, _ = _decode_both(data)
+    assert [n.id for n in got] == [300] * 3 + [got[3].id, 300]
+    assert set(cols.fallback) == (set() if what in COLUMNAR else {3})
+
+
+#: the frames above that are canonical: read on the columnar path
+COLUMNAR = {
+    "UTF-8 input",
+    "first attr derived",
+    "first attr alone derived",
+    "negative first attr",
+    "doc string first",
+    "largest ids",
+    "empty",
+}
+
+
+def test_padded_ctrl_dep_is_reported_not_kept() -> None:
+    """A padded varint in ctrl_deps goes to protobuf and is counted non-canonical (it used to
+    be kept, so a re-write silently differed)."""
+    data = _trace([]) + _frame(ODD_BODIES["padded ctrl dep"])
+    _, (n,), problems = decode_trace(data)
+    assert n.raw_ctrl_deps == [1]
+    assert any("non-canonical" in p for p in problems)
+
+
+def test_load_reads_through_columns_above_the_threshold(tmp_path: Path, monkeypatch) -> None:
+    from genie.workload import load_workload, save_workload
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    wl = pytorch_style(2, layers=4, steps=2)
+    save_workload(wl, tmp_path / "t")
+    calls = []
+    real = NodeColumns.to_nodes
+
+    def spy(self):
+        calls.append(len(self))
+        return real(self)
+
+    monkeypatch.setattr(et_codec, "COLUMNS_FROM_BYTES", 0)
+    monkeypatch.setattr(NodeColumns, "to_nodes", spy)
+    got = load_workload(tmp_path / "t")
+    assert calls == [len(r.nodes) for r in wl.ranks]
+    monkeypatch.setattr(et_codec, "COLUMNS_FROM_BYTES", 1 << 60)
+    ref = load_workload(tmp_path / "t")
+    assert len(calls) == 2  # not called again
+    assert [r.nodes for r in got.ranks] == [r.nodes for r in ref.ranks]
+    assert got.problems == ref.problems and got.groups == ref.groups
