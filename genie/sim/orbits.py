@@ -57,6 +57,8 @@ its representative link's.
 from __future__ import annotations
 
 import logging
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -105,15 +107,37 @@ class RankOrbits:
 
 
 class Orbits(list[int]):
-    """The representative ranks of the first candidate rotation, carrying every candidate.
+    """The representative ranks of the first candidate rotation, carrying the others lazily.
 
-    A ``list[int]`` so that ``representatives`` keeps its type; the engine sees the candidates
-    and asks the backend which one it can price (``genie.sim.engine``), else replays every rank.
+    A ``list[int]`` so that ``representatives`` keeps its type; the engine walks the candidates
+    (``each``) and takes the first whose network obligations hold on its backend
+    (``genie.sim.engine``), else replays every rank. Later candidates are checked only when an
+    earlier one is refused.
     """
 
-    def __init__(self, candidates: list[RankOrbits]) -> None:
-        super().__init__(candidates[0].reps)
-        self.candidates = candidates
+    def __init__(self, first: RankOrbits, more: Iterator[RankOrbits]) -> None:
+        super().__init__(first.reps)
+        self._found = [first]
+        self._more: Iterator[RankOrbits] | None = more
+
+    def each(self) -> Iterator[RankOrbits]:
+        """Every candidate, best first (at most ``MAX_CANDIDATES``), checked as reached."""
+        k = 0
+        while True:
+            if k < len(self._found):
+                yield self._found[k]
+                k += 1
+                continue
+            nxt = None if self._more is None else next(self._more, None)
+            if nxt is None or len(self._found) >= MAX_CANDIDATES:
+                self._more = None
+                return
+            self._found.append(nxt)
+
+    @property
+    def candidates(self) -> list[RankOrbits]:
+        """All candidates (checks them all)."""
+        return list(self.each())
 
 
 def _shapes(cw: CompiledWorkload) -> np.ndarray:
@@ -152,24 +176,41 @@ def _candidates(n: int) -> list[tuple[int, int]]:
     return sorted(out, key=lambda bs: (n * bs[1] // bs[0], -bs[0]))
 
 
+_MEMO: dict[int, tuple[weakref.ref, Orbits | None]] = {}
+
+
 def find_orbits(cw: CompiledWorkload) -> Orbits | None:
-    """Rank rotations under which the workload is invariant (W1-W3), best first; None if none."""
+    """Rank rotations under which the workload is invariant (W1-W3), best first; None if none.
+
+    Memoised per workload object (a replay and the line-rate replay beside it ask alike).
+    """
+    hit = _MEMO.get(id(cw))
+    if hit is not None and hit[0]() is cw:
+        return hit[1]
     n = cw.n_ranks
-    if n < 2 or cw.instances.splits or any(cr.splits for cr in cw.ranks):
-        return None
+    out: Orbits | None = None
+    if n >= 2 and not cw.instances.splits and not any(cr.splits for cr in cw.ranks):
+        found = _search(cw)
+        first = next(found, None)
+        out = None if first is None else Orbits(first, found)
+    for key in [k for k, (ref, _) in _MEMO.items() if ref() is None]:
+        del _MEMO[key]
+    _MEMO[id(cw)] = (weakref.ref(cw), out)
+    return out
+
+
+def _search(cw: CompiledWorkload) -> Iterator[RankOrbits]:
+    """Rotations passing W1-W3, fewest orbits first."""
+    n = cw.n_ranks
     shapes = _shapes(cw)
     flat = _flat_instances(cw)
-    found: list[RankOrbits] = []
     for block, shift in _candidates(n):
         perm = rotation(n, block, shift)
         if not np.array_equal(shapes[perm], shapes):
             continue
         orb = _check(cw, block, shift, perm, flat)
         if orb is not None:
-            found.append(orb)
-            if len(found) >= MAX_CANDIDATES:
-                break
-    return Orbits(found) if found else None
+            yield orb
 
 
 @dataclass
@@ -456,7 +497,7 @@ def quotient_for(
 ) -> tuple[Quotient | None, str]:
     """The first candidate whose network obligations (N1, N2) hold, or None and why not."""
     why = "no candidate"
-    for orb in orbits.candidates:
+    for orb in orbits.each():
         pi = link_permutation(pricer, orb.perm)
         if isinstance(pi, str):
             why = pi
