@@ -314,11 +314,14 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     from genie.collectives import nccl_pipeline as F
 
     sys2 = h100(2)  # 2 nodes x 8 GPUs: Simple forwards chunks on 2 (7 + 1) = 16 tree stages,
-    # LL and LL128 only on the 2 network hops (line by line inside a node)
-    assert F.depth(sys2, "tree", "Simple") == 16 and F.depth(sys2, "nvlstree", "Simple") == 4
+    # LL and LL128 only on the 2 network hops (line by line inside a node); NVLSTree: scatter,
+    # reduce and send up, receive and multicast, gather, and the 2 network hops
+    assert F.depth(sys2, "tree", "Simple") == 16 and F.depth(sys2, "nvlstree", "Simple") == 6
     assert F.depth(sys2, "tree", "LL128") == F.depth(sys2, "tree", "LL") == 2
     assert F.depth(h100(1), "tree", "LL128") == 0
-    assert F.depth(h100(1), "nvls", "Simple") == 2 and F.depth(sys2, "ring", "Simple") == 1
+    # NVLS on one node: scatter, reduce and multicast, gather
+    assert F.depth(h100(1), "nvls", "Simple") == 3 and F.depth(sys2, "ring", "Simple") == 1
+    assert F.depth(h100(4), "nvlstree", "Simple") == 4 + 2 * 2
     assert F.depth(h100(5), "tree", "Simple") == 2 * (7 + 3)  # ceil(log2 5) hops across
     # tree LL128: 576,000-byte chunks, halved (not below 128 KiB) while a channel holds fewer than
     # (1 + 1 + 0.8) x 64 / 8 = 22.4 of them, then (not below 32 KiB) fewer than 5.6

@@ -1,15 +1,15 @@
 """NCCL's chunk schedule per algorithm, and the pipeline fill it costs a tree-shaped collective.
 
 A tree (NCCL's double binary tree, a chain inside each node), NVLS and NVLSTree move a channel's
-data as a stream of chunks through a pipeline of stages (hops up and down the tree, the
-switch's reduction and multicast). ``latency + bytes / rate`` prices the stream as if the first
-chunk cost nothing to bring through. A stage that forwards whole chunks (store and forward)
-holds the stream back by one chunk: a network hop for every protocol (the proxy posts a send
-once the GPU has filled a FIFO step), a hop inside a node for Simple (the peer sees a step when
-its flag is set); LL and LL128 inside a node forward line by line (every 8- or 128-byte line
-carries its own flag), which costs no chunk. With D chunk-forwarding stages the stream ends
-(D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's bytes at the
-channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
+data as a stream of chunks through a pipeline of stages (hops up and down the tree; NVLS's
+scatter, reduction and multicast, and gather). ``latency + bytes / rate`` prices the stream
+as if the first chunk cost nothing to bring through. A stage that forwards whole chunks (store
+and forward) holds the stream back by one chunk: a network hop for every protocol (the proxy
+posts a send once the GPU has filled a FIFO step), a hop inside a node for Simple (the peer
+sees a step when its flag is set); LL and LL128 inside a node forward line by line (every 8-
+or 128-byte line carries its own flag), which costs no chunk. With D chunk-forwarding stages
+the stream ends (D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's
+bytes at the channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
 messages, ``calcCollChunking``), so the fill is nothing for tiny messages, grows with the chunk
 through the middle sizes and stops at the largest chunk, where it is a small part of a large
 transfer. The ring has no fill: every rank sends from the first step on.
@@ -70,16 +70,20 @@ def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) ->
 
 def depth(sys: System, algo: str, proto: str) -> int:
     """Stages that forward whole chunks: a tree's hops up and down across nodes (ceil(log2
-    nodes) each way) and, with Simple, along the chain of a node's GPUs; NVLS's reduction and
-    multicast (Simple only); NVLSTree both; 1 for the rest."""
+    nodes) each way) and, with Simple, along the chain of a node's GPUs; NVLS's warp groups on
+    one node (scatter to the heads, reduce and multicast through the switch, gather: 3);
+    NVLSTree's (scatter, reduce and send up the tree, receive and multicast, gather: 4) plus
+    the tree's network hops; 1 for the rest. The warp groups are NCCL's (``src/device/
+    all_reduce.h``, ``RunWorkColl`` for NVLS and NVLS_TREE): each is a Simple primitive that
+    posts a whole chunk before the next group takes it."""
     across = math.ceil(math.log2(sys.nodes)) if sys.nodes > 1 else 0
     if algo == "tree":
         inside = sys.gpus_per_node - 1 if proto == "Simple" else 0
         return 2 * (inside + across)
     if algo == "nvls":
-        return 2
+        return 3
     if algo == "nvlstree":
-        return 2 + 2 * across
+        return 4 + 2 * across
     return 1
 
 
