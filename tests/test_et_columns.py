@@ -251,3 +251,110 @@ def test_load_reads_through_columns_above_the_threshold(tmp_path: Path, monkeypa
     assert len(calls) == 2  # not called again
     assert [r.nodes for r in got.ranks] == [r.nodes for r in ref.ranks]
     assert got.problems == ref.problems and got.groups == ref.groups
+
+
+# ------------------------------------------------------------------ validation from columns
+
+
+def _validate_both(ns: list[Node], n_ranks: int = 4, rank: int = 0):
+    """validate_rank_columns and validate_rank on the same bytes: outcome, counts, kept ctrl_deps
+    and the topological order must agree."""
+    from collections import Counter
+
+    from genie.errors import ValidationError
+    from genie.workload.column_checks import validate_rank_columns
+    from genie.workload.graph import topological_indices
+    from genie.workload.model import RankGraph
+    from genie.workload.validate import validate_rank
+
+    data = _trace(ns)
+    _meta, pos, _ = _first_frame(data, "<t>", "")
+    out = []
+    for fast in (True, False):
+        cols = decode_columns(data, pos, "<t>")
+        rg = RankGraph(rank=rank, nodes=cols.to_nodes(), source="r.et")
+        counts: Counter[str] = Counter()
+        try:
+            if fast:
+                problems = validate_rank_columns(rg, cols, n_ranks, counts)
+                assert "_topo_cache" in rg.__dict__
+            else:
+                problems = validate_rank(rg, n_ranks, counts)
+        except ValidationError as exc:
+            out.append(("error", str(exc)))
+            continue
+        kept = [n.ctrl_deps for n in rg.nodes]
+        out.append((problems, +counts, kept, list(topological_indices(rg))))
+    assert out[0] == out[1]
+    return out[0]
+
+
+def test_real_style_rank_validates_from_columns_like_validate_rank() -> None:
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    rg = pytorch_style(2, layers=4, steps=2).ranks[1]
+    problems, counts, kept, topo = _validate_both(rg.nodes, n_ranks=2, rank=1)
+    assert kept != [n.raw_ctrl_deps for n in rg.nodes]  # some ctrl_deps set aside
+    assert counts["ctrl_deps_to_missing_ids"] > 0 and problems  # the dropped thread root
+    assert topo != sorted(topo)  # forward data_deps: Kahn's order, not file order
+
+
+def _chain(k: int = 6) -> list[Node]:
+    return [
+        Node(i, f"c{i}", NodeType.COMP_NODE, data_deps=[i - 1] if i > 1 else [], duration_micros=5)
+        for i in range(1, k + 1)
+    ]
+
+
+def _coll(i: int, *attrs: Attr, deps=(), t=NodeType.COMM_COLL_NODE) -> Node:
+    return Node(i, f"x{i}", t, data_deps=list(deps), attrs=list(attrs))
+
+
+CT = Attr("comm_type", "int64_val", 0)
+CS = Attr("comm_size", "int64_val", 64)
+CHECKED = {
+    "clean": _chain(),
+    "forward and self deps, ctrl drops": [
+        Node(1, "a", 4, data_deps=[3, 1], ctrl_deps=[1, 9, 2]),
+        Node(2, "b", 4, ctrl_deps=[1]),
+        Node(3, "c", 4, data_deps=[2]),
+    ],
+    "duplicate id": [*_chain(), Node(3, "dup", 4)],
+    "dangling dep": [*_chain(), Node(40, "d", 4, data_deps=[99])],
+    "cycle": [Node(1, "a", 4, data_deps=[2]), Node(2, "b", 4, data_deps=[1])],
+    "absurd duration": [*_chain(), Node(50, "long", 4, duration_micros=10**13)],
+    "collective without type": [*_chain(), _coll(60, CS)],
+    "unknown comm_type": [*_chain(), _coll(61, Attr("comm_type", "int64_val", 99), CS)],
+    "host launcher": [*_chain(), _coll(62, Attr("is_cpu_op", "bool_val", True))],
+    "negative size": [*_chain(), _coll(63, CT, Attr("comm_size", "int64_val", -1))],
+    "send to self": [
+        *_chain(),
+        _coll(64, Attr("comm_dst", "int32_val", 0), CS, t=NodeType.COMM_SEND_NODE),
+    ],
+    "string num_ops": [*_chain(), Node(65, "o", 4, attrs=[Attr("num_ops", "string_val", "x")])],
+}
+
+
+@pytest.mark.parametrize("what", CHECKED)
+def test_rank_checks_from_columns_match_validate_rank(what: str) -> None:
+    ns = CHECKED[what]
+    got = _validate_both([n.copy() for n in ns])
+    assert (got[0] == "error") == (
+        what not in ("clean", "forward and self deps, ctrl drops", "host launcher")
+    )
+
+
+def test_load_defers_a_rank_error_until_every_file_is_read(tmp_path: Path, monkeypatch) -> None:
+    """A validation error in rank 0 found while reading does not hide a corrupt rank 1 file."""
+    from genie.errors import ValidationError
+    from genie.workload import load_workload
+
+    monkeypatch.setattr(et_codec, "COLUMNS_FROM_BYTES", 0)
+    bad = [Node(1, "a", 4, data_deps=[2]), Node(2, "b", 4, data_deps=[1])]
+    (tmp_path / "w.0.et").write_bytes(_trace(bad))
+    (tmp_path / "w.1.et").write_bytes(_trace(_chain())[:-3])
+    with pytest.raises(TraceFormatError):
+        load_workload(tmp_path / "w")
+    (tmp_path / "w.1.et").write_bytes(_trace(_chain()))
+    with pytest.raises(ValidationError, match="cycle"):
+        load_workload(tmp_path / "w")

@@ -19,12 +19,16 @@ import struct
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from google.protobuf.message import DecodeError
 
 from genie.errors import TraceFormatError, WorkloadError
 from genie.workload import et_fast, et_schema
 from genie.workload.model import DEFAULT_VERSION, Attr, IOInfo, Metadata, Node
+
+if TYPE_CHECKING:
+    from genie.workload.et_columns import NodeColumns
 
 GZIP_MAGIC = b"\x1f\x8b"
 #: node bytes from which a file is decoded in columns (``et_columns``: numpy passes over every
@@ -205,7 +209,16 @@ def gc_paused():
 def _decode(
     data: bytes, source: str, note: str, memo: dict | None = None
 ) -> tuple[Metadata, list[Node], list[str]]:
+    meta, nodes, problems, _cols = _decode_columns(data, source, note, memo)
+    return meta, nodes, problems
+
+
+def _decode_columns(
+    data: bytes, source: str, note: str, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str], NodeColumns | None]:
+    """``_decode``, plus the columns the nodes were made from (None below the threshold)."""
     meta, pos, problems = _first_frame(data, source, note, memo)
+    cols = None
     with gc_paused():
         if len(data) - pos >= COLUMNS_FROM_BYTES:
             from genie.workload.et_columns import decode_columns
@@ -223,7 +236,7 @@ def _decode(
             f"{source}: {odd} node frame(s) have non-canonical bytes or unknown fields; "
             "a re-write will not be byte-identical"
         )
-    return meta, nodes, problems
+    return meta, nodes, problems, cols
 
 
 def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadata, list[Node]]:
@@ -251,6 +264,15 @@ def read_trace(
     p = Path(path)
     data, note = open_bytes(p)
     return _decode(data, str(p), note, memo)
+
+
+def read_trace_columns(
+    path: str | Path, memo: dict | None = None
+) -> tuple[Metadata, list[Node], list[str], NodeColumns | None]:
+    """``read_trace``, plus the columns the nodes were made from (None for a small file)."""
+    p = Path(path)
+    data, note = open_bytes(p)
+    return _decode_columns(data, str(p), note, memo)
 
 
 # ----------------------------------------------------------------------------- encoding

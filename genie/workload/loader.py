@@ -23,20 +23,32 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from genie import progress
-from genie.errors import WorkloadError
+from genie.errors import ValidationError, WorkloadError
 from genie.workload.chakra_json import decode_chakra_json
-from genie.workload.et_codec import AttrMemo, gc_paused, open_bytes, read_trace, write_trace
+from genie.workload.et_codec import (
+    AttrMemo,
+    gc_paused,
+    open_bytes,
+    read_trace,
+    read_trace_columns,
+    write_trace,
+)
 from genie.workload.model import DEFAULT_GROUP, Attr, Metadata, Node, RankGraph, Workload
 from genie.workload.process_groups import (
     WORLD_PG_NAME,
     groups_from_pg_nodes,
     read_comm_group_file,
 )
-from genie.workload.validate import validate_workload
+from genie.workload.validate import RankOutcome, validate_workload
+
+if TYPE_CHECKING:
+    from genie.workload.et_columns import NodeColumns
 
 GROUP_ATTR_PREFIX = "pg_ranks:"
 DESC_ATTR_PREFIX = "pg_desc:"
@@ -57,6 +69,15 @@ def read_rank_file(
         with gc_paused():
             return decode_chakra_json(data, str(p))
     return read_trace(p, memo)
+
+
+def _read_rank_columns(
+    path: Path, memo: dict
+) -> tuple[Metadata, list[Node], list[str], NodeColumns | None]:
+    """``read_rank_file``, plus the columns an ``.et`` file's nodes were made from (or None)."""
+    if path.name.endswith((".json", ".json.gz")):
+        return (*read_rank_file(path, memo), None)
+    return read_trace_columns(path, memo)
 
 
 def group_attrs(groups: dict[str, tuple[int, ...]]) -> list[Attr]:
@@ -234,11 +255,26 @@ def _load_workload(
     ranks: list[RankGraph] = []
     problems: list[str] = []
     memo: dict = {}
+    checked: dict[int, RankOutcome] = {}  # ranks validated from their columns while read
+    failed = False
     with progress.bar(f"reading {prefix.name}", n, "rank files") as bar:
         for r in range(n):
-            meta, nodes, notes = read_rank_file(found[r], memo)
-            ranks.append(RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r])))
+            meta, nodes, notes, cols = _read_rank_columns(found[r], memo)
+            rg = RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r]))
+            ranks.append(rg)
             problems += notes
+            if validate and cols is not None and not failed:
+                # per-rank checks need only the rank count: done now, while the columns
+                # exist; an error waits for the rest to be read (a corrupt file reports first)
+                from genie.workload.column_checks import validate_rank_columns
+
+                counts: Counter[str] = Counter()
+                try:
+                    checked[r] = (validate_rank_columns(rg, cols, n, counts), counts)
+                except ValidationError as exc:
+                    checked[r] = exc
+                    failed = True
+            del cols
             bar.advance()
     groups = _groups_from_metadata(ranks)
     desc = _desc_from_metadata(ranks)
@@ -260,7 +296,7 @@ def _load_workload(
     wl.group_desc = {k: v for k, v in desc.items() if k in groups}
     if validate:
         with progress.stage(f"validating {prefix.name}"):
-            validate_workload(wl)
+            validate_workload(wl, checked=checked)
     return wl
 
 

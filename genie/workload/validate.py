@@ -102,6 +102,60 @@ def _check_size(rank: RankGraph, n: Node, name: str, value) -> None:
         raise ValidationError(f"{_where(rank, n)}: absurd {name} {v} bytes (> 1 PiB)")
 
 
+def _check_fields(rank: RankGraph, n: Node, n_ranks: int) -> None:
+    """The checks of one node that depend only on its type and derived fields (raise on error)."""
+    coll, send, recv = NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
+    dv = n._d
+    ts = dv[5]
+    if ts is not None and (type(ts) is not int or not 0 <= ts <= ABSURD_BYTES):
+        _check_size(rank, n, "tensor_size", ts)
+    ops = dv[4]
+    if ops is not None and (type(ops) is not int or not 0 <= ops <= ABSURD_OPS):
+        if not isinstance(ops, int | float) or isinstance(ops, bool) or ops < 0:
+            raise ValidationError(f"{_where(rank, n)}: bad num_ops {ops!r}")
+        if ops > ABSURD_OPS:
+            raise ValidationError(f"{_where(rank, n)}: absurd num_ops {ops}")
+    if dv[9] is not None and type(dv[9]) is not int:
+        _int_attr(rank, n, "stream", dv[9])
+    t = n.type
+    if t == coll:
+        ct, cs = dv[0], dv[1]
+        if ct is None and dv[8]:
+            return  # host-side launcher: CPU work (genie.workload.model)
+        if ct is None:
+            raise ValidationError(
+                f"{_where(rank, n)}: COMM_COLL node without comm_type "
+                "(it must not default to ALL_REDUCE; a host-side launcher carries "
+                "is_cpu_op = true)"
+            )
+        if ct not in _COLL_TYPES or type(ct) is not int:
+            _int_attr(rank, n, "comm_type", ct)
+            raise ValidationError(f"{_where(rank, n)}: unknown comm_type {ct}")
+        if cs is None:
+            raise ValidationError(f"{_where(rank, n)}: COMM_COLL node without comm_size")
+        if type(cs) is not int or not 0 <= cs <= ABSURD_BYTES:
+            _check_size(rank, n, "comm_size", cs)
+    elif t in (send, recv):
+        what = "send" if t == send else "recv"
+        field = "comm_dst" if what == "send" else "comm_src"
+        peer = n.peer
+        if peer is None and dv[8]:
+            return  # host-side launcher: CPU work
+        if peer is None:
+            raise ValidationError(
+                f"{_where(rank, n)}: {what} without {field} (no peer; PyTorch-derived "
+                "ncclDevKernel_SendRecv nodes lack it: add comm_src/comm_dst to replay them)"
+            )
+        _int_attr(rank, n, field, peer)
+        if not 0 <= peer < n_ranks or peer == rank.rank:
+            raise ValidationError(
+                f"{_where(rank, n)}: {what} peer {peer} is not another rank of 0..{n_ranks - 1}"
+            )
+        if n.comm_size is None:
+            raise ValidationError(f"{_where(rank, n)}: {what} without comm_size")
+        _check_size(rank, n, "comm_size", n.comm_size)
+
+
 def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = None) -> list[str]:
     """Check one rank's graph; raise ValidationError on the first error, return problems.
 
@@ -115,7 +169,6 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
             if n.id in seen:
                 raise ValidationError(f"{_where(rank)}: duplicate node id {n.id} ({n.name!r})")
             seen.add(n.id)
-    coll, send, recv = NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
     # in file order with every dep earlier (the usual case) no dep dangles: one scan says so
     backward, self_data = _dep_scan(rank, _positions(rank))
     if not backward:
@@ -133,55 +186,7 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
             raise ValidationError(
                 f"{_where(rank, n)}: absurd duration {n.duration_micros} us (> 10^12 us)"
             )
-        dv = n._d
-        ts = dv[5]
-        if ts is not None and (type(ts) is not int or not 0 <= ts <= ABSURD_BYTES):
-            _check_size(rank, n, "tensor_size", ts)
-        ops = dv[4]
-        if ops is not None and (type(ops) is not int or not 0 <= ops <= ABSURD_OPS):
-            if not isinstance(ops, int | float) or isinstance(ops, bool) or ops < 0:
-                raise ValidationError(f"{_where(rank, n)}: bad num_ops {ops!r}")
-            if ops > ABSURD_OPS:
-                raise ValidationError(f"{_where(rank, n)}: absurd num_ops {ops}")
-        if dv[9] is not None and type(dv[9]) is not int:
-            _int_attr(rank, n, "stream", dv[9])
-        t = n.type
-        if t == coll:
-            ct, cs = dv[0], dv[1]
-            if ct is None and dv[8]:
-                continue  # host-side launcher: CPU work (genie.workload.model)
-            if ct is None:
-                raise ValidationError(
-                    f"{_where(rank, n)}: COMM_COLL node without comm_type "
-                    "(it must not default to ALL_REDUCE; a host-side launcher carries "
-                    "is_cpu_op = true)"
-                )
-            if ct not in _COLL_TYPES or type(ct) is not int:
-                _int_attr(rank, n, "comm_type", ct)
-                raise ValidationError(f"{_where(rank, n)}: unknown comm_type {ct}")
-            if cs is None:
-                raise ValidationError(f"{_where(rank, n)}: COMM_COLL node without comm_size")
-            if type(cs) is not int or not 0 <= cs <= ABSURD_BYTES:
-                _check_size(rank, n, "comm_size", cs)
-        elif t in (send, recv):
-            what = "send" if t == send else "recv"
-            field = "comm_dst" if what == "send" else "comm_src"
-            peer = n.peer
-            if peer is None and dv[8]:
-                continue  # host-side launcher: CPU work
-            if peer is None:
-                raise ValidationError(
-                    f"{_where(rank, n)}: {what} without {field} (no peer; PyTorch-derived "
-                    "ncclDevKernel_SendRecv nodes lack it: add comm_src/comm_dst to replay them)"
-                )
-            _int_attr(rank, n, field, peer)
-            if not 0 <= peer < n_ranks or peer == rank.rank:
-                raise ValidationError(
-                    f"{_where(rank, n)}: {what} peer {peer} is not another rank of 0..{n_ranks - 1}"
-                )
-            if n.comm_size is None:
-                raise ValidationError(f"{_where(rank, n)}: {what} without comm_size")
-            _check_size(rank, n, "comm_size", n.comm_size)
+        _check_fields(rank, n, n_ranks)
     cyc = find_cycle(rank)
     if cyc:
         names = " -> ".join(x.label() for x in cyc + cyc[:1])
@@ -239,12 +244,27 @@ def check_point_to_point(wl: Workload) -> None:
                 )
 
 
-def validate_workload(wl: Workload) -> list[str]:
-    """Validate every rank and the cross-rank matching; return (and record) the problems."""
+#: a rank's ``validate_rank`` outcome computed beforehand: (problems, dropped counts) or its error
+RankOutcome = tuple[list[str], Counter[str]] | ValidationError
+
+
+def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = None) -> list[str]:
+    """Validate every rank and the cross-rank matching; return (and record) the problems.
+
+    ``checked`` holds ranks (by position) already put through ``validate_rank`` (the loader does
+    so while reading, from the columns); their outcome is used in rank order as if computed here.
+    """
     problems: list[str] = []
     dropped: Counter[str] = Counter()
-    for rg in wl.ranks:
-        problems += validate_rank(rg, wl.n_ranks, dropped)
+    for k, rg in enumerate(wl.ranks):
+        done = checked.get(k) if checked else None
+        if done is None:
+            problems += validate_rank(rg, wl.n_ranks, dropped)
+        elif isinstance(done, ValidationError):
+            raise done
+        else:
+            problems += done[0]
+            dropped.update(done[1])
     wl.dropped = {k: dropped.get(k, 0) for k in DROP_REASONS}
     for name, members in wl.groups.items():
         bad = [r for r in members if not 0 <= r < wl.n_ranks]

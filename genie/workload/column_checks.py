@@ -1,0 +1,128 @@
+"""Validation of one rank read in columns (``et_columns.NodeColumns``): ``validate_rank``'s
+checks as array operations.
+
+Ids, dependencies and durations are checked over the columns; the checks of a node's type and
+derived fields (``validate._check_fields``) run once per distinct (type, derived tuple) pair,
+which the columns intern. Where any check would fail, the rank goes to ``validate_rank`` (the
+reference), which raises the error it always raised, naming the first bad node. Otherwise the
+result is the reference's: the same problems, the same dropped counts, the same kept ctrl_deps
+on the nodes, and the rank's topological order cached as ``graph.topological_indices`` would
+compute it (Kahn's algorithm, ties by file order).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import numpy as np
+
+from genie.errors import ValidationError
+from genie.workload.et_columns import NodeColumns
+from genie.workload.model import RankGraph
+from genie.workload.validate import ABSURD_MICROS, _check_fields, _drop_note, validate_rank
+
+
+def validate_rank_columns(
+    rank: RankGraph, cols: NodeColumns, n_ranks: int, dropped: Counter[str] | None = None
+) -> list[str]:
+    """``validate_rank(rank, n_ranks, dropped)`` computed from ``cols``, the columns that
+    ``rank.nodes`` were made from (and are still equal to)."""
+    n = len(cols)
+    if cols.fallback or n != len(rank.nodes):
+        return validate_rank(rank, n_ranks, dropped)
+    order = np.argsort(cols.id, kind="stable")
+    sid = cols.id[order]
+    if (sid[1:] == sid[:-1]).any() or (cols.duration_micros > ABSURD_MICROS).any():
+        return validate_rank(rank, n_ranks, dropped)  # raises: duplicate id, absurd duration
+    combo = (cols.type.astype(np.int64) << 32) | cols.derived.astype(np.int64)
+    _u, first = np.unique(combo, return_index=True)
+    nodes = rank.nodes
+    try:
+        for r in first.tolist():
+            _check_fields(rank, nodes[r], n_ranks)
+    except ValidationError:
+        return validate_rank(rank, n_ranks, dropped)  # raises, naming the first bad node
+    row, pos, found = _dep_positions(cols.data_offsets, cols.data_deps, sid, order, n)
+    if not found.all():
+        return validate_rank(rank, n_ranks, dropped)  # raises: a data_dep dangles
+    selfs = pos == row
+    if (pos <= row).all():
+        topo = list(range(n))
+    else:
+        got = _topological(n, row[~selfs], pos[~selfs])
+        if got is None:
+            return validate_rank(rank, n_ranks, dropped)  # raises: a cycle
+        topo = got
+    counts: Counter[str] = Counter()
+    crow, cpos, cfound = _dep_positions(cols.ctrl_offsets, cols.ctrl_deps, sid, order, n)
+    if crow.size:
+        missing = ~cfound
+        to_self = cfound & (cpos == crow)
+        forward = cfound & (cpos > crow)
+        for key, mask in (
+            ("ctrl_deps_to_missing_ids", missing),
+            ("ctrl_deps_to_self", to_self),
+            ("ctrl_deps_forward", forward),
+        ):
+            c = int(np.count_nonzero(mask))
+            if c:
+                counts[key] = c
+        drop = missing | to_self | forward
+        if drop.any():
+            kept = cols.ctrl_deps[~drop].tolist()
+            koff = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(crow[~drop], minlength=n), out=koff[1:])
+            ko = koff.tolist()
+            for r in np.unique(crow[drop]).tolist():
+                nodes[r].ctrl_deps = kept[ko[r] : ko[r + 1]]
+    self_data = int(np.count_nonzero(selfs))
+    if self_data:
+        counts["data_deps_to_self"] += self_data
+    rank.__dict__["_topo_cache"] = (n, topo)  # as graph.topological_indices caches it
+    problems = []
+    note = _drop_note(rank, counts)
+    if note:
+        problems.append(note)
+    if dropped is not None:
+        dropped.update(counts)
+    return problems
+
+
+def _dep_positions(
+    offsets: np.ndarray, deps: np.ndarray, sid: np.ndarray, order: np.ndarray, n: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per dependency: its row, the position of the node it names (ids unique), and whether
+    such a node exists."""
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+    if not n:
+        return row, row.copy(), np.ones(0, dtype=bool)
+    k = np.minimum(np.searchsorted(sid, deps), n - 1)
+    found = sid[k] == deps
+    return row, order[k], found
+
+
+def _topological(n: int, row: np.ndarray, pos: np.ndarray) -> list[int] | None:
+    """Positions ordered after their deps (``row`` waits for ``pos``), ties broken by position
+    (``graph.index_order``'s order); None on a cycle."""
+    key = np.unique(row * n + pos)
+    waiter, dep = key // n, key % n
+    indeg = np.bincount(waiter, minlength=n)
+    by_dep = np.argsort(dep, kind="stable")
+    users = waiter[by_dep].tolist()
+    uoff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dep, minlength=n), out=uoff[1:])
+    uo = uoff.tolist()
+    deg = indeg.tolist()
+    heap = np.flatnonzero(indeg == 0).tolist()  # ascending: already a heap
+    out: list[int] = []
+    append = out.append
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        i = pop(heap)
+        append(i)
+        for u in users[uo[i] : uo[i + 1]]:
+            deg[u] -= 1
+            if not deg[u]:
+                push(heap, u)
+    return out if len(out) == n else None
