@@ -38,6 +38,7 @@ from genie.workload.stream_rules import MODES as EDGE_MODES
 from genie.workload.stream_rules import stream_edges
 
 A2A = int(CollectiveType.ALL_TO_ALL)
+_NO_DEPS: list[int] = []  # shared by the nodes without deps (read, never changed)
 
 _KIND = {
     "compute": Kind.COMPUTE,
@@ -111,33 +112,19 @@ def compile_workload(
     gid = {g: i for i, g in enumerate(group_names)}
     world = tuple(range(wl.n_ranks))
     ranks = []
+    roofline = compute.mode == "roofline"
+    groups_of = (gid, group_names, group_ranks, world)
+    # what a node compiles to depends only on its type, derived attrs and duration: nodes
+    # alike (most of a trace) are worked out once, for the whole workload
+    memo: dict[tuple, tuple] = {}
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
         # ids 0..n-1 in order (generated and most real traces): deps need no id lookup
-        identity = all(nd.id == i for i, nd in enumerate(nodes))
-        index: dict[int, int] = {}
-        if not identity:
-            for i, nd in enumerate(nodes):
-                index.setdefault(nd.id, i)
-        kind = [0] * n
-        dur = [0.0] * n
-        ctype = [-2] * n
-        csize = [0] * n
-        grp = [-1] * n
-        peer = [-1] * n
-        tag = [0] * n
-        ids = [0] * n
-        deps: list[list[int]] = [[]] * n
-        names: list[str] = [""] * n
-        lane = [-1] * n
-        lane_ids: dict[str, int] = {}
+        ids = [nd.id for nd in nodes]
+        identity = ids == list(range(n))
+        fields = []
         splits: dict[int, list[int]] = {}
-        roofline = compute.mode == "roofline"
-        groups_of = (gid, group_names, group_ranks, world)
-        # what a node compiles to depends only on its type, derived attrs and duration: nodes
-        # alike (most of a trace) are worked out once
-        memo: dict[tuple, tuple] = {}
         for i, nd in enumerate(nodes):
             derived = getattr(nd, "_d", None)
             if derived is not None:
@@ -147,19 +134,8 @@ def compile_workload(
                     f = memo[mk] = _fields(nd, r, compute, roofline, groups_of)
             else:
                 f = _fields(nd, r, compute, roofline, groups_of)
-            k, key, dur[i], ctype[i], csize[i], grp[i], peer[i], tag[i] = f
-            if key is not None:
-                lane[i] = lane_ids.setdefault(key, len(lane_ids))
-            kind[i] = k
-            ids[i] = nd.id
-            names[i] = nd.name or ""
-            dd = nd.data_deps
-            if dd:
-                if identity:
-                    deps[i] = dd  # out-of-range and self deps are dropped by make_rank
-                else:
-                    deps[i] = [index[d] for d in dd if d in index and index[d] != i]
-            if k == Kind.COLLECTIVE and ctype[i] == A2A:  # per node: not in the memo's key
+            fields.append(f)
+            if f[3] == A2A and f[0] == Kind.COLLECTIVE:  # per node: not in the memo's key
                 row = nd.attr(SPLIT_ATTR)
                 if row is not None:
                     if not isinstance(row, list | tuple):
@@ -168,6 +144,28 @@ def compile_workload(
                             "list of byte counts"
                         )
                     splits[i] = [int(x) for x in row]
+        if n:
+            kind, keys, dur, ctype, csize, grp, peer, tag = (
+                list(c) for c in zip(*fields, strict=True)
+            )
+        else:
+            kind, keys, dur, ctype, csize, grp, peer, tag = [], [], [], [], [], [], [], []
+        lane_ids: dict[str, int] = {}
+        lane = [-1 if key is None else lane_ids.setdefault(key, len(lane_ids)) for key in keys]
+        names = [nd.name or "" for nd in nodes]
+        deps: list[list[int]]
+        if identity:  # out-of-range and self deps are dropped by make_rank
+            deps = [nd.data_deps or _NO_DEPS for nd in nodes]
+        else:
+            index: dict[int, int] = {}
+            for i, node_id in enumerate(ids):
+                index.setdefault(node_id, i)
+            deps = [
+                [index[d] for d in nd.data_deps if d in index and index[d] != i]
+                if nd.data_deps
+                else _NO_DEPS
+                for i, nd in enumerate(nodes)
+            ]
         if edges == "inferred" and isinstance(rg, RankGraph):
             _add_stream_edges(deps, stream_edges(rg).edges)
         cr = make_rank(
