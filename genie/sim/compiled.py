@@ -180,6 +180,19 @@ def finish(
     name: str = "workload",
 ) -> CompiledWorkload:
     """Assign communication instances, check that collectives agree across ranks, and pack."""
+    fast = _finish_columns(ranks, group_names, group_ranks, name)
+    if fast is not None:
+        return fast
+    return _finish_loop(ranks, group_names, group_ranks, name)
+
+
+def _finish_loop(
+    ranks: list[CompiledRank],
+    group_names: list[str],
+    group_ranks: list[tuple[int, ...]],
+    name: str = "workload",
+) -> CompiledWorkload:
+    """``finish`` node by node: the reference, and the path that names what is wrong."""
     n = len(ranks)
     i_type: list[int] = []
     i_size: list[int] = []
@@ -314,6 +327,138 @@ def finish(
         tag=np.asarray(i_tag, np.int64),
         members=members,
         splits=splits,
+    )
+    return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def _finish_columns(
+    ranks: list[CompiledRank],
+    group_names: list[str],
+    group_ranks: list[tuple[int, ...]],
+    name: str,
+) -> CompiledWorkload | None:
+    """``finish`` on columns for the common case (no all-to-all-v, no error, no send/recv
+    mismatch); None to leave it to the node-by-node loop, which numbers instances alike
+    (collectives by first appearance in rank, then node order; send/recv pairs after them by
+    channel) and names any problem."""
+    n = len(ranks)
+    if not ranks or any(cr.splits for cr in ranks):
+        return None
+    kinds = [cr.kind for cr in ranks]
+    counts = np.array([len(k) for k in kinds], np.int64)
+    kind = np.concatenate(kinds).astype(np.int64)
+    comm = np.flatnonzero((kind >= Kind.COLLECTIVE) & (kind <= Kind.RECV))
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rank = np.searchsorted(offsets, comm, side="right") - 1
+    local = comm - offsets[rank]
+    ck = kind[comm]
+    coll = ck == Kind.COLLECTIVE
+    group = np.concatenate([cr.group for cr in ranks]).astype(np.int64)[comm]
+    ctype = np.concatenate([cr.comm_type for cr in ranks]).astype(np.int64)[comm]
+    size = np.concatenate([cr.comm_size for cr in ranks]).astype(np.int64)[comm]
+    n_groups = len(group_ranks)
+    cg, cr_, cl = group[coll], rank[coll], local[coll]
+    if len(cg) and (cg.min() < 0 or cg.max() >= n_groups):
+        return None
+    # membership: (group, rank) pairs of every group, as one sorted code
+    lens = np.array([len(g) for g in group_ranks], np.int64)
+    flat = np.concatenate([np.asarray(g, np.int64) for g in group_ranks]) if n_groups else None
+    if len(cg):
+        assert flat is not None
+        codes = np.sort(np.repeat(np.arange(n_groups, dtype=np.int64), lens) * n + flat)
+        want = cg * n + cr_
+        at = np.minimum(np.searchsorted(codes, want), len(codes) - 1)
+        if not np.array_equal(codes[at], want):
+            return None
+    # sequence number of each collective within its group on its rank (node order)
+    order = np.lexsort((cl, cg, cr_))
+    key_sorted = cr_[order] * n_groups + cg[order]
+    run_start = np.flatnonzero(np.r_[True, key_sorted[1:] != key_sorted[:-1]])
+    run_len = np.diff(np.r_[run_start, len(key_sorted)])
+    seq_sorted = np.arange(len(key_sorted)) - np.repeat(run_start, run_len)
+    seq = np.empty(len(cg), np.int64)
+    seq[order] = seq_sorted
+    # instances by first appearance of (group, seq) in (rank, node) order
+    ikey = cg * (int(seq.max(initial=0)) + 1) + seq
+    uniq, first, inv = np.unique(ikey, return_index=True, return_inverse=True)
+    rank_of_uniq = np.empty(len(uniq), np.int64)
+    rank_of_uniq[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+    iid = rank_of_uniq[inv]
+    n_coll = len(uniq)
+    lead = first[np.argsort(first, kind="stable")]  # each instance's first member (flat index)
+    ct, sz = ctype[coll], size[coll]
+    if not (np.array_equal(ct, ct[lead][iid]) and np.array_equal(sz, sz[lead][iid])):
+        return None
+    # members of each collective instance in (rank, node) order
+    by_iid = np.argsort(iid, kind="stable")
+    bounds = np.searchsorted(iid[by_iid], np.arange(n_coll + 1))
+    mr, ml = cr_[by_iid].tolist(), cl[by_iid].tolist()
+    pairs = list(zip(mr, ml, strict=True))
+    members: list[list[tuple[int, int]]] = [
+        pairs[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    ]
+    i_type = ct[lead].tolist()
+    i_size = sz[lead].tolist()
+    i_group = cg[lead].tolist()
+    i_seq = seq[lead].tolist()
+    i_src = [-1] * n_coll
+    i_dst = [-1] * n_coll
+    i_tag = [0] * n_coll
+    # send/recv: paired per channel in node order, as the loop does
+    p2p_sends: dict[tuple[int, int, int], list[int]] = {}
+    p2p_recvs: dict[tuple[int, int, int], list[int]] = {}
+    pidx = np.flatnonzero(~coll)
+    for j in pidx.tolist():
+        r, i, k = int(rank[j]), int(local[j]), int(ck[j])
+        cr = ranks[r]
+        peer = int(cr.peer[i])
+        if not 0 <= peer < n:
+            return None
+        chan = (r, peer, int(cr.tag[i])) if k == Kind.SEND else (peer, r, int(cr.tag[i]))
+        (p2p_sends if k == Kind.SEND else p2p_recvs).setdefault(chan, []).append(i)
+    for chan in sorted(set(p2p_sends) | set(p2p_recvs)):
+        s, d, t = chan
+        sends = p2p_sends.get(chan, [])
+        recvs = p2p_recvs.get(chan, [])
+        for k in range(max(len(sends), len(recvs))):
+            mem: list[tuple[int, int]] = []
+            sz_ = -1
+            if k < len(sends):
+                mem.append((s, sends[k]))
+                sz_ = int(ranks[s].comm_size[sends[k]])
+            if k < len(recvs):
+                mem.append((d, recvs[k]))
+                rsize = int(ranks[d].comm_size[recvs[k]])
+                if sz_ >= 0 and rsize != sz_:
+                    return None
+                sz_ = rsize
+            i_type.append(P2P)
+            i_size.append(sz_)
+            i_group.append(-1)
+            i_seq.append(k)
+            i_src.append(s)
+            i_dst.append(d)
+            i_tag.append(t)
+            members.append(mem)
+    # each node's instance
+    inst_flat = np.full(int(offsets[-1]), -1, np.int64)
+    inst_flat[offsets[cr_] + cl] = iid
+    for pid in range(n_coll, len(members)):
+        for rr, nn in members[pid]:
+            inst_flat[offsets[rr] + nn] = pid
+    for r, cr in enumerate(ranks):
+        cr.instance = inst_flat[offsets[r] : offsets[r + 1]].copy()
+    instances = Instances(
+        comm_type=np.asarray(i_type, np.int16),
+        size=np.asarray(i_size, np.int64),
+        group=np.asarray(i_group, np.int32),
+        seq=np.asarray(i_seq, np.int64),
+        src=np.asarray(i_src, np.int32),
+        dst=np.asarray(i_dst, np.int32),
+        tag=np.asarray(i_tag, np.int64),
+        members=members,
+        splits={},
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
 
