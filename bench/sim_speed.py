@@ -31,6 +31,7 @@ prints its bound). ``--big ''`` skips them.
       .venv/bin/python bench/sim_speed.py [--kinds dp,llm,moe] [--ranks 64,256,1024]
       [--scale 64,256,1024,2048,4096] [--repeat 2] [--astra-timeout 600]
       [--big 4096,16384] [--big-kinds llm] [--topologies switch,leaf_spine] [--big-timeout 900]
+      [--reference]
 
 Figures (issue 33, llm, CPU user+sys / peak RSS, this shared 2-core machine; before = commit
 4c97177 (the session's start), after = HEAD with every helper's issue-33 work; under load 4-6
@@ -215,10 +216,13 @@ def run_big(sizes: list[int], args: argparse.Namespace, tmp: Path) -> None:
                     f"{gen['cpu']:>7.2f} s {gen['rss_mb']:>7.0f} MB",
                     flush=True,
                 )
-            for topo in topologies:
-                argv = genie("simulate", str(prefix), "--topology", topo)
+            variants = [("", ())]
+            if args.reference:  # the full replay (no symmetry, no orbits) beside it
+                variants.append((" full", ("--no-symmetry",)))
+            for topo, (tag, extra) in ((t, v) for t in topologies for v in variants):
+                argv = genie("simulate", str(prefix), "--topology", topo, *extra)
                 r = timed(argv, args.big_timeout)
-                label = f"simulate {topo}"
+                label = f"simulate {topo}{tag}"
                 if r["timeout"]:
                     print(
                         f"{name:<12}{label:<22}{'> ' + format(args.big_timeout, '.0f'):>7} s (cut)"
@@ -258,6 +262,11 @@ def main() -> None:
     ap.add_argument("--big", default="4096,16384", help="large sizes ('' to skip)")
     ap.add_argument("--big-kinds", default="llm")
     ap.add_argument("--topologies", default="switch,leaf_spine", help="for the large sizes")
+    ap.add_argument(
+        "--reference",
+        action="store_true",
+        help="large sizes: also run --no-symmetry (the full replay the orbit replay stands for)",
+    )
     ap.add_argument("--big-timeout", type=float, default=900.0, help="seconds per large run")
     ap.add_argument(
         "--pycache",
