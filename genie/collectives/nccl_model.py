@@ -16,7 +16,9 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
 * Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
   a hardware latency per step by link type (NVLink, PCI, network); ring steps inside a node cost
-  at least the CPU's network post overhead when the ring leaves the node (x3 for Simple).
+  at least the CPU's network post overhead when the ring leaves the node (x3 for Simple). NCCL's
+  tuner counts one pass of a ring's steps; a Simple ring that needs more passes (its buffer is
+  more than channels x ranks chunks) pays each later pass's steps at the intra-node latency.
 * Bandwidth: the link the algorithm drives (a GPU's bus inside a node; across nodes the
   narrower of that and the node's NICs, or its GPUs' PCIe links to them), times the protocol's
   wire efficiency, capped by NCCL's published per-protocol limits (LL's maximum, LL128's and
