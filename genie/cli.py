@@ -99,7 +99,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def _command_modules() -> list[str]:
     """The names of the command modules in ``genie/commands/`` (not the ``_private`` ones)."""
-    import pkgutil  # here: it loads ``inspect``, which one command's start-up does not need
+    import pkgutil  # here: one command's start-up needs neither pkgutil nor the package scan
 
     return sorted(
         m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")
