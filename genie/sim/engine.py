@@ -185,9 +185,15 @@ def simulate(
     need = [0] * n_inst
     members: list[list[int]] = [[] for _ in range(n_inst)]
     new_of: list[list[int] | None] = [None if c is None else c.new_of.tolist() for c in collapsed]
-    for iid, mem in enumerate(ins.members):
+    # the instances the replayed ranks take part in (the others never start: none arrives)
+    touched: list[int] | range = range(n_inst)
+    if len(sim_ranks) < cw.n_ranks:
+        ids = np.concatenate([cw.ranks[r].instance for r in sim_ranks] or [np.zeros(0, np.int64)])
+        touched = np.unique(ids[ids >= 0]).tolist()
+    all_members = ins.members
+    for iid in touched:
         gm = []
-        for r, nd in mem:
+        for r, nd in all_members[iid]:
             slot = pos.get(r)
             if slot is not None:
                 renum = new_of[slot]
@@ -196,8 +202,10 @@ def simulate(
         need[iid] = len(gm)
     # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
     group_sizes = [len(g) for g in cw.group_ranks]
-    for iid, g in enumerate(ins.group.tolist()):
-        if len(ins.members[iid]) < (group_sizes[g] if g >= 0 else 2):
+    groups = ins.group.tolist()
+    for iid in touched:
+        g = groups[iid]
+        if len(all_members[iid]) < (group_sizes[g] if g >= 0 else 2):
             need[iid] = total + 1
 
     inst_type = ins.comm_type.tolist()
