@@ -358,3 +358,101 @@ def test_load_defers_a_rank_error_until_every_file_is_read(tmp_path: Path, monke
     (tmp_path / "w.1.et").write_bytes(_trace(_chain()))
     with pytest.raises(ValidationError, match="cycle"):
         load_workload(tmp_path / "w")
+
+
+# ------------------------------------------------------------------ whole workloads in columns
+
+
+def _same_workload(path: Path, **kw) -> None:
+    """load_columns(...).to_workload() is load_workload(...), node for node."""
+    from genie.workload import load_workload
+    from genie.workload.columnar import load_columns
+
+    cw = load_columns(path, **kw)
+    ref = load_workload(path, **kw)
+    got = cw.to_workload()
+    assert cw.node_count() == ref.node_count() and cw.nbytes() > 0
+    assert [r.nodes for r in got.ranks] == [r.nodes for r in ref.ranks]
+    assert [[n.ctrl_deps for n in r.nodes] for r in got.ranks] == [
+        [n.ctrl_deps for n in r.nodes] for r in ref.ranks
+    ]
+    assert [r.metadata for r in got.ranks] == [r.metadata for r in ref.ranks]
+    assert [r.source for r in got.ranks] == [r.source for r in ref.ranks]
+    assert got.problems == ref.problems and got.dropped == ref.dropped
+    assert got.groups == ref.groups and list(got.groups) == list(ref.groups)
+    assert got.group_desc == ref.group_desc and got.name == ref.name
+
+
+@pytest.mark.parametrize("which", ["pytorch_style", "llm", "moe", "dp"])
+def test_workloads_load_into_columns_like_load_workload(which: str, tmp_path: Path) -> None:
+    from genie.workload import save_workload
+    from genie.workload.generators.data_parallel import data_parallel
+    from genie.workload.generators.llm import llm
+    from genie.workload.generators.moe import moe
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    wl = {
+        "pytorch_style": lambda: pytorch_style(4, layers=4, steps=2),
+        "llm": lambda: llm(8, tp=2, pp=2, layers=4),  # sends and recvs between stages
+        "moe": lambda: moe(8),  # all-to-alls
+        "dp": lambda: data_parallel(4),
+    }[which]()
+    save_workload(wl, tmp_path / "w")
+    _same_workload(tmp_path / "w")
+
+
+def test_shared_samples_load_into_columns_like_load_workload(et_samples: Path) -> None:
+    for d in sorted({f.parent for f in et_samples.rglob("*.et")}):
+        _same_workload(d)
+
+
+def _write(tmp_path: Path, ranks: list[list[Node]]) -> Path:
+    for r, ns in enumerate(ranks):
+        (tmp_path / f"w.{r}.et").write_bytes(_trace(ns))
+    return tmp_path / "w"
+
+
+def _send(i: int, dst: int, size: int, t=NodeType.COMM_SEND_NODE, peer="comm_dst") -> Node:
+    return _coll(i, Attr(peer, "int32_val", dst), Attr("comm_size", "int64_val", size), t=t)
+
+
+def test_collective_mismatches_are_the_same_problems(tmp_path: Path) -> None:
+    a = [*_chain(), _coll(10, CT, CS), _coll(11, CT, CS)]
+    b = [*_chain(), _coll(10, CT, CS), _coll(11, CT, Attr("comm_size", "int64_val", 8))]
+    c = [*_chain(), _coll(10, CT, Attr("pg_name", "string_val", "nobody"), CS)]
+    _same_workload(_write(tmp_path, [a, b, c]))
+
+
+def test_point_to_point_in_columns(tmp_path: Path) -> None:
+    from genie.errors import ValidationError
+    from genie.workload import load_workload
+    from genie.workload.columnar import load_columns
+
+    recv = NodeType.COMM_RECV_NODE
+    ok = [[*_chain(), _send(20, 1, 64)], [*_chain(), _send(20, 0, 64, recv, "comm_src")]]
+    _same_workload(_write(tmp_path, ok))
+    bad = [[*_chain(), _send(20, 1, 64)], [*_chain(), _send(20, 0, 32, recv, "comm_src")]]
+    p = _write(tmp_path, bad)
+    with pytest.raises(ValidationError) as ref:
+        load_workload(p)
+    with pytest.raises(ValidationError) as got:
+        load_columns(p)
+    assert str(got.value) == str(ref.value) and "expects 32 B" in str(got.value)
+
+
+@pytest.mark.parametrize("what", [k for k in CHECKED if k not in ("clean", "host launcher")])
+def test_rank_errors_in_columns_read_as_load_workload(what: str, tmp_path: Path) -> None:
+    from genie.errors import ValidationError
+    from genie.workload import load_workload
+    from genie.workload.columnar import load_columns
+
+    p = _write(tmp_path, [_chain(), CHECKED[what]])
+    try:
+        ref = load_workload(p)
+    except ValidationError as exc:
+        with pytest.raises(ValidationError) as got:
+            load_columns(p)
+        assert str(got.value) == str(exc)
+        return
+    assert ref.problems
+    _same_workload(p)

@@ -14,48 +14,59 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
 from genie.errors import ValidationError
 from genie.workload.et_columns import NodeColumns
-from genie.workload.model import RankGraph
+from genie.workload.model import Node, RankGraph
 from genie.workload.validate import ABSURD_MICROS, _check_fields, _drop_note, validate_rank
 
 
-def validate_rank_columns(
-    rank: RankGraph, cols: NodeColumns, n_ranks: int, dropped: Counter[str] | None = None
-) -> list[str]:
-    """``validate_rank(rank, n_ranks, dropped)`` computed from ``cols``, the columns that
-    ``rank.nodes`` were made from (and are still equal to)."""
+class NeedsReference(Exception):
+    """A check failed on the columns: ``validate_rank`` says which, naming the node."""
+
+
+@dataclass
+class RankCheck:
+    """What ``validate_rank`` finds on a valid rank, from its columns."""
+
+    problems: list[str]
+    counts: Counter[str]
+    topo: list[int] | None  # topological order; None: file order
+    ctrl_drop: np.ndarray | None  # per ctrl_deps value: set aside (None: none is)
+
+
+def check_columns(cols: NodeColumns, rank: RankGraph, n_ranks: int) -> RankCheck:
+    """``validate_rank``'s checks on ``cols`` (``rank`` names the rank in messages; its nodes
+    are not read); raises ``NeedsReference`` where a check fails."""
     n = len(cols)
-    if cols.fallback or n != len(rank.nodes):
-        return validate_rank(rank, n_ranks, dropped)
+    if cols.fallback:
+        raise NeedsReference
     order = np.argsort(cols.id, kind="stable")
     sid = cols.id[order]
     if (sid[1:] == sid[:-1]).any() or (cols.duration_micros > ABSURD_MICROS).any():
-        return validate_rank(rank, n_ranks, dropped)  # raises: duplicate id, absurd duration
+        raise NeedsReference  # a duplicate id or an absurd duration
     combo = (cols.type.astype(np.int64) << 32) | cols.derived.astype(np.int64)
     _u, first = np.unique(combo, return_index=True)
-    nodes = rank.nodes
     try:
         for r in first.tolist():
-            _check_fields(rank, nodes[r], n_ranks)
+            _check_fields(rank, cols.node(r), n_ranks)
     except ValidationError:
-        return validate_rank(rank, n_ranks, dropped)  # raises, naming the first bad node
+        raise NeedsReference from None
     row, pos, found = _dep_positions(cols.data_offsets, cols.data_deps, sid, order, n)
     if not found.all():
-        return validate_rank(rank, n_ranks, dropped)  # raises: a data_dep dangles
+        raise NeedsReference  # a data_dep dangles
     selfs = pos == row
-    if (pos <= row).all():
-        topo = list(range(n))
-    else:
-        got = _topological(n, row[~selfs], pos[~selfs])
-        if got is None:
-            return validate_rank(rank, n_ranks, dropped)  # raises: a cycle
-        topo = got
+    topo = None
+    if not (pos <= row).all():
+        topo = _topological(n, row[~selfs], pos[~selfs])
+        if topo is None:
+            raise NeedsReference  # a cycle
     counts: Counter[str] = Counter()
     crow, cpos, cfound = _dep_positions(cols.ctrl_offsets, cols.ctrl_deps, sid, order, n)
+    drop = None
     if crow.size:
         missing = ~cfound
         to_self = cfound & (cpos == crow)
@@ -69,24 +80,47 @@ def validate_rank_columns(
             if c:
                 counts[key] = c
         drop = missing | to_self | forward
-        if drop.any():
-            kept = cols.ctrl_deps[~drop].tolist()
-            koff = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(crow[~drop], minlength=n), out=koff[1:])
-            ko = koff.tolist()
-            for r in np.unique(crow[drop]).tolist():
-                nodes[r].ctrl_deps = kept[ko[r] : ko[r + 1]]
+        if not drop.any():
+            drop = None
     self_data = int(np.count_nonzero(selfs))
     if self_data:
         counts["data_deps_to_self"] += self_data
-    rank.__dict__["_topo_cache"] = (n, topo)  # as graph.topological_indices caches it
-    problems = []
     note = _drop_note(rank, counts)
-    if note:
-        problems.append(note)
+    return RankCheck([note] if note else [], counts, topo, drop)
+
+
+def apply_ctrl_drop(nodes: list[Node], cols: NodeColumns, drop: np.ndarray | None) -> None:
+    """Set ``ctrl_deps`` (the kept ones) on the nodes that set some aside, as
+    ``validate.filter_ctrl_deps`` does."""
+    if drop is None:
+        return
+    n = len(cols)
+    crow = np.repeat(np.arange(n, dtype=np.int64), np.diff(cols.ctrl_offsets))
+    kept = cols.ctrl_deps[~drop].tolist()
+    koff = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(crow[~drop], minlength=n), out=koff[1:])
+    ko = koff.tolist()
+    for r in np.unique(crow[drop]).tolist():
+        nodes[r].ctrl_deps = kept[ko[r] : ko[r + 1]]
+
+
+def validate_rank_columns(
+    rank: RankGraph, cols: NodeColumns, n_ranks: int, dropped: Counter[str] | None = None
+) -> list[str]:
+    """``validate_rank(rank, n_ranks, dropped)`` computed from ``cols``, the columns that
+    ``rank.nodes`` were made from (and are still equal to)."""
+    if len(cols) != len(rank.nodes):
+        return validate_rank(rank, n_ranks, dropped)
+    try:
+        got = check_columns(cols, rank, n_ranks)
+    except NeedsReference:
+        return validate_rank(rank, n_ranks, dropped)  # raises, naming the first bad node
+    apply_ctrl_drop(rank.nodes, cols, got.ctrl_drop)
+    topo = got.topo if got.topo is not None else list(range(len(cols)))
+    rank.__dict__["_topo_cache"] = (len(cols), topo)  # as graph.topological_indices caches it
     if dropped is not None:
-        dropped.update(counts)
-    return problems
+        dropped.update(got.counts)
+    return got.problems
 
 
 def _dep_positions(

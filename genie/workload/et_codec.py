@@ -227,16 +227,22 @@ def _decode_columns(
             nodes, odd, zero = cols.to_nodes(), cols.odd, cols.zero
         else:
             nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
+    return meta, nodes, problems + frame_notes(source, zero, odd), cols
+
+
+def frame_notes(source: str, zero: int, odd: int) -> list[str]:
+    """Problem lines for zero-length and non-canonical node frames."""
+    out = []
     if zero:
-        problems.append(
+        out.append(
             f"{source}: {zero} zero-length node frame(s); Chakra's reader stops at the first"
         )
     if odd:
-        problems.append(
+        out.append(
             f"{source}: {odd} node frame(s) have non-canonical bytes or unknown fields; "
             "a re-write will not be byte-identical"
         )
-    return meta, nodes, problems, cols
+    return out
 
 
 def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadata, list[Node]]:

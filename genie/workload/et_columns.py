@@ -101,6 +101,38 @@ class NodeColumns:
             out[r] = n._d[slot]
         return out
 
+    def node(self, r: int) -> Node:
+        """Row ``r`` as a model Node (what ``to_nodes()[r]`` would be)."""
+        got = self.fallback.get(r)
+        if got is not None:
+            return got
+        data = self.data
+        nd = Node.__new__(Node)
+        nd.id = int(self.id[r])
+        nd.name = self.names[self.name[r]]
+        nd.type = int(self.type[r])
+        c0, c1 = self.ctrl_offsets[r : r + 2].tolist()
+        nd.raw_ctrl_deps = nd.ctrl_deps = self.ctrl_deps[c0:c1].tolist()
+        d0, d1 = self.data_offsets[r : r + 2].tolist()
+        nd.data_deps = self.data_deps[d0:d1].tolist()
+        nd.start_time_micros = int(self.start_micros[r])
+        nd.duration_micros = int(self.duration_micros[r])
+        i0, i1 = self.inputs[r].tolist()
+        nd._inputs = data[i0:i1] if i0 >= 0 else None
+        o0, o1 = self.outputs[r].tolist()
+        nd._outputs = data[o0:o1] if o0 >= 0 else None
+        a0, a1 = self.attrs[r].tolist()
+        nd._attrs = data[a0:a1] if a0 < a1 else []
+        nd._d = self.derived_table[self.derived[r]]
+        return nd
+
+    def rows_of_type(self, *types: int) -> np.ndarray:
+        """Rows whose node type is one of ``types`` (fallback rows included), ascending."""
+        mask = np.isin(self.type, types)
+        for r, nd in self.fallback.items():
+            mask[r] = nd.type in types
+        return np.flatnonzero(mask)
+
     def to_nodes(self) -> list[Node]:
         """The rows as model Nodes (what ``et_fast.decode_nodes`` gives for the same bytes)."""
         data = self.data

@@ -228,6 +228,13 @@ def _group_label(g: str) -> str:
 
 def check_collective_sequences(wl: Workload) -> list[str]:
     """Mismatches between the collective sequences of the ranks of each group, as messages."""
+    return compare_collective_sequences(wl.groups, collective_sequences(wl))
+
+
+def compare_collective_sequences(
+    groups: dict[str, tuple[int, ...]], seqs: dict[str, dict[int, list[CollectiveCall]]]
+) -> list[str]:
+    """Mismatches between the ranks' sequences ``seqs`` (``collective_sequences``'s form)."""
     from genie.workload.model import CollectiveType
 
     def show(c: CollectiveCall) -> str:
@@ -240,8 +247,8 @@ def check_collective_sequences(wl: Workload) -> list[str]:
         return f"{t} {size} ({c.node.label()})"
 
     problems = []
-    for g, per_rank in collective_sequences(wl).items():
-        members = wl.groups.get(g)
+    for g, per_rank in seqs.items():
+        members = groups.get(g)
         if members is None:
             problems.append(f"process group {g!r} is used but its members are unknown")
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 
 from genie.errors import ValidationError
 from genie.workload.graph import (
@@ -207,22 +208,27 @@ _TYPE = operator.attrgetter("type")
 
 def check_point_to_point(wl: Workload) -> None:
     """Every send must meet a recv on the peer (same src, dst, tag, in order, same size)."""
+    p2p = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
+    match_point_to_point(
+        (rg.rank, [n for n in topological_order(rg) if n.type in p2p])
+        for rg in wl.ranks
+        if set(p2p) & set(map(_TYPE, rg.nodes))
+    )
+
+
+def match_point_to_point(per_rank: Iterable[tuple[int, list[Node]]]) -> None:
+    """``check_point_to_point`` over each rank's send and recv nodes in topological order."""
     sends: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
-    for rg in wl.ranks:
-        if not {NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE} & set(map(_TYPE, rg.nodes)):
-            continue
-        p2p = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
-        for n in topological_order(rg):
-            if n.type not in p2p:
-                continue
+    for rank, nodes in per_rank:
+        for n in nodes:
             peer = n.peer
             if peer is None:
                 continue  # a host-side launcher (validated per rank)
             if n.type == NodeType.COMM_SEND_NODE:
-                sends[(rg.rank, peer, n.tag or 0)].append(n)
+                sends[(rank, peer, n.tag or 0)].append(n)
             else:
-                recvs[(peer, rg.rank, n.tag or 0)].append(n)
+                recvs[(peer, rank, n.tag or 0)].append(n)
     for key in sorted(set(sends) | set(recvs)):
         src, dst, tag = key
         s, r = sends.get(key, []), recvs.get(key, [])

@@ -1,0 +1,278 @@
+"""A workload held as columns: one ``NodeColumns`` per rank, loaded and validated without a
+Python object per node.
+
+``load_columns`` is ``load_workload`` for ``.et`` rank files (plain or gzip) that stops short of
+the object model: every rank is decoded in columns (``et_columns``), process groups come from
+the same sources (comm-group file, process_group:init nodes, GlobalMetadata attrs), and the
+checks of ``validate_workload`` run on the columns (``column_checks``; the cross-rank ones over
+only the send, recv and collective nodes, made as objects). Where a check fails, the workload
+is made as objects and put through ``validate_workload``, which raises the error it always
+raised. ``ColumnarWorkload.to_workload`` gives what ``load_workload`` gives for the same files
+(tests compare them node for node).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from genie.errors import ValidationError, WorkloadError
+from genie.vocabulary import UNEVEN_ATTR
+from genie.workload.column_checks import NeedsReference, RankCheck, apply_ctrl_drop, check_columns
+from genie.workload.et_codec import _first_frame, frame_notes, gc_paused, open_bytes
+from genie.workload.et_columns import NodeColumns, decode_columns
+from genie.workload.graph import UNEVEN, CollectiveCall, compare_collective_sequences
+from genie.workload.loader import (
+    _desc_from_metadata,
+    _groups_from_metadata,
+    _missing,
+    _read_group_file,
+    find_rank_files,
+)
+from genie.workload.model import DEFAULT_GROUP, Metadata, Node, NodeType, RankGraph, Workload
+from genie.workload.process_groups import (
+    WORLD_PG_NAME,
+    groups_from_pg_nodes,
+    read_comm_group_file,
+)
+from genie.workload.validate import DROP_REASONS, match_point_to_point, validate_workload
+
+_A2A = 6  # Chakra ALL_TO_ALL
+
+
+@dataclass
+class ColumnarWorkload:
+    """Ranks as columns, with the process groups and what validation found."""
+
+    ranks: list[NodeColumns]
+    metadata: list[Metadata]
+    sources: list[str]
+    groups: dict[str, tuple[int, ...]]
+    problems: list[str] = field(default_factory=list)
+    name: str = ""
+    dropped: dict[str, int] = field(default_factory=dict)
+    group_desc: dict[str, str] = field(default_factory=dict)
+    #: per rank, what validation found (None: not validated)
+    checks: list[RankCheck | None] = field(default_factory=list)
+
+    @property
+    def n_ranks(self) -> int:
+        """Number of ranks."""
+        return len(self.ranks)
+
+    def node_count(self) -> int:
+        """Total nodes over all ranks."""
+        return sum(len(c) for c in self.ranks)
+
+    def nbytes(self) -> int:
+        """Bytes of the columns (not the file bytes they point into)."""
+        return sum(c.nbytes() for c in self.ranks)
+
+    def rank_graph(self, r: int, nodes: list[Node] | None = None) -> RankGraph:
+        """Rank ``r`` as a RankGraph holding ``nodes`` (default: none; for names in messages)."""
+        return RankGraph(r, nodes or [], self.metadata[r], self.sources[r])
+
+    def to_workload(self) -> Workload:
+        """The object model of the same workload (what ``load_workload`` gives)."""
+        ranks = []
+        for r, cols in enumerate(self.ranks):
+            rg = self.rank_graph(r, cols.to_nodes())
+            check = self.checks[r] if r < len(self.checks) else None
+            if check is not None:
+                apply_ctrl_drop(rg.nodes, cols, check.ctrl_drop)
+                topo = check.topo if check.topo is not None else list(range(len(cols)))
+                rg.__dict__["_topo_cache"] = (len(cols), topo)
+            ranks.append(rg)
+        wl = Workload(ranks=ranks, groups=dict(self.groups), problems=list(self.problems))
+        wl.name = self.name
+        wl.dropped = dict(self.dropped)
+        wl.group_desc = dict(self.group_desc)
+        return wl
+
+
+def load_columns(
+    path_prefix_or_dir: str | Path,
+    *,
+    validate: bool = True,
+    comm_groups: str | Path | None = None,
+) -> ColumnarWorkload:
+    """``load_workload`` for ``.et`` files, into columns (see the module docstring)."""
+    with gc_paused():
+        return _load_columns(path_prefix_or_dir, validate, comm_groups)
+
+
+def _load_columns(
+    path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
+) -> ColumnarWorkload:
+    prefix, found = find_rank_files(path_prefix_or_dir)
+    n = max(found) + 1
+    missing = _missing(set(found), n)
+    if missing:
+        raise WorkloadError(
+            f"{prefix}: rank files missing for ranks {missing} "
+            f"(found {len(found)} of {prefix.name}.0.et .. {prefix.name}.{n - 1}.et)"
+        )
+    json_files = [f for f in found.values() if f.name.endswith((".json", ".json.gz"))]
+    if json_files:
+        raise WorkloadError(f"{json_files[0]}: Chakra JSON is not read into columns")
+    cw = ColumnarWorkload([], [], [], {}, name=prefix.name)
+    memo: dict = {}
+    checks: list[RankCheck | None] = []
+    failed = False
+    for r in range(n):
+        data, note = open_bytes(found[r])
+        src = str(found[r])
+        meta, pos, notes = _first_frame(data, src, note, memo)
+        cols = decode_columns(data, pos, src, note)
+        notes += frame_notes(src, cols.zero, cols.odd)
+        cw.ranks.append(cols)
+        cw.metadata.append(meta)
+        cw.sources.append(src)
+        cw.problems += notes
+        check = None
+        if validate and not failed:
+            try:
+                check = check_columns(cols, cw.rank_graph(r), n)
+            except NeedsReference:
+                failed = True  # validate_workload says why, once every file is read
+        checks.append(check)
+    cw.checks = checks
+    heads = [cw.rank_graph(r) for r in range(n)]
+    groups = _groups_from_metadata(heads)
+    desc = _desc_from_metadata(heads)
+    meta_nodes = [
+        cw.rank_graph(r, [c.node(i) for i in c.rows_of_type(NodeType.METADATA_NODE).tolist()])
+        for r, c in enumerate(cw.ranks)
+    ]
+    groups.update(groups_from_pg_nodes(meta_nodes, desc=desc))
+    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
+    if side is not None:
+        groups.update(side)
+    if WORLD_PG_NAME not in groups and any(_uses_group(c, WORLD_PG_NAME) for c in cw.ranks):
+        groups[WORLD_PG_NAME] = tuple(range(n))
+    beyond = sorted({r for g in groups.values() for r in g if r >= n})
+    if beyond:
+        raise WorkloadError(
+            f"{prefix}: process groups name ranks {beyond} but rank files exist only for "
+            f"0..{n - 1}; rank files missing for ranks {beyond}"
+        )
+    groups.setdefault(DEFAULT_GROUP, tuple(range(n)))
+    cw.groups = groups
+    cw.group_desc = {k: v for k, v in desc.items() if k in groups}
+    if validate:
+        if failed:
+            wl = cw.to_workload()
+            validate_workload(wl)  # raises the error the columns' checks found
+            raise AssertionError("validate_workload passed a workload the columns' checks refused")
+        _validate_across(cw)
+    return cw
+
+
+def _uses_group(cols: NodeColumns, name: str) -> bool:
+    """Whether some node of ``cols`` has ``pg_name`` ``name``."""
+    if any(nd._d[2] == name for nd in cols.fallback.values()):
+        return True
+    used = np.unique(cols.derived).tolist()
+    return any(cols.derived_table[i][2] == name for i in used)
+
+
+def _in_topo_order(check: RankCheck | None, rows: np.ndarray) -> list[int]:
+    """``rows`` (ascending) in the rank's topological order."""
+    if check is None or check.topo is None:
+        return rows.tolist()
+    topo = np.asarray(check.topo)
+    return topo[np.isin(topo, rows)].tolist()
+
+
+def _validate_across(cw: ColumnarWorkload) -> None:
+    """``validate_workload``'s problems, counts and cross-rank checks, from the per-rank checks."""
+    problems: list[str] = []
+    dropped: Counter[str] = Counter()
+    for check in cw.checks:
+        assert check is not None
+        problems += check.problems
+        dropped.update(check.counts)
+    cw.dropped = {k: dropped.get(k, 0) for k in DROP_REASONS}
+    for name, members in cw.groups.items():
+        bad = [r for r in members if not 0 <= r < cw.n_ranks]
+        if bad:
+            raise ValidationError(
+                f"process group {name!r} names ranks {bad} but the workload has "
+                f"{cw.n_ranks} ranks (rank files missing?)"
+            )
+    _match_p2p(cw)
+    problems += _collective_problems(cw)
+    for p in problems:
+        if p not in cw.problems:
+            cw.problems.append(p)
+
+
+def _match_p2p(cw: ColumnarWorkload) -> None:
+    """``validate.check_point_to_point`` from the columns: the send and recv nodes are made as
+    objects (for the error's names) only when some do not match."""
+    send, recv = NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
+    sends: dict[tuple[int, int, int], list] = {}
+    recvs: dict[tuple[int, int, int], list] = {}
+    found = []
+    for r, (cols, check) in enumerate(zip(cw.ranks, cw.checks, strict=True)):
+        rows = cols.rows_of_type(send, recv)
+        if not rows.size:
+            continue
+        order = _in_topo_order(check, rows)
+        found.append((r, cols, order))
+        table = cols.derived_table
+        for t, dk in zip(cols.type[order].tolist(), cols.derived[order].tolist(), strict=True):
+            d = table[dk]
+            peer = d[7] if t == send else d[6]
+            if peer is None:
+                continue  # a host-side launcher
+            if t == send:
+                sends.setdefault((r, peer, d[3] or 0), []).append(d[1])
+            else:
+                recvs.setdefault((peer, r, d[3] or 0), []).append(d[1])
+    if sends != recvs:  # same keys, same sizes in order: every send meets its recv
+        match_point_to_point((r, [cols.node(i) for i in order]) for r, cols, order in found)
+        raise AssertionError("point-to-point mismatch in columns that the nodes do not show")
+
+
+def _collective_problems(cw: ColumnarWorkload) -> list[str]:
+    """``graph.check_collective_sequences`` from the columns: nodes are made as objects (for
+    the messages' names) only in groups whose ranks disagree."""
+    coll = NodeType.COMM_COLL_NODE
+    keys: dict[str, dict[int, list]] = {}
+    rows_of: dict[str, dict[int, list[int]]] = {}
+    for r, (cols, check) in enumerate(zip(cw.ranks, cw.checks, strict=True)):
+        order = _in_topo_order(check, cols.rows_of_type(coll))
+        table = cols.derived_table
+        mine: dict[str, list] = {}
+        mrows: dict[str, list[int]] = {}
+        for i, dk in zip(order, cols.derived[order].tolist(), strict=True):
+            d = table[dk]
+            if d[0] is None and d[8]:
+                continue  # host-side launcher: not a collective
+            size = d[1]
+            if d[0] == _A2A and cols.node(i).attr(UNEVEN_ATTR) is not None:
+                size = UNEVEN
+            g = d[2] or DEFAULT_GROUP
+            mine.setdefault(g, []).append((d[0], size))
+            mrows.setdefault(g, []).append(i)
+        for g in mine:
+            keys.setdefault(g, {})[r] = mine[g]
+            rows_of.setdefault(g, {})[r] = mrows[g]
+    seqs: dict[str, dict[int, list[CollectiveCall]]] = {}
+    for g, per_rank in keys.items():
+        members = cw.groups.get(g)
+        ref = per_rank.get(members[0], []) if members else []
+        agree = members is not None and all(per_rank.get(r, []) == ref for r in members[1:])
+        seqs[g] = {}
+        for r, lst in per_rank.items():
+            cols = cw.ranks[r]
+            nodes = rows_of[g][r]
+            seqs[g][r] = [
+                tuple.__new__(CollectiveCall, (k[0], k[1], None if agree else cols.node(i)))
+                for k, i in zip(lst, nodes, strict=True)
+            ]
+    return compare_collective_sequences(cw.groups, seqs)
