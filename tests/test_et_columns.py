@@ -456,3 +456,22 @@ def test_rank_errors_in_columns_read_as_load_workload(what: str, tmp_path: Path)
         return
     assert ref.problems
     _same_workload(p)
+
+
+def test_columns_without_the_file_bytes_read_the_file_again(tmp_path: Path) -> None:
+    from genie.errors import WorkloadError
+    from genie.workload import load_workload, save_workload
+    from genie.workload.columnar import load_columns
+    from genie.workload.generators.llm import llm
+
+    save_workload(llm(8, tp=2, pp=2, layers=2), tmp_path / "w")
+    cw = load_columns(tmp_path / "w", keep_bytes=False)
+    assert all(c.data == b"" for c in cw.ranks)  # only the columns stay
+    ref = load_workload(tmp_path / "w")
+    got = cw.to_workload()
+    assert [r.nodes for r in got.ranks] == [r.nodes for r in ref.ranks]
+    assert got.problems == ref.problems and got.groups == ref.groups
+    f = tmp_path / "w.3.et"
+    f.write_bytes(f.read_bytes() + b"\x00")
+    with pytest.raises(WorkloadError, match="changed since it was read"):
+        cw.ranks[3].to_nodes()

@@ -98,14 +98,23 @@ def load_columns(
     *,
     validate: bool = True,
     comm_groups: str | Path | None = None,
+    keep_bytes: bool = True,
 ) -> ColumnarWorkload:
-    """``load_workload`` for ``.et`` files, into columns (see the module docstring)."""
+    """``load_workload`` for ``.et`` files, into columns (see the module docstring).
+
+    ``keep_bytes=False`` drops each file's bytes once its rank is read and checked
+    (``NodeColumns.release``): the columns alone stay in memory, and making nodes reads the
+    file again.
+    """
     with gc_paused():
-        return _load_columns(path_prefix_or_dir, validate, comm_groups)
+        return _load_columns(path_prefix_or_dir, validate, comm_groups, keep_bytes)
 
 
 def _load_columns(
-    path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
+    path_prefix_or_dir: str | Path,
+    validate: bool,
+    comm_groups: str | Path | None,
+    keep_bytes: bool,
 ) -> ColumnarWorkload:
     prefix, found = find_rank_files(path_prefix_or_dir)
     n = max(found) + 1
@@ -121,12 +130,16 @@ def _load_columns(
     cw = ColumnarWorkload([], [], [], {}, name=prefix.name)
     memo: dict = {}
     checks: list[RankCheck | None] = []
+    meta_nodes: list[RankGraph] = []  # ranks holding their METADATA nodes alone
+    meta_type = NodeType.METADATA_NODE
     failed = False
     for r in range(n):
         data, note = open_bytes(found[r])
         src = str(found[r])
         meta, pos, notes = _first_frame(data, src, note, memo)
         cols = decode_columns(data, pos, src, note)
+        cols.path = found[r]
+        del data
         notes += frame_notes(src, cols.zero, cols.odd)
         cw.ranks.append(cols)
         cw.metadata.append(meta)
@@ -139,14 +152,13 @@ def _load_columns(
             except NeedsReference:
                 failed = True  # validate_workload says why, once every file is read
         checks.append(check)
+        meta_nodes.append(cw.rank_graph(r, cols.nodes(cols.rows_of_type(meta_type).tolist())))
+        if not keep_bytes:
+            cols.release()
     cw.checks = checks
     heads = [cw.rank_graph(r) for r in range(n)]
     groups = _groups_from_metadata(heads)
     desc = _desc_from_metadata(heads)
-    meta_nodes = [
-        cw.rank_graph(r, [c.node(i) for i in c.rows_of_type(NodeType.METADATA_NODE).tolist()])
-        for r, c in enumerate(cw.ranks)
-    ]
     groups.update(groups_from_pg_nodes(meta_nodes, desc=desc))
     side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
     if side is not None:
@@ -234,7 +246,7 @@ def _match_p2p(cw: ColumnarWorkload) -> None:
             else:
                 recvs.setdefault((peer, r, d[3] or 0), []).append(d[1])
     if sends != recvs:  # same keys, same sizes in order: every send meets its recv
-        match_point_to_point((r, [cols.node(i) for i in order]) for r, cols, order in found)
+        match_point_to_point((r, cols.nodes(order)) for r, cols, order in found)
         raise AssertionError("point-to-point mismatch in columns that the nodes do not show")
 
 
@@ -249,12 +261,15 @@ def _collective_problems(cw: ColumnarWorkload) -> list[str]:
         table = cols.derived_table
         mine: dict[str, list] = {}
         mrows: dict[str, list[int]] = {}
-        for i, dk in zip(order, cols.derived[order].tolist(), strict=True):
+        dks = cols.derived[order].tolist()
+        a2a = [i for i, dk in zip(order, dks, strict=True) if table[dk][0] == _A2A]
+        uneven = {nd.id for nd in cols.nodes(a2a) if nd.attr(UNEVEN_ATTR) is not None}
+        for i, dk in zip(order, dks, strict=True):
             d = table[dk]
             if d[0] is None and d[8]:
                 continue  # host-side launcher: not a collective
             size = d[1]
-            if d[0] == _A2A and cols.node(i).attr(UNEVEN_ATTR) is not None:
+            if d[0] == _A2A and uneven and int(cols.id[i]) in uneven:
                 size = UNEVEN
             g = d[2] or DEFAULT_GROUP
             mine.setdefault(g, []).append((d[0], size))
@@ -271,8 +286,9 @@ def _collective_problems(cw: ColumnarWorkload) -> list[str]:
         for r, lst in per_rank.items():
             cols = cw.ranks[r]
             nodes = rows_of[g][r]
+            made = [None] * len(nodes) if agree else cols.nodes(nodes)
             seqs[g][r] = [
-                tuple.__new__(CollectiveCall, (k[0], k[1], None if agree else cols.node(i)))
-                for k, i in zip(lst, nodes, strict=True)
+                tuple.__new__(CollectiveCall, (k[0], k[1], nd))
+                for k, nd in zip(lst, made, strict=True)
             ]
     return compare_collective_sequences(cw.groups, seqs)

@@ -22,11 +22,13 @@ import itertools
 import logging
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from genie.errors import WorkloadError
 from genie.workload import et_fast
 from genie.workload.model import NO_DERIVED, Derived, Node
 
@@ -66,9 +68,30 @@ class NodeColumns:
     fallback: dict[int, Node] = field(default_factory=dict)
     odd: int = 0  # fallback frames whose re-encoding differs (non-canonical or unknown fields)
     zero: int = 0  # zero-length frames
+    #: the file ``data`` came from (``release`` may drop ``data``; it is read again when needed)
+    path: Path | None = None
+    _size: int = field(default=0, repr=False)  # len(data) before release
 
     def __len__(self) -> int:
         return len(self.frame)
+
+    def release(self) -> None:
+        """Drop the file's bytes (the columns stay); names, attrs and IOInfo read the file again
+        when a node is made. Only for columns read from a file (``path`` set)."""
+        if self.path is not None and self.data:
+            self._size = len(self.data)
+            self.data = b""
+
+    def _bytes(self) -> bytes:
+        """``data``, read again from ``path`` after ``release``."""
+        if self.data or self.path is None or not self._size:
+            return self.data
+        from genie.workload.et_codec import open_bytes
+
+        data, _note = open_bytes(self.path)
+        if len(data) != self._size:
+            raise WorkloadError(f"{self.path}: changed since it was read ({len(data)} bytes now)")
+        return data
 
     def nbytes(self) -> int:
         """Bytes held by the columns (not ``data``, not the interned strings and tuples)."""
@@ -101,12 +124,20 @@ class NodeColumns:
             out[r] = n._d[slot]
         return out
 
-    def node(self, r: int) -> Node:
+    def nodes(self, rows: list[int]) -> list[Node]:
+        """Rows ``rows`` as model Nodes (the file read at most once)."""
+        if not rows:
+            return []
+        data = self._bytes()
+        return [self.node(r, data) for r in rows]
+
+    def node(self, r: int, data: bytes | None = None) -> Node:
         """Row ``r`` as a model Node (what ``to_nodes()[r]`` would be)."""
         got = self.fallback.get(r)
         if got is not None:
             return got
-        data = self.data
+        if data is None:
+            data = self._bytes()
         nd = Node.__new__(Node)
         nd.id = int(self.id[r])
         nd.name = self.names[self.name[r]]
@@ -135,7 +166,7 @@ class NodeColumns:
 
     def to_nodes(self) -> list[Node]:
         """The rows as model Nodes (what ``et_fast.decode_nodes`` gives for the same bytes)."""
-        data = self.data
+        data = self._bytes()
         n = len(self)
         ins = _span_bytes(data, self.inputs, n)
         outs = _span_bytes(data, self.outputs, n)
@@ -201,37 +232,41 @@ class _Unsplittable(Exception):
     """The frames cannot be split (truncated or corrupt length): the per-frame decoder reports."""
 
 
-def _split(data: bytes, pos: int) -> tuple[list[int], list[int], list[int]]:
-    """Frame offsets, body starts and body ends from ``pos`` to the end of ``data``."""
+def _split(data: bytes, pos: int) -> tuple[list[int], list[int]]:
+    """Frame offsets and body ends from ``pos`` to the end of ``data``."""
     frames: list[int] = []
-    starts: list[int] = []
-    ends: list[int] = []
+    append = frames.append
     size = len(data)
     while pos < size:
-        frames.append(pos)
+        append(pos)
         b = data[pos]
         if b < 0x80:
+            pos += b + 1
+            continue
+        if pos + 1 < size:
+            b1 = data[pos + 1]
+            if b1 < 0x80:
+                pos += 2 + ((b & 0x7F) | (b1 << 7))
+                continue
+        ln = b & 0x7F
+        shift = 7
+        pos += 1
+        while True:
+            if pos >= size or shift > 28:
+                raise _Unsplittable
+            b = data[pos]
             pos += 1
-            ln = b
-        else:
-            ln = b & 0x7F
-            shift = 7
-            pos += 1
-            while True:
-                if pos >= size or shift > 28:
-                    raise _Unsplittable
-                b = data[pos]
-                pos += 1
-                ln |= (b & 0x7F) << shift
-                shift += 7
-                if b < 0x80:
-                    break
-        starts.append(pos)
+            ln |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
         pos += ln
-        ends.append(pos)
     if pos > size:
         raise _Unsplittable
-    return frames, starts, ends
+    ends = frames[1:]
+    if frames:
+        ends.append(size)
+    return frames, ends
 
 
 def _varints(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -366,7 +401,7 @@ _HANDED_ON = (et_fast._Fallback, IndexError, UnicodeDecodeError, DecodeError, st
 def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeColumns:
     """Decode every Node frame of ``data`` from ``pos`` into columns (see the module doc)."""
     try:
-        frames, starts, ends = _split(data, pos)
+        frames, ends = _split(data, pos)
     except _Unsplittable:
         # et_fast names the offset and the fault (truncated or corrupt length)
         et_fast.decode_nodes(data, pos, source, note)
@@ -374,8 +409,15 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
     n = len(frames)
     buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
     buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    S = np.array(starts, dtype=np.int64)
+    F = np.array(frames, dtype=np.int64)
     E = np.array(ends, dtype=np.int64)
+    S = F + 1  # body starts: after the length varint (up to 5 bytes; the splitter read it)
+    cont = buf[F] >= 0x80
+    for k in range(1, 5):
+        if not cont.any():
+            break
+        S += cont
+        cont &= buf[F + k] >= 0x80
     bad = np.zeros(n, dtype=bool)
     cur = S.copy()
     ids = np.zeros(n, dtype=_U64)
@@ -451,9 +493,9 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
         keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
         uniq, idx = _intern(keys)
         good = np.ones(len(uniq), dtype=bool)
-        for i, k in enumerate(uniq):
+        for i, key in enumerate(uniq):
             try:
-                names.append(k.decode("utf-8"))
+                names.append(key.decode("utf-8"))
             except UnicodeDecodeError:
                 names.append("")
                 good[i] = False
@@ -465,7 +507,7 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
 
     cols = NodeColumns(
         data=data,
-        frame=np.array(frames, dtype=np.int64),
+        frame=F,
         id=ids,
         type=types,
         name=name_idx,
