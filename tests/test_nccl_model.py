@@ -319,8 +319,11 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     assert F.depth(sys2, "tree", "Simple") == 16 and F.depth(sys2, "nvlstree", "Simple") == 6
     assert F.depth(sys2, "tree", "LL128") == F.depth(sys2, "tree", "LL") == 2
     assert F.depth(h100(1), "tree", "LL128") == 0
-    # NVLS on one node: scatter, reduce and multicast, gather
+    # NVLS on one node: scatter, reduce and multicast, gather (all-gather: multicast, gather;
+    # reduce-scatter: scatter, reduce)
     assert F.depth(h100(1), "nvls", "Simple") == 3 and F.depth(sys2, "ring", "Simple") == 1
+    assert F.depth(h100(1), "nvls", "Simple", "all_gather") == 2
+    assert F.depth(h100(1), "nvls", "Simple", "reduce_scatter") == 2
     assert F.depth(h100(4), "nvlstree", "Simple") == 4 + 2 * 2
     assert F.depth(h100(5), "tree", "Simple") == 2 * (7 + 3)  # ceil(log2 5) hops across
     # tree LL128: 576,000-byte chunks, halved (not below 128 KiB) while a channel holds fewer than

@@ -577,7 +577,7 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
         lat *= RING_PLATEAU[sys.tuning]
     if algo == "ring" and proto == "Simple":
         lat += _ring_pass_cost(coll, size, sys, proto)
-    fill = fill_seconds(size, sys, algo, proto, channels, rate)
+    fill = fill_seconds(size, sys, algo, proto, channels, rate, coll)
     t = lat + bw_time + fill
     return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, t, fill)
 

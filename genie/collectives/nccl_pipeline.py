@@ -68,31 +68,38 @@ def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) ->
     return c
 
 
-def depth(sys: System, algo: str, proto: str) -> int:
+def depth(sys: System, algo: str, proto: str, coll: str = "all_reduce") -> int:
     """Stages that forward whole chunks: a tree's hops up and down across nodes (ceil(log2
     nodes) each way) and, with Simple, along the chain of a node's GPUs; NVLS's warp groups on
-    one node (scatter to the heads, reduce and multicast through the switch, gather: 3);
-    NVLSTree's (scatter, reduce and send up the tree, receive and multicast, gather: 4) plus
-    the tree's network hops; 1 for the rest. The warp groups are NCCL's (``src/device/
-    all_reduce.h``, ``RunWorkColl`` for NVLS and NVLS_TREE): each is a Simple primitive that
-    posts a whole chunk before the next group takes it."""
+    one node (all-reduce: scatter to the heads, reduce and multicast through the switch,
+    gather: 3; all-gather: multicast, gather; reduce-scatter: scatter, reduce: 2); NVLSTree's
+    (scatter, reduce and send up the tree, receive and multicast, gather: 4) plus the tree's
+    network hops; 1 for the rest. The warp groups are NCCL's (``src/device/all_reduce.h``,
+    ``all_gather.h``, ``reduce_scatter.h``, ``RunWorkColl`` for NVLS and NVLS_TREE): each is a
+    Simple primitive that posts a whole chunk before the next group takes it."""
     across = math.ceil(math.log2(sys.nodes)) if sys.nodes > 1 else 0
     if algo == "tree":
         inside = sys.gpus_per_node - 1 if proto == "Simple" else 0
         return 2 * (inside + across)
     if algo == "nvls":
-        return 3
+        return 3 if coll == "all_reduce" else 2
     if algo == "nvlstree":
         return 4 + 2 * across
     return 1
 
 
 def fill_seconds(
-    size: int, sys: System, algo: str, proto: str, channels: int, rate: float
+    size: int,
+    sys: System,
+    algo: str,
+    proto: str,
+    channels: int,
+    rate: float,
+    coll: str = "all_reduce",
 ) -> float:
     """Seconds the pipeline's fill adds to ``latency + bytes / rate`` (``rate``: bytes/s of the
     whole collective, shared by ``channels``)."""
-    stages = depth(sys, algo, proto)
+    stages = depth(sys, algo, proto, coll)
     if stages <= 1 or size <= 0 or rate <= 0 or channels <= 0:
         return 0.0
     per_channel = size / channels
