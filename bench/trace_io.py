@@ -13,16 +13,24 @@ with several lanes, no merged compute runs). The machine is shared: the load ave
 
     .venv/bin/python bench/trace_io.py [--nodes 100000] [--ranks 8] [--repeat 2]
     .venv/bin/python bench/trace_io.py --nodes 1250000 --ranks 8 --memory   # 10 M nodes
+    .venv/bin/python bench/trace_io.py --nodes 1250000 --ranks 8 --memory --columns
 
-``--memory`` skips the timed loads: it writes the .et files and loads, compiles and replays
-them in a fresh child process (so the generator's memory does not count), printing that
-process's wall and CPU seconds and its peak RSS after each stage, with bytes per node.
+The timed loads also read the .et files into columns (``genie.workload.columnar.load_columns``:
+decode and every check of ``load_workload``, no Python object per node), printing the columns'
+bytes per node. ``--memory`` skips the timed loads: it writes the .et files (ranks 0 and 1
+generated one at a time, the other ranks copies of the one of their parity, which
+``pytorch_style`` makes alike) and loads, compiles and replays them in a fresh child process
+(so the generator's memory does not count), printing that process's wall and CPU seconds and
+its peak RSS after each stage, with bytes per node; with ``--columns`` the child loads into
+columns without keeping the file bytes (``keep_bytes=False``) instead, and stops there
+(genie.sim compiles a Workload of Node objects, not columns, for now).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import math
 import os
 import resource
@@ -41,8 +49,12 @@ from genie.sim.engine import simulate
 from genie.sim.network import AnalyticalBackend
 from genie.sim.traffic import NetModel
 from genie.workload import et_schema, load_workload, save_workload
-from genie.workload.et_codec import gc_paused, split_frames
-from genie.workload.generators.pytorch_style import pytorch_style
+from genie.workload.et_codec import gc_paused, split_frames, write_trace
+from genie.workload.generators.pytorch_style import (
+    process_groups,
+    pytorch_style,
+    pytorch_style_rank,
+)
 
 LAYERS = 96
 
@@ -78,6 +90,46 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def write_by_parity(prefix: Path, ranks: int, steps: int) -> int:
+    """Write ``pytorch_style``'s rank files one rank at a time (ranks 0 and 1 generated, the
+    others copied from the one of their parity: the generator makes them alike); nodes."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    total = 0
+    for r in range(min(2, ranks)):
+        with gc_paused():
+            rg = pytorch_style_rank(r, ranks, layers=LAYERS, steps=steps)
+        write_trace(prefix.with_name(f"{prefix.name}.{r}.et"), rg.metadata, rg.nodes)
+        total += len(rg.nodes) * len(range(r, ranks, 2))
+        del rg
+    for r in range(2, ranks):
+        shutil.copy(
+            prefix.with_name(f"{prefix.name}.{r % 2}.et"), prefix.with_name(f"{prefix.name}.{r}.et")
+        )
+    groups = {g["pg_name"]: g["ranks"] for g in process_groups(ranks)}
+    prefix.with_name(prefix.name + ".comm_group.json").write_text(json.dumps(groups) + "\n")
+    return total
+
+
+def measure_columns(prefix: str) -> None:
+    """Load ``prefix`` into columns without the file bytes; print time and peak RSS."""
+    from genie.workload.columnar import load_columns
+
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    base = _peak_mb()
+    cw = load_columns(prefix, keep_bytes=False)
+    n = cw.node_count()
+    mb = _peak_mb()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(
+        f"  columns   wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
+        f"({(mb - base) * 2**20 / n:,.0f} B/node over imports; columns "
+        f"{cw.nbytes() / n:,.0f} B/node); {n / cpu:,.0f} nodes/s CPU",
+        flush=True,
+    )
+    print(f"  {n:,d} nodes, {len(cw.problems)} problems")
+
+
 def measure(prefix: str) -> None:
     """Load, compile and replay ``prefix`` in this process; print time and peak RSS per stage."""
     t0 = time.perf_counter()
@@ -110,15 +162,30 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--memory", action="store_true", help="peak RSS of load + compile + replay")
+    ap.add_argument("--columns", action="store_true", help="--memory: load into columns")
     ap.add_argument("--measure", metavar="PREFIX", help=argparse.SUPPRESS)  # the child's part
     args = ap.parse_args()
     if args.measure:
-        measure(args.measure)
+        (measure_columns if args.columns else measure)(args.measure)
         return
     steps = max(1, math.ceil((args.nodes - 1) / (nodes_per_rank(LAYERS, 1) - 1)))
     print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} (shared machine)")
     tmp = Path(tempfile.mkdtemp(prefix="genie-bench-"))
     try:
+        if args.memory:
+            et = tmp / "et" / "t"
+            c0 = time.process_time()
+            n = write_by_parity(et, args.ranks, steps)
+            print(
+                f"real-style trace: {args.ranks} ranks x {n // args.ranks:,d} nodes = {n:,d} "
+                f"nodes, written in {time.process_time() - c0:.1f} s CPU; load "
+                f"{'into columns' if args.columns else '+ compile + replay'} in a child "
+                f"process ({et}.<rank>.et):",
+                flush=True,
+            )
+            child = [sys.executable, __file__, "--measure", str(et)]
+            subprocess.run(child + (["--columns"] if args.columns else []), check=True)
+            return
         with gc_paused():
             wl = pytorch_style(args.ranks, layers=LAYERS, steps=steps)
         n = wl.node_count()
@@ -130,10 +197,6 @@ def main() -> None:
         del wl
         print(f"  write .et                {rate(n, t)}")
         et = tmp / "et" / "t"
-        if args.memory:
-            print(f"  load + compile + replay in a child process ({et}.<rank>.et):", flush=True)
-            subprocess.run([sys.executable, __file__, "--measure", str(et)], check=True)
-            return
         (tmp / "gz").mkdir()
         (tmp / "js").mkdir()
         (tmp / "jsgz").mkdir()
@@ -155,6 +218,21 @@ def main() -> None:
         def size(d: str) -> str:
             return f"{sum(f.stat().st_size for f in (tmp / d).iterdir()) / 1e6:,.0f} MB"
 
+        from genie.workload.columnar import load_columns
+
+        kept = []
+
+        def load_cols() -> None:
+            kept[:] = [load_columns(et)]
+
+        t = best(load_cols, args.repeat)
+        cw = kept.pop()
+        assert cw.node_count() == n
+        print(
+            f"  load .et into columns    {rate(n, t)}   [{cw.nbytes() / n:,.0f} B/node of "
+            "columns, plus the file bytes]"
+        )
+        del cw
         wl = None
         for label, d in (
             (".et", "et"),

@@ -475,3 +475,22 @@ def test_columns_without_the_file_bytes_read_the_file_again(tmp_path: Path) -> N
     f.write_bytes(f.read_bytes() + b"\x00")
     with pytest.raises(WorkloadError, match="changed since it was read"):
         cw.ranks[3].to_nodes()
+
+
+def test_first_attr_names_of_one_length_are_told_apart() -> None:
+    """The first attr's name is matched in numpy against the first node's: a name of the same
+    length (or a derived one) must not be taken for it."""
+    firsts = ["rf_id", "tid_x", "rf_id", "rf_id", "comm_size", "tag_y"]
+    ns = [
+        Node(
+            i + 1,
+            "n",
+            7,
+            attrs=[Attr(a, "int64_val", 7 + i), CT, Attr("comm_size", "int64_val", 5)],
+        )
+        for i, a in enumerate(firsts)
+    ]
+    cols, got, _ = _decode_both(_trace(ns))
+    assert cols.fallback == {}
+    assert [n.attrs[0].name for n in got] == firsts
+    assert [n.comm_size for n in got] == [5] * 6

@@ -378,6 +378,27 @@ def _intern(keys: list[bytes]) -> tuple[list[bytes], np.ndarray]:
     return uniq, np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
 
 
+def _intern_spans(
+    data: bytes, buf: np.ndarray, s: np.ndarray, e: np.ndarray
+) -> tuple[list[bytes], np.ndarray]:
+    """``_intern`` of the byte strings ``data[s:e]`` (non-empty, under 128 bytes): those equal
+    to the first one are found in numpy (a per-node attr name repeats on every node)."""
+    ln = e - s
+    first = data[s[0] : e[0]]
+    cand = np.flatnonzero(ln == len(first))
+    got = buf[s[cand, None] + np.arange(len(first))]
+    same = cand[(got == np.frombuffer(first, dtype=np.uint8)).all(1)]
+    idx = np.full(len(s), -1, dtype=np.int64)
+    idx[same] = 0
+    rest = np.flatnonzero(idx < 0)
+    if not rest.size:
+        return [first], idx
+    keys = list(map(data.__getitem__, map(slice, s[rest].tolist(), e[rest].tolist())))
+    uniq, ridx = _intern(keys)
+    idx[rest] = ridx + 1
+    return [first, *uniq], idx
+
+
 def _section_pairs(key: bytes, cache: et_fast.AttrCache) -> tuple[tuple, bool]:
     """Derived ``(slot, value)`` pairs of a run of canonical attr fields, and True when no
     derived value is a list; raises what ``et_fast`` raises for a frame it hands on."""
@@ -595,8 +616,7 @@ def _attrs(
     # distinct first-attr names
     if fs.size:
         fp = p[simple]
-        nkeys = list(map(data.__getitem__, map(slice, (fp + 4).tolist(), vp[simple].tolist())))
-        nuniq, nidx = _intern(nkeys)
+        nuniq, nidx = _intern_spans(data, buf, fp + 4, vp[simple])
         slots: list[int | None] = []
         good = np.ones(len(nuniq), dtype=bool)
         for i, k in enumerate(nuniq):

@@ -162,51 +162,67 @@ def pytorch_style(
     need(ranks >= 2 and ranks % 2 == 0, f"ranks must be even and >= 2, got {ranks}")
     need(layers >= 1 and steps >= 1 and bucket_layers >= 1, "sizes must be >= 1")
     pgs = process_groups(ranks)
-    rank_graphs = []
-    for r in range(ranks):
-        b = _Rank()
-        meta = b.cpu_op("## process_group:init ##", 0, NodeType.METADATA_NODE)
-        b.cpu[-1].inputs = IOInfo(str([json.dumps(pgs)]), "[[]]", "['String']")
-        b.last_cpu = meta
-        for s in range(steps):
-            last_comm: list[int] = []
-            step = b.cpu_op(f"ProfilerStep#{s}", 1)
-            b.parent = step
-            for layer in range(layers):
-                op = b.cpu_op("aten::linear", 20 + layer % 3)
-                last = b.kernel(f"sm90_gemm_fwd_s{s}_l{layer}", 150, op, COMPUTE_STREAM)
-            for k, layer in enumerate(reversed(range(layers))):
-                op = b.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", 30)
-                last = b.kernel(f"sm90_gemm_bwd_s{s}_l{layer}", 300, op, COMPUTE_STREAM)
-                if (k + 1) % bucket_layers == 0 or layer == 0:
-                    c10d = b.cpu_op("c10d::allreduce_", 12, NodeType.COMM_COLL_NODE)
-                    rpc = b.cpu_op("record_param_comms", 3, parent=c10d)
-                    size = grad_bytes * min(bucket_layers, k % bucket_layers + 1)
-                    last_comm.append(
-                        b.kernel(
-                            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
-                            400,
-                            rpc,
-                            DP_STREAM,
-                            (CollectiveType.ALL_REDUCE, size, "0"),
-                        )
-                    )
-            c10d = b.cpu_op("c10d::_allgather_base_", 10, NodeType.COMM_COLL_NODE)
-            rpc = b.cpu_op("record_param_comms", 3, parent=c10d)
-            last_comm.append(
-                b.kernel(
-                    "ncclDevKernel_AllGather_RING_LL",
-                    200,
-                    rpc,
-                    TP_STREAM,
-                    (CollectiveType.ALL_GATHER, grad_bytes // 4, str(1 + r % 2)),
-                )
-            )
-            b.cpu_op("Optimizer.step#AdamW.step", 0)
-            b.cpu_op("aten::_local_scalar_dense", 5)
-            b.cpu[-1].data_deps += [last, *last_comm]  # waits for the GPU: forward deps
-            b.parent = ROOT_ID
-        md = Metadata(DEFAULT_VERSION, [Attr("schema", "string_val", "1.1.1-chakra.0.0.4")])
-        rank_graphs.append(RankGraph(r, b.cpu + b.gpu, md))
+    rank_graphs = [
+        pytorch_style_rank(r, ranks, layers, steps, bucket_layers, grad_bytes) for r in range(ranks)
+    ]
     groups = {g["pg_name"]: tuple(g["ranks"]) for g in pgs}
     return Workload(ranks=rank_graphs, groups=groups, name="pytorch_style")
+
+
+def pytorch_style_rank(
+    r: int,
+    ranks: int = 4,
+    layers: int = 8,
+    steps: int = 1,
+    bucket_layers: int = 2,
+    grad_bytes: int = 8 * 2**20,
+) -> RankGraph:
+    """Rank ``r`` of ``pytorch_style(ranks, ...)`` alone (ranks of one parity are alike)."""
+    need(ranks >= 2 and ranks % 2 == 0, f"ranks must be even and >= 2, got {ranks}")
+    need(0 <= r < ranks, f"rank {r} is not one of 0..{ranks - 1}")
+    need(layers >= 1 and steps >= 1 and bucket_layers >= 1, "sizes must be >= 1")
+    pgs = process_groups(ranks)
+    b = _Rank()
+    meta = b.cpu_op("## process_group:init ##", 0, NodeType.METADATA_NODE)
+    b.cpu[-1].inputs = IOInfo(str([json.dumps(pgs)]), "[[]]", "['String']")
+    b.last_cpu = meta
+    for s in range(steps):
+        last_comm: list[int] = []
+        step = b.cpu_op(f"ProfilerStep#{s}", 1)
+        b.parent = step
+        for layer in range(layers):
+            op = b.cpu_op("aten::linear", 20 + layer % 3)
+            last = b.kernel(f"sm90_gemm_fwd_s{s}_l{layer}", 150, op, COMPUTE_STREAM)
+        for k, layer in enumerate(reversed(range(layers))):
+            op = b.cpu_op("autograd::engine::evaluate_function: AddmmBackward0", 30)
+            last = b.kernel(f"sm90_gemm_bwd_s{s}_l{layer}", 300, op, COMPUTE_STREAM)
+            if (k + 1) % bucket_layers == 0 or layer == 0:
+                c10d = b.cpu_op("c10d::allreduce_", 12, NodeType.COMM_COLL_NODE)
+                rpc = b.cpu_op("record_param_comms", 3, parent=c10d)
+                size = grad_bytes * min(bucket_layers, k % bucket_layers + 1)
+                last_comm.append(
+                    b.kernel(
+                        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                        400,
+                        rpc,
+                        DP_STREAM,
+                        (CollectiveType.ALL_REDUCE, size, "0"),
+                    )
+                )
+        c10d = b.cpu_op("c10d::_allgather_base_", 10, NodeType.COMM_COLL_NODE)
+        rpc = b.cpu_op("record_param_comms", 3, parent=c10d)
+        last_comm.append(
+            b.kernel(
+                "ncclDevKernel_AllGather_RING_LL",
+                200,
+                rpc,
+                TP_STREAM,
+                (CollectiveType.ALL_GATHER, grad_bytes // 4, str(1 + r % 2)),
+            )
+        )
+        b.cpu_op("Optimizer.step#AdamW.step", 0)
+        b.cpu_op("aten::_local_scalar_dense", 5)
+        b.cpu[-1].data_deps += [last, *last_comm]  # waits for the GPU: forward deps
+        b.parent = ROOT_ID
+    md = Metadata(DEFAULT_VERSION, [Attr("schema", "string_val", "1.1.1-chakra.0.0.4")])
+    return RankGraph(r, b.cpu + b.gpu, md)
