@@ -13,13 +13,15 @@ offered, is an error in one line.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from genie.calibration.model import Calibration, check_fabric, identity, mismatch
 from genie.errors import CalibrationError, StoreError
-from genie.store import DEFAULT_STORE, RunStore
+
+if TYPE_CHECKING:  # the store (sqlite) loads only when a calibration is asked for
+    from genie.store import RunStore
 
 
 def load(store: RunStore, cal_id: str) -> Calibration:
@@ -39,6 +41,8 @@ def resolve(
     another fabric; an explicit id of another fabric is refused, naming what differs)."""
     if not spec or spec == "none":
         return None
+    from genie.store import DEFAULT_STORE, RunStore
+
     path = Path(store_path or DEFAULT_STORE)
     if spec == "latest":
         if testbed_name is None or not path.is_file():

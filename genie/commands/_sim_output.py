@@ -10,17 +10,18 @@ null. Closed forms come from ``genie.vocabulary``; ``closed`` describes the netw
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from genie.sim.closed import ClosedForm, closed_for
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.report import SimReport
 from genie.units import format_bytes, format_seconds
+
+if TYPE_CHECKING:  # rich loads only when a table is printed (--json needs none)
+    from rich.console import Console
 
 # One word per meaning: "blocked" is the breakdown's part (a collective ready on a rank but not
 # started, its peers not arrived or it queued behind its stream, with nothing else running);
@@ -49,6 +50,8 @@ def dump_json(doc: Any) -> None:
 
 def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:
     """Per-rank breakdown: every rank when few, else the extremes of waiting and comm."""
+    from rich.table import Table
+
     ranks = rep.ranks
     if len(ranks) > limit:
         by_wait = sorted(ranks, key=lambda b: (b.wait, b.rank))
@@ -83,6 +86,8 @@ def _shares(d: dict, iteration: float) -> str:
 
 def print_where(con: Console, reports: list[SimReport]) -> None:
     """Exposed communication by parallelism dimension and collective; the busiest links."""
+    from rich.table import Table
+
     t = Table(
         title="where the exposed communication goes (per-rank means; shares of the iteration)",
         title_justify="left",
@@ -118,6 +123,8 @@ def print_where(con: Console, reports: list[SimReport]) -> None:
 
 def print_stragglers(con: Console, reports: list[SimReport], limit: int = 16) -> None:
     """What the slowest ranks cost: the iteration against no stragglers, who waited on whom."""
+    from rich.table import Table
+
     for r in reports:
         s = r.stragglers
         if not s:
@@ -163,6 +170,8 @@ def print_summary(
     con: Console, cw: CompiledWorkload, network: str, reports: list[SimReport]
 ) -> None:
     """The workload, the network and the iteration's breakdown per backend."""
+    from rich.table import Table
+
     con.print(
         f"[bold]workload[/] {cw.name}: {cw.n_ranks} ranks, {cw.n_nodes} nodes, "
         f"{len(cw.instances)} communication instances"
@@ -196,6 +205,8 @@ def print_reports(
     rows: int,
 ) -> None:
     """The summary, per-rank and per-collective tables of one or more replays."""
+    from rich.table import Table
+
     print_summary(con, cw, network, reports)
     for r in reports:
         print_ranks(con, r)
