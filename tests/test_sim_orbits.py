@@ -175,3 +175,20 @@ def test_chrome_trace_of_an_orbit_replay_copies_each_ranks_representative(tmp_pa
         assert a.get("pid") == b.get("pid") and a.get("name") == b.get("name")
         if "ts" in a:
             assert abs(a["ts"] - b["ts"]) < 1e-3 and abs(a["dur"] - b["dur"]) < 1e-3  # us
+
+
+def test_cycles_of_a_permutation():
+    from genie.sim.orbits import _cycles
+
+    rng = np.random.default_rng(3)
+    p = rng.permutation(200)
+    rep, pos, length = _cycles(p)
+    for x in range(200):
+        cyc = [x]
+        while p[cyc[-1]] != x:
+            cyc.append(int(p[cyc[-1]]))
+        assert rep[x] == min(cyc) and length[x] == len(cyc)
+        y = int(rep[x])
+        for _ in range(int(pos[x])):
+            y = int(p[y])
+        assert y == x

@@ -425,8 +425,7 @@ class Quotient:
         self.orb = orb
         self.pi = pi
         # link orbits: representative (smallest) link and the power e with l = pi^e(rep)
-        self.link_rep = _cycle_min(pi)
-        self.link_pos, self.link_len = _cycle_pos(pi, self.link_rep)
+        self.link_rep, self.link_pos, self.link_len = _cycles(pi)
         self.cap = cap
         self._cache: dict[tuple[int, int], Demand] = {}
         self._keep: list[Demand] = []
@@ -460,36 +459,26 @@ class Quotient:
         return per_link[self.link_rep]
 
 
-def _cycle_min(p: np.ndarray) -> np.ndarray:
-    """The smallest element of each element's cycle under permutation ``p``."""
+def _cycles(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per element ``l`` of permutation ``p``: its cycle's smallest element ``rep``, the power
+    ``e`` with ``l = p^e(rep)``, and its cycle's length (one walk, each element once)."""
     n = len(p)
-    best = np.arange(n, dtype=np.int64)
-    cur = p.copy()
-    ident = np.arange(n, dtype=np.int64)
-    for _ in range(n):
-        np.minimum(best, cur, out=best)
-        if np.array_equal(cur, ident):
-            break
-        cur = p[cur]
-    return best
-
-
-def _cycle_pos(p: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each element l: e with l = p^e(rep[l]), and its cycle's length."""
-    n = len(p)
-    pos = np.full(n, -1, np.int64)
-    reps = np.unique(rep)
-    cur = reps.copy()
-    e = 0
-    while True:
-        fresh = pos[cur] < 0
-        if not fresh.any():
-            break
-        pos[cur[fresh]] = e
-        cur = p[cur]
-        e += 1
-    length = np.bincount(rep, minlength=n)[rep]
-    return pos, length
+    nxt = p.tolist()
+    rep = [-1] * n
+    pos = [0] * n
+    length = [0] * n
+    for start in range(n):  # ascending: a cycle is first met at its smallest element
+        if rep[start] >= 0:
+            continue
+        cyc = [start]
+        x = nxt[start]
+        while x != start:
+            cyc.append(x)
+            x = nxt[x]
+        k = len(cyc)
+        for e, y in enumerate(cyc):
+            rep[y], pos[y], length[y] = start, e, k
+    return np.asarray(rep, np.int64), np.asarray(pos, np.int64), np.asarray(length, np.int64)
 
 
 def quotient_for(
