@@ -162,6 +162,7 @@ ODD_BODIES = {
     "UTF-8 input": b"\x08\x05\x42\x04\x0a\x02\xc3\xa9",
     "IOInfo fields reversed": b"\x08\x05\x42\x06\x12\x01a\x0a\x01b",
     "empty IOInfo string": b"\x08\x05\x42\x02\x0a\x00",
+    "empty IOInfo": encode_node(Node(5, "c", 4, inputs=IOInfo(), outputs=IOInfo("", "s"))),
     "attr before duration": b"\x08\x05\x52\x02\x0a\x00\x38\x01",
     "list comm_size": encode_node(Node(5, "c", 7, attrs=[Attr("comm_size", "int64_list", [1, 2])])),
     "first attr derived": encode_node(
@@ -211,6 +212,7 @@ def test_odd_frames_leave_for_et_fast_and_read_alike(what: str) -> None:
 #: the frames above that are canonical: read on the columnar path
 COLUMNAR = {
     "UTF-8 input",
+    "empty IOInfo",
     "first attr derived",
     "first attr alone derived",
     "negative first attr",

@@ -34,7 +34,7 @@ class RankCheck:
 
     problems: list[str]
     counts: Counter[str]
-    topo: list[int] | None  # topological order; None: file order
+    topo: np.ndarray | None  # topological order (int64 positions); None: file order
     ctrl_drop: np.ndarray | None  # per ctrl_deps value: set aside (None: none is)
 
 
@@ -61,9 +61,10 @@ def check_columns(cols: NodeColumns, rank: RankGraph, n_ranks: int) -> RankCheck
     selfs = pos == row
     topo = None
     if not (pos <= row).all():
-        topo = _topological(n, row[~selfs], pos[~selfs])
-        if topo is None:
+        got = _topological(n, row[~selfs], pos[~selfs])
+        if got is None:
             raise NeedsReference  # a cycle
+        topo = np.array(got, dtype=np.int64)
     counts: Counter[str] = Counter()
     crow, cpos, cfound = _dep_positions(cols.ctrl_offsets, cols.ctrl_deps, sid, order, n)
     drop = None
@@ -116,7 +117,7 @@ def validate_rank_columns(
     except NeedsReference:
         return validate_rank(rank, n_ranks, dropped)  # raises, naming the first bad node
     apply_ctrl_drop(rank.nodes, cols, got.ctrl_drop)
-    topo = got.topo if got.topo is not None else list(range(len(cols)))
+    topo = got.topo.tolist() if got.topo is not None else list(range(len(cols)))
     rank.__dict__["_topo_cache"] = (len(cols), topo)  # as graph.topological_indices caches it
     if dropped is not None:
         dropped.update(got.counts)

@@ -83,7 +83,7 @@ class ColumnarWorkload:
             check = self.checks[r] if r < len(self.checks) else None
             if check is not None:
                 apply_ctrl_drop(rg.nodes, cols, check.ctrl_drop)
-                topo = check.topo if check.topo is not None else list(range(len(cols)))
+                topo = check.topo.tolist() if check.topo is not None else list(range(len(cols)))
                 rg.__dict__["_topo_cache"] = (len(cols), topo)
             ranks.append(rg)
         wl = Workload(ranks=ranks, groups=dict(self.groups), problems=list(self.problems))
@@ -195,8 +195,7 @@ def _in_topo_order(check: RankCheck | None, rows: np.ndarray) -> list[int]:
     """``rows`` (ascending) in the rank's topological order."""
     if check is None or check.topo is None:
         return rows.tolist()
-    topo = np.asarray(check.topo)
-    return topo[np.isin(topo, rows)].tolist()
+    return check.topo[np.isin(check.topo, rows)].tolist()
 
 
 def _validate_across(cw: ColumnarWorkload) -> None:

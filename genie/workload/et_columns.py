@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 _U64 = np.uint64
 _PAD = 16  # zero bytes after the data: a read past the end sees a varint terminator
 _MAX_LEN = 1 << 31  # longer length fields go to the per-frame decoder
+_BLOCK = 1 << 14  # rows gathered at a time where each row's bytes are gathered
 
 
 @dataclass
@@ -298,11 +299,12 @@ def _varints(buf: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 
 
 def _lengths(
-    buf: np.ndarray, p: np.ndarray, bad: np.ndarray, rows: np.ndarray
+    buf: np.ndarray, p: np.ndarray, bad: np.ndarray, rows: np.ndarray, empty: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A non-empty length field at ``p`` (rows ``rows``): (body start, body end); marks ``bad``."""
+    """A length field at ``p`` (rows ``rows``), non-empty unless ``empty``: (body start, body
+    end); marks ``bad``."""
     ln, q, ok = _varints(buf, p)
-    ok &= (ln > 0) & (ln < _MAX_LEN)
+    ok &= ((ln > 0) | empty) & (ln < _MAX_LEN)
     bad[rows[~ok]] = True
     ln[~ok] = 0
     return q, q + ln.astype(np.int64)
@@ -490,19 +492,18 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
                 (st if what == "st" else du)[rows] = v
                 cur[rows] = q
                 bad[rows[~ok]] = True
-            else:
-                s, e = _lengths(buf, p, bad, rows)
+            else:  # an IOInfo of empty strings is an empty body (et_fast reads it so)
+                s, e = _lengths(buf, p, bad, rows, empty=True)
                 spans[what][rows] = np.stack([s, e], 1)
                 cur[rows] = e
             t = tag()
     bad |= cur > E
     bad |= (cur < E) & (t != 0x52)
-    high = np.flatnonzero(buf[: len(data)] >= 0x80)
     for what in ("in", "out"):
         rows = np.flatnonzero((spans[what][:, 0] >= 0) & ~bad)
         if rows.size:
             _check_io(buf, spans[what][rows], rows, bad)
-            _utf8_io(data, high, spans[what], bad)
+            _utf8_io(data, buf, spans[what], bad)
     ctrl_off, ctrl_vals = _packed_rows(buf, spans["ctrl"], n, bad)
     data_off, data_vals = _packed_rows(buf, spans["data"], n, bad)
 
@@ -564,19 +565,24 @@ def _packed_rows(
     return offsets, vals
 
 
-def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
-    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high`` holds the offsets of
-    the bytes >= 0x80 in ``data`` (a body without one is ASCII: nothing to check)."""
+def _utf8_io(data: bytes, buf: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
+    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8 (a body of ASCII bytes alone,
+    found in numpy a block of rows at a time, is)."""
     rows = np.flatnonzero((spans[:, 0] >= 0) & ~bad)
-    if not rows.size:
-        return
-    s, e = spans[rows, 0], spans[rows, 1]
-    some = np.searchsorted(high, e) > np.searchsorted(high, s)
-    for r, a, b in zip(rows[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
-        try:
-            et_fast.decode_io(data[a:b])
-        except UnicodeDecodeError:
-            bad[r] = True
+    for a in range(0, len(rows), _BLOCK):
+        blk = rows[a : a + _BLOCK]
+        s, e = spans[blk, 0], spans[blk, 1]
+        ln = e - s
+        first = np.cumsum(ln) - ln
+        at = np.repeat(s - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)
+        high = np.zeros(len(at) + 1, dtype=np.int64)
+        np.cumsum(buf[at] >= 0x80, out=high[1:])
+        some = high[first + ln] > high[first]
+        for r, x, y in zip(blk[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
+            try:
+                et_fast.decode_io(data[x:y])
+            except UnicodeDecodeError:
+                bad[r] = True
 
 
 def _attrs(
