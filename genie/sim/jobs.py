@@ -176,8 +176,11 @@ class JobTime:
 
 
 def job_times(jm: JobMap, raw: RawResult) -> list[JobTime]:
-    """Each job's iteration out of a replay of the combined workload (all ranks replayed)."""
+    """Each job's iteration out of a replay of the combined workload (a rank not replayed has
+    its orbit representative's times: ``genie.sim.orbits``)."""
     pos = {r: k for k, r in enumerate(raw.sim_ranks)}
+    if raw.rank_rep is not None:
+        pos = {r: int(k) for r, k in enumerate(raw.rank_rep.tolist())}
     out = []
     for j in jm.jobs:
         ends = [

@@ -244,6 +244,8 @@ class _Fluid:
     _rate_cache: dict[tuple[int, ...], list[float]]
     _keep: dict[int, tuple]  # id(demand) -> (demand, W, demand bytes/s per link array, ...)
     _tails: list[tuple[float, int]]  # (time the latency tail is over, iid)
+    # one transfer alone runs at full speed; not so an orbit's summed demand (``use_orbits``)
+    _single_fits = True
 
     def alone(self, transfer: Transfer) -> float:
         """Time ``transfer`` would take with the network to itself (no state change)."""
@@ -272,7 +274,7 @@ class _Fluid:
 
     def _fill(self, states: list[list]) -> list[float]:
         """Weighted max-min fair rates of ``states`` by progressive filling."""
-        if len(states) == 1:
+        if len(states) == 1 and self._single_fits:
             return [1.0]
         rates = fill(self.cap, [st[3] for st in states], [self._keep[st[6]][2] for st in states])
         if rates is None:
@@ -325,6 +327,7 @@ class AnalyticalBackend(_Fluid):
     def use_orbits(self, quotient: Quotient) -> None:
         """Price each transfer as its whole orbit on representative links (``genie.sim.orbits``)."""
         self._quotient = quotient
+        self._single_fits = False
 
     @property
     def link_bytes(self) -> np.ndarray | None:
@@ -396,6 +399,9 @@ class AnalyticalBackend(_Fluid):
             others = on.get(lid)
             if others is None:
                 on[lid] = {iid: st}
+                # alone a transfer fits, but an orbit's summed demand may not (``use_orbits``)
+                if fits and d > cap[lid] * (1 + _REL):
+                    fits = False
                 continue
             if fits:
                 load = d
