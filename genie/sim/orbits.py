@@ -79,6 +79,8 @@ log = logging.getLogger(__name__)
 
 #: candidate rotations tried on the workload (each one a pass over the instances)
 MAX_CANDIDATES = 8
+#: rotations whose rank graphs agree (W1) checked further (W2, W3) at most
+MAX_TRIES = 16
 
 
 @dataclass
@@ -204,10 +206,14 @@ def _search(cw: CompiledWorkload) -> Iterator[RankOrbits]:
     n = cw.n_ranks
     shapes = _shapes(cw)
     flat = _flat_instances(cw)
+    tries = 0
     for block, shift in _candidates(n):
         perm = rotation(n, block, shift)
         if not np.array_equal(shapes[perm], shapes):
             continue
+        tries += 1
+        if tries > MAX_TRIES:  # each a pass over the instances: bounded
+            return
         orb = _check(cw, block, shift, perm, flat)
         if orb is not None:
             yield orb
