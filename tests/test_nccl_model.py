@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -192,6 +193,49 @@ def test_presets_are_eight_gpu_servers_with_their_sources() -> None:
     assert P.preset("B200").intra_bw == pytest.approx(18 * 40.1e9)
     assert P.preset("a100").net_bw == pytest.approx(8 * 25e9)
     assert 0.97 < P.net_payload_fraction("roce") < P.net_payload_fraction("ib") < 1
+
+
+def test_efa_prices_its_network_steps_at_the_plugins_published_latency() -> None:
+    """aws-ofi-nccl's cost model: 20 us per network step, 3 us more with Simple, in place of
+    NCCL's InfiniBand-derived network latency; steps inside a node keep NCCL's."""
+    step, extra = P.net_step_latency("EFA")
+    assert (step, extra) == (pytest.approx(20e-6), pytest.approx(3e-6))
+    assert P.net_step_latency("ib") is None and P.net_step_latency("tcp") is None
+    ib = N.System(nodes=2, gpus_per_node=8, intra_bw=370.8e9, net_bw=400e9)
+    efa = replace(ib, net_step_s=step, net_simple_extra_s=extra)
+    tree_ll = N.choose("all_reduce", 8, efa, "tree", "LL")
+    assert tree_ll.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 20.0)) * 1e-6)
+    tree_simple = N.choose("all_reduce", 8, efa, "tree", "Simple")
+    assert tree_simple.latency_s == pytest.approx((8.4 + 2 * (7 * 4.0 + 23.0)) * 1e-6)
+    ib_ll = N.choose("all_reduce", 8, ib, "tree", "LL")
+    assert ib_ll.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 5.0)) * 1e-6)
+    a2a = N.choose("all_to_all", 16 * 8, efa)  # one hop: the ring's base and a network step
+    assert a2a.latency_s == pytest.approx((6.6 + 20.0) * 1e-6)
+    with pytest.raises(CollectiveError, match="step latency"):
+        replace(ib, net_step_s=-1e-6)
+
+
+def test_published_efa_configurations_get_the_efa_step_latency() -> None:
+    from genie.calibration.published_systems import system_of
+
+    cfg = {
+        "id": "t",
+        "gpu": "H100-SXM",
+        "intra": "nvswitch",
+        "nic_kind": "efa",
+        "nics_per_node": 32,
+        "nic_gbps": 100,
+        "model": {
+            "hosts": 2,
+            "ranks_per_host": 8,
+            "link_rate": "3200Gb/s",
+            "intra_bandwidth": "450GB/s",
+        },
+    }
+    efa, _, _, _ = system_of(cfg)
+    ib, _, _, _ = system_of({**cfg, "nic_kind": "ib"})
+    assert efa.net_step_s == pytest.approx(20e-6) and efa.net_simple_extra_s == pytest.approx(3e-6)
+    assert ib.net_step_s is None and ib.net_simple_extra_s == 0.0
 
 
 # -- wiring: genie simulate, genie nccl, the published rows -------------------------------------

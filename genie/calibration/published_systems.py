@@ -14,8 +14,9 @@ configuration (nothing is fitted per configuration):
   counts (``gpu_presets.XGMI_FRACTION``); PCIe at the stated rate; NVLink SHARP (NVLS) where an
   NVSwitch node has a Hopper or later GPU;
 * the node's network: NICs x rate, less the transport's packet headers
-  (``gpu_presets.net_payload_fraction``); a GPU's link to its NICs is PCIe Gen3 (Volta), Gen4
-  (Ampere and Ada) or Gen5 x16 (later);
+  (``gpu_presets.net_payload_fraction``); its latency per step NCCL's, or the transport's own
+  where its NCCL plugin publishes one (EFA, ``gpu_presets.net_step_latency``); a GPU's link to
+  its NICs is PCIe Gen3 (Volta), Gen4 (Ampere and Ada) or Gen5 x16 (later);
 * channels: the generation's count on one node; across nodes two per NIC (NCCL opens two
   channels per network device), between 2 and that count;
 * ``NCCL_ALGO`` / ``NCCL_PROTO`` in the command are honoured where they name modelled choices,
@@ -130,6 +131,7 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
     channels = NODE_CHANNELS[gen]
     if nodes > 1:
         channels = max(2, min(channels, 2 * nics))
+    step = P.net_step_latency(kind)
     system = N.System(
         nodes=nodes,
         gpus_per_node=gpus,
@@ -141,6 +143,8 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         cpu=cpu,
         channels=channels,
         nvls=intra == "nvswitch" and gen in ("hopper", "blackwell"),
+        net_step_s=None if step is None else step[0],
+        net_simple_extra_s=0.0 if step is None else step[1],
     )
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"
     algo = re.search(r"NCCL_ALGO=\^?([\w,]+)", cmd)

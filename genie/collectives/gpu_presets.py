@@ -25,7 +25,7 @@ PCIE5_X16 = 32e9 * 16 * 128 / 130 / 8
 
 Tuning = Literal["volta", "ampere", "hopper", "blackwell"]
 IntraLink = Literal["nvlink", "xgmi", "pci"]
-NicKind = Literal["ib", "roce"]
+NicKind = Literal["ib", "roce", "efa", "tcp"]
 Cpu = Literal["intel", "amd"]
 
 
@@ -192,7 +192,27 @@ def preset(name: str) -> NodePreset:
 def net_payload_fraction(kind: NicKind) -> float:
     """Payload per byte a NIC's line carries: InfiniBand 4096-byte MTU with LRH, BTH, ICRC and
     VCRC (26 B); RoCEv2 4096-byte path MTU in a 9000-byte Ethernet frame (Ethernet, IPv4, UDP,
-    BTH, ICRC and FCS: 62 B; preamble and gap: 20 B)."""
+    BTH, ICRC and FCS: 62 B; preamble and gap: 20 B); other Ethernet transports (EFA, TCP) are
+    priced with RoCEv2's framing."""
     if kind == "ib":
         return 4096 / (4096 + 26)
     return 4096 / (4096 + 62 + 20)
+
+
+#: Latency per network step (us) of transports whose NCCL network plugin publishes its own
+#: cost model, and what a Simple step adds to it (the host's handling of the completion), by
+#: ``nic_kind``. EFA: aws-ofi-nccl's model tuner (github.com/aws/aws-ofi-nccl at 2daf7d30,
+#: ``src/tuner/nccl_ofi_model.cpp``: ``net_lat`` 20 us on P5/P5e, 18 us on P5en; the P5 figure
+#: is taken for every EFA generation) plus ``TUNER_NET_COMP_OVERHEAD`` for Simple
+#: (``include/nccl_ofi_param.h``: 3 us, "a ~2 us cost in the device and ~1 us cost to write that
+#: completion up to the host stack"). Other kinds have none: NCCL's own (InfiniBand-derived)
+#: network latencies price them (``src/graph/tuning.cc``), as NCCL's tuner does for its IB and
+#: socket transports and for plugins that report no latency (GPUDirect-TCPX reports 0).
+NET_STEP_LATENCY_US: dict[str, tuple[float, float]] = {"efa": (20.0, 3.0)}
+
+
+def net_step_latency(kind: str) -> tuple[float, float] | None:
+    """(seconds per network step, seconds a Simple step adds) of a transport that publishes its
+    own, or None for one that NCCL's network latencies price."""
+    lat = NET_STEP_LATENCY_US.get(kind.strip().lower())
+    return None if lat is None else (lat[0] * 1e-6, lat[1] * 1e-6)

@@ -15,10 +15,12 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
 * Protocols and their wire efficiency (payload per byte sent): ``LL`` 8-byte lines of 4 data
   and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
 * Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
-  a hardware latency per step by link type (NVLink, PCI, network); ring steps inside a node cost
-  at least the CPU's network post overhead when the ring leaves the node (x3 for Simple). NCCL's
-  tuner counts one pass of a ring's steps; a Simple ring that needs more passes (its buffer is
-  more than channels x ranks chunks) pays each later pass's steps at the intra-node latency.
+  a hardware latency per step by link type (NVLink, PCI, network; a network whose NCCL plugin
+  publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's); ring
+  steps inside a node cost at least the CPU's network post overhead when the ring leaves the
+  node (x3 for Simple). NCCL's tuner counts one pass of a ring's steps; a Simple ring that
+  needs more passes (its buffer is more than channels x ranks chunks) pays each later pass's
+  steps at the intra-node latency.
 * Bandwidth: the link the algorithm drives (a GPU's bus inside a node; across nodes the
   narrower of that and the node's NICs, or its GPUs' PCIe links to them), times the protocol's
   wire efficiency, capped by NCCL's published per-protocol limits (LL's maximum, LL128's and
@@ -262,6 +264,10 @@ class System:
     cpu: P.Cpu = "intel"
     channels: int = 16
     nvls: bool = False  # the node's NVSwitch does NVLink SHARP (NCCL's NVLS algorithms)
+    # the network transport's own latency per step across nodes and what a Simple step adds
+    # (gpu_presets.net_step_latency); None: NCCL's InfiniBand-derived network latencies
+    net_step_s: float | None = None
+    net_simple_extra_s: float = 0.0
 
     def __post_init__(self) -> None:
         for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -282,6 +288,9 @@ class System:
             raise CollectiveError(f"intra_link {self.intra_link!r}: nvlink, xgmi or pci")
         if self.cpu not in NET_OVERHEAD_US:
             raise CollectiveError(f"cpu {self.cpu!r}: intel or amd")
+        step, extra = self.net_step_s, self.net_simple_extra_s
+        if (step is not None and not step >= 0) or not extra >= 0:
+            raise CollectiveError(f"network step latency must be >= 0 s, got {step!r}, {extra!r}")
 
     @property
     def n_ranks(self) -> int:
@@ -448,10 +457,12 @@ def _hops(sys: System, algo: str, proto: str) -> tuple[float, float]:
     cls = "pci" if sys.intra_link == "pci" else "nvlink"
     intra = HW_LATENCY_US[cls][algo][p]
     # one GPU per node: every step crosses the network, priced at the tree's network latency
-    inter = HW_LATENCY_US["net"]["tree" if sys.gpus_per_node == 1 else algo][p]
+    inter = HW_LATENCY_US["net"]["tree" if sys.gpus_per_node == 1 else algo][p] * US
+    if sys.net_step_s is not None:  # the transport's own figure replaces NCCL's (EFA)
+        inter = sys.net_step_s + (sys.net_simple_extra_s if proto == "Simple" else 0.0)
     if algo == "ring" and sys.nodes > 1:
         intra = max(intra, NET_OVERHEAD_US[sys.cpu] * (3 if proto == "Simple" else 1))
-    return intra * US, inter * US
+    return intra * US, inter
 
 
 def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
