@@ -496,3 +496,30 @@ def test_first_attr_names_of_one_length_are_told_apart() -> None:
     assert cols.fallback == {}
     assert [n.attrs[0].name for n in got] == firsts
     assert [n.comm_size for n in got] == [5] * 6
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(nodes(), max_size=9), st.integers(1, 4))
+def test_frames_decoded_in_blocks_like_et_fast(ns: list[Node], block: int) -> None:
+    """Blocks of frames share names, derived tuples and attr bodies; offsets stay the file's."""
+    from unittest import mock
+
+    from genie.workload import et_columns
+
+    ns = [n for n in ns if encode_node(n)]
+    data = _trace(ns)
+    with mock.patch.object(et_columns, "_BLOCK_FRAMES", block):
+        _decode_both(data)
+
+
+def test_real_style_trace_in_small_blocks(monkeypatch) -> None:
+    from genie.workload import et_columns
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    monkeypatch.setattr(et_columns, "_BLOCK_FRAMES", 7)
+    rg = pytorch_style(2, layers=4, steps=2).ranks[0]
+    data = _trace(rg.nodes, rg.metadata)
+    cols, got, _ = _decode_both(data)
+    assert cols.fallback == {} and got == rg.nodes
+    assert len(cols.names) == len({n.name for n in rg.nodes}) + 1  # interned across blocks
+    assert len(set(cols.derived_table)) == len(cols.derived_table)

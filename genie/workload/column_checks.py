@@ -48,10 +48,8 @@ def check_columns(cols: NodeColumns, rank: RankGraph, n_ranks: int) -> RankCheck
     sid = cols.id[order]
     if (sid[1:] == sid[:-1]).any() or (cols.duration_micros > ABSURD_MICROS).any():
         raise NeedsReference  # a duplicate id or an absurd duration
-    combo = (cols.type.astype(np.int64) << 32) | cols.derived.astype(np.int64)
-    _u, first = np.unique(combo, return_index=True)
     try:
-        for r in first.tolist():
+        for r in _one_row_each(cols.type, cols.derived, len(cols.derived_table)):
             _check_fields(rank, cols.node(r), n_ranks)
     except ValidationError:
         raise NeedsReference from None
@@ -124,6 +122,16 @@ def validate_rank_columns(
     return got.problems
 
 
+def _one_row_each(types: np.ndarray, derived: np.ndarray, n_derived: int) -> list[int]:
+    """One row of each distinct (type, derived index) pair."""
+    key = derived.astype(np.int64) * 256 + types
+    if 256 * n_derived <= 4 * len(key) + 4096:  # few pairs: a table of first rows, no sort
+        first = np.full(256 * n_derived, -1, dtype=np.int64)
+        first[key[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=np.int64)
+        return first[first >= 0].tolist()
+    return np.unique(key, return_index=True)[1].tolist()
+
+
 def _dep_positions(
     offsets: np.ndarray, deps: np.ndarray, sid: np.ndarray, order: np.ndarray, n: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -140,7 +148,9 @@ def _dep_positions(
 def _topological(n: int, row: np.ndarray, pos: np.ndarray) -> list[int] | None:
     """Positions ordered after their deps (``row`` waits for ``pos``), ties broken by position
     (``graph.index_order``'s order); None on a cycle."""
-    key = np.unique(row * n + pos)
+    key = np.sort(row * n + pos, kind="stable")  # in row order already: nearly sorted
+    if len(key) > 1:
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))]  # each (row, dep) once
     waiter, dep = key // n, key % n
     indeg = np.bincount(waiter, minlength=n)
     by_dep = np.argsort(dep, kind="stable")

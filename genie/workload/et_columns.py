@@ -38,6 +38,7 @@ _U64 = np.uint64
 _PAD = 16  # zero bytes after the data: a read past the end sees a varint terminator
 _MAX_LEN = 1 << 31  # longer length fields go to the per-frame decoder
 _BLOCK = 1 << 14  # rows gathered at a time where each row's bytes are gathered
+_BLOCK_FRAMES = 1 << 16  # frames decoded together (in-cache passes, a bounded copy)
 
 
 @dataclass
@@ -422,7 +423,11 @@ _HANDED_ON = (et_fast._Fallback, IndexError, UnicodeDecodeError, DecodeError, st
 
 
 def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeColumns:
-    """Decode every Node frame of ``data`` from ``pos`` into columns (see the module doc)."""
+    """Decode every Node frame of ``data`` from ``pos`` into columns (see the module doc).
+
+    Frames are decoded ``_BLOCK_FRAMES`` at a time (each block's bytes copied once, padded):
+    the passes then run over arrays that stay in cache, and no copy of the whole file is made.
+    """
     try:
         frames, ends = _split(data, pos)
     except _Unsplittable:
@@ -430,10 +435,100 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
         et_fast.decode_nodes(data, pos, source, note)
         raise AssertionError("et_fast accepted frames the splitter rejects") from None
     n = len(frames)
-    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
-    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     F = np.array(frames, dtype=np.int64)
     E = np.array(ends, dtype=np.int64)
+    shared = _Shared()
+    parts = [
+        _decode_block(data, F[k : k + _BLOCK_FRAMES], E[k : k + _BLOCK_FRAMES], shared)
+        for k in range(0, n, _BLOCK_FRAMES)
+    ]
+
+    def cat(i: int, dtype: Any, shape: tuple = (0,)) -> np.ndarray:
+        got = [p[i] for p in parts]
+        return np.concatenate(got) if got else np.zeros(shape, dtype=dtype)
+
+    cols = NodeColumns(
+        data=data,
+        frame=F,
+        id=cat(0, _U64),
+        type=cat(1, np.uint8),
+        name=cat(2, np.int32),
+        names=shared.names,
+        start_micros=cat(3, _U64),
+        duration_micros=cat(4, _U64),
+        ctrl_offsets=_cat_offsets([p[5] for p in parts]),
+        ctrl_deps=cat(6, _U64),
+        data_offsets=_cat_offsets([p[7] for p in parts]),
+        data_deps=cat(8, _U64),
+        inputs=cat(9, np.int64, (0, 2)),
+        outputs=cat(10, np.int64, (0, 2)),
+        attrs=cat(11, np.int64, (0, 2)),
+        derived=cat(12, np.int32),
+        derived_table=shared.table,
+        zero=sum(p[14] for p in parts),
+    )
+    bad = cat(13, bool)
+    for r in np.flatnonzero(bad).tolist():
+        got, odd, _zero = et_fast.decode_nodes(data, frames[r], source, note, stop=ends[r])
+        cols.fallback[r] = got[0]
+        cols.odd += odd
+    if cols.fallback:
+        log.debug("%s: %d of %d node frames decoded one by one", source, len(cols.fallback), n)
+    return cols
+
+
+def _cat_offsets(parts: list[np.ndarray]) -> np.ndarray:
+    """CSR offsets of blocks laid end to end."""
+    out = [np.zeros(1, dtype=np.int64)]
+    total = 0
+    for off in parts:
+        out.append(off[1:] + total)
+        total += int(off[-1])
+    return np.concatenate(out)
+
+
+class _Shared:
+    """What the blocks of one file intern together: node names, derived tuples, attr bodies."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = [""]
+        self._name_of: dict[bytes, int] = {}
+        self.table: list[Derived] = [NO_DERIVED]
+        self.where: dict[Derived, int] = {NO_DERIVED: 0}
+        self.cache = et_fast.AttrCache()
+
+    def name_index(self, key: bytes) -> int:
+        """The index of node name ``key`` in ``names`` (-1: not UTF-8)."""
+        i = self._name_of.get(key)
+        if i is None:
+            try:
+                self.names.append(key.decode("utf-8"))
+                i = len(self.names) - 1
+            except UnicodeDecodeError:
+                i = -1
+            self._name_of[key] = i
+        return i
+
+    def derived_index(self, d: Derived) -> int:
+        """The index of derived tuple ``d`` in ``table``."""
+        i = self.where.get(d)
+        if i is None:
+            i = self.where[d] = len(self.table)
+            self.table.append(d)
+        return i
+
+
+def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: _Shared) -> tuple:
+    """Columns of the frames at offsets ``F`` (ending at ``E``), spans as offsets in ``data``:
+    (ids, types, names, starts, durations, ctrl offsets, ctrl deps, data offsets, data deps,
+    inputs, outputs, attrs, derived, bad, zero-length frames)."""
+    base = int(F[0])
+    data = data[base : int(E[-1])]
+    F = F - base
+    E = E - base
+    n = len(F)
+    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
     S = F + 1  # body starts: after the length varint (up to 5 bytes; the splitter read it)
     cont = buf[F] >= 0x80
     for k in range(1, 5):
@@ -510,50 +605,37 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
     # node names: one str per distinct byte string
     rows = np.flatnonzero((name_span[:, 0] >= 0) & ~bad)
     name_idx = np.zeros(n, dtype=np.int32)
-    names = [""]
     if rows.size:
         keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
         uniq, idx = _intern(keys)
-        good = np.ones(len(uniq), dtype=bool)
-        for i, key in enumerate(uniq):
-            try:
-                names.append(key.decode("utf-8"))
-            except UnicodeDecodeError:
-                names.append("")
-                good[i] = False
-        bad[rows[~good[idx]]] = True
-        name_idx[rows] = idx + 1
+        glob = np.array([shared.name_index(k) for k in uniq], dtype=np.int32)
+        gi = glob[idx]
+        bad[rows[gi < 0]] = True
+        name_idx[rows] = np.maximum(gi, 0)
 
     attr_span = np.stack([cur, E], 1)
-    derived, table = _attrs(data, buf, attr_span, bad)
+    derived = _attrs(data, buf, attr_span, bad, shared)
 
-    cols = NodeColumns(
-        data=data,
-        frame=F,
-        id=ids,
-        type=types,
-        name=name_idx,
-        names=names,
-        start_micros=st,
-        duration_micros=du,
-        ctrl_offsets=ctrl_off,
-        ctrl_deps=ctrl_vals,
-        data_offsets=data_off,
-        data_deps=data_vals,
-        inputs=spans["in"],
-        outputs=spans["out"],
-        attrs=attr_span,
-        derived=derived,
-        derived_table=table,
-        zero=int(np.count_nonzero(S == E)),
+    for sp in (spans["in"], spans["out"]):
+        sp[sp[:, 0] >= 0] += base
+    attr_span += base
+    return (
+        ids,
+        types,
+        name_idx,
+        st,
+        du,
+        ctrl_off,
+        ctrl_vals,
+        data_off,
+        data_vals,
+        spans["in"],
+        spans["out"],
+        attr_span,
+        derived,
+        bad,
+        int(np.count_nonzero(S == E)),
     )
-    for r in np.flatnonzero(bad).tolist():
-        got, odd, _zero = et_fast.decode_nodes(data, frames[r], source, note, stop=ends[r])
-        cols.fallback[r] = got[0]
-        cols.odd += odd
-    if cols.fallback:
-        log.debug("%s: %d of %d node frames decoded one by one", source, len(cols.fallback), n)
-    return cols
 
 
 def _packed_rows(
@@ -586,19 +668,17 @@ def _utf8_io(data: bytes, buf: np.ndarray, spans: np.ndarray, bad: np.ndarray) -
 
 
 def _attrs(
-    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray
-) -> tuple[np.ndarray, list[Derived]]:
+    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray, shared: _Shared
+) -> np.ndarray:
     """Each row's derived tuple, as an index into a table of distinct ones; marks ``bad`` the
     rows whose attr fields the per-frame decoder must read."""
     n = len(span)
-    table: list[Derived] = [NO_DERIVED]
-    where: dict[Derived, int] = {NO_DERIVED: 0}
     derived = np.zeros(n, dtype=np.int32)
     s, e = span[:, 0], span[:, 1]
     rows = np.flatnonzero((s < e) & ~bad)
     if not rows.size:
-        return derived, table
-    cache = et_fast.AttrCache()
+        return derived
+    cache = shared.cache
     p = s[rows]
     stop = e[rows]
     # a first attr "name + plain int64" (0x52 len 0x0A nl name 0x48 varint), read in numpy
@@ -651,10 +731,7 @@ def _attrs(
             if not plain:
                 kd[i] = -1
                 continue
-            d = et_fast._derived(list(pairs))[0]
-            kd[i] = where.setdefault(d, len(where))
-            if kd[i] == len(table):
-                table.append(d)
+            kd[i] = shared.derived_index(et_fast._derived(list(pairs))[0])
         di = kd[kidx]
         bad[grows[di < 0]] = True
         if gslots is not None and any(x is not None for x in gslots):
@@ -662,9 +739,6 @@ def _attrs(
             sl = np.array([-1 if x is None else x for x in gslots], dtype=np.int64)[gnidx]
             for j in np.flatnonzero((sl >= 0) & (di >= 0)).tolist():
                 merged = [(int(sl[j]), int(gv[j])), *kpairs[kidx[j]]]
-                d = et_fast._derived(merged)[0]
-                di[j] = where.setdefault(d, len(where))
-                if di[j] == len(table):
-                    table.append(d)
+                di[j] = shared.derived_index(et_fast._derived(merged)[0])
         derived[grows] = np.maximum(di, 0)
-    return derived, table
+    return derived
