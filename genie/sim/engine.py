@@ -23,9 +23,13 @@ Semantics:
 
 ``simulate(cw, backend, ranks=...)`` may replay only a subset of ranks (see ``symmetry``): an
 instance then starts when its members *in the subset* have arrived, and is still priced for its
-whole group. Runs of compute nodes that provably behave as one node are replayed as one
-(``chains``) and every node's times restored afterwards. Nodes are laid out node-major (node i
-of every rank side by side) because ranks advance together in time.
+whole group. Given an ``orbits.Orbits`` as ``ranks`` it replays one rank per orbit of a rank
+rotation when the backend can price orbits and the network obligations hold (``genie.sim.orbits``;
+else every rank), each instance standing for its orbit, and fills in every instance's times and
+each rank's representative (``RawResult.rank_rep``). Runs of compute nodes that provably
+behave as one node are replayed as one (``chains``) and every node's times restored afterwards.
+Nodes are laid out node-major (node i of every rank side by side) because ranks advance together
+in time.
 """
 
 from __future__ import annotations
