@@ -523,3 +523,27 @@ def test_real_style_trace_in_small_blocks(monkeypatch) -> None:
     assert cols.fallback == {} and got == rg.nodes
     assert len(cols.names) == len({n.name for n in rg.nodes}) + 1  # interned across blocks
     assert len(set(cols.derived_table)) == len(cols.derived_table)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n),
+        )
+    )
+)
+def test_kahn_order_from_columns_is_index_order(case) -> None:
+    """column_checks' Kahn (with its shortcut past the heap) orders as graph.index_order."""
+    from genie.workload.column_checks import _topological
+    from genie.workload.graph import index_order
+
+    n, edges = case
+    edges = [(a, b) for a, b in edges if a != b]
+    deps: list[list[int]] = [[] for _ in range(n)]
+    for a, b in edges:
+        deps[a].append(b)
+    row = np.array([a for a, _ in sorted(edges)], dtype=np.int64)
+    pos = np.array([b for _, b in sorted(edges)], dtype=np.int64)
+    assert _topological(n, row, pos) == index_order(deps)

@@ -165,9 +165,27 @@ def _topological(n: int, row: np.ndarray, pos: np.ndarray) -> list[int] | None:
     pop, push = heapq.heappop, heapq.heappush
     while heap:
         i = pop(heap)
-        append(i)
-        for u in users[uo[i] : uo[i + 1]]:
-            deg[u] -= 1
-            if not deg[u]:
-                push(heap, u)
+        while True:  # i is the smallest ready position
+            append(i)
+            a, b = uo[i], uo[i + 1]
+            if a == b:
+                break
+            nxt = -1  # the smallest position made ready by i (the others go on the heap)
+            for u in users[a:b]:
+                d = deg[u] - 1
+                deg[u] = d
+                if not d:
+                    if nxt < 0:
+                        nxt = u
+                    elif u < nxt:
+                        push(heap, nxt)
+                        nxt = u
+                    else:
+                        push(heap, u)
+            if nxt < 0:
+                break
+            if heap and heap[0] < nxt:
+                push(heap, nxt)
+                break
+            i = nxt  # next without a trip through the heap (chains of deps, most of a trace)
     return out if len(out) == n else None

@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 _U64 = np.uint64
 _PAD = 16  # zero bytes after the data: a read past the end sees a varint terminator
 _MAX_LEN = 1 << 31  # longer length fields go to the per-frame decoder
-_BLOCK = 1 << 14  # rows gathered at a time where each row's bytes are gathered
 _BLOCK_FRAMES = 1 << 16  # frames decoded together (in-cache passes, a bounded copy)
 
 
@@ -492,21 +491,21 @@ class _Shared:
 
     def __init__(self) -> None:
         self.names: list[str] = [""]
-        self._name_of: dict[bytes, int] = {}
+        self.name_of: dict[bytes, int] = {}
         self.table: list[Derived] = [NO_DERIVED]
         self.where: dict[Derived, int] = {NO_DERIVED: 0}
         self.cache = et_fast.AttrCache()
 
     def name_index(self, key: bytes) -> int:
         """The index of node name ``key`` in ``names`` (-1: not UTF-8)."""
-        i = self._name_of.get(key)
+        i = self.name_of.get(key)
         if i is None:
             try:
                 self.names.append(key.decode("utf-8"))
                 i = len(self.names) - 1
             except UnicodeDecodeError:
                 i = -1
-            self._name_of[key] = i
+            self.name_of[key] = i
         return i
 
     def derived_index(self, d: Derived) -> int:
@@ -594,11 +593,14 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: _Shared) ->
             t = tag()
     bad |= cur > E
     bad |= (cur < E) & (t != 0x52)
+    high = None
     for what in ("in", "out"):
         rows = np.flatnonzero((spans[what][:, 0] >= 0) & ~bad)
         if rows.size:
             _check_io(buf, spans[what][rows], rows, bad)
-            _utf8_io(data, buf, spans[what], bad)
+            if high is None:
+                high = np.flatnonzero(buf >= 0x80)  # buf holds one block of frames
+            _utf8_io(data, high, spans[what], bad)
     ctrl_off, ctrl_vals = _packed_rows(buf, spans["ctrl"], n, bad)
     data_off, data_vals = _packed_rows(buf, spans["data"], n, bad)
 
@@ -608,7 +610,11 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: _Shared) ->
     if rows.size:
         keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
         uniq, idx = _intern(keys)
-        glob = np.array([shared.name_index(k) for k in uniq], dtype=np.int32)
+        known = list(map(shared.name_of.get, uniq))
+        glob = np.array(
+            [shared.name_index(k) if i is None else i for k, i in zip(uniq, known, strict=True)],
+            dtype=np.int32,
+        )
         gi = glob[idx]
         bad[rows[gi < 0]] = True
         name_idx[rows] = np.maximum(gi, 0)
@@ -647,24 +653,19 @@ def _packed_rows(
     return offsets, vals
 
 
-def _utf8_io(data: bytes, buf: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
-    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8 (a body of ASCII bytes alone,
-    found in numpy a block of rows at a time, is)."""
+def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
+    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high``: the offsets of the
+    bytes >= 0x80 in ``data`` (a body without one is ASCII: only the others are decoded)."""
     rows = np.flatnonzero((spans[:, 0] >= 0) & ~bad)
-    for a in range(0, len(rows), _BLOCK):
-        blk = rows[a : a + _BLOCK]
-        s, e = spans[blk, 0], spans[blk, 1]
-        ln = e - s
-        first = np.cumsum(ln) - ln
-        at = np.repeat(s - first, ln) + np.arange(int(ln.sum()), dtype=np.int64)
-        high = np.zeros(len(at) + 1, dtype=np.int64)
-        np.cumsum(buf[at] >= 0x80, out=high[1:])
-        some = high[first + ln] > high[first]
-        for r, x, y in zip(blk[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
-            try:
-                et_fast.decode_io(data[x:y])
-            except UnicodeDecodeError:
-                bad[r] = True
+    if not rows.size:
+        return
+    s, e = spans[rows, 0], spans[rows, 1]
+    some = np.searchsorted(high, e) > np.searchsorted(high, s)
+    for r, x, y in zip(rows[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
+        try:
+            et_fast.decode_io(data[x:y])
+        except UnicodeDecodeError:
+            bad[r] = True
 
 
 def _attrs(
