@@ -547,3 +547,17 @@ def test_kahn_order_from_columns_is_index_order(case) -> None:
     row = np.array([a for a, _ in sorted(edges)], dtype=np.int64)
     pos = np.array([b for _, b in sorted(edges)], dtype=np.int64)
     assert _topological(n, row, pos) == index_order(deps)
+
+
+def test_ranks_share_one_interner(tmp_path: Path) -> None:
+    """Names and derived tuples of a workload's ranks are decoded once for all of them."""
+    from genie.workload import save_workload
+    from genie.workload.columnar import load_columns
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    wl = pytorch_style(4, layers=4, steps=2)
+    save_workload(wl, tmp_path / "w")
+    cw = load_columns(tmp_path / "w")
+    assert all(c.names is cw.ranks[0].names for c in cw.ranks)
+    assert len(cw.ranks[0].names) == len({n.name for r in wl.ranks for n in r.nodes}) + 1
+    assert [c.to_nodes() for c in cw.ranks] == [r.nodes for r in wl.ranks]

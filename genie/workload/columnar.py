@@ -23,7 +23,7 @@ from genie.errors import ValidationError, WorkloadError
 from genie.vocabulary import UNEVEN_ATTR
 from genie.workload.column_checks import NeedsReference, RankCheck, apply_ctrl_drop, check_columns
 from genie.workload.et_codec import _first_frame, frame_notes, gc_paused, open_bytes
-from genie.workload.et_columns import NodeColumns, decode_columns
+from genie.workload.et_columns import Interner, NodeColumns, decode_columns
 from genie.workload.graph import UNEVEN, CollectiveCall, compare_collective_sequences
 from genie.workload.loader import (
     _desc_from_metadata,
@@ -132,12 +132,13 @@ def _load_columns(
     checks: list[RankCheck | None] = []
     meta_nodes: list[RankGraph] = []  # ranks holding their METADATA nodes alone
     meta_type = NodeType.METADATA_NODE
+    interner = Interner()  # names and attrs repeat across ranks: each decoded once
     failed = False
     for r in range(n):
         data, note = open_bytes(found[r])
         src = str(found[r])
         meta, pos, notes = _first_frame(data, src, note, memo)
-        cols = decode_columns(data, pos, src, note)
+        cols = decode_columns(data, pos, src, note, interner)
         cols.path = found[r]
         del data
         notes += frame_notes(src, cols.zero, cols.odd)

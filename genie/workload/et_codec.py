@@ -34,6 +34,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: node bytes from which a file is decoded in columns (``et_columns``: numpy passes over every
 #: frame; below this, ``et_fast``'s frame-by-frame loop costs less than numpy's set-up)
 COLUMNS_FROM_BYTES = 1 << 15
+_INTERNER = "et_columns.Interner"  # its key in a workload's read memo (beside metadata bytes)
 
 
 # ----------------------------------------------------------------------------- framing
@@ -223,7 +224,12 @@ def _decode_columns(
         if len(data) - pos >= COLUMNS_FROM_BYTES:
             from genie.workload.et_columns import decode_columns
 
-            cols = decode_columns(data, pos, source, note)
+            interner = None
+            if memo is not None:  # the ranks of one workload share it (names, attrs repeat)
+                from genie.workload.et_columns import Interner
+
+                interner = memo.setdefault(_INTERNER, Interner())
+            cols = decode_columns(data, pos, source, note, interner)
             nodes, odd, zero = cols.to_nodes(), cols.odd, cols.zero
         else:
             nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)

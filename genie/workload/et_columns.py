@@ -421,8 +421,13 @@ def _section_pairs(key: bytes, cache: et_fast.AttrCache) -> tuple[tuple, bool]:
 _HANDED_ON = (et_fast._Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error)
 
 
-def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeColumns:
+def decode_columns(
+    data: bytes, pos: int, source: str, note: str = "", interner: Interner | None = None
+) -> NodeColumns:
     """Decode every Node frame of ``data`` from ``pos`` into columns (see the module doc).
+
+    ``interner``: shared by the files of one workload (their names and attrs repeat), so each
+    distinct string is decoded once for all of them; by default one per call.
 
     Frames are decoded ``_BLOCK_FRAMES`` at a time (each block's bytes copied once, padded):
     the passes then run over arrays that stay in cache, and no copy of the whole file is made.
@@ -436,7 +441,7 @@ def decode_columns(data: bytes, pos: int, source: str, note: str = "") -> NodeCo
     n = len(frames)
     F = np.array(frames, dtype=np.int64)
     E = np.array(ends, dtype=np.int64)
-    shared = _Shared()
+    shared = interner if interner is not None else Interner()
     parts = [
         _decode_block(data, F[k : k + _BLOCK_FRAMES], E[k : k + _BLOCK_FRAMES], shared)
         for k in range(0, n, _BLOCK_FRAMES)
@@ -486,8 +491,9 @@ def _cat_offsets(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(out)
 
 
-class _Shared:
-    """What the blocks of one file intern together: node names, derived tuples, attr bodies."""
+class Interner:
+    """What the blocks of a file (and the files of a workload) intern together: node names,
+    derived tuples and attr bodies; the columns of every file given one index into its lists."""
 
     def __init__(self) -> None:
         self.names: list[str] = [""]
@@ -496,17 +502,20 @@ class _Shared:
         self.where: dict[Derived, int] = {NO_DERIVED: 0}
         self.cache = et_fast.AttrCache()
 
-    def name_index(self, key: bytes) -> int:
-        """The index of node name ``key`` in ``names`` (-1: not UTF-8)."""
-        i = self.name_of.get(key)
-        if i is None:
-            try:
-                self.names.append(key.decode("utf-8"))
-                i = len(self.names) - 1
-            except UnicodeDecodeError:
-                i = -1
-            self.name_of[key] = i
-        return i
+    def name_indices(self, keys: list[bytes]) -> list[int]:
+        """The index of each node name in ``names`` (-1: not UTF-8)."""
+        name_of = self.name_of
+        got = list(map(name_of.get, keys))
+        if None in got:
+            names = self.names
+            for j, key in enumerate(keys):
+                if got[j] is None:
+                    try:
+                        names.append(key.decode("utf-8"))
+                        got[j] = name_of[key] = len(names) - 1
+                    except UnicodeDecodeError:
+                        got[j] = name_of[key] = -1
+        return got  # type: ignore[return-value]
 
     def derived_index(self, d: Derived) -> int:
         """The index of derived tuple ``d`` in ``table``."""
@@ -517,7 +526,7 @@ class _Shared:
         return i
 
 
-def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: _Shared) -> tuple:
+def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -> tuple:
     """Columns of the frames at offsets ``F`` (ending at ``E``), spans as offsets in ``data``:
     (ids, types, names, starts, durations, ctrl offsets, ctrl deps, data offsets, data deps,
     inputs, outputs, attrs, derived, bad, zero-length frames)."""
@@ -610,11 +619,7 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: _Shared) ->
     if rows.size:
         keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
         uniq, idx = _intern(keys)
-        known = list(map(shared.name_of.get, uniq))
-        glob = np.array(
-            [shared.name_index(k) if i is None else i for k, i in zip(uniq, known, strict=True)],
-            dtype=np.int32,
-        )
+        glob = np.array(shared.name_indices(uniq), dtype=np.int32)
         gi = glob[idx]
         bad[rows[gi < 0]] = True
         name_idx[rows] = np.maximum(gi, 0)
@@ -669,7 +674,7 @@ def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) 
 
 
 def _attrs(
-    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray, shared: _Shared
+    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray, shared: Interner
 ) -> np.ndarray:
     """Each row's derived tuple, as an index into a table of distinct ones; marks ``bad`` the
     rows whose attr fields the per-frame decoder must read."""
