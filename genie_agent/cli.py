@@ -12,6 +12,7 @@ import math
 import re
 
 from genie.errors import UsageError
+from genie.wire.liveness import MISSED_BEATS_LIMIT, MISSED_BEATS_MAX, MISSED_BEATS_MIN
 
 HEARTBEAT_MIN_S = 0.01
 HEARTBEAT_MAX_S = 60.0
@@ -50,6 +51,11 @@ def check_args(args: argparse.Namespace) -> tuple[str, list[str]]:
         raise UsageError(
             f"--heartbeat must be {HEARTBEAT_MIN_S:g}..{HEARTBEAT_MAX_S:g} seconds, got {hb}"
         )
+    mb = args.missed_beats
+    if not MISSED_BEATS_MIN <= mb <= MISSED_BEATS_MAX:
+        raise UsageError(
+            f"--missed-beats must be {MISSED_BEATS_MIN}..{MISSED_BEATS_MAX} heartbeats, got {mb}"
+        )
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     return listen, data_addrs
 
@@ -65,6 +71,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         data_addr,
         args.data_port,
         heartbeat_s=args.heartbeat,
+        missed_beats=args.missed_beats,
         keys_dir=args.keys,
         testbed=args.testbed or "",
         counters_sysfs=args.counters_sysfs,
@@ -83,6 +90,15 @@ def add_agent_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--data-port", type=int, default=0, help="data listener port (default: any)")
     p.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="heartbeat interval")
+    p.add_argument(
+        "--missed-beats",
+        type=int,
+        default=MISSED_BEATS_LIMIT,
+        metavar="N",
+        help="heartbeats a controller may miss before the agent drops its job (default "
+        f"{MISSED_BEATS_LIMIT}; more on hosts that stall for seconds, with the testbed's "
+        "missed_beats alike)",
+    )
     p.add_argument(
         "--keys",
         metavar="DIR",

@@ -46,7 +46,7 @@ from genie.errors import FrameTooLarge, TransportError
 from genie.wire import sockets
 from genie.wire.clock import MonotonicClock
 from genie.wire.frames import check_frame
-from genie.wire.liveness import HEARTBEAT_INTERVAL_S
+from genie.wire.liveness import HEARTBEAT_INTERVAL_S, MISSED_BEATS_LIMIT
 from genie.wire.messages import Error, Limits, Msg, encode
 from genie_agent.clock import tighten_timer_slack
 from genie_agent.counters import CounterReader, Roots
@@ -254,13 +254,15 @@ def run_agent(
     keys_dir: str | None = None,
     testbed: str = "",
     counters_sysfs: str | None = None,
+    missed_beats: int = MISSED_BEATS_LIMIT,
 ) -> int:
     """Run one agent until it is told to quit (or gets SIGTERM/SIGINT); return an exit code.
 
     ``keys_dir``: CURVE key directory (see ``genie.keys``); default ``$GENIE_KEYS``, else none.
     ``testbed``: the testbed this agent serves; Hellos naming another one are refused.
     ``counters_sysfs``: where the NIC counters reported with each Go are read (default
-    ``$GENIE_COUNTERS_SYSFS``, else /sys; ``genie_agent.counters``).
+    ``$GENIE_COUNTERS_SYSFS``, else /sys; ``genie_agent.counters``). ``missed_beats``: heartbeat
+    intervals of silence after which a controller is lost.
     """
     book = LogBook(log or agent_logger(agent_id).info)
     say = book
@@ -318,6 +320,7 @@ def run_agent(
         facts=host_facts(),
         limits=Limits(),
         heartbeat_interval_s=heartbeat_s,
+        missed_beats_limit=missed_beats,
         prober=probe_peers,
         testbed=testbed,
         builder=_start_thread,

@@ -61,7 +61,7 @@ def inventory(tmp_path_factory):
     port = free_port_range(1)
     tb = d / "tb.toml"
     tb.write_text(
-        '[testbed]\nname = "ans"\nkind = "static"\n'
+        '[testbed]\nname = "ans"\nkind = "static"\nmissed_beats = 7\n'
         f'[[hosts]]\nname = "h0"\ncontrol = "127.0.0.1:{port}"\ndata_addr = "127.0.0.1"\n'
         f'[deploy]\nremote_root = "{d / "root"}"\n'
     )
@@ -108,6 +108,7 @@ def test_agent_role_for_real_then_idempotent(inventory, wheel) -> None:
         rec = json.loads((root / "agent.pid").read_text())
         cmd = Path(f"/proc/{rec['agent']}/cmdline").read_bytes().split(b"\0")
         assert cmd[0].decode() == str(root / "venv" / "bin" / "python")
+        assert cmd[cmd.index(b"--missed-beats") + 1] == b"7"  # the testbed's liveness rule
         host = Host(name="h0", control=f"127.0.0.1:{inventory['port']}", data_addr="127.0.0.1")
         hello = say_hello(host, 10.0)
         assert hello.reply is not None and hello.reply.pid == rec["agent"], hello.error

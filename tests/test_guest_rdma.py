@@ -26,7 +26,8 @@ device, where no rxe device listens; policy routing (``_cross_routes``: a rule p
 for locally originated packets, ahead of the local table; ``accept_local`` and no reverse-path
 filter on the veth ends; static neighbours) sends it out of one veth end into the other, so
 each agent's queue pairs live on its own device and every packet crosses the veth. The agents
-and every controller command run with a wider liveness rule (``GUEST_MISSED_BEATS``): the
+and every controller command run with a wider liveness rule (``GUEST_MISSED_BEATS``: the
+agents' ``--missed-beats`` and the testbed file's ``missed_beats``, which controllers take): the
 emulated CPUs stall for seconds on a loaded machine.
 
 Everything prints what it ran (the commands) and the figures (times, counters). Times measure
@@ -79,10 +80,11 @@ EMULATE_ITERS, EMULATE_WARMUP = 3, 1
 GUEST_MISSED_BEATS = 20
 MAX_MTU = 4096  # RoCE's largest path MTU: a lower bound on packets is bytes / this
 
-TESTBED_TOML = """[testbed]
+TESTBED_TOML = f"""[testbed]
 name = "genie-gr"
 kind = "static"
 transport = "rdma"
+missed_beats = {GUEST_MISSED_BEATS}
 
 [topology]
 shape = "star"
@@ -113,18 +115,16 @@ def _snapshot(label: str) -> str:
 
 def _counted(label: str, cmd: str) -> str:
     """Shell: ``cmd`` printed, then run between two counter snapshots; its exit status kept."""
-    shown = cmd.replace(TOLERANT, "genie")
+    shown = cmd.replace(GENIE_CMD, "genie")
     return (
         f"echo {shlex.quote('$ ' + shown)}\n{_snapshot(label + '-before')}\n{cmd}\nrc=$?\n"
         f"{_snapshot(label + '-after')}\nexit $rc\n"
     )
 
 
-# genie's CLI with the liveness rule widened for TCG (see GUEST_MISSED_BEATS); what it runs is
-# printed as the plain `genie ...` command
-TOLERANT = f"env PYTHONPATH={shlex.quote(str(REPO))} {PYTHON} -m tests.test_guest_rdma genie"
+GENIE_CMD = str(GENIE)  # printed as the plain `genie ...` command
 BENCH = (
-    f"{TOLERANT} bench --testbed {TESTBED} --transport rdma --sizes {','.join(map(str, SIZES))}"
+    f"{GENIE_CMD} bench --testbed {TESTBED} --transport rdma --sizes {','.join(map(str, SIZES))}"
     f" --iters {ITERS} --warmup {WARMUP} --repeats 1 --slow-rate 10mbit --json --no-store"
 )
 VERIFY = (
@@ -132,7 +132,7 @@ VERIFY = (
     f" {TESTBED} {VERIFY_SIZE} {VERIFY_ITERS}"
 )
 EMULATE = (
-    f"{TOLERANT} emulate /tmp/genie-gr-dp --testbed {TESTBED} --mode isolated"
+    f"{GENIE_CMD} emulate /tmp/genie-gr-dp --testbed {TESTBED} --mode isolated"
     f" --iterations {EMULATE_ITERS} --warmup {EMULATE_WARMUP} --store {STORE} --json"
 )
 
@@ -178,10 +178,12 @@ cat > {TESTBED} <<'EOF'
 """
 
 AGENTS = "set -e\n" + "".join(
-    f"""setsid {TOLERANT} agent --listen {ADDR[h]}:{CONTROL_PORT} --id {h} \\
+    f"""setsid {GENIE_CMD} agent --listen {ADDR[h]}:{CONTROL_PORT} --id {h} \\
+    --missed-beats {GUEST_MISSED_BEATS} \\
     > "$GENIE_GUEST_OUT/agent-{h}.log" 2>&1 < /dev/null &
 echo $! >> /tmp/genie-gr-agents.pids
-echo "$ genie agent --listen {ADDR[h]}:{CONTROL_PORT} --id {h} (pid $!)"
+echo "$ genie agent --listen {ADDR[h]}:{CONTROL_PORT} --id {h} \\
+    --missed-beats {GUEST_MISSED_BEATS} (pid $!)"
 """
     for h in HOSTS
 )
@@ -388,24 +390,7 @@ def test_everything_comes_down(guest: GuestResult) -> None:
     assert out.splitlines() == ["removed 2 genie-rxe* link(s)"], out
 
 
-def genie_main(argv: list[str]) -> int:
-    """genie's CLI with ``GUEST_MISSED_BEATS`` as the liveness limit of agent and controller
-    (bound as their defaults when genie's modules are imported, so set first)."""
-    import genie.wire.liveness as liveness
-
-    liveness.MISSED_BEATS_LIMIT = GUEST_MISSED_BEATS
-    from genie.cli import main
-
-    sys.argv = ["genie", *argv]
-    return main(argv)
-
-
-if __name__ == "__main__":  # in the guest: python -m tests.test_guest_rdma verify|genie ...
-    if sys.argv[1:2] == ["genie"]:
-        sys.exit(genie_main(sys.argv[2:]))
+if __name__ == "__main__":  # in the guest: python -m tests.test_guest_rdma verify ...
     if len(sys.argv) != 5 or sys.argv[1] != "verify":
-        sys.exit("usage: python -m tests.test_guest_rdma verify TESTBED SIZE ITERS | genie ARGS")
-    import genie.wire.liveness as _liveness
-
-    _liveness.MISSED_BEATS_LIMIT = GUEST_MISSED_BEATS
+        sys.exit("usage: python -m tests.test_guest_rdma verify TESTBED SIZE ITERS")
     sys.exit(verify_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4])))

@@ -12,6 +12,7 @@ A controller opened here reads how a local agent died (``genie.controller.postmo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -288,6 +289,9 @@ def open_controller(
         if not _can_bind_to_device(next(iter(devices.values()))):
             devices = {}  # no CAP_NET_RAW: the route check above is the only guard
     endpoints = {h.name: h.control for h in testbed.hosts}
+    timeouts = timeouts or Timeouts()
+    if timeouts.missed_beats is None:  # the testbed's liveness rule, unless the caller set one
+        timeouts = dataclasses.replace(timeouts, missed_beats=testbed.missed_beats)
     cid = f"ctl-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     keys_dir = keys_dir or os.environ.get("GENIE_KEYS") or None
     tr = ZmqChannel(endpoints, identity=cid, keys_dir=keys_dir, devices=devices)

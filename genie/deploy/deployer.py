@@ -33,6 +33,7 @@ from genie.deploy.ssh import Remote, probe
 from genie.deploy.wheel import bundle_dependencies, wheel_digest
 from genie.errors import DeployError
 from genie.testbed import Host, Testbed
+from genie.wire.liveness import MISSED_BEATS_LIMIT
 
 MIN_PYTHON = (3, 11)
 Progress = Callable[[str, str], None]
@@ -100,10 +101,13 @@ def agent_config(
     service: str,
     heartbeat: float,
     keys: bool = False,
+    missed_beats: int = MISSED_BEATS_LIMIT,
 ) -> str:
     """The agent config file written to ``ROOT/agent.json`` (stable text, for comparison).
 
-    ``keys``: the agent serves CURVE with the key directory ``ROOT/keys``.
+    ``keys``: the agent serves CURVE with the key directory ``ROOT/keys``. ``missed_beats``:
+    the testbed's liveness rule (written only when not genie's default, so configs written
+    before it existed compare equal).
     """
     cfg: dict[str, Any] = {
         "id": host.name,
@@ -115,6 +119,8 @@ def agent_config(
     }
     if keys:
         cfg["keys"] = f"{root}/{KEYS_DIR}"
+    if missed_beats != MISSED_BEATS_LIMIT:
+        cfg["missed_beats"] = missed_beats
     return json.dumps(cfg, sort_keys=True)
 
 
@@ -189,8 +195,15 @@ class HostDeploy:
             service = self._service(facts)
             keys = self.cfg.keys
             keys_changed = self._timed("keys", lambda: self._keys(remote, facts, root))
+            beats = self.testbed.missed_beats if self.testbed else MISSED_BEATS_LIMIT
             text = agent_config(
-                self.host, self.access, root, service, self.cfg.heartbeat, keys=bool(keys)
+                self.host,
+                self.access,
+                root,
+                service,
+                self.cfg.heartbeat,
+                keys=bool(keys),
+                missed_beats=beats,
             )
             changed = facts.get("agent_config") != text or keys_changed
             if facts.get("agent_config") != text:

@@ -75,6 +75,7 @@ def inventory_data(testbed: Testbed, cfg: DeployConfig) -> dict[str, Any]:
                 "genie_testbed": testbed.name,
                 "genie_transport": testbed.transport,
                 "genie_heartbeat": cfg.heartbeat,
+                "genie_missed_beats": testbed.missed_beats,
             },
             "children": {
                 "genie_agents": {"hosts": agents},

@@ -62,6 +62,8 @@ def agent_command(cfg: dict, python: str | None = None) -> list[str]:
     ]
     if cfg.get("keys"):
         cmd += ["--keys", cfg["keys"]]
+    if cfg.get("missed_beats"):
+        cmd += ["--missed-beats", str(cfg["missed_beats"])]
     return cmd
 
 

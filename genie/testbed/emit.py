@@ -6,6 +6,7 @@ import json
 
 from genie.collectives.topology import Routing
 from genie.testbed.model import DEFAULT_NETNS_PREFIX, RdmaSettings, TcpSettings, Testbed
+from genie.wire.liveness import MISSED_BEATS_LIMIT
 
 
 def _str(value: str) -> str:
@@ -35,6 +36,8 @@ def dumps_testbed(tb: Testbed) -> str:
         out.append(f"rates = {_str(tb.rates)}")
     if tb.kind == "netns" and tb.netns_prefix != DEFAULT_NETNS_PREFIX:
         out.append(f"netns_prefix = {_str(tb.netns_prefix)}")
+    if tb.missed_beats != MISSED_BEATS_LIMIT:
+        out.append(f"missed_beats = {tb.missed_beats}")
     if tb.tcp != TcpSettings():
         t = tb.tcp
         out += ["", "[tcp]", f"congestion_control = {_str(t.congestion_control)}"]

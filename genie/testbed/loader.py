@@ -43,6 +43,7 @@ from genie.units import (
     parse_ratio,
     parse_size,
 )
+from genie.wire.liveness import MISSED_BEATS_LIMIT, MISSED_BEATS_MAX, MISSED_BEATS_MIN
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _PREFIX = re.compile(r"^genie-(?:[a-z0-9]{1,4}-)?$")
@@ -59,7 +60,16 @@ _TOP_KEYS = {
     "tcp",
     "rdma",
 }
-_TESTBED_KEYS = {"name", "kind", "transport", "netns_prefix", "control_port", "model", "rates"}
+_TESTBED_KEYS = {
+    "name",
+    "kind",
+    "transport",
+    "netns_prefix",
+    "control_port",
+    "model",
+    "rates",
+    "missed_beats",
+}
 _HOST_KEYS = {"name", "control", "data_addr", "ranks", "nic", "rdma_device", "nics", "rank_nics"}
 _HOST_KEYS |= {"faults"}  # lab hosts: opt in to link faults (genie.faults.schedule)
 _NIC_KEYS = {"name", "data_addr", "device", "rdma_device"}
@@ -266,6 +276,13 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
     control_port = ctx.get_int(tb, "control_port", ("testbed",), DEFAULT_CONTROL_PORT, lo=1)
     if control_port > 65535:
         raise ctx.error(("testbed", "control_port"), f"must be <= 65535, got {control_port}")
+    missed_beats = ctx.get_int(
+        tb, "missed_beats", ("testbed",), MISSED_BEATS_LIMIT, lo=MISSED_BEATS_MIN
+    )
+    if missed_beats > MISSED_BEATS_MAX:
+        raise ctx.error(
+            ("testbed", "missed_beats"), f"must be <= {MISSED_BEATS_MAX}, got {missed_beats}"
+        )
     if kind == "netns" and transport == "rdma":
         raise ctx.error(
             ("testbed", "transport"), "netns testbeds have no RDMA devices; use transport = 'tcp'"
@@ -332,6 +349,7 @@ def _parse(ctx: _Ctx, data: dict[str, Any]) -> Testbed:
         routing=routing,
         tcp=tcp,
         rdma=rdma,
+        missed_beats=missed_beats,
     )
 
 

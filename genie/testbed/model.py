@@ -14,6 +14,7 @@ import msgspec
 
 from genie.collectives.topology import Routing
 from genie.placement import Placement, place
+from genie.wire.liveness import MISSED_BEATS_LIMIT
 from genie.wire.messages import DEFAULT_INTRA_BW, DEFAULT_INTRA_LAT
 
 Kind = Literal["static", "netns"]
@@ -197,6 +198,9 @@ class Testbed(msgspec.Struct, frozen=True, kw_only=True):
     routing: Routing = msgspec.field(default_factory=Routing)  # how flows spread over paths
     tcp: TcpSettings = msgspec.field(default_factory=TcpSettings)  # the data connections' TCP
     rdma: RdmaSettings = msgspec.field(default_factory=RdmaSettings)  # the queue pairs' settings
+    # heartbeat intervals of silence after which the controller counts an agent lost (the agents'
+    # own --missed-beats bounds the other direction)
+    missed_beats: int = MISSED_BEATS_LIMIT
 
     @property
     def model_source(self) -> str:

@@ -379,7 +379,7 @@ def agent_argv(tb: Testbed, index: int, python: str = sys.executable) -> list[st
         h.netns,
         [*launch_command(python), "--listen", h.control, "--id", h.name,
          "--data-addr", ",".join(h.nic_addrs()), "--data-port", str(data_port(h)),
-         "--testbed", tb.identity],
+         "--testbed", tb.identity, "--missed-beats", str(tb.missed_beats)],
     )  # fmt: skip
 
 
