@@ -48,9 +48,14 @@ def check_columns(cols: NodeColumns, rank: RankGraph, n_ranks: int) -> RankCheck
     sid = cols.id[order]
     if (sid[1:] == sid[:-1]).any() or (cols.duration_micros > ABSURD_MICROS).any():
         raise NeedsReference  # a duplicate id or an absurd duration
+    table = cols.derived_table
+    probe = Node.__new__(Node)  # the checks read a node's type and derived fields alone
+    probe.id, probe.name = 0, ""  # (and its label, for a message that is not kept)
     try:
-        for r in _one_row_each(cols.type, cols.derived, len(cols.derived_table)):
-            _check_fields(rank, cols.node(r), n_ranks)
+        for r in _one_row_each(cols.type, cols.derived, len(table)):
+            probe.type = int(cols.type[r])
+            probe._d = table[cols.derived[r]]
+            _check_fields(rank, probe, n_ranks)
     except ValidationError:
         raise NeedsReference from None
     row, pos, found = _dep_positions(cols.data_offsets, cols.data_deps, sid, order, n)
