@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -277,34 +277,15 @@ def _finish_loop(
                 book = p2p_sends if k == Kind.SEND else p2p_recvs
                 book.setdefault(chan, []).append(i)
     # pair sends and recvs per channel, in order
-    for chan in sorted(set(p2p_sends) | set(p2p_recvs)):
-        s, d, t = chan
-        sends = p2p_sends.get(chan, [])
-        recvs = p2p_recvs.get(chan, [])
-        for k in range(max(len(sends), len(recvs))):
-            iid = len(i_size)
-            mem: list[tuple[int, int]] = []
-            size = -1
-            if k < len(sends):
-                mem.append((s, sends[k]))
-                size = int(ranks[s].comm_size[sends[k]])
-            if k < len(recvs):
-                mem.append((d, recvs[k]))
-                rsize = int(ranks[d].comm_size[recvs[k]])
-                if size >= 0 and rsize != size:
-                    raise CollectiveError(
-                        f"send rank {s} node {ranks[s].name(sends[k])} ({size} B) and recv rank "
-                        f"{d} node {ranks[d].name(recvs[k])} ({rsize} B), tag {t}, differ in size"
-                    )
-                size = rsize
-            i_type.append(P2P)
-            i_size.append(size)
-            i_group.append(-1)
-            i_seq.append(k)
-            i_src.append(s)
-            i_dst.append(d)
-            i_tag.append(t)
-            members.append(mem)
+    for s, d, t, k, mem, size in _p2p_instances(ranks, p2p_sends, p2p_recvs):
+        i_type.append(P2P)
+        i_size.append(size)
+        i_group.append(-1)
+        i_seq.append(k)
+        i_src.append(s)
+        i_dst.append(d)
+        i_tag.append(t)
+        members.append(mem)
     for cr in ranks:
         cr.instance = np.full(cr.n_nodes, -1, np.int64)
     for iid, mem in enumerate(members):
@@ -417,30 +398,19 @@ def _finish_columns(
             return None
         chan = (r, peer, int(cr.tag[i])) if k == Kind.SEND else (peer, r, int(cr.tag[i]))
         (p2p_sends if k == Kind.SEND else p2p_recvs).setdefault(chan, []).append(i)
-    for chan in sorted(set(p2p_sends) | set(p2p_recvs)):
-        s, d, t = chan
-        sends = p2p_sends.get(chan, [])
-        recvs = p2p_recvs.get(chan, [])
-        for k in range(max(len(sends), len(recvs))):
-            mem: list[tuple[int, int]] = []
-            sz_ = -1
-            if k < len(sends):
-                mem.append((s, sends[k]))
-                sz_ = int(ranks[s].comm_size[sends[k]])
-            if k < len(recvs):
-                mem.append((d, recvs[k]))
-                rsize = int(ranks[d].comm_size[recvs[k]])
-                if sz_ >= 0 and rsize != sz_:
-                    return None
-                sz_ = rsize
-            i_type.append(P2P)
-            i_size.append(sz_)
-            i_group.append(-1)
-            i_seq.append(k)
-            i_src.append(s)
-            i_dst.append(d)
-            i_tag.append(t)
-            members.append(mem)
+    try:
+        p2p = list(_p2p_instances(ranks, p2p_sends, p2p_recvs))
+    except CollectiveError:
+        return None  # the reference names the problem
+    for s, d, t, k, mem, nbytes in p2p:
+        i_type.append(P2P)
+        i_size.append(nbytes)
+        i_group.append(-1)
+        i_seq.append(k)
+        i_src.append(s)
+        i_dst.append(d)
+        i_tag.append(t)
+        members.append(mem)
     # each node's instance
     inst_flat = np.full(int(offsets[-1]), -1, np.int64)
     inst_flat[offsets[cr_] + cl] = iid
@@ -461,6 +431,35 @@ def _finish_columns(
         splits={},
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def _p2p_instances(
+    ranks: Sequence[CompiledRank],
+    sends: dict[tuple[int, int, int], list[int]],
+    recvs: dict[tuple[int, int, int], list[int]],
+) -> Iterator[tuple[int, int, int, int, list[tuple[int, int]], int]]:
+    """Point-to-point instances, channel (src, dst, tag) by channel: the k-th send and the k-th
+    receive of a channel are one instance, ``(src, dst, tag, k, members, size)``; a send and its
+    receive of different sizes are a CollectiveError."""
+    for chan in sorted(set(sends) | set(recvs)):
+        s, d, t = chan
+        out, inn = sends.get(chan, []), recvs.get(chan, [])
+        for k in range(max(len(out), len(inn))):
+            mem: list[tuple[int, int]] = []
+            size = -1
+            if k < len(out):
+                mem.append((s, out[k]))
+                size = int(ranks[s].comm_size[out[k]])
+            if k < len(inn):
+                mem.append((d, inn[k]))
+                rsize = int(ranks[d].comm_size[inn[k]])
+                if size >= 0 and rsize != size:
+                    raise CollectiveError(
+                        f"send rank {s} node {ranks[s].name(out[k])} ({size} B) and recv rank "
+                        f"{d} node {ranks[d].name(inn[k])} ({rsize} B), tag {t}, differ in size"
+                    )
+                size = rsize
+            yield s, d, t, k, mem, size
 
 
 def _split_row(cr: CompiledRank, i: int, ctype: int, row, group: tuple[int, ...]) -> np.ndarray:
