@@ -113,3 +113,50 @@ def test_observed_paths_replace_the_policy_for_their_pairs_only() -> None:
     # the other direction was not observed: the policy (ECMP) decides, as before
     assert seen.flow_route(1, 0, 1, 0) == topo.flow_route(1, 0, 1, 0)
     assert topo._observed == {}  # the original is untouched
+
+
+def _bfs_to(t: T.Topology, dst: int) -> list[int]:
+    """Hop counts to node ``dst`` by a plain breadth-first search (the reference)."""
+    dist = [-1] * len(t._out)
+    dist[dst] = 0
+    todo = [dst]
+    while todo:
+        nxt = []
+        for v in todo:
+            for lid in t._in[v]:
+                u = t._node_index[t.links[lid].src]
+                if dist[u] < 0:
+                    dist[u] = dist[v] + 1
+                    nxt.append(u)
+        todo = nxt
+    return dist
+
+
+def test_distances_through_a_hosts_only_switch_equal_a_search_per_host() -> None:
+    bw, lat = 12.5e9, 1e-6
+    custom = T.Topology(  # h2 has two NICs on two switches; h3 hangs off h2 (a host as transit)
+        ["h0", "h1", "h2", "h3", "h4"],
+        ["s0", "s1"],
+        [(a, b, bw, lat) for x, y in (("h0", "s0"), ("h1", "s0"), ("h2", "s0"), ("h2", "s1"),
+                                      ("h3", "h2"), ("h4", "s1"), ("s0", "s1"))
+         for a, b in ((x, y), (y, x))]
+        + [("h4", "s0", bw, lat)],  # one-way: h4's links do not all go to one switch
+    )  # fmt: skip
+    pair = T.Topology(["a", "b"], [], [("a", "b", bw, lat), ("b", "a", bw, lat)])
+    tops = [T.leaf_spine(4, 2, 3, bw, lat), T.leaf_spine(3, 1, 5, bw, lat, 2.0), custom, pair]
+    for t in tops:
+        for d in range(len(t._out)):
+            want = _bfs_to(t, d)
+            got = t._dist_to(d)
+            assert [got[u] for u in range(len(want))] == want, (t.kind, d)
+            assert list(got) == want
+    # hosts of a leaf-spine are reached through their leaf: one search per leaf, not per host
+    ls = T.leaf_spine(4, 2, 3, bw, lat)
+    for d in range(len(ls.hosts)):
+        ls._dist_to(d)
+    assert sum(isinstance(v, list) for v in ls._dist_cache.values()) == 4
+    # the through-distances route as the searches did
+    for s in range(len(ls.hosts)):
+        for d in range(len(ls.hosts)):
+            if s != d:
+                assert len(ls.route(s, d)) == (2 if s // 3 == d // 3 else 4)
