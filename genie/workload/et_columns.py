@@ -679,12 +679,7 @@ def _attrs(
     data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray, shared: Interner
 ) -> np.ndarray:
     """Each row's derived tuple, as an index into a table of distinct ones; marks ``bad`` the
-    rows whose attr fields the per-frame decoder must read.
-
-    The leading attrs of the form "name + plain int64" or "name + bool" (a per-node id, op
-    counts, sizes, is_cpu_op) are read in numpy, one pass per attr position; the fields after
-    them are decoded once per distinct byte string.
-    """
+    rows whose attr fields the per-frame decoder must read."""
     n = len(span)
     derived = np.zeros(n, dtype=np.int32)
     s, e = span[:, 0], span[:, 1]
@@ -692,88 +687,66 @@ def _attrs(
     if not rows.size:
         return derived
     cache = shared.cache
-    cur = s[rows].copy()
+    p = s[rows]
     stop = e[rows]
-    # per pass: (rows' indices, derived slots, values, whether the value is a bool)
-    peeled: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    live = np.ones(len(rows), dtype=bool)
-    while True:
-        a = np.flatnonzero(live & (cur < stop))
-        if not a.size:
-            break
-        p = cur[a]
-        # 0x52 len 0x0A nl name 0x48 varint, the varint ending the attr
-        alen = buf[p + 1].astype(np.int64)
-        nl = buf[p + 3].astype(np.int64)
-        vp = p + 4 + nl
-        fstop = p + 2 + alen
-        simple = (
-            (buf[p] == 0x52)
-            & (alen < 0x80)
-            & (buf[p + 2] == 0x0A)
-            & (nl > 0)
-            & (nl < 0x80)
-            & (fstop <= stop[a])
-            & (vp < fstop - 1)
-        )
-        at = np.where(simple, vp, p)
-        # a bool: key 0xD8 0x01 (field 27), then 0 or 1
-        isb = simple & (buf[at] == 0xD8) & (buf[at + 1] == 0x01) & (buf[at + 2] <= 1)
-        isb &= fstop == vp + 3
-        simple &= buf[at] == 0x48
-        v, q, ok = _varints(buf, np.where(simple, vp + 1, p))
-        simple &= ok & (q == fstop) & (v < _U64(1 << 63))
-        v[isb] = buf[vp[isb] + 2]
-        simple |= isb
-        live[a[~simple]] = False
-        if not simple.any():
-            break
-        a, v, isb = a[simple], v[simple], isb[simple]
-        nuniq, nidx = _intern_spans(data, buf, p[simple] + 4, vp[simple])
-        slots = np.full(len(nuniq), -1, dtype=np.int64)
+    # a first attr "name + plain int64" (0x52 len 0x0A nl name 0x48 varint), read in numpy
+    alen = buf[p + 1].astype(np.int64)
+    nl = buf[p + 3].astype(np.int64)
+    vp = p + 4 + nl
+    fstop = p + 2 + alen
+    simple = (
+        (alen < 0x80)
+        & (buf[p + 2] == 0x0A)
+        & (nl > 0)
+        & (nl < 0x80)
+        & (fstop <= stop)
+        & (vp < fstop - 1)
+    )
+    simple &= buf[np.where(simple, vp, p)] == 0x48
+    v, q, ok = _varints(buf, np.where(simple, vp + 1, p))
+    simple &= ok & (q == fstop) & (v < _U64(1 << 63))
+    fs = rows[simple]
+    whole = rows[~simple]
+    # distinct first-attr names
+    if fs.size:
+        fp = p[simple]
+        nuniq, nidx = _intern_spans(data, buf, fp + 4, vp[simple])
+        slots: list[int | None] = []
+        good = np.ones(len(nuniq), dtype=bool)
         for i, k in enumerate(nuniq):
             try:
-                slot = et_fast._SLOT_OF_ATTR.get(k.decode("utf-8"))
+                slots.append(et_fast._SLOT_OF_ATTR.get(k.decode("utf-8")))
             except UnicodeDecodeError:
-                slot = -2  # not UTF-8: et_fast reads the frame
-            if slot is not None:
-                slots[i] = slot
-        sl = slots[nidx]
-        if (sl == -2).any():
-            bad[rows[a[sl == -2]]] = True
-            live[a[sl == -2]] = False
-        keep = sl >= 0
-        if keep.any():
-            peeled.append((a[keep], sl[keep], v[keep], isb[keep]))
-        cur[a] = fstop[simple]
-    keys = list(map(data.__getitem__, map(slice, cur.tolist(), stop.tolist())))
-    uniq, kidx = _intern(keys)
-    kd = np.zeros(len(uniq), dtype=np.int64)  # key -> table index, -1: hand on
-    kpairs: list[tuple] = []
-    for i, k in enumerate(uniq):
-        try:
-            pairs, plain = _section_pairs(k, cache)
-        except _HANDED_ON:
-            pairs, plain = (), False
-        kpairs.append(pairs)
-        if not plain:
-            kd[i] = -1
-            continue
-        kd[i] = shared.derived_index(et_fast._derived(list(pairs))[0])
-    di = kd[kidx]
-    di[bad[rows]] = -1
-    bad[rows[di < 0]] = True
-    if peeled:
-        # leading attrs set derived fields: merged with the rest's in attr order, row by row
-        mine: dict[int, list[tuple[int, Any]]] = {}
-        for a, sl, v, isb in peeled:
-            vals: list[Any] = v.tolist()
-            for i in np.flatnonzero(isb).tolist():
-                vals[i] = bool(vals[i])  # a bool attr's value is a bool
-            for j, slot, value in zip(a.tolist(), sl.tolist(), vals, strict=True):
-                mine.setdefault(j, []).append((slot, value))
-        for j, lead in mine.items():
-            if di[j] >= 0:
-                di[j] = shared.derived_index(et_fast._derived([*lead, *kpairs[kidx[j]]])[0])
-    derived[rows] = np.maximum(di, 0)
+                slots.append(None)
+                good[i] = False
+        bad[fs[~good[nidx]]] = True
+    groups: list[tuple[Any, ...]] = []
+    if fs.size:
+        groups.append((fs, fstop[simple], nidx, slots, v[simple]))
+    if whole.size:
+        groups.append((whole, s[whole], None, None, None))
+    for grows, gstart, gnidx, gslots, gv in groups:
+        keys = list(map(data.__getitem__, map(slice, gstart.tolist(), e[grows].tolist())))
+        uniq, kidx = _intern(keys)
+        kd = np.zeros(len(uniq), dtype=np.int64)  # key -> table index, -1: hand on
+        kpairs: list[tuple] = []
+        for i, k in enumerate(uniq):
+            try:
+                pairs, plain = _section_pairs(k, cache)
+            except _HANDED_ON:
+                pairs, plain = (), False
+            kpairs.append(pairs)
+            if not plain:
+                kd[i] = -1
+                continue
+            kd[i] = shared.derived_index(et_fast._derived(list(pairs))[0])
+        di = kd[kidx]
+        bad[grows[di < 0]] = True
+        if gslots is not None and any(x is not None for x in gslots):
+            # the first attr sets a derived field: merge it with the rest's, row by row
+            sl = np.array([-1 if x is None else x for x in gslots], dtype=np.int64)[gnidx]
+            for j in np.flatnonzero((sl >= 0) & (di >= 0)).tolist():
+                merged = [(int(sl[j]), int(gv[j])), *kpairs[kidx[j]]]
+                di[j] = shared.derived_index(et_fast._derived(merged)[0])
+        derived[grows] = np.maximum(di, 0)
     return derived
