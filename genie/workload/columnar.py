@@ -28,9 +28,8 @@ from genie.workload.graph import UNEVEN, CollectiveCall, compare_collective_sequ
 from genie.workload.loader import (
     _desc_from_metadata,
     _groups_from_metadata,
-    _missing,
     _read_group_file,
-    find_rank_files,
+    all_rank_files,
 )
 from genie.workload.model import DEFAULT_GROUP, Metadata, Node, NodeType, RankGraph, Workload
 from genie.workload.process_groups import (
@@ -116,14 +115,7 @@ def _load_columns(
     comm_groups: str | Path | None,
     keep_bytes: bool,
 ) -> ColumnarWorkload:
-    prefix, found = find_rank_files(path_prefix_or_dir)
-    n = max(found) + 1
-    missing = _missing(set(found), n)
-    if missing:
-        raise WorkloadError(
-            f"{prefix}: rank files missing for ranks {missing} "
-            f"(found {len(found)} of {prefix.name}.0.et .. {prefix.name}.{n - 1}.et)"
-        )
+    prefix, found, n = all_rank_files(path_prefix_or_dir)
     json_files = [f for f in found.values() if f.name.endswith((".json", ".json.gz"))]
     if json_files:
         raise WorkloadError(f"{json_files[0]}: Chakra JSON is not read into columns")

@@ -148,6 +148,19 @@ def _missing(ranks: set[int], n: int) -> list[int]:
     return [r for r in range(n) if r not in ranks]
 
 
+def all_rank_files(path: str | Path) -> tuple[Path, dict[int, Path], int]:
+    """``find_rank_files`` and the rank count, refusing a workload with a rank file missing."""
+    prefix, found = find_rank_files(path)
+    n = max(found) + 1
+    missing = _missing(set(found), n)
+    if missing:
+        raise WorkloadError(
+            f"{prefix}: rank files missing for ranks {missing} "
+            f"(found {len(found)} of {prefix.name}.0.et .. {prefix.name}.{n - 1}.et)"
+        )
+    return prefix, found, n
+
+
 def _read_group_file(prefix: Path) -> dict[str, tuple[int, ...]] | None:
     f = prefix.with_name(prefix.name + GROUP_FILE_SUFFIX)
     return read_comm_group_file(f) if f.is_file() else None
@@ -244,14 +257,7 @@ def load_workload(
 def _load_workload(
     path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
 ) -> Workload:
-    prefix, found = find_rank_files(path_prefix_or_dir)
-    n = max(found) + 1
-    missing = _missing(set(found), n)
-    if missing:
-        raise WorkloadError(
-            f"{prefix}: rank files missing for ranks {missing} "
-            f"(found {len(found)} of {prefix.name}.0.et .. {prefix.name}.{n - 1}.et)"
-        )
+    prefix, found, n = all_rank_files(path_prefix_or_dir)
     ranks: list[RankGraph] = []
     problems: list[str] = []
     memo: dict = {}
