@@ -17,6 +17,7 @@ from genie.cli import build_parser
 from genie.commands.workload import generate_spec
 from genie.workload import load_workload, save_workload
 from genie.workload.loader import DESC_ATTR_PREFIX, GROUP_ATTR_PREFIX, member_group_attrs
+from genie.errors import WorkloadError
 from genie.workload.model import Attr
 
 
@@ -98,3 +99,35 @@ def test_shared_group_lists_encode_once_to_the_same_bytes(tmp_path, monkeypatch)
     for rg in wl.ranks:
         data = prefix.with_name(f"llm.{rg.rank}.et").read_bytes()
         assert data == et_codec.encode_trace(rg.metadata, rg.nodes)
+
+
+def test_ranks_disagreeing_on_a_groups_members_are_refused(tmp_path):
+    """Each rank's file records its groups; one file naming a group's members differently from
+    another's is an error naming the group, the side file gone (else it would override)."""
+    wl = generated(8)
+    name, members = next((g, m) for g, m in wl.groups.items() if g and len(m) > 1)
+    other = next(r for r in members if r != members[0])
+    attrs = wl.ranks[other].metadata.attrs
+    for k, a in enumerate(attrs):
+        if a.name == GROUP_ATTR_PREFIX + name:
+            attrs[k] = a._replace(value=[*members[:-1], 99])
+    prefix = tmp_path / "llm"
+    save_workload(wl, prefix)
+    prefix.with_name("llm.comm_group.json").unlink()
+    with pytest.raises(WorkloadError, match=f"process group '{name}' is"):
+        load_workload(prefix)
+
+
+def test_member_values_equal_to_ints_read_as_ints(tmp_path):
+    """Members compared as read (fast path) give the same ints as converting each one."""
+    from genie.workload.loader import _groups_from_metadata
+    from genie.workload.model import Metadata, RankGraph
+
+    def rank(r: int, value: list) -> RankGraph:
+        attrs = [Attr(GROUP_ATTR_PREFIX + "g", "int64_list", value)]
+        return RankGraph(rank=r, nodes=[], metadata=Metadata(attrs=attrs))
+
+    got = _groups_from_metadata([rank(0, [0, 1]), rank(1, ["0", "1"]), rank(2, [0.0, 1.0])])
+    assert got == {"g": (0, 1)} and all(type(x) is int for x in got["g"])
+    with pytest.raises(WorkloadError, match="is \\[0, 2\\] here"):
+        _groups_from_metadata([rank(0, [0, 1]), rank(1, ["0", "2"])])

@@ -187,11 +187,18 @@ def _distinct_metadata(ranks: list[RankGraph]) -> list[RankGraph]:
 
 def _groups_from_metadata(ranks: list[RankGraph]) -> dict[str, tuple[int, ...]]:
     groups: dict[str, tuple[int, ...]] = {}
+    done: set[int] = set()  # ids of member lists already taken (ranks can share one list)
     for rg in _distinct_metadata(ranks):
         for a in rg.metadata.attrs:
-            if a.name.startswith(GROUP_ATTR_PREFIX) and isinstance(a.value, list):
+            v = a.value
+            if a.name.startswith(GROUP_ATTR_PREFIX) and isinstance(v, list) and id(v) not in done:
+                done.add(id(v))
                 name = a.name[len(GROUP_ATTR_PREFIX) :]
-                members = tuple(int(x) for x in a.value)
+                # a group's members repeat in each member's file: compared as they are
+                # (C speed), converted one by one only where they differ or are first seen
+                members = groups.get(name)
+                if members is None or tuple(v) != members:
+                    members = tuple(int(x) for x in v)
                 if name in groups and groups[name] != members:
                     raise WorkloadError(
                         f"{rg.source}: process group {name!r} is {list(members)} here but "
