@@ -15,9 +15,9 @@ import pytest
 from genie.api.workload import generate
 from genie.cli import build_parser
 from genie.commands.workload import generate_spec
+from genie.errors import WorkloadError
 from genie.workload import load_workload, save_workload
 from genie.workload.loader import DESC_ATTR_PREFIX, GROUP_ATTR_PREFIX, member_group_attrs
-from genie.errors import WorkloadError
 from genie.workload.model import Attr
 
 
