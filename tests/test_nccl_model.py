@@ -394,8 +394,37 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     fills = [N.choose("all_reduce", s, sys2, "tree", "LL128").fill_s for s in (KiB, MiB, GiB)]
     assert fills[0] < fills[1] < fills[2]
     top = N.choose("all_reduce", 8 * GiB, sys2, "tree", "LL128")
-    assert top.fill_s == pytest.approx(1 * 576000 / (top.rate / top.channels), rel=1e-9)
+    # LL128 forwards whole chunks only on the two network hops: one chunk-time at the NICs' rate
+    # (less LL128's 120/128, within NCCL's per-channel tree caps)
+    net = min(sys2.node_net_bw * 120 / 128, 16 * N.TREE_LL128_PER_CHANNEL["hopper"][1] * 1e9)
+    assert top.fill_s == pytest.approx(576000 / (net / top.channels), rel=1e-9)
+    # Simple: 14 stages along the chain inside the nodes at the NVLink rate (370.8 GB/s), 2
+    # network hops at the NICs' (397 GB/s); the slowest stage paces the stream, the other 15
+    # add one chunk-time each
     simple = N.choose("all_reduce", 8 * GiB, sys2, "tree", "Simple")
-    assert simple.fill_s == pytest.approx(15 * (512 << 10) / (simple.rate / simple.channels))
+    per = (512 << 10) * simple.channels  # a chunk on each channel
+    assert sys2.intra_bw < sys2.node_net_bw
+    want = 13 * per / sys2.intra_bw + 2 * per / sys2.node_net_bw
+    assert simple.fill_s == pytest.approx(want, rel=1e-9)
     assert top.fill_s < 0.01 * top.time_s
     assert "pipeline_fill_s" in top.to_dict()
+
+
+def test_an_nvls_stage_moves_a_chunk_for_every_head() -> None:
+    """NVLS / NVLSTree: a channel scatters and gathers one chunk per NVLS head (the node's GPUs)
+    each loop (NCCL's nchunksPerLoop = nHeads), so a stage's grain is 8 chunks on an HGX node."""
+    from genie.collectives import nccl_pipeline as F
+
+    one = h100(1)
+    assert F.chunks_per_loop(one, "nvls") == 8 and F.chunks_per_loop(one, "tree") == 1
+    assert F.chunks_per_loop(h100(2), "nvlstree") == 8
+    p = N.choose("all_reduce", 8 * MiB, one, "nvls")
+    # 8 MiB on 16 channels x 8 heads: 32 KiB chunks (8 MiB is not below 2 x 128 x 32 KiB);
+    # scatter, reduce and multicast, gather: 2 stages of fill at the NVLS rate
+    assert F.chunk_bytes(8 * MiB, one, "nvls", "Simple", 16) == 32768
+    assert p.fill_s == pytest.approx(2 * 8 * 32768 / (p.rate / 16), rel=1e-9)
+    # on one H100 node at 8 MiB the fill is a third of the time (nccl-tests: 80-85 us)
+    assert 75e-6 < p.time_s < 90e-6 and p.fill_s > 0.3 * p.time_s
+    # a message smaller than one loop: the channel's share bounds the grain
+    tiny = N.choose("all_reduce", 64 * KiB, one, "nvls")
+    assert tiny.fill_s == pytest.approx(2 * (64 * KiB / 16) / (tiny.rate / 16), rel=1e-9)

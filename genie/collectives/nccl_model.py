@@ -552,6 +552,7 @@ def _nvls_time(coll: str, size: int, sys: System, algo: str) -> tuple[float, flo
 def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -> Prediction:
     n = sys.n_ranks
     channels = sys.channels
+    stage_rates = (math.inf, math.inf)  # the pipeline's stages inside a node and across
     if algo == "ring":
         load = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n}.get(coll, 1.0)
         if coll == "reduce_scatter":
@@ -562,6 +563,7 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     elif algo in ("nvls", "nvlstree"):
         channels = _nvls_channels(sys)
         bw_time, link_bytes, rate = _nvls_time(coll, size, sys, algo)
+        stage_rates = (sys.intra_bw * NVLS_EFFICIENCY[sys.tuning], rate)
     elif algo == "pat":
         # one GPU per node: the NICs carry it, at NCCL's PAT rate (no busbw conversion)
         rate = sys.node_net_bw
@@ -569,26 +571,28 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
         bw_time = size / rate
     else:  # tree all-reduce: NICs carry S (two nodes) or 2S per direction; a GPU's bus 2S
         times: list[tuple[float, float, float]] = []
+        r_net = _limit(sys.node_net_bw, sys, algo, proto)
+        r_intra = _limit(sys.intra_bw, sys, algo, proto)
         if sys.nodes > 1:
             net_load = (1.0 if sys.nodes == 2 else 2.0) * size
-            r = _limit(sys.node_net_bw, sys, algo, proto)
-            times.append((net_load / r, net_load, r))
+            times.append((net_load / r_net, net_load, r_net))
         if sys.gpus_per_node > 1:
-            r = _limit(sys.intra_bw, sys, algo, proto)
-            times.append((2.0 * size / r, 2.0 * size, r))
+            times.append((2.0 * size / r_intra, 2.0 * size, r_intra))
         bw_time, link_bytes, rate = max(times)
+        stage_rates = (r_intra, r_net)
     lat = _latency(coll, algo, proto, sys)
     log_size = int(math.log2(size >> 6)) if size >> 6 else -1
     tree_like = algo == "tree" or (algo == "nvlstree" and sys.tuning == "blackwell")
     if coll == "all_reduce" and tree_like and 0 <= log_size < 24:
         factor = TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
         bw_time, rate = bw_time / factor, rate * factor
+        stage_rates = (stage_rates[0] * factor, stage_rates[1] * factor)
     plateau = size / (sys.channels * n) >= 64
     if algo == "ring" and proto == "Simple" and sys.nodes > 1 and coll == "all_reduce" and plateau:
         lat *= RING_PLATEAU[sys.tuning]
     if algo == "ring" and proto == "Simple":
         lat += _ring_pass_cost(coll, size, sys, proto)
-    fill = fill_seconds(size, sys, algo, proto, channels, rate, coll)
+    fill = fill_seconds(size, sys, algo, proto, channels, stage_rates, coll)
     t = lat + bw_time + fill
     return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, t, fill)
 

@@ -68,24 +68,30 @@ def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) ->
     return c
 
 
-def depth(sys: System, algo: str, proto: str, coll: str = "all_reduce") -> int:
-    """Stages that forward whole chunks: a tree's hops up and down across nodes (ceil(log2
-    nodes) each way) and, with Simple, along the chain of a node's GPUs; NVLS's warp groups on
-    one node (all-reduce: scatter to the heads, reduce and multicast through the switch,
-    gather: 3; all-gather: multicast, gather; reduce-scatter: scatter, reduce: 2); NVLSTree's
-    (scatter, reduce and send up the tree, receive and multicast, gather: 4) plus the tree's
-    network hops; 1 for the rest. The warp groups are NCCL's (``src/device/all_reduce.h``,
-    ``all_gather.h``, ``reduce_scatter.h``, ``RunWorkColl`` for NVLS and NVLS_TREE): each is a
-    Simple primitive that posts a whole chunk before the next group takes it."""
+def stages(sys: System, algo: str, proto: str, coll: str = "all_reduce") -> tuple[int, int]:
+    """(stages inside a node, stages across the network) that forward whole chunks: a tree's
+    hops up and down across nodes (ceil(log2 nodes) each way) and, with Simple, along the chain
+    of a node's GPUs; NVLS's warp groups on one node (all-reduce: scatter to the heads, reduce
+    and multicast through the switch, gather: 3; all-gather: multicast, gather; reduce-scatter:
+    scatter, reduce: 2); NVLSTree's (scatter, reduce and send up the tree, receive and
+    multicast, gather: 4) plus the tree's network hops; one for the rest. The warp groups are
+    NCCL's (``src/device/all_reduce.h``, ``all_gather.h``, ``reduce_scatter.h``,
+    ``RunWorkColl`` for NVLS and NVLS_TREE): each is a Simple primitive that posts a whole
+    chunk before the next group takes it."""
     across = math.ceil(math.log2(sys.nodes)) if sys.nodes > 1 else 0
     if algo == "tree":
         inside = sys.gpus_per_node - 1 if proto == "Simple" else 0
-        return 2 * (inside + across)
+        return 2 * inside, 2 * across
     if algo == "nvls":
-        return 3 if coll == "all_reduce" else 2
+        return (3 if coll == "all_reduce" else 2), 0
     if algo == "nvlstree":
-        return 4 + 2 * across
-    return 1
+        return 4, 2 * across
+    return 1, 0
+
+
+def depth(sys: System, algo: str, proto: str, coll: str = "all_reduce") -> int:
+    """Stages that forward whole chunks, inside a node and across (``stages``)."""
+    return sum(stages(sys, algo, proto, coll))
 
 
 def fill_seconds(
@@ -94,14 +100,27 @@ def fill_seconds(
     algo: str,
     proto: str,
     channels: int,
-    rate: float,
+    rates: tuple[float, float],
     coll: str = "all_reduce",
 ) -> float:
-    """Seconds the pipeline's fill adds to ``latency + bytes / rate`` (``rate``: bytes/s of the
-    whole collective, shared by ``channels``)."""
-    stages = depth(sys, algo, proto, coll)
-    if stages <= 1 or size <= 0 or rate <= 0 or channels <= 0:
+    """Seconds the pipeline's fill adds to ``latency + bytes / rate``. ``rates``: bytes/s of
+    the whole collective, shared by ``channels``, on the stages inside a node and on those
+    across the network. A stream of chunks through stages of times t_i ends sum(t_i) - max(t_i)
+    after its busiest stage alone says (the first chunk crosses every stage; the busiest then
+    paces the rest): (D - 1) chunk-times where the stages run at one rate."""
+    inside, across = stages(sys, algo, proto, coll)
+    if inside + across <= 1 or size <= 0 or channels <= 0 or min(rates) <= 0:
         return 0.0
-    per_channel = size / channels
-    chunk = min(float(chunk_bytes(size, sys, algo, proto, channels)), per_channel)
-    return (stages - 1) * chunk / (rate / channels)
+    grain = chunk_bytes(size, sys, algo, proto, channels) * chunks_per_loop(sys, algo)
+    per_channel = min(float(grain), size / channels)
+    times = [per_channel / (rates[0] / channels)] * inside
+    times += [per_channel / (rates[1] / channels)] * across
+    return sum(times) - max(times)
+
+
+def chunks_per_loop(sys: System, algo: str) -> int:
+    """Chunks a channel moves through each stage per loop: NVLS and NVLSTree one for each NVLS
+    head (a node's GPUs: each channel scatters and gathers ``nHeads`` chunks a loop, the heads
+    reduce one each; ``calcCollChunking``'s ``nchunksPerLoop``, ``src/device/all_reduce.h``),
+    the tree one."""
+    return sys.gpus_per_node if algo in ("nvls", "nvlstree") else 1
