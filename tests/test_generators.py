@@ -129,3 +129,68 @@ def test_generator_metadata_records_groups() -> None:
     attrs = {a.name: a for a in wl.ranks[5].metadata.attrs}
     assert attrs["pg_ranks:tp_d1_p0"] == Attr("pg_ranks:tp_d1_p0", "int64_list", [4, 5])
     assert "tp=2" in attrs["generator"].value
+
+
+PROTO_CASES = [*CASES, ("moe-skew", lambda: moe(8, expert_skew=0.5)), ("llm-64", lambda: llm(64))]
+
+
+@pytest.mark.parametrize("name,make", PROTO_CASES, ids=[c[0] for c in PROTO_CASES])
+def test_nodes_copied_from_prototypes_equal_nodes_built_each_time(name, make, monkeypatch):
+    """Ranks repeat nodes: the builders copy them from the first one made (``protos``); the
+    workload is node for node and byte for byte the one built node by node, and no two ranks
+    share a list."""
+    from genie.workload.et_codec import encode_trace
+    from genie.workload.generators import builder
+
+    shared = make()
+    made = builder.RankBuilder.__init__
+    seen: list = []
+
+    def each_time(self, rank, protos=None):
+        seen.append(protos is not None)
+        made(self, rank, None)
+
+    monkeypatch.setattr(builder.RankBuilder, "__init__", each_time)
+    alone = make()
+    assert seen and all(seen)  # the generator did hand its builders a shared dict
+    assert [rg.nodes for rg in shared.ranks] == [rg.nodes for rg in alone.ranks]
+    for a, b in zip(shared.ranks, alone.ranks, strict=True):
+        assert encode_trace(a.metadata, a.nodes) == encode_trace(b.metadata, b.nodes)
+    lists = [
+        id(x)
+        for rg in shared.ranks
+        for n in rg.nodes
+        for x in (n.attrs, n.data_deps, n.raw_ctrl_deps)
+    ]
+    assert len(lists) == len(set(lists))
+
+
+def test_a_copied_node_changes_alone():
+    """Changing one rank's node (as ``to_integer_groups`` renames a group) leaves the rank
+    it was copied from, or to, as it was."""
+    wl = llm(16, tp=2, pp=2, layers=2)
+    a, b = wl.ranks[0].nodes, wl.ranks[4].nodes  # same stage and tensor index: equal computes
+    assert a[0] == b[0] and a[0] is not b[0]
+    before = b[0].copy()
+    a[0].set_attr("num_ops", "int64_val", 7)
+    a[0].data_deps.append(99)
+    assert b[0] == before and b[0].num_ops != 7
+
+
+def test_node_copy_sets_every_slot():
+    """``Node.copy`` names each slot (for speed): a slot added later must be copied too."""
+    from genie.workload.model import Node
+
+    n = Node(
+        3,
+        "x",
+        NodeType.COMP_NODE,
+        data_deps=[1],
+        ctrl_deps=[2],
+        duration_micros=5,
+        attrs=[Attr("num_ops", "int64_val", 9)],
+    )
+    c = n.copy()
+    for slot in Node.__slots__:
+        assert getattr(c, slot) == getattr(n, slot), slot
+    assert c == n and c.data_deps is not n.data_deps and c.ctrl_deps is c.raw_ctrl_deps

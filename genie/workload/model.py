@@ -300,11 +300,14 @@ class Node:
     def copy(self) -> Node:
         """A node equal to this one whose lists can change without touching this one's."""
         n = Node.__new__(Node)
-        for slot in Node.__slots__:
-            v = getattr(self, slot)
-            setattr(n, slot, list(v) if type(v) is list else v)
-        if self.ctrl_deps is self.raw_ctrl_deps:
-            n.ctrl_deps = n.raw_ctrl_deps
+        n.id, n.name, n.type, n._d = self.id, self.name, self.type, self._d
+        n.start_time_micros, n.duration_micros = self.start_time_micros, self.duration_micros
+        n.data_deps, n.raw_ctrl_deps = list(self.data_deps), list(self.raw_ctrl_deps)
+        c = self.ctrl_deps
+        n.ctrl_deps = n.raw_ctrl_deps if c is self.raw_ctrl_deps else list(c)
+        a = self._attrs
+        n._attrs = list(a) if type(a) is list else a
+        n._inputs, n._outputs = self._inputs, self._outputs
         return n
 
     def __eq__(self, other: object) -> bool:

@@ -8,7 +8,7 @@ microseconds (Chakra's unit), at least 1.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from genie.errors import UsageError
 from genie.workload.loader import member_group_attrs
@@ -36,16 +36,41 @@ def micros(seconds: float) -> int:
 
 
 class RankBuilder:
-    """Appends nodes to one rank's graph with consecutive ids."""
+    """Appends nodes to one rank's graph with consecutive ids.
 
-    def __init__(self, rank: int) -> None:
+    ``protos``, shared by the builders of one workload, holds each node made so far by what it
+    was made from: another rank asking for the same node (same id, name, fields, deps) gets a
+    copy, its lists its own, instead of a node built and derived again (ranks of one stage
+    repeat each other's compute nodes).
+    """
+
+    def __init__(self, rank: int, protos: dict | None = None) -> None:
         self.rank = rank
         self.nodes: list[Node] = []
+        self.protos = protos
 
-    def _add(self, name: str, type_: int, deps: Iterable[int | None], attrs: list[Attr], **kw):
+    def _add(
+        self,
+        key: tuple,
+        name: str,
+        type_: int,
+        deps: Iterable[int | None],
+        attrs: Callable[[], list[Attr]],
+        micros_: int = 0,
+    ) -> int:
         nid = len(self.nodes)
         d = sorted({x for x in deps if x is not None})
-        self.nodes.append(Node(nid, name, type_, data_deps=d, attrs=attrs, **kw))
+        protos = self.protos
+        full = (nid, name, type_, *d, None, *key)  # None ends the deps
+        proto = None if protos is None else protos.get(full)
+        if proto is None:
+            proto = Node(nid, name, type_, data_deps=d, attrs=attrs(), duration_micros=micros_)
+            if protos is None:
+                self.nodes.append(proto)
+                return nid
+            protos[full] = proto
+        node = proto.copy()
+        self.nodes.append(node)
         return nid
 
     def compute(
@@ -58,12 +83,19 @@ class RankBuilder:
         tensor_bytes: int | None = None,
     ) -> int:
         """A compute node of ``seconds`` (with num_ops/tensor_size when known); its id."""
-        attrs = [_CPU]
-        if flops is not None:
-            attrs.append(Attr("num_ops", "int64_val", int(flops)))
-        if tensor_bytes is not None:
-            attrs.append(Attr("tensor_size", "int64_val", int(tensor_bytes)))
-        return self._add(name, NodeType.COMP_NODE, deps, attrs, duration_micros=micros(seconds))
+
+        def attrs() -> list[Attr]:
+            out = [_CPU]
+            if ops is not None:
+                out.append(Attr("num_ops", "int64_val", ops))
+            if tensor_bytes is not None:
+                out.append(Attr("tensor_size", "int64_val", int(tensor_bytes)))
+            return out
+
+        us = micros(seconds)
+        ops = None if flops is None else int(flops)
+        key = (us, ops, None if tensor_bytes is None else int(tensor_bytes))
+        return self._add(key, name, NodeType.COMP_NODE, deps, attrs, us)
 
     def collective(
         self,
@@ -76,16 +108,22 @@ class RankBuilder:
     ) -> int:
         """A COMM_COLL node of ``size`` bytes in process group ``pg``; its id. ``splits``: an
         uneven all-to-all's bytes to each rank of the group (``comm_split_sizes``)."""
-        attrs = [
-            _CPU,
-            Attr("comm_type", "int64_val", int(ctype)),
-            Attr("comm_size", "int64_val", int(size)),
-        ]
-        if pg:
-            attrs.append(Attr("pg_name", "string_val", pg))
-        if splits is not None:
-            attrs.append(Attr("comm_split_sizes", "int64_list", [int(x) for x in splits]))
-        return self._add(name, NodeType.COMM_COLL_NODE, deps, attrs)
+        shares = None if splits is None else tuple(int(x) for x in splits)
+
+        def attrs() -> list[Attr]:
+            out = [
+                _CPU,
+                Attr("comm_type", "int64_val", int(ctype)),
+                Attr("comm_size", "int64_val", int(size)),
+            ]
+            if pg:
+                out.append(Attr("pg_name", "string_val", pg))
+            if shares is not None:
+                out.append(Attr("comm_split_sizes", "int64_list", list(shares)))
+            return out
+
+        key = (int(ctype), int(size), pg, shares)
+        return self._add(key, name, NodeType.COMM_COLL_NODE, deps, attrs)
 
     def send(self, name: str, dst: int, size: int, tag: int, deps=()) -> int:
         """A COMM_SEND node to rank ``dst``; its id."""
@@ -96,14 +134,16 @@ class RankBuilder:
         return self._p2p(name, NodeType.COMM_RECV_NODE, src, self.rank, size, tag, deps)
 
     def _p2p(self, name, type_, src, dst, size, tag, deps) -> int:
-        attrs = [
-            _CPU,
-            Attr("comm_src", "int32_val", int(src)),
-            Attr("comm_dst", "int32_val", int(dst)),
-            Attr("comm_tag", "int32_val", int(tag)),
-            Attr("comm_size", "int64_val", int(size)),
-        ]
-        return self._add(name, type_, deps, attrs)
+        def attrs() -> list[Attr]:
+            return [
+                _CPU,
+                Attr("comm_src", "int32_val", int(src)),
+                Attr("comm_dst", "int32_val", int(dst)),
+                Attr("comm_tag", "int32_val", int(tag)),
+                Attr("comm_size", "int64_val", int(size)),
+            ]
+
+        return self._add((int(src), int(dst), int(size), int(tag)), name, type_, deps, attrs)
 
 
 def finish(

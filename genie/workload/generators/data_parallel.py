@@ -57,7 +57,8 @@ def data_parallel(
     rate = peak_flops * efficiency
     act_bytes = tokens * hidden * dtype_bytes
     buckets = ddp_buckets(layers, hidden, dtype_bytes, bucket_bytes)
-    builders = [RankBuilder(r) for r in range(ranks)]
+    protos: dict = {}  # nodes the ranks repeat, made once (RankBuilder)
+    builders = [RankBuilder(r, protos) for r in range(ranks)]
     for b in builders:
         prev = None
         for layer in range(layers):

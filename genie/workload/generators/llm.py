@@ -71,11 +71,12 @@ def llm(
                 groups[f"dp_p{p}_t{t}"] = tuple(rank_of(d, p, t, tp, pp) for d in range(dp))
 
     builders = []
+    protos: dict = {}  # nodes the ranks repeat, made once (RankBuilder)
     for r in range(ranks):
         t = r % tp
         p = (r // tp) % pp
         d = r // (tp * pp)
-        rb = RankBuilder(r)
+        rb = RankBuilder(r, protos)
         tp_group = f"tp_d{d}_p{p}"
         prev_stage = rank_of(d, p - 1, t, tp, pp) if p > 0 else None
         next_stage = rank_of(d, p + 1, t, tp, pp) if p + 1 < pp else None

@@ -30,7 +30,8 @@ def microbench(
     need(ranks >= 2, f"microbench needs at least 2 ranks, got {ranks}")
     need(bool(sizes) and all(s >= 0 for s in sizes), "sizes must be non-negative")
     need(iterations >= 1, "iterations must be >= 1")
-    builders = [RankBuilder(r) for r in range(ranks)]
+    protos: dict = {}  # nodes the ranks repeat, made once (RankBuilder)
+    builders = [RankBuilder(r, protos) for r in range(ranks)]
     for b in builders:
         prev = None
         for t in types:

@@ -48,8 +48,9 @@ def moe(
     dense_grad = 4 * h * h * dtype_bytes
     blocks = expert_blocks(ranks, experts_per_rank, expert_skew, a2a, dtype_bytes)
     builders = []
+    protos: dict = {}  # nodes the ranks repeat, made once (RankBuilder)
     for r in range(ranks):
-        rb = RankBuilder(r)
+        rb = RankBuilder(r, protos)
         # dispatch: my tokens to each expert's rank; combine: what my experts did, sent back
         out_row = blocks
         back_row = None if blocks is None else [blocks[r]] * ranks
