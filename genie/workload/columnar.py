@@ -25,18 +25,9 @@ from genie.workload.column_checks import NeedsReference, RankCheck, apply_ctrl_d
 from genie.workload.et_codec import _first_frame, frame_notes, gc_paused, open_bytes
 from genie.workload.et_columns import Interner, NodeColumns, decode_columns
 from genie.workload.graph import UNEVEN, CollectiveCall, compare_collective_sequences
-from genie.workload.loader import (
-    _desc_from_metadata,
-    _groups_from_metadata,
-    _read_group_file,
-    all_rank_files,
-)
+from genie.workload.loader import all_rank_files, resolve_groups
 from genie.workload.model import DEFAULT_GROUP, Metadata, Node, NodeType, RankGraph, Workload
-from genie.workload.process_groups import (
-    WORLD_PG_NAME,
-    groups_from_pg_nodes,
-    read_comm_group_file,
-)
+from genie.workload.process_groups import WORLD_PG_NAME
 from genie.workload.validate import DROP_REASONS, match_point_to_point, validate_workload
 
 _A2A = 6  # Chakra ALL_TO_ALL
@@ -150,20 +141,14 @@ def _load_columns(
             cols.release()
     cw.checks = checks
     heads = [cw.rank_graph(r) for r in range(n)]
-    groups = _groups_from_metadata(heads)
-    desc = _desc_from_metadata(heads)
-    groups.update(groups_from_pg_nodes(meta_nodes, desc=desc))
-    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
-    if side is not None:
-        groups.update(side)
-    if WORLD_PG_NAME not in groups and any(_uses_group(c, WORLD_PG_NAME) for c in cw.ranks):
-        groups[WORLD_PG_NAME] = tuple(range(n))
-    beyond = sorted({r for g in groups.values() for r in g if r >= n})
-    if beyond:
-        raise WorkloadError(
-            f"{prefix}: process groups name ranks {beyond} but rank files exist only for "
-            f"0..{n - 1}; rank files missing for ranks {beyond}"
-        )
+    groups, desc = resolve_groups(
+        prefix,
+        n,
+        heads,
+        meta_nodes,
+        comm_groups,
+        lambda: any(_uses_group(c, WORLD_PG_NAME) for c in cw.ranks),
+    )
     groups.setdefault(DEFAULT_GROUP, tuple(range(n)))
     cw.groups = groups
     cw.group_desc = {k: v for k, v in desc.items() if k in groups}

@@ -244,6 +244,36 @@ def load_rank(
     return rg, groups
 
 
+def resolve_groups(
+    prefix: Path,
+    n: int,
+    heads: list[RankGraph],
+    pg_ranks: list[RankGraph],
+    comm_groups: str | Path | None,
+    uses_world: Callable[[], bool],
+) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """A workload's process groups and their readable names, from every source in order of
+    precedence (see the module docstring): the ranks' metadata (``heads``), their
+    process-group nodes (``pg_ranks``), then the comm-group file (``comm_groups`` or the
+    prefix's side file); the world group where a node names it (``uses_world``) and no
+    source does. Groups naming ranks beyond ``n`` are an error."""
+    groups = _groups_from_metadata(heads)
+    desc = _desc_from_metadata(heads)
+    groups.update(groups_from_pg_nodes(pg_ranks, desc=desc))
+    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
+    if side is not None:
+        groups.update(side)
+    if WORLD_PG_NAME not in groups and uses_world():
+        groups[WORLD_PG_NAME] = tuple(range(n))
+    beyond = sorted({r for g in groups.values() for r in g if r >= n})
+    if beyond:
+        raise WorkloadError(
+            f"{prefix}: process groups name ranks {beyond} but rank files exist only for "
+            f"0..{n - 1}; rank files missing for ranks {beyond}"
+        )
+    return groups, desc
+
+
 def load_workload(
     path_prefix_or_dir: str | Path,
     *,
@@ -289,22 +319,14 @@ def _load_workload(
                     failed = True
             del cols
             bar.advance()
-    groups = _groups_from_metadata(ranks)
-    desc = _desc_from_metadata(ranks)
-    groups.update(groups_from_pg_nodes(ranks, desc=desc))
-    side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
-    if side is not None:
-        groups.update(side)
-    if WORLD_PG_NAME not in groups and any(
-        n._d[2] == WORLD_PG_NAME for rg in ranks for n in rg.nodes
-    ):
-        groups[WORLD_PG_NAME] = tuple(range(n))
-    beyond = sorted({r for g in groups.values() for r in g if r >= n})
-    if beyond:
-        raise WorkloadError(
-            f"{prefix}: process groups name ranks {beyond} but rank files exist only for "
-            f"0..{n - 1}; rank files missing for ranks {beyond}"
-        )
+    groups, desc = resolve_groups(
+        prefix,
+        n,
+        ranks,
+        ranks,
+        comm_groups,
+        lambda: any(nd._d[2] == WORLD_PG_NAME for rg in ranks for nd in rg.nodes),
+    )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     wl.group_desc = {k: v for k, v in desc.items() if k in groups}
     if validate:
