@@ -165,11 +165,28 @@ def test_unknown_group_and_mismatched_sequences_are_problems(tmp_path: Path) -> 
     assert summarize(wl)["problems"] == wl.problems
 
 
-def test_group_naming_a_missing_rank(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reader", ["objects", "columns"])
+def test_group_naming_a_missing_rank(tmp_path: Path, reader: str) -> None:
+    from genie.workload.columnar import load_columns
+
+    load = load_workload if reader == "objects" else load_columns
     prefix = write_set(tmp_path, {0: [coll(0, pg="g")], 1: [coll(0, pg="g")]})
     (tmp_path / "w.comm_group.json").write_text(json.dumps({"g": [0, 1, 2]}))
     with pytest.raises(WorkloadError, match=r"rank files missing for ranks \[2\]"):
-        load_workload(prefix)
+        load(prefix)
+
+
+@pytest.mark.parametrize("reader", ["objects", "columns"])
+def test_world_group_only_where_a_node_names_it(tmp_path: Path, reader: str) -> None:
+    """Both readers resolve groups alike: the world group appears where a node names it."""
+    from genie.workload.columnar import load_columns
+    from genie.workload.process_groups import WORLD_PG_NAME
+
+    load = load_workload if reader == "objects" else load_columns
+    named = load(write_set(tmp_path, {r: [coll(0, pg=WORLD_PG_NAME)] for r in range(3)}, "a"))
+    assert named.groups[WORLD_PG_NAME] == (0, 1, 2)
+    plain = load(write_set(tmp_path, {r: [coll(0, pg="g")] for r in range(2)}, "b"))
+    assert WORLD_PG_NAME not in plain.groups
 
 
 # ------------------------------------------------------------------ validation errors
