@@ -459,7 +459,8 @@ def test_identical_metadata_frames_decode_once_but_stay_separate(tmp_path, monke
     monkeypatch.setattr(et_codec, "_attrs_from", lambda pb: parsed.append(1) or real(pb))
     memo: dict = {}
     metas = [read_trace(tmp_path / f"m.{r}.et", memo)[0] for r in range(3)]
-    assert len(parsed) == 1  # decoded once for the three files
+    assert len(parsed) == 2  # each attr decoded once for the three files
+    assert metas[0].attrs[0] is metas[2].attrs[0]
     assert all(m.attrs == meta.attrs for m in metas)
     metas[0].attrs.append(Attr("y", "int64_val", 1))  # each rank's list is its own
     assert metas[1].attrs == meta.attrs

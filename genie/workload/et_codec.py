@@ -35,6 +35,7 @@ GZIP_MAGIC = b"\x1f\x8b"
 #: frame; below this, ``et_fast``'s frame-by-frame loop costs less than numpy's set-up)
 COLUMNS_FROM_BYTES = 1 << 15
 _INTERNER = "et_columns.Interner"  # its key in a workload's read memo (beside metadata bytes)
+_NODE_MEMO = "et_fast.DecodeMemo"  # the same for the frame-by-frame decoder's memo
 
 
 # ----------------------------------------------------------------------------- framing
@@ -158,6 +159,8 @@ def _first_frame(
         )
     raw = data[pos:end]
     hit = memo.get(raw) if memo is not None else None
+    if hit is None and memo is not None:
+        hit = _metadata_by_attr(raw, memo)
     if hit is None:
         gm = et_schema.GlobalMetadata()
         try:
@@ -186,6 +189,97 @@ def _first_frame(
             "a re-write will not be byte-identical"
         )
     return meta, end, problems
+
+
+_META_ATTRS = "et_codec.MetadataAttrs"  # its key in a workload's read memo
+
+
+class MetadataAttrs:
+    """Decoded GlobalMetadata attr bodies by their bytes, shared by one workload's reads;
+    bounded (``max_entries`` bodies, ``max_bytes`` bytes of them: then it starts over)."""
+
+    def __init__(self, max_entries: int = 1 << 16, max_bytes: int = 64 << 20) -> None:
+        self.attrs: dict[bytes, Attr] = {}
+        self.held = 0  # bytes of the keys
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+
+    def get(self, body: bytes) -> Attr | None:
+        """The attr that a canonical body decodes to; None where protobuf would not write
+        ``body`` so (unknown fields, other forms); DecodeError where protobuf rejects it."""
+        a = self.attrs.get(body)
+        if a is None:
+            pb = et_schema.AttributeProto()
+            pb.ParseFromString(body)
+            pb.DiscardUnknownFields()
+            if pb.SerializeToString() != body:
+                return None
+            a = _attrs_from((pb,))[0]
+            if len(self.attrs) >= self.max_entries or self.held + len(body) > self.max_bytes:
+                self.attrs.clear()
+                self.held = 0
+            self.attrs[body] = a
+            self.held += len(body)
+        return a
+
+
+def _metadata_by_attr(raw: bytes, memo: dict) -> tuple[str, tuple[Attr, ...], bool] | None:
+    """What a canonical GlobalMetadata frame ``raw`` decodes to, each attr body decoded once
+    per workload (``memo``); None where the frame is not in canonical form, for protobuf's
+    parser to read (and judge) as a whole.
+
+    Ranks' metadata frames differ (each names its own process groups) but share most attrs
+    (the members of a group are in every member's file): those become the same Attr objects,
+    as ranks with equal frames already share theirs. Canonical: the version first, when not
+    empty, then the attr fields, lengths in shortest form, every attr body what protobuf
+    writes for it; so the frame is what protobuf writes, and reads as protobuf reads it.
+    """
+    known = memo.get(_META_ATTRS)
+    if known is None:
+        known = memo[_META_ATTRS] = MetadataAttrs()
+    try:
+        pos = 0
+        end = len(raw)
+        version = ""
+        if end and raw[0] == 0x0A:
+            pos, stop = _field_span(raw, 1, end)
+            version = raw[pos:stop].decode("utf-8")
+            if not version:
+                return None  # an empty version is not written
+            pos = stop
+        attrs = []
+        while pos < end:
+            if raw[pos] != 0x12:
+                return None  # an unknown or out-of-order field
+            pos, stop = _field_span(raw, pos + 1, end)
+            a = known.get(raw[pos:stop])
+            if a is None:
+                return None
+            attrs.append(a)
+            pos = stop
+    except (IndexError, UnicodeDecodeError, DecodeError):
+        return None
+    return version, tuple(attrs), False
+
+
+def _field_span(raw: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The body span of a length-delimited field whose length varint is at ``pos``, the length
+    in shortest form and within ``end``; IndexError otherwise."""
+    ln = 0
+    shift = 0
+    start = pos
+    while True:
+        b = raw[pos]
+        pos += 1
+        ln |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            break
+        if shift > 28:
+            raise IndexError
+    if (pos - start > 1 and b == 0) or pos + ln > end:
+        raise IndexError
+    return pos, pos + ln
 
 
 @contextlib.contextmanager
@@ -232,7 +326,12 @@ def _decode_columns(
             cols = decode_columns(data, pos, source, note, interner)
             nodes, odd, zero = cols.to_nodes(), cols.odd, cols.zero
         else:
-            nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note)
+            shared = None
+            if memo is not None:  # the ranks of one workload share it (node frames repeat)
+                shared = memo.get(_NODE_MEMO)
+                if shared is None:
+                    shared = memo[_NODE_MEMO] = et_fast.DecodeMemo()
+            nodes, odd, zero = et_fast.decode_nodes(data, pos, source, note, memo=shared)
     return meta, nodes, problems + frame_notes(source, zero, odd), cols
 
 

@@ -561,27 +561,100 @@ def decode_io(raw: bytes) -> IOInfo:
     return IOInfo(vals[0], vals[1], vals[2])
 
 
+#: a frame memo stops memoising frames (and lets go of them) after this many misses while
+#: fewer than one lookup in ``_FRAME_HIT_SHARE`` hits: a trace whose frames do not repeat (a
+#: per-node id) pays for a bounded number of lookups only
+_FRAME_PROBE = 1 << 15
+_FRAME_HIT_SHARE = 8
+
+
+class DecodeMemo:
+    """What the node decodes of one workload's files share: the attr memos, node names, and
+    decoded node frames by their exact bytes.
+
+    The ranks of a generated workload repeat most node frames byte for byte (same id, name,
+    deps and attrs; only collectives' process groups and point-to-point peers differ), so a
+    frame seen before costs a dict lookup and a fresh Node instead of a decode. Only frames
+    decoded on the canonical fast path are kept (never one that protobuf read or rejected),
+    and a hit gives the very field values that decoding gave, in fresh lists. Bounded: at most
+    ``max_frames`` frames and ``max_bytes`` bytes of frame keys (then it starts over), and
+    none once frames stop repeating (see ``_FRAME_PROBE``).
+    """
+
+    def __init__(self, max_frames: int = 1 << 17, max_bytes: int = 24 << 20) -> None:
+        self.cache = AttrCache()
+        self.tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, bytes)
+        self.rests: dict[bytes, tuple] = {}  # attr section after its first attr -> pairs
+        self.names: dict[bytes, str] = {}
+        #: frame body -> (id, name, type, ctrl_deps, data_deps, start, duration, inputs,
+        #: outputs, attr section bytes or None, derived), the lists as tuples
+        self.frames: dict[bytes, tuple] = {}
+        self.max_frames = max_frames
+        self.max_bytes = max_bytes
+        self.frame_bytes = 0  # bytes of the keys of ``frames``
+        self.frames_on = max_frames > 0
+        self.hits = 0
+        self.misses = 0
+        self.nodes = 0  # nodes decoded with this memo (for its attr-section memo's policy)
+        self.tail_misses = 0
+
+    def keep(self, key: bytes, fields: tuple) -> None:
+        """Memoise one frame decoded on the fast path, within the bounds (full: start over)."""
+        if len(self.frames) >= self.max_frames or self.frame_bytes + len(key) > self.max_bytes:
+            self.frames.clear()
+            self.frame_bytes = 0
+            if len(key) > self.max_bytes:
+                return
+        self.frames[key] = fields
+        self.frame_bytes += len(key)
+
+    def settle(self, hits: int, misses: int, nodes: int, tail_misses: int) -> None:
+        """Count one decode's lookups; stop memoising frames once they do not repeat enough
+        to pay for the lookups (see ``_FRAME_PROBE``)."""
+        self.hits += hits
+        self.misses += misses
+        self.nodes += nodes
+        self.tail_misses = tail_misses
+        if self.misses > _FRAME_PROBE and self.hits * _FRAME_HIT_SHARE < self.misses:
+            self.frames_on = False
+            self.frames.clear()
+            self.frame_bytes = 0
+
+
 def decode_nodes(
-    data: bytes, pos: int, source: str, note: str = "", stop: int | None = None
+    data: bytes,
+    pos: int,
+    source: str,
+    note: str = "",
+    stop: int | None = None,
+    memo: DecodeMemo | None = None,
 ) -> tuple[list[Node], int, int]:
     """Decode every Node frame from ``pos`` to ``stop`` (default: the end of ``data``).
 
     Returns the nodes, the count of frames whose re-encoding differs (non-canonical bytes or
-    unknown fields), and the count of zero-length frames.
+    unknown fields), and the count of zero-length frames. ``memo``: shared by the decodes of
+    one workload's files (``DecodeMemo``); by default one for this call that keeps no frames.
     """
     from genie.workload.et_codec import encode_node
 
+    if memo is None:
+        memo = DecodeMemo(max_frames=0)
     out: list[Node] = []
     append = out.append
     new = Node.__new__
-    cache = AttrCache()
-    tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, those bytes)
-    rests: dict[bytes, tuple] = {}  # attr section after its first attr -> derived pairs
-    names: dict[bytes, str] = {}
+    cache = memo.cache
+    tails = memo.tails
+    rests = memo.rests
+    names = memo.names
+    frames = memo.frames if memo.frames_on else None
+    keep = memo.keep
+    hits = misses = 0
     size = len(data) if stop is None else stop
     odd = 0
     zero = 0
-    tail_misses = 0
+    tail_misses = memo.tail_misses
+    seen = memo.nodes
+    fkey = b""
     while pos < size:
         frame = pos
         b = data[pos]
@@ -615,6 +688,32 @@ def decode_nodes(
             )
         if ln == 0:
             zero += 1
+        if frames is not None:
+            fkey = data[pos:end]
+            hit = frames.get(fkey)
+            if hit is not None:
+                hits += 1
+                n = new(Node)
+                (
+                    n.id,
+                    n.name,
+                    n.type,
+                    ctrl_t,
+                    deps_t,
+                    n.start_time_micros,
+                    n.duration_micros,
+                    n._inputs,
+                    n._outputs,
+                    attrs_b,
+                    n._d,
+                ) = hit
+                n.raw_ctrl_deps = n.ctrl_deps = list(ctrl_t)
+                n.data_deps = list(deps_t)
+                n._attrs = [] if attrs_b is None else attrs_b
+                pos = end
+                append(n)
+                continue
+            misses += 1
         try:
             nid = 0
             name = ""
@@ -743,7 +842,7 @@ def decode_nodes(
                     derived, plain = _scan_attr_tail(data, pos, end, cache, rests)
                     tail = (derived, key)
                     tail_misses += 1
-                    if plain and tail_misses < 10_000 + 4 * len(out) // 5:
+                    if plain and tail_misses < 10_000 + 4 * (seen + len(out)) // 5:
                         # memoise while it pays: stop once most tails are unique
                         if len(tails) >= 100_000:
                             tails.clear()
@@ -768,6 +867,23 @@ def decode_nodes(
             n._outputs = outs
             n._attrs = attrs
             n._d = derived
+            if frames is not None:
+                keep(
+                    fkey,
+                    (
+                        nid,
+                        name,
+                        typ,
+                        tuple(ctrl),
+                        tuple(deps),
+                        st,
+                        dur,
+                        ins,
+                        outs,
+                        attrs if type(attrs) is bytes else None,
+                        derived,
+                    ),
+                )
         except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
             pos = end
             start = end - ln
@@ -783,4 +899,5 @@ def decode_nodes(
             if encode_node(n) != data[start:end]:
                 odd += 1
         append(n)
+    memo.settle(hits, misses, len(out), tail_misses)
     return out, odd, zero
