@@ -428,3 +428,23 @@ def test_an_nvls_stage_moves_a_chunk_for_every_head() -> None:
     # a message smaller than one loop: the channel's share bounds the grain
     tiny = N.choose("all_reduce", 64 * KiB, one, "nvls")
     assert tiny.fill_s == pytest.approx(2 * (64 * KiB / 16) / (tiny.rate / 16), rel=1e-9)
+
+
+def test_a_fill_through_unequal_stages_is_their_sum_less_the_slowest() -> None:
+    """NVLSTree on two nodes behind one 400 Gb/s NIC each: the four NVLS stages run at the
+    NVLink rate, the two network hops at the NIC's; the slowest (a hop) paces the stream, so
+    the fill is the four fast stages and one hop, far below five hops."""
+    from genie.collectives import nccl_pipeline as F
+
+    slow = h100(2, net_bw=50e9)
+    assert F.stages(slow, "nvlstree", "Simple") == (4, 2)
+    size = 256 * MiB
+    p = N.choose("all_reduce", size, slow, "nvlstree")
+    grain = F.chunk_bytes(size, slow, "nvlstree", "Simple", 16) * 8 * 16  # a loop, all channels
+    nvls = slow.intra_bw * N.NVLS_EFFICIENCY["hopper"]
+    net = min(slow.node_net_bw, 16 * N.NVLSTREE_PER_CHANNEL["hopper"][1] * 1e9)
+    assert p.fill_s == pytest.approx(4 * grain / nvls + grain / net, rel=1e-9)
+    assert p.fill_s < 0.5 * (5 * grain / net)
+    # equal rates: (D - 1) grain-times, as before
+    even = F.fill_seconds(size, slow, "nvlstree", "Simple", 16, (net, net))
+    assert even == pytest.approx(5 * grain / net, rel=1e-9)

@@ -28,12 +28,16 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   algorithm: ring all-reduce 2(n-1)/n S, all-gather and reduce-scatter (n-1)/n S, broadcast
   and reduce S; tree all-reduce S per direction on each node's NICs with two nodes, 2S with
   more (a double binary tree's inner node), 2S on each GPU's bus inside a node.
+* Pipeline fill (``genie.collectives.nccl_pipeline``): a tree, NVLS and NVLSTree stream a
+  channel's data through stages that forward whole chunks (NVLS: a chunk per NVLS head a
+  loop); the first grain crosses every stage before the busiest paces the rest.
 
-What NCCL's tuner has and this model leaves out (each is a fitted correction, not a physical
-or published constant of the hardware): the tree's size-dependent correction table, the ring's
-multi-node "plateau" factor, the tree's 0.92 and LL 1/3.8 factors, PAT's 0.75; CollNet. NVLS's
+Kept from NCCL's tuner as published: the tree's size-dependent correction table and the ring's
+multi-node "plateau" factor. Left out (ranking factors of the tuner, not rates the hardware
+delivers): the tree's 0.92 and LL 1/3.8, the ring LL128's 0.92, PAT's 0.75; CollNet. NVLS's
 efficiency per generation (0.85 Hopper, 0.74 Blackwell) is kept: it is what the switch's
-reduction delivers, not a tuning knob.
+reduction delivers, not a tuning knob. The choice is the model's fastest pair, not the pair
+NCCL's tuner ranks first (``docs/validation.md`` says what ranking by the tuner changed).
 Sizes are bytes as nccl-tests counts them (S: the whole buffer; all-gather's output,
 all-to-all's per-rank buffer); times seconds; rates bytes/s.
 """

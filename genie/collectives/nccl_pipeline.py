@@ -7,9 +7,14 @@ as if the first chunk cost nothing to bring through. A stage that forwards whole
 and forward) holds the stream back by one chunk: a network hop for every protocol (the proxy
 posts a send once the GPU has filled a FIFO step), a hop inside a node for Simple (the peer
 sees a step when its flag is set); LL and LL128 inside a node forward line by line (every 8-
-or 128-byte line carries its own flag), which costs no chunk. With D chunk-forwarding stages
-the stream ends (D - 1) chunk-times after the rate alone says, a chunk-time being the chunk's
-bytes at the channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
+or 128-byte line carries its own flag), which costs no chunk. A stage's grain is what a
+channel moves through it per loop: one chunk on a tree; on NVLS and NVLSTree one chunk for each
+NVLS head (the node's GPUs: a channel's scatter and gather warps move ``nHeads`` chunks a loop,
+``nchunksPerLoop = nHeads`` in ``calcCollChunking``), so a mid-size NVLS message is a few loops
+and its fill is a large part of its time. Stages of times t_i end sum(t_i) - max(t_i) after
+the busiest alone says ((D - 1) grain-times where all run at one rate; stages inside a node at
+the node's rate, network hops at the NICs'), a grain-time being the grain's bytes at the
+channel's share of the rate. NCCL chooses its chunk by size (smaller chunks for smaller
 messages, ``calcCollChunking``), so the fill is nothing for tiny messages, grows with the chunk
 through the middle sizes and stops at the largest chunk, where it is a small part of a large
 transfer. The ring has no fill: every rank sends from the first step on.
