@@ -425,6 +425,11 @@ def test_an_nvls_stage_moves_a_chunk_for_every_head() -> None:
     assert p.fill_s == pytest.approx(2 * 8 * 32768 / (p.rate / 16), rel=1e-9)
     # on one H100 node at 8 MiB the fill is a third of the time (nccl-tests: 80-85 us)
     assert 75e-6 < p.time_s < 90e-6 and p.fill_s > 0.3 * p.time_s
+    # NVLSTree's chunk: nvlsChunkSize (128 KiB) on two nodes, nvlsTreeMaxChunkSize (64 KiB) from
+    # four nodes on (src/transport/nvls.cc); a large message keeps it
+    assert F.chunk_bytes(8 * GiB, h100(2), "nvlstree", "Simple", 16) == 128 << 10
+    assert F.chunk_bytes(8 * GiB, h100(4), "nvlstree", "Simple", 16) == 64 << 10
+    assert F.chunk_bytes(8 * GiB, h100(8), "nvlstree", "Simple", 16) == 64 << 10
     # a message smaller than one loop: the channel's share bounds the grain
     tiny = N.choose("all_reduce", 64 * KiB, one, "nvls")
     assert tiny.fill_s == pytest.approx(2 * (64 * KiB / 16) / (tiny.rate / 16), rel=1e-9)

@@ -24,8 +24,9 @@ chunk = one FIFO step of the protocol's buffer (``genie.collectives.nccl_wire``:
 LL128 15/16 of it); tree LL128 halves it while a channel holds fewer than
 ``(1 + log2 nodes + ppn / 10) x 64 / ppn`` chunks (not below 128 KiB) and ``x 16 / ppn`` (not
 below 32 KiB); NVLS caps it at ``nvlsChunkSize`` (128 KiB) and cuts it to 64 / 32 / 16 KiB
-below 64 / 8 / 2 chunks per concurrent operation (channels x heads); NVLSTree to 256 / 128 /
-64 / 32 KiB below 32 / 16 / 4 / 1.
+below 64 / 8 / 2 chunks per concurrent operation (channels x heads); NVLSTree starts from
+64 KiB on four nodes or more (``src/transport/nvls.cc``) and cuts to 256 / 128 / 64 / 32 KiB
+below 32 / 16 / 4 / 1.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from genie.collectives.nccl_model import System
 
 NVLS_CHUNK = 128 << 10  # nvlsChunkSize's default (NCCL_NVLS_CHUNKSIZE)
+#: NVLSTree's largest chunk from four nodes on (``nvlsTreeMaxChunkSize``, ``ncclNvlsTuning`` in
+#: src/transport/nvls.cc; Blackwell's multi-node table, which sets it by NIC rate, not modelled)
+NVLSTREE_MAX_CHUNK_4_NODES = 64 << 10
 _PROTO = {"LL": LL, "LL128": LL128, "Simple": SIMPLE}
 _WIRE_NAME = {"LL": "ll", "LL128": "ll128", "Simple": "simple"}
 #: NVLS: (chunks per concurrent operation, chunk size it falls to below that), in order.
@@ -66,6 +70,8 @@ def chunk_bytes(size: int, sys: System, algo: str, proto: str, channels: int) ->
             c //= 2
     elif algo in ("nvls", "nvlstree"):
         c = min(c, NVLS_CHUNK)
+        if algo == "nvlstree" and sys.nodes >= 4:
+            c = min(c, NVLSTREE_MAX_CHUNK_4_NODES)
         ops = channels * g  # concurrent operations: channels x NVLS heads (a node's GPUs)
         for per_op, floor in _NVLS_CUTS if algo == "nvls" else _NVLSTREE_CUTS:
             if size < per_op * ops * c and c > floor:
