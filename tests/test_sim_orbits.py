@@ -217,3 +217,119 @@ def test_two_jobs_whose_copies_share_the_uplinks(tmp_path):
     assert sims[0].jobs is not None and sims[1].jobs is not None
     for a, b in zip(sims[0].jobs["jobs"], sims[1].jobs["jobs"], strict=True):
         assert a["slowdown"] == pytest.approx(b["slowdown"], rel=1e-12) and a["slowdown"] > 1.5
+
+
+def _verdicts(pricer, cw, orb, pi):
+    """The fast and the reference N2 check's answers (None: holds; else the reason)."""
+    from genie.sim.orbits import check_pricing_reference
+
+    return check_pricing(pricer, cw, orb, pi), check_pricing_reference(pricer, cw, orb, pi)
+
+
+@pytest.mark.parametrize(
+    ("kind", "per_host", "canonical"),
+    [
+        ("switch", 1, True),
+        ("switch", 1, False),
+        ("leaf_spine", 1, True),
+        ("ecmp", 1, True),
+        ("switch", 4, True),
+    ],
+)
+def test_pricing_check_agrees_with_its_reference_on_every_candidate(kind, per_host, canonical):
+    cw = _llm(32, zero=per_host > 1)
+    found = find_orbits(cw)
+    assert found is not None
+    pricer = _pricer(32, kind, per_host, canonical)
+    held = refused = bent_refused = 0
+    for orb in found.candidates:
+        pi = link_permutation(pricer, orb.perm)
+        if isinstance(pi, str):
+            continue
+        fast, ref = _verdicts(pricer, cw, orb, pi)
+        assert fast == ref  # the same verdict, and the same instance named when refused
+        held += fast is None
+        refused += fast is not None
+        # link maps with two links swapped: some move a demand wrongly, and are refused alike
+        for a, b in ((0, 2), (0, len(pi) - 1), (1, len(pi) // 2)):
+            bent = pi.copy()
+            bent[[a, b]] = bent[[b, a]]
+            fast, ref = _verdicts(pricer, cw, orb, bent)
+            assert fast == ref
+            bent_refused += fast is not None
+    assert held and bent_refused
+    if kind == "ecmp":
+        assert refused  # hashed paths move with the hosts only for some rotations
+
+
+def test_pricing_check_refuses_a_latency_or_a_byte_apart_as_its_reference_does():
+    cw = _llm(16)
+    found = find_orbits(cw)
+    assert found is not None
+    orb = found.candidates[0]
+    base = _pricer(16)
+    pi = link_permutation(base, orb.perm)
+    assert not isinstance(pi, str)
+
+    class Off(ProgramPricer):
+        """One tensor-parallel group's demand off its copies' by ``what``."""
+
+        what = "latency"
+
+        def price(self, transfer: Transfer) -> Demand:
+            dem = super().price(transfer)
+            if transfer.ranks != (8, 9):
+                return dem
+            if self.what == "latency":
+                return Demand(dem.latency * (1 + 1e-15) + 1e-18, dem.links, dem.nbytes)
+            if self.what == "bytes":  # one link's bytes a ulp apart
+                nb = dem.nbytes.copy()
+                nb[-1] = np.nextafter(nb[-1], np.inf)
+                return Demand(dem.latency, dem.links, nb)
+            return Demand(dem.latency, dem.links[:-1], dem.nbytes[:-1])  # a link short
+
+    for what in ("latency", "bytes", "links"):
+        off = Off(base.topology, list(range(16)), 16)
+        off.what = what
+        fast, ref = _verdicts(off, cw, orb, pi)
+        assert fast is not None and fast == ref, what
+
+
+def test_the_workload_side_of_the_pricing_check_is_made_once_per_rotation():
+    """The NCCL-like replay and the line-rate one beside it check one rotation on two pricers:
+    the instances' keys and pairs are worked out once, the demands of each pricer checked."""
+    cw = _llm(16)
+    found = find_orbits(cw)
+    assert found is not None
+    orb = found.candidates[0]
+    assert orb.pricing_plan is None
+    a = _pricer(16)
+    pi = link_permutation(a, orb.perm)
+    assert not isinstance(pi, str)
+    assert check_pricing(a, cw, orb, pi) is None
+    plan = orb.pricing_plan
+    assert plan is not None
+    # every instance's key (type, size, group; a send/recv's ends too) is priced, once
+    ins = cw.instances
+
+    def key(i: int) -> tuple[int, ...]:
+        g = int(ins.group[i])
+        ends = (int(ins.src[i]), int(ins.dst[i])) if g < 0 else (-1, -1)
+        return (int(ins.comm_type[i]), int(ins.size[i]), g, *ends)
+
+    used = {key(i) for i in range(len(ins))}
+    keys = plan.keys.tolist()
+    assert {key(i) for i in keys} == used and len(keys) == len(used)
+    assert any(int(ins.group[i]) < 0 for i in keys)  # send/recvs among them
+
+    class Skewed(ProgramPricer):
+        def price(self, transfer: Transfer) -> Demand:
+            dem = super().price(transfer)
+            if transfer.ranks == (4, 5):
+                return Demand(dem.latency, dem.links, dem.nbytes + 1.0)
+            return dem
+
+    b = Skewed(a.topology, list(range(16)), 16)
+    assert check_pricing(b, cw, orb, pi) is not None  # the second pricer's own verdict
+    assert orb.pricing_plan is plan
+    assert check_pricing(a, cw, orb, pi) is None

@@ -96,6 +96,8 @@ class RankOrbits:
     inst_rep: np.ndarray  # instance -> the instance of its orbit that has a representative member
     inst_power: np.ndarray  # instance = sigma_I ** inst_power (inst_rep)
     inst_orbit: np.ndarray  # instance -> its orbit's length K under sigma_I
+    # the workload side of N2, made on first use and shared by every pricer (``check_pricing``)
+    pricing_plan: _PricingPlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_orbits(self) -> int:
@@ -383,10 +385,143 @@ def _transfer(cw: CompiledWorkload, iid: int) -> Transfer:
     return Transfer(iid, int(ins.comm_type[iid]), int(ins.size[iid]), ranks, g)
 
 
+@dataclass
+class _PricingPlan:
+    """The workload side of N2 for one rotation, the same for every pricer (memoised on it).
+
+    An instance's demand is decided by its key (type, size, group; a send/recv's ends too);
+    ``keys`` holds one instance per distinct key, in the keys' sorted order, and ``pairs`` the
+    distinct (key of ``i``, key of ``sigma_I(i)``) as indices into ``keys``, sorted, with an
+    instance ``first`` that has each pair (for messages).
+    """
+
+    keys: np.ndarray  # int64 iids, one per distinct key
+    pair_a: np.ndarray  # int64 index into keys: key of i
+    pair_b: np.ndarray  # int64 index into keys: key of sigma_I(i)
+    first: np.ndarray  # int64: the smallest iid with each pair
+
+
+def _row_ids(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of the columns, the index of its distinct row in sorted (lexicographic) order,
+    and the smallest row holding each distinct row."""
+    n = len(cols[0])
+    order = np.lexsort(cols[::-1])  # stable: equal rows stay in ascending row order
+    new = np.zeros(n, bool)
+    if n:
+        new[0] = True
+        for c in cols:
+            s = c[order]
+            new[1:] |= s[1:] != s[:-1]
+    ids = np.empty(n, np.int64)
+    ids[order] = np.cumsum(new) - 1
+    return ids, order[new]
+
+
+def _pricing_plan(cw: CompiledWorkload, orb: RankOrbits) -> _PricingPlan:
+    """``_PricingPlan`` of ``orb`` on ``cw``, made once per rotation (a pass over instances)."""
+    plan = orb.pricing_plan
+    if plan is not None:
+        return plan
+    ins = cw.instances
+    sig = orb.inst_perm
+    g = ins.group.astype(np.int64)
+    p2p = g < 0
+    cols = [
+        ins.comm_type.astype(np.int64),
+        ins.size.astype(np.int64),
+        g,
+        np.where(p2p, ins.src, -1).astype(np.int64),
+        np.where(p2p, ins.dst, -1).astype(np.int64),
+    ]
+    kid, keys = _row_ids(cols)
+    _, first = _row_ids([kid, kid[sig]])
+    plan = _PricingPlan(keys, kid[first], kid[sig[first]], first)
+    orb.pricing_plan = plan
+    return plan
+
+
 def check_pricing(
     pricer: Pricer, cw: CompiledWorkload, orb: RankOrbits, pi: np.ndarray
 ) -> str | None:
-    """N2 over every instance (each distinct pair of demands compared once); None when it holds."""
+    """N2 over every instance; None when it holds.
+
+    Each distinct key is priced once, each distinct demand sorted once, and every distinct pair
+    of demands compared at once as arrays: the same comparisons as ``check_pricing_reference``
+    (equal latency, and the stable-sorted moved links and their bytes equal to the image's
+    stable-sorted links and bytes), so the same verdict. The workload side (which instances
+    have which keys and pairs) is made once per rotation and shared by every pricer the
+    rotation is checked on (the NCCL-like replay and the line-rate one beside it).
+    """
+    plan = _pricing_plan(cw, orb)
+    # price in the order the reference does (a pair's instance, then its image), each key once:
+    # a pricer may remember what it priced first (NcclPricer.choices)
+    dems: list[Demand | None] = [None] * len(plan.keys)
+    keys = plan.keys.tolist()
+    for k in np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist():
+        if dems[k] is None:
+            dems[k] = pricer.price(_transfer(cw, keys[k]))
+    slot: dict[int, int] = {}  # id(demand) -> index among the distinct demands
+    uniq: list[Demand] = []
+    did = np.empty(len(dems), np.int64)
+    for k, d in enumerate(dems):
+        assert d is not None
+        j = slot.get(id(d))
+        if j is None:
+            j = slot[id(d)] = len(uniq)
+            uniq.append(d)
+        did[k] = j
+    da, db = did[plan.pair_a], did[plan.pair_b]
+    bad = _compare_moved(uniq, pi, da, db)
+    if bad is None:
+        return None
+    iid = int(plan.first[bad])
+    a, b = uniq[int(da[bad])], uniq[int(db[bad])]
+    if a.latency != b.latency or len(a.links) != len(b.links):
+        return f"instance {iid} and its image are priced differently"
+    return f"instance {iid}'s demand moved by the link map is not its image's"
+
+
+def _compare_moved(
+    dems: list[Demand], pi: np.ndarray, da: np.ndarray, db: np.ndarray
+) -> int | None:
+    """The first pair ``k`` whose demand ``dems[da[k]]`` moved by ``pi`` differs from
+    ``dems[db[k]]`` (latency, links, bytes per link), or None: every pair's, as arrays."""
+    lat = np.array([d.latency for d in dems], np.float64)
+    lens = np.array([len(d.links) for d in dems], np.int64)
+    ok = (lat[da] == lat[db]) & (lens[da] == lens[db])
+    if len(dems) and lens.sum():
+        links = np.concatenate([np.asarray(d.links, np.int64) for d in dems])
+        nbytes = np.concatenate([np.asarray(d.nbytes, np.float64) for d in dems])
+        seg = np.repeat(np.arange(len(dems), dtype=np.int64), lens)
+        start = np.zeros(len(dems) + 1, np.int64)
+        np.cumsum(lens, out=start[1:])
+        span = int(max(len(pi), int(links.max()) + 1 if len(links) else 0))
+        moved = pi[links]
+        # per demand, stable sorts by link (as the reference's argsort(kind="stable")): one
+        # sort of (segment, link) keys keeps each segment's equal links in their order
+        oa = np.argsort(seg * span + moved, kind="stable")
+        ob = np.argsort(seg * span + links, kind="stable")
+        a_l, a_b = moved[oa], nbytes[oa]
+        b_l, b_b = links[ob], nbytes[ob]
+        live = np.flatnonzero(ok & (lens[da] > 0))
+        if len(live):
+            n = lens[da[live]]
+            pos = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+            ia = np.repeat(start[da[live]], n) + pos
+            ib = np.repeat(start[db[live]], n) + pos
+            same = (a_l[ia] == b_l[ib]) & (a_b[ia] == b_b[ib])
+            if not same.all():
+                owner = np.repeat(live, n)
+                ok[owner[~same]] = False
+    wrong = np.flatnonzero(~ok)
+    return int(wrong[0]) if len(wrong) else None
+
+
+def check_pricing_reference(
+    pricer: Pricer, cw: CompiledWorkload, orb: RankOrbits, pi: np.ndarray
+) -> str | None:
+    """N2 as first written (a pair of instances at a time): the reference ``check_pricing`` is
+    tested against; None when it holds."""
     ins = cw.instances
     sig = orb.inst_perm
     g = ins.group.astype(np.int64)
