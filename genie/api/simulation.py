@@ -95,11 +95,31 @@ class Simulation:
 
 def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
-    from genie.workload.model import NodeKind
+    from collections import Counter
+    from itertools import compress
+    from operator import attrgetter
 
+    from genie.workload.model import Node, NodeKind, NodeType
+
+    # host work (NodeKind.HOST) is a communication node's kind only, and decided by its type
+    # and derived fields (``Node.kind``): those nodes are counted by (type, derived tuple) at
+    # C speed and one node of each pair asked
+    comm = {NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE}
+    is_comm, get_type, get_d = comm.__contains__, attrgetter("type"), attrgetter("_d")
+    count: Counter[tuple[int, int]] = Counter()
+    node_of: dict[tuple[int, int], Node] = {}  # (type, id of the derived tuple) -> a node
+    try:
+        for rg in wl.ranks:
+            nodes = list(compress(rg.nodes, map(is_comm, map(get_type, rg.nodes))))
+            keys = list(zip(map(get_type, nodes), map(id, map(get_d, nodes)), strict=True))
+            count.update(keys)
+            node_of.update(zip(keys, nodes, strict=True))
+        host = sum(c for key, c in count.items() if node_of[key].kind is NodeKind.HOST)
+    except AttributeError:  # nodes of another make: each asked
+        host = sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes)
     return {
         "dropped": dict(wl.dropped),
-        "host_work_nodes": sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes),
+        "host_work_nodes": host,
         "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
     }
 

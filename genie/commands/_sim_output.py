@@ -9,6 +9,7 @@ null. Closed forms come from ``genie.vocabulary``; ``closed`` describes the netw
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,18 @@ def dump_json(doc: Any) -> None:
     with an indent, which a report of thousands of collectives notices.
     """
     data = msgspec.json.format(msgspec.json.encode(doc, enc_hook=_plain), indent=1)
-    sys.stdout.write(data.decode() + "\n")
+    out = sys.stdout
+    buf = getattr(out, "buffer", None)
+    encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "")
+    if buf is None or encoding != "utf8" or os.linesep != "\n":
+        out.write(data.decode() + "\n")
+        return
+    # the bytes a UTF-8 text stream would write, without decoding tens of MB and encoding
+    # them again (after what the text layer holds, so the order stays)
+    out.flush()
+    buf.write(data)
+    buf.write(b"\n")
+    buf.flush()
 
 
 def print_ranks(con: Console, rep: SimReport, limit: int = 16) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
 
@@ -103,9 +103,9 @@ class SimReport:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "ranks":
-                d[f.name] = [_row_dict(RankBreakdown, r) for r in value]
+                d[f.name] = _row_dicts(RankBreakdown, value)
             elif f.name == "collectives":
-                d[f.name] = [_row_dict(CollectiveRow, r) for r in value]
+                d[f.name] = _row_dicts(CollectiveRow, value)
             else:
                 d[f.name] = copy.deepcopy(value)
         d["units"] = {"time": "s", "size": "bytes", "bandwidth": "GB/s = 1e9 bytes/s"}
@@ -119,13 +119,31 @@ class SimReport:
 _GETTERS: dict[type, tuple[tuple[str, ...], attrgetter]] = {}
 
 
-def _row_dict(cls: type, row: object) -> dict:
-    """A row dataclass of scalars as a dict, fields in order (``asdict`` for flat rows)."""
+def _getter(cls: type) -> tuple[tuple[str, ...], attrgetter]:
+    """``cls``'s field names in order and a getter of their values."""
     got = _GETTERS.get(cls)
     if got is None:
         names = tuple(f.name for f in fields(cls))
         got = _GETTERS[cls] = (names, attrgetter(*names))
-    return dict(zip(got[0], got[1](row), strict=True))
+    return got
+
+
+def _row_dict(cls: type, row: object) -> dict:
+    """A row dataclass of scalars as a dict, fields in order (``asdict`` for flat rows)."""
+    names, get = _getter(cls)
+    return dict(zip(names, get(row), strict=True))
+
+
+def _row_dicts(cls: type, rows: list) -> list[dict]:
+    """``_row_dict`` of every row: a copy of the row's ``__dict__`` where that holds exactly
+    the fields in order (as ``__init__`` leaves it), else field by field."""
+    names = _getter(cls)[0]
+    out = []
+    for row in rows:
+        d = getattr(row, "__dict__", None)
+        d = d.copy() if d is not None and tuple(d) == names else _row_dict(cls, row)
+        out.append(d)
+    return out
 
 
 def _breakdown(cw: CompiledWorkload, raw: RawResult, k: int, makespan: float) -> RankBreakdown:
@@ -162,14 +180,112 @@ def build_report(
     symmetric = len(raw.sim_ranks) < cw.n_ranks
     rep = simulated[raw.sim_ranks[0]] if raw.sim_ranks else None
     ranks = []
+    get = attrgetter(*(f.name for f in fields(RankBreakdown)[1:]))
     for r in range(cw.n_ranks):
         b = simulated.get(r)
         if b is None and raw.rank_rep is not None:  # an orbit replay: its orbit's representative
-            b = replace(simulated[raw.sim_ranks[int(raw.rank_rep[r])]], rank=r)
+            b = RankBreakdown(r, *get(simulated[raw.sim_ranks[int(raw.rank_rep[r])]]))
         elif b is None and rep is not None:
-            b = replace(rep, rank=r)
+            b = RankBreakdown(r, *get(rep))
         if b is not None:
             ranks.append(b)
+    rows = collective_rows(cw, raw, standalone, symmetric)
+    by_dim, by_coll = _exposure(cw, raw)
+    notes = list(raw.notes)
+    if symmetric:
+        notes.append(
+            f"symmetric ranks: replayed {len(raw.sim_ranks)} representative rank(s) for "
+            f"{cw.n_ranks}; the others are proven identical (genie.sim.symmetry)"
+        )
+    return SimReport(
+        workload=cw.name,
+        backend=raw.backend,
+        n_ranks=cw.n_ranks,
+        iteration_s=makespan,
+        ranks=ranks,
+        collectives=rows,
+        nodes=cw.n_nodes,
+        nodes_replayed=len(raw.start),
+        events=raw.events,
+        wall_s=raw.wall_s,
+        symmetric=symmetric,
+        notes=notes,
+        exposed_by_dimension=by_dim,
+        exposed_by_collective=by_coll,
+    )
+
+
+def collective_rows(
+    cw: CompiledWorkload, raw: RawResult, standalone: dict[int, float] | None, symmetric: bool
+) -> list[CollectiveRow]:
+    """One row per instance that ran, in instance order: columns computed as arrays, then
+    the rows made from them (``collective_rows_reference`` makes them one by one, alike)."""
+    ins = cw.instances
+    iids = np.flatnonzero(~np.isnan(raw.inst_start))
+    if not len(iids):
+        return []
+    ctype = ins.comm_type[iids].astype(np.int64)
+    g = ins.group[iids].astype(np.int64)
+    sizes = np.array([len(x) for x in cw.group_ranks] + [2], np.int64)  # group -1: two ends
+    n = sizes[np.where(g >= 0, g, len(cw.group_ranks))]
+    size = ins.size[iids].astype(np.int64)
+    kinds, kind_of = np.unique(ctype, return_inverse=True)
+    kind_of = kind_of.reshape(-1)
+    kind_names = [chakra_name(int(c)) for c in kinds.tolist()]
+    gather = np.isin(kind_of, [k for k, nm in enumerate(kind_names) if nm == "all_gather"])
+    total = np.where(gather, size * n, size)
+    start = raw.inst_start[iids]
+    t = raw.inst_end[iids] - start
+    algbw = np.zeros(len(iids))
+    pos = t > 0
+    algbw[pos] = total[pos].astype(np.float64) / t[pos] / 1e9
+    span = int(n.max()) + 1
+    pairs, pair_of = np.unique(kind_of * span + n, return_inverse=True)  # (kind, n) pairs
+    bf = np.array(
+        [
+            bus_factor(kind_names[k], m) if int(kinds[k]) != P2P else 1.0
+            for k, m in (divmod(p, span) for p in pairs.tolist())
+        ],
+        np.float64,
+    )
+    busbw = algbw * bf[pair_of.reshape(-1)]
+    iid_l = iids.tolist()
+    names = np.array(kind_names, dtype=object)[kind_of].tolist()
+    gnames = np.array([*cw.group_names, ""], dtype=object)
+    group = gnames[np.where(g >= 0, g, len(cw.group_names))].tolist()
+    for k in np.flatnonzero(g < 0).tolist():
+        i = iid_l[k]
+        group[k] = f"p2p {ins.src[i]}->{ins.dst[i]}"
+    none = [None] * len(iid_l)
+    alone = none if standalone is None else list(map(standalone.get, iid_l))
+    last = [-1] * len(iid_l) if symmetric else raw.inst_last_rank[iids].astype(np.int64).tolist()
+    splits = ins.splits
+    uneven = [skew(splits[i]) if i in splits else None for i in iid_l] if splits else none
+    return list(
+        map(
+            CollectiveRow,
+            names,
+            group,
+            ins.seq[iids].astype(np.int64).tolist(),
+            n.tolist(),
+            size.tolist(),
+            raw.inst_first_arrival[iids].astype(np.float64).tolist(),
+            start.astype(np.float64).tolist(),
+            raw.inst_end[iids].astype(np.float64).tolist(),
+            t.astype(np.float64).tolist(),
+            algbw.tolist(),
+            busbw.tolist(),
+            alone,
+            last,
+            uneven,
+        )
+    )
+
+
+def collective_rows_reference(
+    cw: CompiledWorkload, raw: RawResult, standalone: dict[int, float] | None, symmetric: bool
+) -> list[CollectiveRow]:
+    """``collective_rows`` one instance at a time: the reference it is tested against."""
     ins = cw.instances
     rows = []
     names: dict[int, str] = {}
@@ -207,29 +323,7 @@ def build_report(
                 uneven=skew(ins.splits[iid]) if iid in ins.splits else None,
             )
         )
-    by_dim, by_coll = _exposure(cw, raw)
-    notes = list(raw.notes)
-    if symmetric:
-        notes.append(
-            f"symmetric ranks: replayed {len(raw.sim_ranks)} representative rank(s) for "
-            f"{cw.n_ranks}; the others are proven identical (genie.sim.symmetry)"
-        )
-    return SimReport(
-        workload=cw.name,
-        backend=raw.backend,
-        n_ranks=cw.n_ranks,
-        iteration_s=makespan,
-        ranks=ranks,
-        collectives=rows,
-        nodes=cw.n_nodes,
-        nodes_replayed=len(raw.start),
-        events=raw.events,
-        wall_s=raw.wall_s,
-        symmetric=symmetric,
-        notes=notes,
-        exposed_by_dimension=by_dim,
-        exposed_by_collective=by_coll,
-    )
+    return rows
 
 
 def _exposure(cw: CompiledWorkload, raw: RawResult) -> tuple[dict, dict]:
