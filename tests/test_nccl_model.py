@@ -395,16 +395,17 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     assert fills[0] < fills[1] < fills[2]
     top = N.choose("all_reduce", 8 * GiB, sys2, "tree", "LL128")
     # LL128 forwards whole chunks only on the two network hops: one chunk-time at the NICs' rate
-    # (less LL128's 120/128, within NCCL's per-channel tree caps)
-    net = min(sys2.node_net_bw * 120 / 128, 16 * N.TREE_LL128_PER_CHANNEL["hopper"][1] * 1e9)
+    # as NCCL's tree prices it (x 0.92, then LL128's 120/128, within the per-channel caps)
+    net = min(sys2.node_net_bw * 0.92, 16 * N.TREE_PER_CHANNEL["hopper"][1] * 1e9) * 120 / 128
+    net = min(net, 16 * N.TREE_LL128_PER_CHANNEL["hopper"][1] * 1e9)
     assert top.fill_s == pytest.approx(576000 / (net / top.channels), rel=1e-9)
-    # Simple: 14 stages along the chain inside the nodes at the NVLink rate (370.8 GB/s), 2
-    # network hops at the NICs' (397 GB/s); the slowest stage paces the stream, the other 15
-    # add one chunk-time each
+    # Simple: 14 stages along the chain inside the nodes at the NVLink rate (370.8 GB/s x 0.92),
+    # 2 network hops at the NICs' (397 GB/s x 0.92); the slowest stage paces the stream, the
+    # other 15 add one chunk-time each
     simple = N.choose("all_reduce", 8 * GiB, sys2, "tree", "Simple")
     per = (512 << 10) * simple.channels  # a chunk on each channel
     assert sys2.intra_bw < sys2.node_net_bw
-    want = 13 * per / sys2.intra_bw + 2 * per / sys2.node_net_bw
+    want = (13 * per / sys2.intra_bw + 2 * per / sys2.node_net_bw) / 0.92
     assert simple.fill_s == pytest.approx(want, rel=1e-9)
     assert top.fill_s < 0.01 * top.time_s
     assert "pipeline_fill_s" in top.to_dict()
@@ -453,3 +454,20 @@ def test_a_fill_through_unequal_stages_is_their_sum_less_the_slowest() -> None:
     # equal rates: (D - 1) grain-times, as before
     even = F.fill_seconds(size, slow, "nvlstree", "Simple", 16, (net, net))
     assert even == pytest.approx(5 * grain / net, rel=1e-9)
+
+
+def test_the_tree_runs_at_nccls_tree_rates() -> None:
+    """NCCL's tuner (tuning.cc) prices a tree all-reduce at 0.92 of the link, LL at 1/3.8 of
+    that (not LL's 1/2: the ring's), LL128 at 7/9 of it on one node; at 1 GiB and above no
+    size correction applies, so the model's rate is exactly that."""
+    one = h100(1)  # 370.8 GB/s NVLink per GPU
+    rates = {p: N.choose("all_reduce", 4 * GiB, one, "tree", p).rate for p in N.PROTOCOLS}
+    assert rates["Simple"] == pytest.approx(370.8e9 * 0.92)
+    assert rates["LL"] == pytest.approx(370.8e9 * 0.92 / 3.8)  # under LL's 141 GB/s cap
+    assert rates["LL128"] == pytest.approx(370.8e9 * 0.92 * 7 / 9)
+    # the ring keeps the protocols' wire efficiency (LL 1/2, LL128 120/128)
+    ring = N.choose("all_reduce", 4 * GiB, one, "ring", "LL128")
+    assert ring.rate == pytest.approx(370.8e9 * 120 / 128)
+    # across nodes LL128 carries 120 of every 128 bytes after the 0.92
+    two = N.choose("all_reduce", 4 * GiB, h100(2), "tree", "LL128")
+    assert two.rate == pytest.approx(370.8e9 * 0.92 * 120 / 128)

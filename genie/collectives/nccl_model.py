@@ -32,9 +32,10 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   channel's data through stages that forward whole chunks (NVLS: a chunk per NVLS head a
   loop); the first grain crosses every stage before the busiest paces the rest.
 
-Kept from NCCL's tuner as published: the tree's size-dependent correction table and the ring's
-multi-node "plateau" factor. Left out (ranking factors of the tuner, not rates the hardware
-delivers): the tree's 0.92 and LL 1/3.8, the ring LL128's 0.92, PAT's 0.75; CollNet. NVLS's
+Kept from NCCL's tuner as published: the tree's rates (x 0.92; LL x 1/3.8, LL128 x 7/9 on one
+node), its size-dependent correction table and the ring's multi-node "plateau" factor. Left
+out: the ring LL128's 0.92 (NCCL's own note calls it 120/128, the wire efficiency used here),
+PAT's 0.75; CollNet. NVLS's
 efficiency per generation (0.85 Hopper, 0.74 Blackwell) is kept: it is what the switch's
 reduction delivers, not a tuning knob. The choice is the model's fastest pair, not the pair
 NCCL's tuner ranks first (``docs/validation.md`` says what ranking by the tuner changed).
@@ -233,6 +234,12 @@ TREE_CORRECTION: tuple[tuple[float, ...], ...] = (
         0.9,
     ),
 )
+#: The tree all-reduce's bandwidth as NCCL's tuner prices it (``ncclTopoTuneModel``): the link
+#: x 0.92 (capped per channel), then LL x 1/3.8 (not LL's 1/2: the tree's LL moves less) and
+#: LL128 x 7/9 on one node (a chain of NVLink hops), x 120/128 across nodes.
+TREE_BW_FACTOR = 0.92
+TREE_LL_FACTOR = 1 / 3.8
+TREE_LL128_ONE_NODE = 7 / 9
 #: A multi-node ring all-reduce with Simple: its latency x this once each channel's share of a
 #: rank's data is 64 bytes or more (Volta 1.9, later 1.4: the ring's "plateau", tuning.cc).
 RING_PLATEAU: dict[str, float] = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
@@ -443,15 +450,19 @@ def _ll_max(sys: System) -> float:
 def _limit(rate: float, sys: System, algo: str, proto: str) -> float:
     """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run."""
     i, ch = _node_index(sys.nodes), sys.channels
+    if algo == "tree":  # NCCL's tree rates (tuning.cc), in NCCL's order
+        r = min(rate * TREE_BW_FACTOR, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
+        if proto == "LL":
+            return min(r * TREE_LL_FACTOR, _ll_max(sys))
+        if proto == "LL128":
+            eff = TREE_LL128_ONE_NODE if sys.nodes == 1 else WIRE_EFFICIENCY["LL128"]
+            return min(r * eff, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+        return r
     r = rate * WIRE_EFFICIENCY[proto]
     if proto == "LL":
         r = min(r, _ll_max(sys))
     if algo == "ring" and proto == "LL128":
         r = min(r, ch * RING_LL128_PER_CHANNEL[sys.tuning][i] * GB)
-    if algo == "tree":
-        r = min(r, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
-        if proto == "LL128":
-            r = min(r, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
     return r
 
 
