@@ -170,6 +170,10 @@ def test_trace_facts_count_host_work_as_the_nodes_say():
                 n.attrs.append(Attr("is_cpu_op", "bool_val", True))
                 n.refresh()
                 changed += 1
+            elif n.type == NodeType.COMM_COLL_NODE and (n.id + r) % 3 == 1:
+                # is_cpu_op with its comm_type: a collective still, not host work
+                n.attrs.append(Attr("is_cpu_op", "bool_val", True))
+                n.refresh()
     assert changed
     cw = compile_workload(wl)
     facts = trace_facts(wl, cw)

@@ -95,26 +95,22 @@ class Simulation:
 
 def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
-    from collections import Counter
     from itertools import compress
-    from operator import attrgetter
+    from operator import attrgetter, itemgetter
 
-    from genie.workload.model import Node, NodeKind, NodeType
+    from genie.workload.model import DERIVED_INDEX, NodeKind, NodeType
 
-    # host work (NodeKind.HOST) is a communication node's kind only, and decided by its type
-    # and derived fields (``Node.kind``): those nodes are counted by (type, derived tuple) at
-    # C speed and one node of each pair asked
+    # host work (NodeKind.HOST) is a communication node marked is_cpu_op (``Node.kind``,
+    # ``is_host_work``): only those nodes, picked at C speed, are asked their kind
     comm = {NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE}
     is_comm, get_type, get_d = comm.__contains__, attrgetter("type"), attrgetter("_d")
-    count: Counter[tuple[int, int]] = Counter()
-    node_of: dict[tuple[int, int], Node] = {}  # (type, id of the derived tuple) -> a node
+    cpu_op = itemgetter(DERIVED_INDEX["is_cpu_op"])
     try:
+        host = 0
         for rg in wl.ranks:
             nodes = list(compress(rg.nodes, map(is_comm, map(get_type, rg.nodes))))
-            keys = list(zip(map(get_type, nodes), map(id, map(get_d, nodes)), strict=True))
-            count.update(keys)
-            node_of.update(zip(keys, nodes, strict=True))
-        host = sum(c for key, c in count.items() if node_of[key].kind is NodeKind.HOST)
+            for n in compress(nodes, map(cpu_op, map(get_d, nodes))):
+                host += n.kind is NodeKind.HOST
     except AttributeError:  # nodes of another make: each asked
         host = sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes)
     return {
