@@ -230,7 +230,9 @@ def test_placement_and_errors():
     p = build_program("all_reduce", "ring", 4, 4000)
     topo = T.switch(4, B, LAT)
     rev = estimate(p, topo, placement=["h3", "h2", "h1", "h0"])
-    assert rev.method == "event"
+    assert rev.method == "contention-free"  # not the symmetric shortcut: hosts reversed
+    ref = estimate(p, topo, placement=["h3", "h2", "h1", "h0"], symmetric=False)
+    assert ref.method == "event" and ref.time_s == rev.time_s
     assert rev.time_s == pytest.approx(estimate(p, topo).time_s)
     with pytest.raises(TopologyError, match="need 8 hosts"):
         estimate(build_program("all_reduce", "ring", 8, 64), topo)

@@ -18,6 +18,13 @@ rank 0 alone against link classes gives the same answer as the full simulation a
 work (tests check that both agree). With uneven shards the full simulation runs instead, unless
 the program is too big for it; then the shortcut is used and the Cost says "symmetric-approx".
 
+Exact shortcut two: a rotation-symmetric program with uniform shards whose messages never share
+a link or port with another connection's (a ring contiguous per leaf on a leaf-spine, any
+placement of a ring on a switch) is priced by a max-plus recurrence over rank 0's steps for all
+ranks at once (``genie.collectives.contention_free``, its proof obligations checked at run
+time; method "contention-free", every figure bit-equal to the event simulation's, which stays
+the reference: ``symmetric=False`` or ``contention_free=False``).
+
 Closed forms and nccl-tests' algbw / busbw live in ``genie.vocabulary``.
 """
 
@@ -215,20 +222,64 @@ def estimate(
     *,
     compute_bandwidth: float | None = None,
     symmetric: bool | None = None,
+    contention_free: bool | None = None,
 ) -> Cost:
-    """Price one program; uses the exact symmetric shortcut when it applies (unless told not)."""
+    """Price one program; uses the exact shortcuts when they apply: the symmetric one, then
+    the contention-free one (``genie.collectives.contention_free``). ``symmetric=False`` runs
+    the full event simulation (the reference) unless ``contention_free=True``, which insists
+    on the contention-free shortcut (CollectiveError where it does not apply);
+    ``contention_free=False`` turns that one off alone."""
     hosts = resolve_placement(program, topology, placement)
     group = _symmetry_group(program, topology, hosts)
     if symmetric and group is None:
         raise CollectiveError(f"the symmetric shortcut does not apply to {program!r} here")
-    if group is not None and symmetric is not False:
+    if group is not None and symmetric is not False and not contention_free:
         exact = uniform_shards(program.spec)
         too_big = program.n_ranks * len(program.steps(0)) > EVENT_STEP_LIMIT
         if exact or too_big or symmetric:
             return _estimate_symmetric(program, topology, compute_bandwidth, exact, group)
+    if contention_free or (contention_free is None and symmetric is not False):
+        cost = _estimate_contention_free(program, topology, hosts, compute_bandwidth)
+        if cost is not None:
+            return cost
+        if contention_free:
+            raise CollectiveError(
+                f"the contention-free shortcut does not apply to {program!r} here"
+            )
     return estimate_concurrent(
         [(program, 0.0, hosts)], topology, compute_bandwidth=compute_bandwidth
     )[0]
+
+
+# -- the contention-free shortcut ----------------------------------------------------------
+
+
+def _estimate_contention_free(
+    program: Program, topology: Topology, hosts: list[int], compute_bw: float | None
+) -> Cost | None:
+    """The program priced by ``genie.collectives.contention_free`` (the same Cost the event
+    simulation gives, bit for bit), or None where one of its obligations fails."""
+    from genie.collectives import contention_free
+
+    if not uniform_shards(program.spec):  # O1: rank r moves rank 0's bytes
+        return None
+    with gc_paused():
+        got = contention_free.price(program, topology, hosts, compute_bw)
+    if got is None:
+        return None
+    finish = got.rank_finish
+    return Cost(
+        time_s=float(finish.max()) - 0.0 if len(finish) else 0.0,
+        link_bytes=got.link_bytes,
+        intra_bytes=sum(got.intra.values()),
+        messages=got.messages,
+        bytes_sent=got.bytes_sent,
+        steps=got.steps,
+        method="contention-free",
+        bottleneck_s=_bottleneck(topology, got.link_bytes, got.intra),
+        start_s=0.0,
+        rank_finish_s=[f - 0.0 for f in finish.tolist()],
+    )
 
 
 # -- the symmetric shortcut ----------------------------------------------------------------
