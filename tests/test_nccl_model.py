@@ -471,3 +471,22 @@ def test_the_tree_runs_at_nccls_tree_rates() -> None:
     # across nodes LL128 carries 120 of every 128 bytes after the 0.92
     two = N.choose("all_reduce", 4 * GiB, h100(2), "tree", "LL128")
     assert two.rate == pytest.approx(370.8e9 * 0.92 * 120 / 128)
+
+
+def test_rccl_on_an_mi200_node_runs_no_ll128_unless_named() -> None:
+    """RCCL 2.21.5 enables LL128 by default only on gfx90a nodes matching a tuned topology: an
+    MI250X node prices LL, LL128 only when NCCL_PROTO names it; NVIDIA and MI300 keep it."""
+    assert N.ll128_by_default("amd", "MI250X") is False
+    assert N.ll128_by_default("amd", "MI210") is False
+    assert N.ll128_by_default("amd", "MI300X") is True
+    assert N.ll128_by_default("nvidia", "H100-SXM") is True
+    mi250 = N.system_from_preset("mi300x", 4, intra_bw=252e9)
+    on = N.choose("all_reduce", 8 * MiB, mi250)
+    assert on.protocol == "LL128"
+    off = replace(mi250, ll128=False)
+    plain = N.candidates("all_reduce", 8 * MiB, off)
+    assert plain and all(p.protocol != "LL128" for p in plain)
+    assert N.choose("all_reduce", 8 * MiB, off).time_s > on.time_s
+    forced = N.choose("all_reduce", 8 * MiB, off, protocols="LL128")
+    assert forced.protocol == "LL128" and forced.time_s == pytest.approx(on.time_s)
+    assert "LL128 only if NCCL_PROTO names it" in off.describe()

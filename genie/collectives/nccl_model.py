@@ -279,6 +279,8 @@ class System:
     # (gpu_presets.net_step_latency); None: NCCL's InfiniBand-derived network latencies
     net_step_s: float | None = None
     net_simple_extra_s: float = 0.0
+    # the library enables LL128 here unless NCCL_PROTO names protocols (``ll128_by_default``)
+    ll128: bool = True
 
     def __post_init__(self) -> None:
         for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -324,6 +326,7 @@ class System:
             f"{self.intra_bw / GB:.1f} GB/s per GPU, NICs {self.net_bw / GB:.1f} GB/s per node, "
             f"{self.tuning} constants, {self.cpu} CPUs, {self.channels} channels"
             + (", NVLink SHARP" if self.nvls else "")
+            + ("" if self.ll128 else ", LL128 only if NCCL_PROTO names it")
         )
 
 
@@ -612,6 +615,19 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     return Prediction(coll, size, n, algo, proto, channels, lat, rate, link_bytes, t, fill)
 
 
+def ll128_by_default(vendor: str, gpu: str) -> bool:
+    """Whether the library runs LL128 on a node of ``gpu`` without NCCL_PROTO naming it. NCCL
+    does on NVLink-class paths (``tuning.cc``). RCCL 2.21.5 (``src/graph/tuning.cc``) enables it
+    by default only on MI200-series GPUs (gfx90a) whose node matches one of its tuned topologies
+    that sets ``ll128Enabled`` (``src/graph/rome_models.cc``: 16-GCD nodes with 8 NICs), or with
+    ``RCCL_LL128_FORCE_ENABLE``: an MI250X / MI210 node of the usual design runs without it.
+    Later RCCL releases add gfx942 and gfx950 to that rule; MI300-class nodes keep LL128 here
+    (their nccl-tests rows in docs/validation.md match it)."""
+    if vendor.strip().lower() != "amd":
+        return True
+    return not gpu.strip().upper().startswith("MI2")
+
+
 def _offered(coll: str, algo: str, sys: System) -> bool:
     """Whether NCCL runs ``algo`` for ``coll`` on ``sys`` (tuning.cc's enable rules)."""
     if algo == "ring":
@@ -687,6 +703,8 @@ def candidates(
             )
         if system.intra_link == "pci":  # NCCL enables LL128 only on NVLink-class paths
             protos = tuple(p for p in protos if p != "LL128") or protos
+        if not system.ll128 and protocols is None:  # off by default (``ll128_by_default``)
+            protos = tuple(p for p in protos if p != "LL128")
         out = [
             _collective_time(coll, size, system, a, p)
             for a in offered_algos
