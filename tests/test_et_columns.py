@@ -20,7 +20,7 @@ from genie.workload.et_codec import (
     uvarint,
 )
 from genie.workload.et_columns import NodeColumns, decode_columns
-from genie.workload.model import DERIVED_INDEX, Attr, IOInfo, Metadata, Node, NodeType
+from genie.workload.model import DERIVED_INDEX, NO_DERIVED, Attr, IOInfo, Metadata, Node, NodeType
 from tests.test_et_codec import nodes
 
 
@@ -597,3 +597,90 @@ def test_derived_values_equal_across_types_stay_apart() -> None:
     _cols, got, _ = _decode_both(_trace(ns))
     assert [type(n.comm_size) for n in got] == [int, float, bool]
     assert _validate_both(ns)[0] == "error"  # a float comm_size, as validate_rank says
+
+
+def _decode_shared(data: bytes, interner) -> None:
+    """``data`` decoded in columns with a shared interner gives et_fast's nodes (or error)."""
+    from genie.workload.et_columns import decode_columns as dc
+
+    try:
+        _meta, pos, _ = _first_frame(data, "<t>", "")
+    except TraceFormatError:
+        return
+    try:
+        ref, odd, zero = et_fast.decode_nodes(data, pos, "<t>")
+    except TraceFormatError as exc:
+        with pytest.raises(TraceFormatError) as got:
+            dc(data, pos, "<t>", "", interner)
+        assert str(got.value) == str(exc)
+        return
+    cols = dc(data, pos, "<t>", "", interner)
+    assert (cols.odd, cols.zero) == (odd, zero)
+    for a, b in zip(cols.to_nodes(), ref, strict=True):
+        assert repr(a._d) == repr(b._d) and list(map(type, a._d)) == list(map(type, b._d))
+        assert encode_node(a) == encode_node(b)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(nodes(), min_size=1, max_size=8),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=2),
+)
+def test_files_sharing_an_interner_decode_like_et_fast(ns, flips) -> None:
+    """Runs of attr fields are decoded once per workload (Interner.sections, bounded): files
+    read after others, a one-byte variant among them, still decode as et_fast alone does."""
+    from unittest import mock
+
+    from genie.workload import et_columns
+
+    ns = [n for n in ns if encode_node(n)]
+    good = _trace(ns)
+    bad = bytearray(good)
+    for at, byte in flips:
+        bad[at % len(bad)] = byte
+    interner = et_columns.Interner()
+    with (
+        mock.patch.object(et_columns, "_BLOCK_FRAMES", 3),
+        mock.patch.object(et_columns.Interner.bound_sections, "__defaults__", (4,)),
+    ):
+        for data in (good, bytes(bad), good, bytes(bad)):
+            _decode_shared(data, interner)
+            assert len(interner.sections) <= 4 + 2 * 3  # the bound, plus one block's
+            assert len(interner.section_pairs) == len(interner.section_derived)
+            assert len(interner.section_derived) == len(interner.sections)
+
+
+def test_real_style_ranks_share_attr_sections() -> None:
+    from genie.workload import et_columns
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    wl = pytorch_style(2, layers=4, steps=2)
+    interner = et_columns.Interner()
+    for rg in wl.ranks:
+        data = _trace(rg.nodes, rg.metadata)
+        _meta, pos, _ = _first_frame(data, "<t>", "")
+        got = et_columns.decode_columns(data, pos, "<t>", "", interner).to_nodes()
+        assert got == rg.nodes
+    # the fields after each node's per-node id repeat: a few runs for all nodes of all ranks
+    assert 0 < len(interner.sections) < wl.node_count() // 5
+
+
+def test_interner_sections_start_over_whole() -> None:
+    """Once bounded, a run of attr fields gets its own derived tuple, never a forgotten one's."""
+    from genie.workload import et_columns
+    from genie.workload.et_codec import encode_attr
+
+    def field(a: Attr) -> bytes:
+        b = encode_attr(a)
+        return b"\x52" + uvarint(len(b)) + b
+
+    sized = field(Attr("comm_size", "int64_val", 5))
+    plain = field(Attr("x", "string_val", "s"))
+    it = et_columns.Interner()
+    (i,) = it.section_indices([sized]).tolist()
+    assert it.table[it.section_derived_array()[i]][DERIVED_INDEX["comm_size"]] == 5
+    it.bound_sections(limit=1)
+    assert not it.sections
+    (j,) = it.section_indices([plain]).tolist()
+    assert it.table[it.section_derived_array()[j]] == NO_DERIVED
+    assert it.section_indices([plain, sized, plain]).tolist() == [j, j + 1, j]

@@ -38,6 +38,7 @@ _U64 = np.uint64
 _PAD = 16  # zero bytes after the data: a read past the end sees a varint terminator
 _MAX_LEN = 1 << 31  # longer length fields go to the per-frame decoder
 _BLOCK_FRAMES = 1 << 16  # frames decoded together (in-cache passes, a bounded copy)
+_SECTIONS_KEPT = 1 << 16  # distinct runs of attr fields an Interner keeps between blocks
 
 
 @dataclass
@@ -501,21 +502,68 @@ class Interner:
         self.table: list[Derived] = [NO_DERIVED]
         self.where: dict[tuple, int] = {(NO_DERIVED, tuple(map(type, NO_DERIVED))): 0}
         self.cache = et_fast.AttrCache()
+        #: runs of attr fields (bytes) -> index into section_pairs and section_derived
+        self.sections: dict[bytes, int] = {}
+        self.section_pairs: list[tuple] = []  # their derived (slot, value) pairs
+        self.section_derived: list[int] = []  # their derived tuple's index in table, -1: hand on
+        self._section_array: np.ndarray = np.zeros(0, dtype=np.int64)
 
     def name_indices(self, keys: list[bytes]) -> list[int]:
-        """The index of each node name in ``names`` (-1: not UTF-8)."""
+        """The index of each node name in ``names`` (-1: not UTF-8); ``keys`` may repeat."""
         name_of = self.name_of
         got = list(map(name_of.get, keys))
         if None in got:
             names = self.names
             for j, key in enumerate(keys):
                 if got[j] is None:
-                    try:
-                        names.append(key.decode("utf-8"))
-                        got[j] = name_of[key] = len(names) - 1
-                    except UnicodeDecodeError:
-                        got[j] = name_of[key] = -1
+                    i = name_of.get(key)  # an earlier row of ``keys`` may have added it
+                    if i is None:
+                        try:
+                            names.append(key.decode("utf-8"))
+                            i = name_of[key] = len(names) - 1
+                        except UnicodeDecodeError:
+                            i = name_of[key] = -1
+                    got[j] = i
         return got  # type: ignore[return-value]
+
+    def section_indices(self, keys: list[bytes]) -> np.ndarray:
+        """The index of each run of attr fields in ``sections`` (each decoded once, in
+        ``_section_pairs``); ``keys`` may repeat."""
+        sections = self.sections
+        got = list(map(sections.get, keys))
+        if None in got:
+            for j, key in enumerate(keys):
+                if got[j] is None:
+                    i = sections.get(key)
+                    if i is None:
+                        i = sections[key] = self._add_section(key)
+                    got[j] = i
+        return np.array(got, dtype=np.int64)
+
+    def _add_section(self, key: bytes) -> int:
+        try:
+            pairs, plain = _section_pairs(key, self.cache)
+        except _HANDED_ON:
+            pairs, plain = (), False
+        self.section_pairs.append(pairs)
+        d = self.derived_index(et_fast._derived(list(pairs))[0]) if plain else -1
+        self.section_derived.append(d)
+        return len(self.section_derived) - 1
+
+    def section_derived_array(self) -> np.ndarray:
+        """``section_derived`` as an array."""
+        if len(self._section_array) != len(self.section_derived):
+            self._section_array = np.array(self.section_derived, dtype=np.int64)
+        return self._section_array
+
+    def bound_sections(self, limit: int = _SECTIONS_KEPT) -> None:
+        """Forget the attr sections once there are ``limit`` (called between blocks, whose
+        indices are then all spent); derived tuples and names stay (columns index them)."""
+        if len(self.sections) >= limit:
+            self.sections.clear()
+            self.section_pairs.clear()
+            self.section_derived.clear()
+            self._section_array = np.zeros(0, dtype=np.int64)
 
     def derived_index(self, d: Derived) -> int:
         """The index of derived tuple ``d`` in ``table`` (equal values of other types, such as
@@ -610,7 +658,7 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -
         if rows.size:
             _check_io(buf, spans[what][rows], rows, bad)
             if high is None:
-                high = np.flatnonzero(buf >= 0x80)  # buf holds one block of frames
+                high = buf >= 0x80  # buf holds one block of frames
             _utf8_io(data, high, spans[what], bad)
     ctrl_off, ctrl_vals = _packed_rows(buf, spans["ctrl"], n, bad)
     data_off, data_vals = _packed_rows(buf, spans["data"], n, bad)
@@ -620,9 +668,7 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -
     name_idx = np.zeros(n, dtype=np.int32)
     if rows.size:
         keys = list(map(data.__getitem__, map(slice, *name_span[rows].T.tolist())))
-        uniq, idx = _intern(keys)
-        glob = np.array(shared.name_indices(uniq), dtype=np.int32)
-        gi = glob[idx]
+        gi = np.array(shared.name_indices(keys), dtype=np.int32)
         bad[rows[gi < 0]] = True
         name_idx[rows] = np.maximum(gi, 0)
 
@@ -661,13 +707,17 @@ def _packed_rows(
 
 
 def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
-    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high``: the offsets of the
-    bytes >= 0x80 in ``data`` (a body without one is ASCII: only the others are decoded)."""
-    rows = np.flatnonzero((spans[:, 0] >= 0) & ~bad)
+    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high``: which bytes of
+    ``data`` (and its padding) are >= 0x80 (a body without one is ASCII: only the others are
+    decoded)."""
+    rows = np.flatnonzero((spans[:, 0] < spans[:, 1]) & ~bad)  # set and not empty
     if not rows.size:
         return
     s, e = spans[rows, 0], spans[rows, 1]
-    some = np.searchsorted(high, e) > np.searchsorted(high, s)
+    at = np.empty(2 * len(rows), dtype=np.int64)
+    at[0::2] = s
+    at[1::2] = e  # each span [s, e) one reduction (s < e); the gaps between are not used
+    some = np.logical_or.reduceat(high, at)[0::2]
     for r, x, y in zip(rows[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
         try:
             et_fast.decode_io(data[x:y])
@@ -686,7 +736,6 @@ def _attrs(
     rows = np.flatnonzero((s < e) & ~bad)
     if not rows.size:
         return derived
-    cache = shared.cache
     p = s[rows]
     stop = e[rows]
     # a first attr "name + plain int64" (0x52 len 0x0A nl name 0x48 varint), read in numpy
@@ -725,25 +774,15 @@ def _attrs(
         groups.append((fs, fstop[simple], nidx, slots, v[simple]))
     if whole.size:
         groups.append((whole, s[whole], None, None, None))
+    shared.bound_sections()
     for grows, gstart, gnidx, gslots, gv in groups:
         keys = list(map(data.__getitem__, map(slice, gstart.tolist(), e[grows].tolist())))
-        uniq, kidx = _intern(keys)
-        kd = np.zeros(len(uniq), dtype=np.int64)  # key -> table index, -1: hand on
-        kpairs: list[tuple] = []
-        for i, k in enumerate(uniq):
-            try:
-                pairs, plain = _section_pairs(k, cache)
-            except _HANDED_ON:
-                pairs, plain = (), False
-            kpairs.append(pairs)
-            if not plain:
-                kd[i] = -1
-                continue
-            kd[i] = shared.derived_index(et_fast._derived(list(pairs))[0])
-        di = kd[kidx]
+        kidx = shared.section_indices(keys)  # each distinct run decoded once per workload
+        di = shared.section_derived_array()[kidx]  # table index, -1: hand on
         bad[grows[di < 0]] = True
         if gslots is not None and any(x is not None for x in gslots):
             # the first attr sets a derived field: merge it with the rest's, row by row
+            kpairs = shared.section_pairs
             sl = np.array([-1 if x is None else x for x in gslots], dtype=np.int64)[gnidx]
             for j in np.flatnonzero((sl >= 0) & (di >= 0)).tolist():
                 merged = [(int(sl[j]), int(gv[j])), *kpairs[kidx[j]]]
