@@ -101,8 +101,29 @@ def compile_workload(
     """Compile a ``genie.workload.Workload`` (ranks of nodes, groups by name) for the engine.
 
     ``edges``: ``inferred`` adds the stream rules' dependencies to PyTorch-derived ranks,
-    ``explicit`` keeps the trace's data_deps only (see the module docstring).
+    ``explicit`` keeps the trace's data_deps only (see the module docstring). All ranks are
+    compiled at once (``genie.sim.batch_compile``); where that path declines, the node-by-node
+    reference ``compile_reference`` runs (it gives the same arrays, and names any problem).
     """
+    if edges not in EDGE_MODES:
+        raise ValidationError(f"edges must be one of {EDGE_MODES}, got {edges!r}")
+    compute = compute or ComputeModel()
+    from genie.sim.batch_compile import compile_batch
+
+    roofline = compute.mode == "roofline"
+
+    def fields_of(nd: Any, r: int, groups_of: tuple) -> tuple:
+        return _fields(nd, r, compute, roofline, groups_of)
+
+    fast = compile_batch(wl, edges, fields_of, A2A)
+    return fast if fast is not None else compile_reference(wl, compute, edges)
+
+
+def compile_reference(
+    wl: Any, compute: ComputeModel | None = None, edges: str = "inferred"
+) -> CompiledWorkload:
+    """``compile_workload`` node by node and rank by rank: the reference the batch path is
+    tested against, and the path that raises the error a bad workload deserves."""
     if edges not in EDGE_MODES:
         raise ValidationError(f"edges must be one of {EDGE_MODES}, got {edges!r}")
     compute = compute or ComputeModel()

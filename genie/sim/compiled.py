@@ -119,6 +119,15 @@ class CompiledRank:
         return h.digest()
 
 
+def with_deps(cr: CompiledRank, dep_ptr: np.ndarray, dep_idx: np.ndarray) -> CompiledRank:
+    """``cr`` with other deps (``dataclasses.replace`` without re-running the lane check)."""
+    out = object.__new__(CompiledRank)
+    out.__dict__.update(cr.__dict__)
+    out.dep_ptr = dep_ptr
+    out.dep_idx = dep_idx
+    return out
+
+
 @dataclass
 class Instances:
     """Communication instances across ranks: one per collective call and per send/recv pair."""
@@ -298,16 +307,8 @@ def _finish_loop(
         for k, row in by_pos.items():
             mat[k] = row
         splits[iid] = mat
-    instances = Instances(
-        comm_type=np.asarray(i_type, np.int16),
-        size=np.asarray(i_size, np.int64),
-        group=np.asarray(i_group, np.int32),
-        seq=np.asarray(i_seq, np.int64),
-        src=np.asarray(i_src, np.int32),
-        dst=np.asarray(i_dst, np.int32),
-        tag=np.asarray(i_tag, np.int64),
-        members=members,
-        splits=splits,
+    instances = _instances(
+        (i_type, i_size), (i_group, i_seq), (i_src, i_dst), i_tag, members, splits
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
 
@@ -344,9 +345,8 @@ def _finish_columns(
         return None
     # membership: (group, rank) pairs of every group, as one sorted code
     lens = np.array([len(g) for g in group_ranks], np.int64)
-    flat = np.concatenate([np.asarray(g, np.int64) for g in group_ranks]) if n_groups else None
+    flat = np.fromiter(itertools.chain.from_iterable(group_ranks), np.int64, int(lens.sum()))
     if len(cg):
-        assert flat is not None
         codes = np.sort(np.repeat(np.arange(n_groups, dtype=np.int64), lens) * n + flat)
         want = cg * n + cr_
         at = np.minimum(np.searchsorted(codes, want), len(codes) - 1)
@@ -379,58 +379,110 @@ def _finish_columns(
     members: list[list[tuple[int, int]]] = [
         pairs[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     ]
-    i_type = ct[lead].tolist()
-    i_size = sz[lead].tolist()
-    i_group = cg[lead].tolist()
-    i_seq = seq[lead].tolist()
-    i_src = [-1] * n_coll
-    i_dst = [-1] * n_coll
-    i_tag = [0] * n_coll
     # send/recv: paired per channel in node order, as the loop does
-    p2p_sends: dict[tuple[int, int, int], list[int]] = {}
-    p2p_recvs: dict[tuple[int, int, int], list[int]] = {}
     pidx = np.flatnonzero(~coll)
-    for j in pidx.tolist():
-        r, i, k = int(rank[j]), int(local[j]), int(ck[j])
-        cr = ranks[r]
-        peer = int(cr.peer[i])
-        if not 0 <= peer < n:
-            return None
-        chan = (r, peer, int(cr.tag[i])) if k == Kind.SEND else (peer, r, int(cr.tag[i]))
-        (p2p_sends if k == Kind.SEND else p2p_recvs).setdefault(chan, []).append(i)
-    try:
-        p2p = list(_p2p_instances(ranks, p2p_sends, p2p_recvs))
-    except CollectiveError:
-        return None  # the reference names the problem
-    for s, d, t, k, mem, nbytes in p2p:
-        i_type.append(P2P)
-        i_size.append(nbytes)
-        i_group.append(-1)
-        i_seq.append(k)
-        i_src.append(s)
-        i_dst.append(d)
-        i_tag.append(t)
-        members.append(mem)
+    peer = np.concatenate([cr.peer for cr in ranks]).astype(np.int64)[comm[pidx]]
+    if len(peer) and (peer.min() < 0 or peer.max() >= n):
+        return None
+    tag = np.concatenate([cr.tag for cr in ranks]).astype(np.int64)[comm[pidx]]
+    p2p = _p2p_columns(rank[pidx], local[pidx], ck[pidx] == Kind.SEND, peer, tag, size[pidx])
+    if p2p is None:
+        return None  # a send and its receive differ in size: the reference names them
+    (p_src, p_dst, p_tag, p_seq, p_size, p_members), (p_rank, p_local, p_iid) = p2p
+    members += p_members
     # each node's instance
     inst_flat = np.full(int(offsets[-1]), -1, np.int64)
     inst_flat[offsets[cr_] + cl] = iid
-    for pid in range(n_coll, len(members)):
-        for rr, nn in members[pid]:
-            inst_flat[offsets[rr] + nn] = pid
+    inst_flat[offsets[p_rank] + p_local] = p_iid + n_coll
     for r, cr in enumerate(ranks):
-        cr.instance = inst_flat[offsets[r] : offsets[r + 1]].copy()
-    instances = Instances(
-        comm_type=np.asarray(i_type, np.int16),
-        size=np.asarray(i_size, np.int64),
-        group=np.asarray(i_group, np.int32),
-        seq=np.asarray(i_seq, np.int64),
-        src=np.asarray(i_src, np.int32),
-        dst=np.asarray(i_dst, np.int32),
-        tag=np.asarray(i_tag, np.int64),
-        members=members,
-        splits={},
+        cr.instance = inst_flat[offsets[r] : offsets[r + 1]]
+    n_p2p = len(p_members)
+    instances = _instances(
+        (np.r_[ct[lead], np.full(n_p2p, P2P, np.int64)], np.r_[sz[lead], p_size]),
+        (np.r_[cg[lead], np.full(n_p2p, -1, np.int64)], np.r_[seq[lead], p_seq]),
+        (np.r_[np.full(n_coll, -1, np.int64), p_src], np.r_[np.full(n_coll, -1, np.int64), p_dst]),
+        np.r_[np.zeros(n_coll, np.int64), p_tag],
+        members,
+        {},
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def _instances(
+    type_size: tuple[Sequence[int], Sequence[int]],
+    group_seq: tuple[Sequence[int], Sequence[int]],
+    src_dst: tuple[Sequence[int], Sequence[int]],
+    tag: Sequence[int],
+    members: list[list[tuple[int, int]]],
+    splits: dict[int, np.ndarray],
+) -> Instances:
+    """``Instances`` from its columns as lists or arrays (each cast to its dtype)."""
+    return Instances(
+        comm_type=np.asarray(type_size[0], np.int16),
+        size=np.asarray(type_size[1], np.int64),
+        group=np.asarray(group_seq[0], np.int32),
+        seq=np.asarray(group_seq[1], np.int64),
+        src=np.asarray(src_dst[0], np.int32),
+        dst=np.asarray(src_dst[1], np.int32),
+        tag=np.asarray(tag, np.int64),
+        members=members,
+        splits=splits,
+    )
+
+
+def _p2p_columns(
+    rank: np.ndarray,
+    local: np.ndarray,
+    is_send: np.ndarray,
+    peer: np.ndarray,
+    tag: np.ndarray,
+    size: np.ndarray,
+) -> tuple[tuple, tuple] | None:
+    """``_p2p_instances`` on columns (one entry per send/recv node, in rank then node order):
+    ``((src, dst, tag, seq, size, members), (rank, node, instance))`` with instances numbered
+    as the loop numbers them (by channel, then k), or None where a send and its receive differ
+    in size."""
+    if not len(rank):
+        empty = np.zeros(0, np.int64)
+        return (empty, empty, empty, empty, empty, []), (empty, empty, empty)
+    src = np.where(is_send, rank, peer)
+    dst = np.where(is_send, peer, rank)
+    side = (~is_send).astype(np.int64)  # sends before receives
+    # k: the place of each send (receive) among its channel's sends (receives), in node order
+    order = np.lexsort((local, side, tag, dst, src))
+    s_src, s_dst, s_tag, s_side = src[order], dst[order], tag[order], side[order]
+    new_run = np.r_[
+        True,
+        (s_src[1:] != s_src[:-1])
+        | (s_dst[1:] != s_dst[:-1])
+        | (s_tag[1:] != s_tag[:-1])
+        | (s_side[1:] != s_side[:-1]),
+    ]
+    run_start = np.flatnonzero(new_run)
+    k = np.empty(len(order), np.int64)
+    k[order] = np.arange(len(order)) - np.repeat(run_start, np.diff(np.r_[run_start, len(order)]))
+    # instances: (channel, k) in order, the send (if any) before the receive (if any)
+    order = np.lexsort((side, k, tag, dst, src))
+    o_src, o_dst, o_tag, o_k = src[order], dst[order], tag[order], k[order]
+    first = np.r_[
+        True,
+        (o_src[1:] != o_src[:-1])
+        | (o_dst[1:] != o_dst[:-1])
+        | (o_tag[1:] != o_tag[:-1])
+        | (o_k[1:] != o_k[:-1]),
+    ]
+    iid = np.cumsum(first) - 1
+    lead = np.flatnonzero(first)
+    o_size = size[order]
+    last = np.r_[lead[1:] - 1, len(order) - 1]  # the receive where there is one
+    pair = last != lead
+    if not np.array_equal(o_size[lead[pair]], o_size[last[pair]]):
+        return None
+    o_rank, o_local = rank[order], local[order]
+    pairs = list(zip(o_rank.tolist(), o_local.tolist(), strict=True))
+    members = [pairs[a : b + 1] for a, b in zip(lead.tolist(), last.tolist(), strict=True)]
+    cols = (o_src[lead], o_dst[lead], o_tag[lead], o_k[lead], o_size[last], members)
+    return cols, (o_rank, o_local, iid)
 
 
 def _p2p_instances(

@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind
+from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind, with_deps
 
 #: what the reports call the rule
 DESCRIPTION = {
@@ -45,11 +45,88 @@ def order_collectives(cw: CompiledWorkload, concurrency: int | None = 1) -> Comp
     """``cw`` with each group's collectives ordered per rank (see the module docstring)."""
     if not concurrency or concurrency < 1:
         return cw
+    ranks = _ordered_all(cw, concurrency)
+    if all(a is b for a, b in zip(ranks, cw.ranks, strict=True)):
+        return cw
+    return dataclasses.replace(cw, ranks=ranks)
+
+
+def order_reference(cw: CompiledWorkload, concurrency: int | None = 1) -> CompiledWorkload:
+    """``order_collectives`` rank by rank: the reference the vector path is tested against."""
+    if not concurrency or concurrency < 1:
+        return cw
     cache: dict[bytes, tuple[np.ndarray, np.ndarray] | None] = {}
     ranks = [_ordered(cr, cw, concurrency, cache) for cr in cw.ranks]
     if all(a is b for a, b in zip(ranks, cw.ranks, strict=True)):
         return cw
     return dataclasses.replace(cw, ranks=ranks)
+
+
+def _ordered_all(cw: CompiledWorkload, k: int) -> list[CompiledRank]:
+    """Every rank with its new deps, worked out over the whole workload at once: the
+    collectives sorted by (rank, group, sequence), each waiting for the one k places before it
+    in its run. Ranks whose deps do not all point backwards (node order is not topological) go
+    through the per-rank path, which checks each new edge against a topological order."""
+    ranks = cw.ranks
+    n_r = len(ranks)
+    if not n_r:
+        return []
+    counts = np.array([cr.n_nodes for cr in ranks], np.int64)
+    offsets = np.zeros(n_r + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    kind = np.concatenate([cr.kind for cr in ranks])
+    lane = np.concatenate([cr.lane for cr in ranks])
+    inst = np.concatenate([cr.instance for cr in ranks])
+    group = np.concatenate([cr.group for cr in ranks]).astype(np.int64)
+    coll = np.flatnonzero((kind == Kind.COLLECTIVE) & (lane < 0) & (inst >= 0))
+    c_rank = np.searchsorted(offsets, coll, side="right") - 1
+    n_coll = np.bincount(c_rank, minlength=n_r)
+    # deps as one CSR (rank after rank), to tell the ranks whose deps all point backwards
+    dep_len = np.concatenate([np.diff(cr.dep_ptr) for cr in ranks])
+    dep_idx = np.concatenate([cr.dep_idx for cr in ranks])
+    owner = np.repeat(np.arange(len(kind), dtype=np.int64), dep_len)
+    local_owner = owner - offsets[np.searchsorted(offsets, owner, side="right") - 1]
+    forward = dep_idx >= local_owner
+    slow = np.zeros(n_r, bool)
+    if forward.any():
+        slow[np.unique(np.searchsorted(offsets, owner[forward], side="right") - 1)] = True
+    out = list(ranks)
+    cache: dict[bytes, tuple[np.ndarray, np.ndarray] | None] = {}
+    for r in np.flatnonzero(slow & (n_coll > k)).tolist():
+        out[r] = _ordered(ranks[r], cw, k, cache)
+    take = ~slow[c_rank] & (n_coll[c_rank] > k)
+    coll, c_rank = coll[take], c_rank[take]
+    if not len(coll):
+        return out
+    c_group = group[coll]
+    c_seq = cw.instances.seq[inst[coll]]
+    order = np.lexsort((coll, c_seq, c_group, c_rank))
+    coll, c_rank, c_group = coll[order], c_rank[order], c_group[order]
+    run_key = c_rank * (int(c_group.max()) + 2) + (c_group + 1)
+    run_start = np.flatnonzero(np.r_[True, run_key[1:] != run_key[:-1]])
+    pos = np.arange(len(coll)) - np.repeat(run_start, np.diff(np.r_[run_start, len(coll)]))
+    later = np.flatnonzero(pos >= k)
+    if not len(later):
+        return out
+    node, before = coll[later], coll[later - k]  # global positions
+    add = np.zeros(len(kind), np.int64)
+    add[node] = 1
+    new_len = dep_len + add
+    ptr = np.zeros(len(kind) + 1, np.int64)
+    np.cumsum(new_len, out=ptr[1:])
+    idx = np.empty(int(ptr[-1]), np.int64)
+    old_ptr = np.zeros(len(kind) + 1, np.int64)
+    np.cumsum(dep_len, out=old_ptr[1:])
+    old_pos = np.repeat(ptr[:-1], dep_len) + (np.arange(len(dep_idx)) - old_ptr[owner])
+    idx[old_pos] = dep_idx
+    idx[ptr[node] + dep_len[node]] = before - offsets[c_rank[later]]
+    changed = np.zeros(n_r, bool)
+    changed[c_rank[later]] = True
+    bounds = offsets.tolist()
+    for r in np.flatnonzero(changed).tolist():
+        a, b = bounds[r], bounds[r + 1]
+        out[r] = with_deps(ranks[r], ptr[a : b + 1] - ptr[a], idx[ptr[a] : ptr[b]])
+    return out
 
 
 def _ordered(cr: CompiledRank, cw: CompiledWorkload, k: int, cache: dict) -> CompiledRank:
@@ -68,7 +145,7 @@ def _ordered(cr: CompiledRank, cw: CompiledWorkload, k: int, cache: dict) -> Com
         hit = cache[key] = _new_deps(cr, coll, groups, seqs, k)
     if hit is None:
         return cr
-    return dataclasses.replace(cr, dep_ptr=hit[0], dep_idx=hit[1])
+    return with_deps(cr, hit[0], hit[1])
 
 
 def _new_deps(

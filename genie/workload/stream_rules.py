@@ -41,6 +41,7 @@ from __future__ import annotations
 import heapq
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from genie.workload.graph import index_order
 from genie.workload.model import NodeType, RankGraph
@@ -67,6 +68,7 @@ _GPU_TYPES = frozenset(
 )
 _COMM_TYPES = frozenset((NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE))
 _CPU_SKIP = frozenset((NodeType.METADATA_NODE, NodeType.INVALID_NODE))
+_IS_CPU = attrgetter("is_cpu_op")
 _WAIT = re.compile(r"(^|[:.])_?wait(_tensor)?(\(|$|\b)")
 _SYNC = re.compile(r"cuda(Device|Stream)Synchronize|(^|[:.])synchronize(\(|$)")
 
@@ -87,18 +89,24 @@ class StreamEdges:
         return sum(self.counts.values())
 
 
-def stream_edges(rank: RankGraph) -> StreamEdges:
-    """The rules' edges for ``rank`` (cached on the rank while its node list is unchanged)."""
+def stream_edges(rank: RankGraph, has_cpu_ops: bool | None = None) -> StreamEdges:
+    """The rules' edges for ``rank`` (cached on the rank while its node list is unchanged).
+
+    ``has_cpu_ops=False`` (a caller that knows no node is marked ``is_cpu_op``) skips the
+    nodes: such a rank is not PyTorch-derived and gets nothing.
+    """
     cache = rank.__dict__.get("_stream_edges")
     if cache is not None and cache[0] == len(rank.nodes):
         return cache[1]
-    out = _infer(rank)
+    out = StreamEdges() if has_cpu_ops is False else _infer(rank)
     rank.__dict__["_stream_edges"] = (len(rank.nodes), out)
     return out
 
 
 def _infer(rank: RankGraph) -> StreamEdges:
     nodes = rank.nodes
+    if not any(map(_IS_CPU, nodes)):  # no CPU op: not PyTorch-derived, nothing to infer
+        return StreamEdges()
     n = len(nodes)
     pos: dict[int, int] = {}
     for i in range(n - 1, -1, -1):

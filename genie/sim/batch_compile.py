@@ -1,0 +1,253 @@
+"""``compile_workload`` for all ranks at once: one probe per distinct node, columns for the rest.
+
+What a node compiles to (kind, lane, duration, collective type and size, group, peer, tag)
+depends only on its type, derived attrs and duration (``genie.sim.adapter._fields``). This path
+works each distinct such *probe* out once for the workload, gives every node the index of its
+probe (a handful of C-level passes over each rank's node list: keys, ids, names, deps), and
+makes every per-node column with one numpy gather over all ranks. Dependencies become one CSR
+over the workload (bad and self deps dropped in one vector pass), lanes are numbered per rank in
+order of first appearance in one sort, and each rank's arrays are slices of the workload's.
+
+It gives exactly what ``genie.sim.adapter.compile_reference`` gives (tests compare the arrays);
+it answers None where it cannot (nodes without derived fields, unhashable attr values, a
+problem to name), and the adapter then runs the reference, which raises the error it always
+raised.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from genie.errors import ValidationError
+from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind
+from genie.sim.uneven import SPLIT_ATTR
+from genie.workload.model import RankGraph
+from genie.workload.stream_rules import stream_edges
+
+log = logging.getLogger(__name__)
+
+_KEY = attrgetter("type", "_d", "duration_micros")  # the memo key of adapter.compile_reference
+_ID = attrgetter("id")
+_NAME = attrgetter("name")
+_DEPS = attrgetter("data_deps")
+
+
+class _Declined(Exception):
+    """The batch path cannot compile this workload; the reference will (or names the error)."""
+
+
+def compile_batch(
+    wl: Any, edges: str, fields_of: Callable[[Any, int, tuple], tuple], a2a: int
+) -> CompiledWorkload | None:
+    """The workload compiled (``fields_of(node, rank, groups_of)`` works out one probe), or None
+    where the reference must run (see the module docstring)."""
+    try:
+        return _compile(wl, edges, fields_of, a2a)
+    except (_Declined, ValidationError, TypeError, AttributeError, OverflowError) as exc:
+        log.debug("batch compile declined (%s): the reference path compiles", exc)
+        return None
+
+
+def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
+    groups: dict[str, tuple[int, ...]] = dict(getattr(wl, "groups", {}) or {})
+    group_names = list(groups)
+    group_ranks = [tuple(int(x) for x in groups[g]) for g in group_names]
+    gid = {g: i for i, g in enumerate(group_names)}
+    groups_of = (gid, group_names, group_ranks, tuple(range(wl.n_ranks)))
+    memo: dict[tuple, int] = {}
+    probes: list[tuple] = []
+    split_probes: set[int] = set()  # all-to-all collectives: per-peer sizes are per node
+    cpu_probes: set[int] = set()  # nodes marked is_cpu_op (stream rules may apply)
+    pids: list[int] = []  # every node's probe, rank after rank
+    all_deps: list[Any] = []  # every node's deps as positions in its rank
+    counts: list[int] = []
+    ranks_names: list[list[str]] = []
+    ranks_ids: list[list[int]] = []
+    ranks_splits: list[dict[int, list[int]]] = []
+    ranges: dict[int, list[int]] = {}
+    infer = edges == "inferred"
+    for r, rg in enumerate(wl.ranks):
+        nodes = rg.nodes
+        n = len(nodes)
+        keys = list(map(_KEY, nodes))
+        got: list[Any] = list(map(memo.get, keys))  # None where a probe is new
+        if None in got:
+            for i, p in enumerate(got):
+                if p is None:
+                    p = memo.get(keys[i])
+                    if p is None:
+                        f = fields_of(nodes[i], r, groups_of)
+                        p = memo[keys[i]] = len(probes)
+                        probes.append(f)
+                        if f[0] == Kind.COLLECTIVE and f[3] == a2a:
+                            split_probes.add(p)
+                        if keys[i][1][8]:
+                            cpu_probes.add(p)
+                    got[i] = p
+        pids.extend(got)
+        splits: dict[int, list[int]] = {}
+        if split_probes and not split_probes.isdisjoint(got):
+            for i, p in enumerate(got):
+                if p in split_probes:
+                    row = nodes[i].attr(SPLIT_ATTR)
+                    if row is not None:
+                        if not isinstance(row, list | tuple):
+                            raise _Declined("per-peer sizes that are not a list")
+                        splits[i] = [int(x) for x in row]
+        ranks_splits.append(splits)
+        ids = list(map(_ID, nodes))
+        rng = ranges.get(n)
+        if rng is None:
+            rng = ranges[n] = list(range(n))
+        deps: list[Any]
+        if ids == rng:  # out-of-range and self deps are dropped below, as make_rank does
+            deps = list(map(_DEPS, nodes))
+        else:
+            index: dict[int, int] = {}
+            for i, node_id in enumerate(ids):
+                index.setdefault(node_id, i)
+            deps = [
+                [index[d] for d in nd.data_deps if d in index and index[d] != i]
+                if nd.data_deps
+                else []
+                for i, nd in enumerate(nodes)
+            ]
+        if infer and isinstance(rg, RankGraph):
+            extra = stream_edges(rg, has_cpu_ops=not cpu_probes.isdisjoint(got)).edges
+            if extra:
+                deps = [d or [] for d in deps]
+                for i, before in extra.items():
+                    deps[i] = [*deps[i], *before]
+        all_deps.extend(deps)
+        names = list(map(_NAME, nodes))
+        if not all(names):
+            names = [x or "" for x in names]
+        ranks_names.append(names)
+        ranks_ids.append(ids)
+        counts.append(n)
+    ranks = _ranks(probes, pids, all_deps, counts, ranks_ids, ranks_names, ranks_splits)
+    name = getattr(wl, "name", "") or "workload"
+    desc = getattr(wl, "group_desc", None) or {}
+    labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
+    from genie.sim.compiled import finish
+
+    return finish(ranks, labels, group_ranks, name)
+
+
+def _ranks(
+    probes: list[tuple],
+    pids: list[int],
+    all_deps: list[Any],
+    counts: list[int],
+    ranks_ids: list[list[int]],
+    ranks_names: list[list[str]],
+    ranks_splits: list[dict[int, list[int]]],
+) -> list[CompiledRank]:
+    """Every rank's CompiledRank, its columns gathered from the probes over the workload."""
+    n_all = len(pids)
+    pid = np.fromiter(pids, np.int64, n_all)
+    cols = list(zip(*probes, strict=True)) if probes else [()] * 8
+    kind = np.asarray(cols[0], np.int8)[pid]
+    duration = np.asarray(cols[2], np.float64)[pid]
+    ctype = np.asarray(cols[3], np.int16)[pid]
+    csize = np.asarray(cols[4], np.int64)[pid]
+    group = np.asarray(cols[5], np.int32)[pid]
+    peer = np.asarray(cols[6], np.int32)[pid]
+    tag = np.asarray(cols[7], np.int64)[pid]
+    node_ids = np.fromiter(itertools.chain.from_iterable(ranks_ids), np.int64, n_all)
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rank_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    local = np.arange(n_all, dtype=np.int64) - offsets[rank_of]
+    lane, lane_names = _lanes(cols[1], pid, rank_of, offsets)
+    ptr, idx = _deps_csr(all_deps, counts, rank_of, local, offsets)
+    out = []
+    for r, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        out.append(
+            CompiledRank(
+                kind=kind[a:b],
+                duration=duration[a:b],
+                dep_ptr=ptr[a : b + 1] - ptr[a],
+                dep_idx=idx[ptr[a] : ptr[b]],
+                comm_type=ctype[a:b],
+                comm_size=csize[a:b],
+                group=group[a:b],
+                peer=peer[a:b],
+                tag=tag[a:b],
+                node_ids=node_ids[a:b],
+                names=ranks_names[r],
+                lane=lane[a:b],
+                lane_names=lane_names[r],
+                splits={i: np.asarray(v, np.int64) for i, v in ranks_splits[r].items()},
+            )
+        )
+    return out
+
+
+def _lanes(
+    keys: tuple, pid: np.ndarray, rank_of: np.ndarray, offsets: np.ndarray
+) -> tuple[np.ndarray, list[list[str]]]:
+    """Each node's lane index within its rank and each rank's lane names, numbered in order of
+    first appearance in the rank (as the reference numbers them)."""
+    n_ranks = len(offsets) - 1
+    key_ids: dict[str, int] = {}
+    per_probe = np.asarray(
+        [-1 if k is None else key_ids.setdefault(k, len(key_ids)) for k in keys], np.int64
+    )
+    lane = np.full(len(pid), -1, np.int16)
+    names: list[list[str]] = [[] for _ in range(n_ranks)]
+    if not key_ids:
+        return lane, names
+    glob = per_probe[pid] if len(pid) else np.zeros(0, np.int64)
+    at = np.flatnonzero(glob >= 0)
+    n_keys = len(key_ids)
+    code = rank_of[at] * n_keys + glob[at]
+    uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+    u_rank = uniq // n_keys
+    order = np.lexsort((first, u_rank))  # by rank, then by first appearance
+    o_rank = u_rank[order]
+    starts = np.searchsorted(o_rank, o_rank, side="left")
+    local = np.empty(len(uniq), np.int64)
+    local[order] = np.arange(len(uniq)) - starts
+    lane[at] = local[inv.reshape(-1)]
+    key_names = list(key_ids)
+    bounds = np.searchsorted(o_rank, np.arange(n_ranks + 1)).tolist()
+    o_key = (uniq[order] % n_keys).tolist()
+    for r in range(n_ranks):
+        names[r] = [key_names[k] for k in o_key[bounds[r] : bounds[r + 1]]]
+    return lane, names
+
+
+def _deps_csr(
+    all_deps: list[Any],
+    counts: list[int],
+    rank_of: np.ndarray,
+    local: np.ndarray,
+    offsets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Workload-wide CSR of the deps (positions within each rank), with deps outside the rank
+    and on the node itself dropped; ptr[offsets[r]] starts rank r."""
+    n_all = len(all_deps)
+    try:
+        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
+    except TypeError:  # a node whose data_deps is None
+        all_deps = [d or [] for d in all_deps]
+        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
+    total = int(lens.sum())
+    idx = np.fromiter(itertools.chain.from_iterable(all_deps), np.int64, total)
+    ptr = np.zeros(n_all + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    if total:
+        owner = np.repeat(np.arange(n_all, dtype=np.int64), lens)
+        size = np.asarray(counts, np.int64)[rank_of[owner]]
+        bad = (idx < 0) | (idx >= size) | (idx == local[owner])
+        if bad.any():
+            idx = idx[~bad]
+            np.cumsum(np.bincount(owner[~bad], minlength=n_all), out=ptr[1:])
+    return ptr, idx

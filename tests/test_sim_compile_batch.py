@@ -1,0 +1,215 @@
+"""The compile stage's fast paths against their kept references, array for array.
+
+``compile_workload`` runs ``genie.sim.batch_compile`` (all ranks at once); ``compile_reference``
+is the node-by-node path it replaced. ``finish`` runs ``_finish_columns``; ``_finish_loop`` is
+its reference. ``order_collectives`` works over the whole workload; ``order_reference`` is the
+per-rank path. Each pair must give identical arrays (dtype and values), instances and member
+lists, on generated dp/llm/moe workloads (all-to-all-v included), PyTorch-style traces (stream
+rules, ids that are not positions, messy deps), the real ASTRA-sim samples, and hand-made
+corner cases; where the fast path cannot, it must say so (None) and the error stay the same.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_stream_rules import pytorch_rank
+
+from genie.errors import CollectiveError, GenieError
+from genie.sim import compiled
+from genie.sim.adapter import (
+    A2A,
+    ComputeModel,
+    _fields,
+    compile_reference,
+    compile_workload,
+    load_workload,
+)
+from genie.sim.batch_compile import compile_batch
+from genie.sim.compiled import GraphBuilder
+from genie.sim.streams import order_collectives, order_reference
+from genie.workload.generators.data_parallel import data_parallel
+from genie.workload.generators.llm import llm
+from genie.workload.generators.moe import moe
+from genie.workload.generators.pytorch_style import pytorch_style
+from genie.workload.model import Attr, Node, NodeType, RankGraph, Workload
+from genie.workload.stream_rules import stream_edges
+
+SAMPLES = Path(__file__).resolve().parents[1] / ".." / "shared" / "et-samples"
+TRACE = ComputeModel()
+ROOFLINE = ComputeModel("roofline", peak_flops=1e15, efficiency=0.5, memory_bandwidth=2e12)
+
+
+def same(a, b, path: str = "cw") -> None:
+    """Assert that two compiled structures are identical: arrays in dtype and values."""
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), path
+        assert a.dtype == b.dtype, f"{path}: {a.dtype} != {b.dtype}"
+        assert np.array_equal(a, b), path
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for k in a:
+            same(a[k], b[k], f"{path}[{k}]")
+    elif isinstance(a, list | tuple):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            same(x, y, f"{path}[{i}]")
+    elif dataclasses.is_dataclass(a):
+        assert type(a) is type(b), path
+        for f in dataclasses.fields(a):
+            same(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+    else:
+        assert type(a) is type(b) and a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _forget_edges(wl) -> None:
+    for rg in wl.ranks:
+        rg.__dict__.pop("_stream_edges", None)
+
+
+def batch(wl, compute: ComputeModel, edges: str):
+    """The batch path alone (None would mean it declined)."""
+    roof = compute.mode == "roofline"
+    return compile_batch(wl, edges, lambda nd, r, g: _fields(nd, r, compute, roof, g), A2A)
+
+
+def check(wl, compute: ComputeModel = TRACE, edges: str = "inferred") -> None:
+    """Batch compile, the columns finish and the vector ordering each equal their reference."""
+    _forget_edges(wl)
+    ref = compile_reference(wl, compute, edges)
+    _forget_edges(wl)
+    fast = batch(wl, compute, edges)
+    assert fast is not None, "the batch path declined a workload it should compile"
+    same(ref, fast)
+    loop = compiled._finish_loop(ref.ranks, ref.group_names, ref.group_ranks, ref.name)
+    loop_inst = [cr.instance for cr in loop.ranks]
+    cols = compiled._finish_columns(ref.ranks, ref.group_names, ref.group_ranks, ref.name)
+    assert cols is not None or any(cr.splits for cr in ref.ranks)
+    if cols is not None:
+        same(loop.instances, cols.instances, "instances")
+        same(loop_inst, [cr.instance for cr in cols.ranks], "instance")
+    for k in (1, 2, 3):
+        same(order_reference(ref, k), order_collectives(fast, k), f"ordered k={k}")
+
+
+@pytest.mark.parametrize("compute", [TRACE, ROOFLINE], ids=["trace", "roofline"])
+@pytest.mark.parametrize("edges", ["inferred", "explicit"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: data_parallel(8, layers=4),
+        lambda: llm(16, tp=2, pp=2, layers=4),
+        lambda: llm(16, tp=2, pp=4, layers=4, zero=True),
+        lambda: moe(8),
+        lambda: moe(8, expert_skew=1.2),  # all-to-all-v: per-peer sizes
+        lambda: pytorch_style(4, layers=4, steps=2),
+    ],
+    ids=["dp", "llm", "llm-zero-pp4", "moe", "moe-uneven", "pytorch-style"],
+)
+def test_generated_workloads_compile_alike(make, edges, compute):
+    check(make(), compute, edges)
+
+
+def test_pytorch_ranks_with_waits_syncs_and_streams_compile_alike():
+    ranks = [
+        pytorch_rank(0, wait=True),
+        pytorch_rank(1, sync=True),
+        pytorch_rank(2, streams=True),
+        pytorch_rank(3),
+    ]
+    wl = Workload(ranks=ranks, name="pt")
+    for edges in ("inferred", "explicit"):
+        check(wl, edges=edges)
+    assert all(stream_edges(rg).edges for rg in ranks)  # the rules added edges to compare
+
+
+def test_messy_deps_and_ids_that_are_not_positions():
+    wl = pytorch_style(4, layers=4, steps=2)
+    assert any(nd.id != i for i, nd in enumerate(wl.ranks[0].nodes))  # ids are not positions
+    for rg in wl.ranks:
+        a, b = rg.nodes[3], rg.nodes[4]
+        a.data_deps = [*a.data_deps, a.id, 10**9]  # self and missing: dropped alike
+        b.data_deps = []
+    check(wl)
+    gen = data_parallel(4, layers=2)
+    for rg in gen.ranks:  # ids are positions: self and out-of-range deps are dropped
+        rg.nodes[2].data_deps = [2, -1, 999, 0]
+        rg.nodes[3].data_deps = None  # type: ignore[assignment]
+    check(gen)
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_real_astra_samples_compile_alike(coll):
+    prefix = SAMPLES / "astra-sim" / "microbenchmarks" / coll / "4npus_1MB"
+    if not SAMPLES.is_dir():
+        pytest.skip(f"the real samples are not at {SAMPLES}")
+    wl = load_workload(prefix)
+    check(wl)
+    check(wl, ROOFLINE, "explicit")
+
+
+def _node(nid: int, t: int, deps: list[int], **attrs) -> Node:
+    kinds = {"comm_type": "int64_val", "comm_size": "int64_val", "comm_dst": "int32_val"}
+    kinds |= {"comm_src": "int32_val", "pg_name": "string_val", "comm_tag": "int64_val"}
+    return Node(
+        nid,
+        f"n{nid}",
+        t,
+        data_deps=deps,
+        duration_micros=5,
+        attrs=[Attr(k, kinds[k], v) for k, v in attrs.items()],
+    )
+
+
+def test_point_to_point_pairs_lone_sides_and_empty_ranks():
+    ranks = [
+        RankGraph(0, [_node(0, NodeType.COMP_NODE, [])]),
+        RankGraph(1, []),
+        RankGraph(2, [_node(0, NodeType.COMP_NODE, [])]),
+    ]
+    send, recv = NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE
+    for tag in (3, 1):
+        ranks[0].nodes.append(
+            _node(len(ranks[0].nodes), send, [0], comm_dst=2, comm_size=64, comm_tag=tag)
+        )
+        ranks[2].nodes.append(
+            _node(len(ranks[2].nodes), recv, [0], comm_src=0, comm_size=64, comm_tag=tag)
+        )
+    ranks[2].nodes.append(_node(3, send, [], comm_dst=0, comm_size=8))  # never received
+    check(Workload(ranks=ranks))
+
+
+def test_bad_workloads_fail_as_the_reference_fails():
+    wl = data_parallel(4, layers=2)
+    coll = next(nd for nd in wl.ranks[2].nodes if nd.type == NodeType.COMM_COLL_NODE)
+    coll.set_attr("pg_name", "string_val", "nobody")
+    assert batch(wl, ComputeModel(), "inferred") is None
+    with pytest.raises(GenieError) as ref:
+        compile_reference(wl)
+    with pytest.raises(GenieError) as new:
+        compile_workload(wl)
+    assert str(new.value) == str(ref.value) and type(new.value) is type(ref.value)
+    # a send and its receive of different sizes: the loop names them
+    b = GraphBuilder(2)
+    b.send(0, 1, 100)
+    b.recv(1, 0, 200)
+    with pytest.raises(CollectiveError, match="differ in size"):
+        b.build()
+
+
+def test_ordering_ranks_whose_node_order_is_not_topological():
+    b = GraphBuilder(2)
+    b.group("world")
+    for r in range(2):
+        first = b.compute(r, 1e-3, deps=[3])  # waits on a later node
+        b.collective(r, "all_reduce", 1 << 20, deps=[first])
+        b.collective(r, "all_reduce", 1 << 20)
+        b.compute(r, 1e-3)
+        b.collective(r, "all_reduce", 1 << 20, deps=[first])
+    cw = b.build()
+    for k in (1, 2):
+        same(order_reference(cw, k), order_collectives(cw, k), f"k={k}")
+    assert order_collectives(cw, 1) is not cw
