@@ -238,6 +238,24 @@ def test_published_efa_configurations_get_the_efa_step_latency() -> None:
     assert ib.net_step_s is None and ib.net_simple_extra_s == 0.0
 
 
+def test_published_configurations_take_the_librarys_ll128_rule() -> None:
+    """A published MI250X node runs without LL128 (RCCL's default there), an MI300X or an H100
+    node with it: ``system_of`` asks ``ll128_by_default``."""
+    from genie.calibration.published_systems import system_of
+
+    cfg = {
+        "id": "t",
+        "gpu": "MI250X",
+        "intra": "xgmi",
+        "nic_kind": "none",
+        "model": {"hosts": 1, "ranks_per_host": 8, "link_rate": "400GB/s"},
+    }
+    assert system_of(cfg)[0].ll128 is False
+    assert system_of({**cfg, "gpu": "MI300X"})[0].ll128 is True
+    nv = {**cfg, "gpu": "H100-SXM", "intra": "nvswitch"}
+    assert system_of(nv)[0].ll128 is True
+
+
 # -- wiring: genie simulate, genie nccl, the published rows -------------------------------------
 
 

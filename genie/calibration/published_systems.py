@@ -145,6 +145,7 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         nvls=intra == "nvswitch" and gen in ("hopper", "blackwell"),
         net_step_s=None if step is None else step[0],
         net_simple_extra_s=0.0 if step is None else step[1],
+        ll128=N.ll128_by_default(vendor(cfg), str(cfg["gpu"])),
     )
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"
     algo = re.search(r"NCCL_ALGO=\^?([\w,]+)", cmd)
