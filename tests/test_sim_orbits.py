@@ -333,3 +333,27 @@ def test_the_workload_side_of_the_pricing_check_is_made_once_per_rotation():
     assert check_pricing(b, cw, orb, pi) is not None  # the second pricer's own verdict
     assert orb.pricing_plan is plan
     assert check_pricing(a, cw, orb, pi) is None
+
+
+def test_the_link_map_is_worked_out_once_per_network():
+    """N1 for the NCCL-like pricer and its line-rate twin (one topology object, one placement,
+    the same capacities) is one answer; another network gets its own, as computed afresh."""
+    from genie.sim.orbits import _link_side
+
+    cw = _llm(16)
+    found = find_orbits(cw)
+    assert found is not None
+    orb = found.candidates[0]
+    a = _pricer(16)
+    twin = ProgramPricer(a.topology, list(range(16)), 16)
+    pa, ca = _link_side(a, orb)
+    pt, ct = _link_side(twin, orb)
+    assert len(orb.link_memo) == 1 and pa is pt and ca is ct
+    assert np.array_equal(pa, link_permutation(twin, orb.perm))
+    for other in (_pricer(16, "leaf_spine"), _pricer(16, "ecmp"), _pricer(16, per_host=4)):
+        po, _ = _link_side(other, orb)
+        fresh = link_permutation(other, orb.perm)
+        assert (po == fresh) if isinstance(fresh, str) else np.array_equal(po, fresh)
+    assert len(orb.link_memo) == 4
+    q, _ = quotient_for(found, twin, cw)
+    assert q is not None and q.pi is pa

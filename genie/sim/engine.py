@@ -41,6 +41,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import compress
 
 import numpy as np
 
@@ -426,10 +427,14 @@ def simulate(
         moved = inst_rank[rep]
         inst_rank = np.where(moved >= 0, orbit.rank_power(moved, orbit.inst_power), -1)
         alone = backend.standalone
-        if isinstance(alone, dict):
-            for iid, r in enumerate(rep.tolist()):
-                if r != iid and r in alone:
-                    alone[iid] = alone[r]
+        if isinstance(alone, dict):  # each copy's the replayed one's, in ascending copy order
+            copies = np.flatnonzero(rep != np.arange(len(rep)))
+            iids, reps = copies.tolist(), rep[copies].tolist()
+            # a copy's replayed instance is its own representative (orbits: W3), never a copy:
+            # what the copies read is not what they write
+            known = list(map(alone.__contains__, reps))
+            to = list(compress(iids, known))
+            alone.update(zip(to, map(alone.__getitem__, compress(reps, known)), strict=True))
     return RawResult(
         sim_ranks=sim_ranks,
         offsets=offsets,

@@ -98,6 +98,8 @@ class RankOrbits:
     inst_orbit: np.ndarray  # instance -> its orbit's length K under sigma_I
     # the workload side of N2, made on first use and shared by every pricer (``check_pricing``)
     pricing_plan: _PricingPlan | None = field(default=None, repr=False, compare=False)
+    # N1's answer and its cycles per network, shared by pricers of one network (``_link_side``)
+    link_memo: dict[tuple, tuple] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_orbits(self) -> int:
@@ -562,11 +564,17 @@ def check_pricing_reference(
 class Quotient:
     """What the backend prices in an orbit replay: representatives' instances on link orbits."""
 
-    def __init__(self, orb: RankOrbits, pi: np.ndarray, cap: np.ndarray) -> None:
+    def __init__(
+        self,
+        orb: RankOrbits,
+        pi: np.ndarray,
+        cap: np.ndarray,
+        cycles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         self.orb = orb
         self.pi = pi
         # link orbits: representative (smallest) link and the power e with l = pi^e(rep)
-        self.link_rep, self.link_pos, self.link_len = _cycles(pi)
+        self.link_rep, self.link_pos, self.link_len = _cycles(pi) if cycles is None else cycles
         self.cap = cap
         self._cache: dict[tuple[int, int], Demand] = {}
         self._keep: list[Demand] = []
@@ -628,7 +636,7 @@ def quotient_for(
     """The first candidate whose network obligations (N1, N2) hold, or None and why not."""
     why = "no candidate"
     for orb in orbits.each():
-        pi = link_permutation(pricer, orb.perm)
+        pi, cycles = _link_side(pricer, orb)
         if isinstance(pi, str):
             why = pi
             log.debug("orbit replay (shift %d, block %d): %s", orb.shift, orb.block, pi)
@@ -638,5 +646,30 @@ def quotient_for(
             why = bad
             log.debug("orbit replay (shift %d, block %d): %s", orb.shift, orb.block, bad)
             continue
-        return Quotient(orb, pi, np.asarray(pricer.capacity(), np.float64)), ""
+        return Quotient(orb, pi, np.asarray(pricer.capacity(), np.float64), cycles), ""
     return None, why
+
+
+def _link_side(pricer: Pricer, orb: RankOrbits) -> tuple[np.ndarray | str, tuple | None]:
+    """``link_permutation(pricer, orb.perm)`` (N1) and the cycles of ``pi``, remembered on
+    ``orb`` per network: pricers on one topology object with the same placement and link
+    capacities (the NCCL-like pricer and its line-rate twin) get the same answer, so it is
+    worked out once. What N1 reads is all in the key (the topology held, so its id stays)."""
+    base = getattr(pricer, "fallback", pricer)
+    topo = getattr(base, "topology", None)
+    host_of = getattr(base, "host_of", None)
+    if topo is None or host_of is None:
+        return link_permutation(pricer, orb.perm), None
+    cap = np.asarray(pricer.capacity(), np.float64)
+    key = (
+        id(topo),
+        getattr(base, "n_links", None),
+        np.asarray(host_of).tobytes(),
+        str(np.asarray(host_of).dtype),
+        cap.tobytes(),
+    )
+    hit = orb.link_memo.get(key)
+    if hit is None:
+        pi = link_permutation(pricer, orb.perm)
+        hit = orb.link_memo[key] = (topo, pi, None if isinstance(pi, str) else _cycles(pi))
+    return hit[1], hit[2]
