@@ -28,7 +28,7 @@ from genie.sim.adapter import (
     compile_workload,
     load_workload,
 )
-from genie.sim.batch_compile import compile_batch
+from genie.sim.batch_compile import _RANK_FIELDS, compile_batch
 from genie.sim.compiled import GraphBuilder
 from genie.sim.streams import order_collectives, order_reference
 from genie.workload.generators.data_parallel import data_parallel
@@ -213,3 +213,9 @@ def test_ordering_ranks_whose_node_order_is_not_topological():
     for k in (1, 2):
         same(order_reference(cw, k), order_collectives(cw, k), f"k={k}")
     assert order_collectives(cw, 1) is not cw
+
+
+def test_the_batch_path_sets_every_field_of_a_compiled_rank():
+    assert tuple(f.name for f in dataclasses.fields(compiled.CompiledRank)) == _RANK_FIELDS
+    cw = batch(llm(8, tp=2, pp=2, layers=2), TRACE, "inferred")
+    assert cw is not None and set(vars(cw.ranks[0])) == set(_RANK_FIELDS)

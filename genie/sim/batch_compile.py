@@ -38,6 +38,14 @@ _NAME = attrgetter("name")
 _DEPS = attrgetter("data_deps")
 
 
+#: what ``_ranks`` sets on each CompiledRank it makes without __init__ (a test holds it to
+#: the dataclass's fields)
+_RANK_FIELDS = (
+    *("kind", "duration", "dep_ptr", "dep_idx", "comm_type", "comm_size", "group", "peer"),
+    *("tag", "node_ids", "names", "instance", "lane", "lane_names", "splits"),
+)
+
+
 class _Declined(Exception):
     """The batch path cannot compile this workload; the reference will (or names the error)."""
 
@@ -72,6 +80,34 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     ranks_splits: list[dict[int, list[int]]] = []
     ranges: dict[int, list[int]] = {}
     infer = edges == "inferred"
+    shapes: dict[tuple, tuple] = {}
+
+    def probe(nd: Any, key: tuple, r: int) -> tuple:
+        """A new probe's fields: worked out by ``fields_of`` once per shape (the key less the
+        group name and the peer), the group or peer of each further one filled in here."""
+        t, d, dur = key
+        shape = (t, d[0], d[1], d[3], d[4], d[5], d[6] is None, d[7] is None, d[8], d[9], dur)
+        base = shapes.get(shape)
+        if base is None:
+            base = shapes[shape] = fields_of(nd, r, groups_of)
+            return base
+        if base[0] == Kind.COLLECTIVE:
+            pg = d[2] or ""
+            g = gid.get(pg)
+            if g is None:
+                if pg:
+                    raise _Declined(f"process group {pg!r} has no known members")
+                g = gid[pg] = len(group_names)
+                group_names.append(pg)
+                group_ranks.append(groups_of[3])
+            return (*base[:5], g, *base[6:])
+        if base[0] in (Kind.SEND, Kind.RECV):
+            peer = nd.peer
+            if peer is None:
+                raise _Declined("a send/recv without a peer")
+            return (*base[:6], int(peer), *base[7:])
+        return base
+
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
@@ -82,7 +118,7 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                 if p is None:
                     p = memo.get(keys[i])
                     if p is None:
-                        f = fields_of(nodes[i], r, groups_of)
+                        f = probe(nodes[i], keys[i], r)
                         p = memo[keys[i]] = len(probes)
                         probes.append(f)
                         if f[0] == Kind.COLLECTIVE and f[3] == a2a:
@@ -119,7 +155,8 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                 for i, nd in enumerate(nodes)
             ]
         if infer and isinstance(rg, RankGraph):
-            extra = stream_edges(rg, has_cpu_ops=not cpu_probes.isdisjoint(got)).edges
+            has_cpu = bool(cpu_probes) and not cpu_probes.isdisjoint(got)
+            extra = stream_edges(rg, has_cpu_ops=has_cpu).edges
             if extra:
                 deps = [d or [] for d in deps]
                 for i, before in extra.items():
@@ -168,25 +205,30 @@ def _ranks(
     lane, lane_names = _lanes(cols[1], pid, rank_of, offsets)
     ptr, idx = _deps_csr(all_deps, counts, rank_of, local, offsets)
     out = []
-    for r, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
-        out.append(
-            CompiledRank(
-                kind=kind[a:b],
-                duration=duration[a:b],
-                dep_ptr=ptr[a : b + 1] - ptr[a],
-                dep_idx=idx[ptr[a] : ptr[b]],
-                comm_type=ctype[a:b],
-                comm_size=csize[a:b],
-                group=group[a:b],
-                peer=peer[a:b],
-                tag=tag[a:b],
-                node_ids=node_ids[a:b],
-                names=ranks_names[r],
-                lane=lane[a:b],
-                lane_names=lane_names[r],
-                splits={i: np.asarray(v, np.int64) for i, v in ranks_splits[r].items()},
-            )
+    no_instance = np.zeros(0, np.int64)  # finish gives each rank its own
+    bounds = offsets.tolist()
+    pbounds = ptr[offsets].tolist()
+    for r in range(len(counts)):
+        a, b, pa, pb = bounds[r], bounds[r + 1], pbounds[r], pbounds[r + 1]
+        cr = object.__new__(CompiledRank)  # the fields as __init__ sets them; lanes are valid
+        cr.__dict__.update(
+            kind=kind[a:b],
+            duration=duration[a:b],
+            dep_ptr=ptr[a : b + 1] - pa,
+            dep_idx=idx[pa:pb],
+            comm_type=ctype[a:b],
+            comm_size=csize[a:b],
+            group=group[a:b],
+            peer=peer[a:b],
+            tag=tag[a:b],
+            node_ids=node_ids[a:b],
+            names=ranks_names[r],
+            instance=no_instance,
+            lane=lane[a:b],
+            lane_names=lane_names[r],
+            splits={i: np.asarray(v, np.int64) for i, v in ranks_splits[r].items()},
         )
+        out.append(cr)
     return out
 
 
