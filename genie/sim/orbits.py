@@ -270,8 +270,9 @@ def _check(
             if not np.array_equal(c[sig][p2p][ok], perm[c[p2p][ok]]):
                 return _no(block, shift, "a send/recv's image has other ends")
     g = ins.group.astype(np.int64)
-    pairs = np.unique(np.stack([g[~p2p], g[sig][~p2p]], axis=1), axis=0)
-    for a, b in pairs.tolist():
+    span = max(len(cw.group_ranks), 1)
+    pairs = np.unique(g[~p2p] * span + g[sig][~p2p])  # (group, image group), sorted
+    for a, b in (divmod(x, span) for x in pairs.tolist()):
         ra, rb = cw.group_ranks[a], cw.group_ranks[b]
         if len(ra) != len(rb) or set(perm[np.asarray(ra, np.int64)].tolist()) != set(rb):
             return _no(block, shift, f"group {a}'s image is not group {b}")
@@ -284,11 +285,12 @@ def _check(
     # W3: closure of the instances that have a representative member
     is_rep = rep_rank == r
     rep_inst = np.unique(flat.inst[flat.comm[is_rep[flat.comm_rank]]])
+    rep_of = rep_rank.tolist()
     for iid in rep_inst.tolist():
         mem = ins.members[iid]
         have = set(mem)
         for m, nd in mem:
-            if (int(rep_rank[m]), nd) not in have:
+            if (rep_of[m], nd) not in have:
                 return _no(block, shift, f"instance {iid} is not closed under its orbits")
     # instance orbits: walk sigma_I from every representative instance
     inst_rep = np.full(n_inst, -1, np.int64)
