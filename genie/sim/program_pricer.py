@@ -20,6 +20,11 @@ uplinks are all alike, renaming hosts within their leaf does the same: a group i
 first hosts of its leaves, in order of first appearance per leaf. Elsewhere (rings, several
 spines, testbeds; ECMP hashes ranks) each group is priced as itself.
 ``canonical=False`` prices every group as itself everywhere (the reference the tests compare).
+
+A data-parallel ring of thousands of ranks on a leaf-spine (contiguous per leaf) is priced by
+the cost model's contention-free shortcut (``genie.collectives.contention_free``: no flow shares
+a link, so a max-plus recurrence over rank 0's steps gives the event simulation's figures bit
+for bit), also beyond the event simulation's step limit, where it used to fall back.
 """
 
 from __future__ import annotations
