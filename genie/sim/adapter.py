@@ -23,6 +23,7 @@ roofline prices GPU work only: CPU-lane nodes keep their trace duration (as ASTR
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,8 @@ def compile_workload(
     ``explicit`` keeps the trace's data_deps only (see the module docstring). All ranks are
     compiled at once (``genie.sim.batch_compile``); where that path declines, the node-by-node
     reference ``compile_reference`` runs (it gives the same arrays, and names any problem).
+    A ``genie.workload.columnar.ColumnarWorkload`` compiles from its columns
+    (``genie.sim.columns_compile``), or where that declines from its object model.
     """
     if edges not in EDGE_MODES:
         raise ValidationError(f"edges must be one of {EDGE_MODES}, got {edges!r}")
@@ -115,6 +118,14 @@ def compile_workload(
     def fields_of(nd: Any, r: int, groups_of: tuple) -> tuple:
         return _fields(nd, r, compute, roofline, groups_of)
 
+    columnar = sys.modules.get("genie.workload.columnar")  # loaded where wl can be columns
+    if columnar is not None and isinstance(wl, columnar.ColumnarWorkload):
+        from genie.sim.columns_compile import compile_columns
+
+        got = compile_columns(wl, edges, fields_of, A2A)
+        if got is not None:
+            return got
+        wl = wl.to_workload()
     fast = compile_batch(wl, edges, fields_of, A2A)
     return fast if fast is not None else compile_reference(wl, compute, edges)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -62,44 +63,55 @@ def compile_batch(
         return None
 
 
-def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
-    groups: dict[str, tuple[int, ...]] = dict(getattr(wl, "groups", {}) or {})
-    group_names = list(groups)
-    group_ranks = [tuple(int(x) for x in groups[g]) for g in group_names]
-    gid = {g: i for i, g in enumerate(group_names)}
-    groups_of = (gid, group_names, group_ranks, tuple(range(wl.n_ranks)))
-    memo: dict[tuple, int] = {}
-    probes: list[tuple] = []
-    split_probes: set[int] = set()  # all-to-all collectives: per-peer sizes are per node
-    cpu_probes: set[int] = set()  # nodes marked is_cpu_op (stream rules may apply)
-    pids: list[int] = []  # every node's probe, rank after rank
-    all_deps: list[Any] = []  # every node's deps as positions in its rank
-    counts: list[int] = []
-    ranks_names: list[list[str]] = []
-    ranks_ids: list[list[int]] = []
-    ranks_splits: list[dict[int, list[int]]] = []
-    ranges: dict[int, list[int]] = {}
-    infer = edges == "inferred"
-    shapes: dict[tuple, tuple] = {}
+class Probes:
+    """The distinct nodes of a workload and what each compiles to, in order of first
+    appearance (rank after rank, node after node), with the process groups they name."""
 
-    def probe(nd: Any, key: tuple, r: int) -> tuple:
+    def __init__(self, wl: Any, fields_of: Callable[[Any, int, tuple], tuple], a2a: int) -> None:
+        groups: dict[str, tuple[int, ...]] = dict(getattr(wl, "groups", {}) or {})
+        self.group_names = list(groups)
+        self.group_ranks = [tuple(int(x) for x in groups[g]) for g in self.group_names]
+        self.gid = {g: i for i, g in enumerate(self.group_names)}
+        self.groups_of = (self.gid, self.group_names, self.group_ranks, tuple(range(wl.n_ranks)))
+        self.fields_of = fields_of
+        self.a2a = a2a
+        self.memo: dict[tuple, int] = {}  # (type, derived, duration) -> probe
+        self.fields: list[tuple] = []
+        self.split: set[int] = set()  # all-to-all collectives: per-peer sizes are per node
+        self.cpu: set[int] = set()  # nodes marked is_cpu_op (stream rules may apply)
+        self._shapes: dict[tuple, tuple] = {}
+
+    def add(self, nd: Any, key: tuple, r: int) -> int:
+        """The probe of ``key`` (``nd`` a node of rank ``r`` with that key), made if new."""
+        p = self.memo.get(key)
+        if p is None:
+            f = self._work_out(nd, key, r)
+            p = self.memo[key] = len(self.fields)
+            self.fields.append(f)
+            if f[0] == Kind.COLLECTIVE and f[3] == self.a2a:
+                self.split.add(p)
+            if key[1][8]:
+                self.cpu.add(p)
+        return p
+
+    def _work_out(self, nd: Any, key: tuple, r: int) -> tuple:
         """A new probe's fields: worked out by ``fields_of`` once per shape (the key less the
         group name and the peer), the group or peer of each further one filled in here."""
         t, d, dur = key
         shape = (t, d[0], d[1], d[3], d[4], d[5], d[6] is None, d[7] is None, d[8], d[9], dur)
-        base = shapes.get(shape)
+        base = self._shapes.get(shape)
         if base is None:
-            base = shapes[shape] = fields_of(nd, r, groups_of)
+            base = self._shapes[shape] = self.fields_of(nd, r, self.groups_of)
             return base
         if base[0] == Kind.COLLECTIVE:
             pg = d[2] or ""
-            g = gid.get(pg)
+            g = self.gid.get(pg)
             if g is None:
                 if pg:
                     raise _Declined(f"process group {pg!r} has no known members")
-                g = gid[pg] = len(group_names)
-                group_names.append(pg)
-                group_ranks.append(groups_of[3])
+                g = self.gid[pg] = len(self.group_names)
+                self.group_names.append(pg)
+                self.group_ranks.append(self.groups_of[3])
             return (*base[:5], g, *base[6:])
         if base[0] in (Kind.SEND, Kind.RECV):
             peer = nd.peer
@@ -108,6 +120,41 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
             return (*base[:6], int(peer), *base[7:])
         return base
 
+    def finish(self, wl: Any, ranks: list[CompiledRank]) -> CompiledWorkload:
+        """The compiled workload of ``ranks`` (instances matched, groups labelled)."""
+        from genie.sim.compiled import finish
+
+        name = getattr(wl, "name", "") or "workload"
+        desc = getattr(wl, "group_desc", None) or {}
+        labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in self.group_names]
+        return finish(ranks, labels, self.group_ranks, name)
+
+
+@dataclass
+class Gathered:
+    """Every node of a workload, rank after rank: its probe, id, deps (positions in its rank,
+    as lengths and one flat array; bad ones still in), and per rank the names and splits."""
+
+    pid: np.ndarray
+    node_ids: np.ndarray
+    dep_len: np.ndarray
+    dep_flat: np.ndarray
+    counts: list[int]
+    names: list[list[str]]
+    splits: list[dict[int, list[int]]]
+
+
+def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
+    probes = Probes(wl, fields_of, a2a)
+    pids: list[int] = []  # every node's probe, rank after rank
+    all_deps: list[Any] = []  # every node's deps as positions in its rank
+    counts: list[int] = []
+    ranks_names: list[list[str]] = []
+    ranks_ids: list[list[int]] = []
+    ranks_splits: list[dict[int, list[int]]] = []
+    ranges: dict[int, list[int]] = {}
+    infer = edges == "inferred"
+    memo = probes.memo
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
@@ -116,26 +163,15 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         if None in got:
             for i, p in enumerate(got):
                 if p is None:
-                    p = memo.get(keys[i])
-                    if p is None:
-                        f = probe(nodes[i], keys[i], r)
-                        p = memo[keys[i]] = len(probes)
-                        probes.append(f)
-                        if f[0] == Kind.COLLECTIVE and f[3] == a2a:
-                            split_probes.add(p)
-                        if keys[i][1][8]:
-                            cpu_probes.add(p)
-                    got[i] = p
+                    got[i] = probes.add(nodes[i], keys[i], r)
         pids.extend(got)
         splits: dict[int, list[int]] = {}
-        if split_probes and not split_probes.isdisjoint(got):
+        if probes.split and not probes.split.isdisjoint(got):
             for i, p in enumerate(got):
-                if p in split_probes:
+                if p in probes.split:
                     row = nodes[i].attr(SPLIT_ATTR)
                     if row is not None:
-                        if not isinstance(row, list | tuple):
-                            raise _Declined("per-peer sizes that are not a list")
-                        splits[i] = [int(x) for x in row]
+                        splits[i] = split_row(row)
         ranks_splits.append(splits)
         ids = list(map(_ID, nodes))
         rng = ranges.get(n)
@@ -155,7 +191,7 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                 for i, nd in enumerate(nodes)
             ]
         if infer and isinstance(rg, RankGraph):
-            has_cpu = bool(cpu_probes) and not cpu_probes.isdisjoint(got)
+            has_cpu = bool(probes.cpu) and not probes.cpu.isdisjoint(got)
             extra = stream_edges(rg, has_cpu_ops=has_cpu).edges
             if extra:
                 deps = [d or [] for d in deps]
@@ -168,27 +204,35 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         ranks_names.append(names)
         ranks_ids.append(ids)
         counts.append(n)
-    ranks = _ranks(probes, pids, all_deps, counts, ranks_ids, ranks_names, ranks_splits)
-    name = getattr(wl, "name", "") or "workload"
-    desc = getattr(wl, "group_desc", None) or {}
-    labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in group_names]
-    from genie.sim.compiled import finish
-
-    return finish(ranks, labels, group_ranks, name)
-
-
-def _ranks(
-    probes: list[tuple],
-    pids: list[int],
-    all_deps: list[Any],
-    counts: list[int],
-    ranks_ids: list[list[int]],
-    ranks_names: list[list[str]],
-    ranks_splits: list[dict[int, list[int]]],
-) -> list[CompiledRank]:
-    """Every rank's CompiledRank, its columns gathered from the probes over the workload."""
     n_all = len(pids)
-    pid = np.fromiter(pids, np.int64, n_all)
+    try:
+        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
+    except TypeError:  # a node whose data_deps is None
+        all_deps = [d or [] for d in all_deps]
+        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
+    got_all = Gathered(
+        pid=np.fromiter(pids, np.int64, n_all),
+        node_ids=np.fromiter(itertools.chain.from_iterable(ranks_ids), np.int64, n_all),
+        dep_len=lens,
+        dep_flat=np.fromiter(itertools.chain.from_iterable(all_deps), np.int64, int(lens.sum())),
+        counts=counts,
+        names=ranks_names,
+        splits=ranks_splits,
+    )
+    return probes.finish(wl, make_ranks(probes.fields, got_all))
+
+
+def split_row(row: Any) -> list[int]:
+    """An all-to-all-v node's per-peer sizes as the reference reads them."""
+    if not isinstance(row, list | tuple):
+        raise _Declined("per-peer sizes that are not a list")
+    return [int(x) for x in row]
+
+
+def make_ranks(probes: list[tuple], g: Gathered) -> list[CompiledRank]:
+    """Every rank's CompiledRank, its columns gathered from the probes over the workload."""
+    pid, counts = g.pid, g.counts
+    n_all = len(pid)
     cols = list(zip(*probes, strict=True)) if probes else [()] * 8
     kind = np.asarray(cols[0], np.int8)[pid]
     duration = np.asarray(cols[2], np.float64)[pid]
@@ -197,13 +241,14 @@ def _ranks(
     group = np.asarray(cols[5], np.int32)[pid]
     peer = np.asarray(cols[6], np.int32)[pid]
     tag = np.asarray(cols[7], np.int64)[pid]
-    node_ids = np.fromiter(itertools.chain.from_iterable(ranks_ids), np.int64, n_all)
+    node_ids = g.node_ids
     offsets = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     rank_of = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
     local = np.arange(n_all, dtype=np.int64) - offsets[rank_of]
     lane, lane_names = _lanes(cols[1], pid, rank_of, offsets)
-    ptr, idx = _deps_csr(all_deps, counts, rank_of, local, offsets)
+    ptr, idx = _deps_csr(g.dep_len, g.dep_flat, counts, rank_of, local)
+    ranks_names, ranks_splits = g.names, g.splits
     out = []
     no_instance = np.zeros(0, np.int64)  # finish gives each rank its own
     bounds = offsets.tolist()
@@ -267,25 +312,18 @@ def _lanes(
 
 
 def _deps_csr(
-    all_deps: list[Any],
+    lens: np.ndarray,
+    idx: np.ndarray,
     counts: list[int],
     rank_of: np.ndarray,
     local: np.ndarray,
-    offsets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Workload-wide CSR of the deps (positions within each rank), with deps outside the rank
     and on the node itself dropped; ptr[offsets[r]] starts rank r."""
-    n_all = len(all_deps)
-    try:
-        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
-    except TypeError:  # a node whose data_deps is None
-        all_deps = [d or [] for d in all_deps]
-        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
-    total = int(lens.sum())
-    idx = np.fromiter(itertools.chain.from_iterable(all_deps), np.int64, total)
+    n_all = len(lens)
     ptr = np.zeros(n_all + 1, np.int64)
     np.cumsum(lens, out=ptr[1:])
-    if total:
+    if len(idx):
         owner = np.repeat(np.arange(n_all, dtype=np.int64), lens)
         size = np.asarray(counts, np.int64)[rank_of[owner]]
         bad = (idx < 0) | (idx >= size) | (idx == local[owner])

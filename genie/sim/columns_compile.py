@@ -1,0 +1,181 @@
+"""``compile_workload`` for a workload held as columns (``genie.workload.columnar``).
+
+A ``ColumnarWorkload`` keeps each rank's nodes as numpy columns (type, an index into the
+workload's shared table of derived tuples, duration, ids, CSR data deps, name indices), never a
+Python object per node. This path compiles it without making those objects: the distinct
+(type, derived, duration) triples are found with two sorts over the whole workload and each is
+worked out once (``genie.sim.batch_compile.Probes``, on a bare probe node holding just those
+fields), deps are mapped from ids to positions with one sort per rank whose ids are not its
+positions, and the rest is ``batch_compile.make_ranks``. Nodes are made only where the compile
+needs what columns do not hold: an all-to-all-v node's per-peer sizes, and the ranks whose
+stream rules apply (PyTorch-derived ranks: made one rank at a time).
+
+It gives exactly what compiling ``ColumnarWorkload.to_workload()`` gives (tests compare the
+arrays) and answers None where it cannot (rows decoded as fallback nodes, derived tables not
+shared, ids past int64, any problem to name); the adapter then compiles the object model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from genie.errors import ValidationError
+from genie.sim.batch_compile import Gathered, Probes, make_ranks, split_row
+from genie.sim.compiled import CompiledWorkload
+from genie.sim.uneven import SPLIT_ATTR
+from genie.workload.model import DEFAULT_GROUP, Node
+from genie.workload.stream_rules import stream_edges
+
+log = logging.getLogger(__name__)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+class _Declined(Exception):
+    """The columns path cannot compile this workload; the object model will."""
+
+
+def compile_columns(
+    cw: Any, edges: str, fields_of: Callable[[Any, int, tuple], tuple], a2a: int
+) -> CompiledWorkload | None:
+    """``cw`` (a ColumnarWorkload) compiled, or None where the object path must run."""
+    try:
+        return _compile(cw, edges, fields_of, a2a)
+    except (_Declined, ValidationError, TypeError, AttributeError, OverflowError) as exc:
+        log.debug("columns compile declined (%s): the object model compiles", exc)
+        return None
+
+
+class _Groups:
+    """What ``Probes`` reads of a workload: the groups as ``Workload`` would hold them."""
+
+    def __init__(self, cw: Any) -> None:
+        self.groups = dict(cw.groups)
+        self.groups.setdefault(DEFAULT_GROUP, tuple(range(cw.n_ranks)))  # as Workload does
+        self.n_ranks = cw.n_ranks
+        self.name = cw.name
+        self.group_desc = cw.group_desc
+
+
+def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
+    ranks = cw.ranks
+    if not ranks:
+        raise _Declined("no ranks")
+    table = ranks[0].derived_table
+    if any(c.fallback or c.derived_table is not table for c in ranks):
+        raise _Declined("fallback rows or derived tables not shared")
+    view = _Groups(cw)
+    probes = Probes(view, fields_of, a2a)
+    counts = [len(c) for c in ranks]
+    offsets = np.zeros(len(ranks) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    pid = _probe_ids(ranks, probes, table, offsets)
+    ids = np.concatenate([c.id for c in ranks])
+    if len(ids) and int(ids.max()) > _INT64_MAX:
+        raise _Declined("an id past int64")
+    node_ids = ids.astype(np.int64)
+    infer = edges == "inferred"
+    lens_parts: list[np.ndarray] = []
+    flat_parts: list[np.ndarray] = []
+    names: list[list[str]] = []
+    splits: list[dict[int, list[int]]] = []
+    split_p = np.fromiter(probes.split, np.int64, len(probes.split))
+    cpu_p = np.fromiter(probes.cpu, np.int64, len(probes.cpu))
+    for r, c in enumerate(ranks):
+        a, b = int(offsets[r]), int(offsets[r + 1])
+        rank_pid = pid[a:b]
+        row_splits: dict[int, list[int]] = {}
+        if len(split_p):
+            for i in np.flatnonzero(np.isin(rank_pid, split_p)).tolist():
+                row = c.node(i).attr(SPLIT_ATTR)
+                if row is not None:
+                    row_splits[i] = split_row(row)
+        splits.append(row_splits)
+        lens, flat = _positions(c, node_ids[a:b])
+        if infer and len(cpu_p) and np.isin(rank_pid, cpu_p).any():
+            extra = stream_edges(cw.rank_graph(r, c.to_nodes())).edges
+            if extra:
+                lens, flat = _with_edges(lens, flat, extra)
+        lens_parts.append(lens)
+        flat_parts.append(flat)
+        table_names = c.names
+        names.append([table_names[i] for i in c.name.tolist()])
+    gathered = Gathered(
+        pid=pid,
+        node_ids=node_ids,
+        dep_len=np.concatenate(lens_parts) if lens_parts else np.zeros(0, np.int64),
+        dep_flat=np.concatenate(flat_parts) if flat_parts else np.zeros(0, np.int64),
+        counts=counts,
+        names=names,
+        splits=splits,
+    )
+    return probes.finish(view, make_ranks(probes.fields, gathered))
+
+
+def _probe_ids(ranks: list, probes: Probes, table: list, offsets: np.ndarray) -> np.ndarray:
+    """Each node's probe: the distinct (type, derived, duration) triples, worked out in order of
+    first appearance (the order the object path meets them in)."""
+    types = np.concatenate([c.type for c in ranks]).astype(np.int64)
+    derived = np.concatenate([c.derived for c in ranks]).astype(np.int64)
+    micros = np.concatenate([c.duration_micros for c in ranks])
+    if not len(types):
+        return np.zeros(0, np.int64)
+    u_micros, m_inv = np.unique(micros, return_inverse=True)
+    if (len(table) + 1) * 256 * (len(u_micros) + 1) >= 2**62:
+        raise _Declined("too many distinct triples for one int64 code")
+    code = (derived * 256 + types) * len(u_micros) + m_inv.reshape(-1)
+    found = np.unique(code, return_index=True, return_inverse=True)
+    first, inv = np.asarray(found[1]), np.asarray(found[2])
+    pid_of = np.empty(len(first), np.int64)
+    rank_of = np.searchsorted(offsets, first, side="right") - 1
+    for j in np.argsort(first, kind="stable").tolist():
+        row = int(first[j])
+        r = int(rank_of[j])
+        c = ranks[r]
+        i = row - int(offsets[r])
+        key = (int(types[row]), table[int(derived[row])], int(micros[row]))
+        nd = Node.__new__(Node)  # what _fields reads: type, derived fields, duration, a label
+        nd.type, nd._d, nd.duration_micros = key
+        nd.id, nd.name = int(c.id[i]), c.names[int(c.name[i])]
+        pid_of[j] = probes.add(nd, key, r)
+    return pid_of[inv.reshape(-1)]
+
+
+def _positions(c: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One rank's deps as positions (lengths, flat); ids that are positions keep the values
+    (the bad ones are dropped later), others are looked up (first of equal ids; missing and
+    self deps dropped, as the object path does)."""
+    n = len(ids)
+    lens = np.diff(c.data_offsets).astype(np.int64)
+    deps = c.data_deps
+    if not n:
+        return lens, np.zeros(0, np.int64)
+    if np.array_equal(ids, np.arange(n)):
+        if len(deps) and int(deps.max()) > _INT64_MAX:
+            raise _Declined("a dep past int64")  # the object path refuses it
+        return lens, deps.astype(np.int64)
+    order = np.argsort(c.id, kind="stable")
+    sid = c.id[order]
+    at = np.minimum(np.searchsorted(sid, deps), n - 1)
+    owner = np.repeat(np.arange(n, dtype=np.int64), lens)
+    found = sid[at] == deps
+    pos = order[at].astype(np.int64)
+    keep = found & (pos != owner)
+    return np.bincount(owner[keep], minlength=n).astype(np.int64), pos[keep]
+
+
+def _with_edges(
+    lens: np.ndarray, flat: np.ndarray, extra: dict[int, list[int]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The deps with the stream rules' edges appended to their nodes' own."""
+    ptr = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    values = flat.tolist()
+    deps = [values[a:b] for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)]
+    for i, before in extra.items():
+        deps[i] = [*deps[i], *before]
+    new_lens = np.fromiter(map(len, deps), np.int64, len(deps))
+    return new_lens, np.fromiter((d for row in deps for d in row), np.int64, int(new_lens.sum()))

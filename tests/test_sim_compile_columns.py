@@ -1,0 +1,94 @@
+"""Compiling a workload held as columns (``genie.sim.columns_compile``) against compiling its
+object model, array for array.
+
+Each workload is written as .et files, read with ``load_columns``, and compiled both from the
+columns and from ``ColumnarWorkload.to_workload()`` through the node-by-node reference; the
+results must be identical (generated dp/llm/moe with all-to-all-v, PyTorch-style ranks with
+stream rules and ids that are not positions, deps on missing ids and on the node itself, the
+real ASTRA-sim samples). The columns path must not decline these, and ``compile_workload``
+must take it for a ColumnarWorkload.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_sim_compile_batch import ROOFLINE, SAMPLES, TRACE, same
+
+from genie.sim import adapter
+from genie.sim.adapter import A2A, ComputeModel, _fields, compile_reference, compile_workload
+from genie.sim.columns_compile import compile_columns
+from genie.workload import save_workload
+from genie.workload.columnar import load_columns
+from genie.workload.generators.data_parallel import data_parallel
+from genie.workload.generators.llm import llm
+from genie.workload.generators.moe import moe
+from genie.workload.generators.pytorch_style import pytorch_style
+
+
+def columns(cw, compute: ComputeModel, edges: str):
+    """The columns path alone (None would mean it declined)."""
+    roof = compute.mode == "roofline"
+    return compile_columns(cw, edges, lambda nd, r, g: _fields(nd, r, compute, roof, g), A2A)
+
+
+def check(
+    prefix: Path, compute: ComputeModel = TRACE, edges: str = "inferred", validate: bool = True
+) -> None:
+    cw = load_columns(prefix, validate=validate)
+    ref = compile_reference(cw.to_workload(), compute, edges)
+    got = columns(cw, compute, edges)
+    assert got is not None, "the columns path declined a workload it should compile"
+    same(ref, got)
+
+
+def _messy(wl):
+    for rg in wl.ranks:
+        a = rg.nodes[3]
+        a.data_deps = [*a.data_deps, a.id, 10**6]  # self and missing: dropped alike
+    return wl
+
+
+@pytest.mark.parametrize("compute", [TRACE, ROOFLINE], ids=["trace", "roofline"])
+@pytest.mark.parametrize("edges", ["inferred", "explicit"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: data_parallel(8, layers=4),
+        lambda: llm(16, tp=2, pp=2, layers=4),
+        lambda: moe(8, expert_skew=1.2),  # all-to-all-v: per-peer sizes
+        lambda: pytorch_style(4, layers=4, steps=2),
+        lambda: _messy(pytorch_style(4, layers=2)),
+        lambda: _messy(data_parallel(4, layers=2)),
+    ],
+    ids=["dp", "llm", "moe-uneven", "pytorch-style", "pytorch-messy", "dp-messy"],
+)
+def test_columns_compile_as_the_object_model_does(tmp_path, make, edges, compute, request):
+    save_workload(make(), tmp_path / "w")
+    messy = "messy" in request.node.callspec.id  # validation refuses a dangling dep
+    check(tmp_path / "w", compute, edges, validate=not messy)
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
+def test_real_astra_samples_from_columns(coll):
+    if not SAMPLES.is_dir():
+        pytest.skip(f"the real samples are not at {SAMPLES}")
+    check(SAMPLES / "astra-sim" / "microbenchmarks" / coll / "4npus_1MB")
+
+
+def test_compile_workload_takes_the_columns_path(tmp_path, monkeypatch):
+    save_workload(llm(8, tp=2, pp=2, layers=2), tmp_path / "w")
+    cw = load_columns(tmp_path / "w")
+    called = []
+
+    def no_objects(*a, **k):
+        called.append(1)
+        raise AssertionError("the object path ran")
+
+    monkeypatch.setattr(adapter, "compile_reference", no_objects)
+    monkeypatch.setattr(type(cw), "to_workload", no_objects)
+    got = compile_workload(cw)
+    monkeypatch.undo()
+    assert not called
+    same(compile_workload(load_columns(tmp_path / "w").to_workload()), got)
