@@ -486,9 +486,38 @@ def test_the_tree_runs_at_nccls_tree_rates() -> None:
     # the ring keeps the protocols' wire efficiency (LL 1/2, LL128 120/128)
     ring = N.choose("all_reduce", 4 * GiB, one, "ring", "LL128")
     assert ring.rate == pytest.approx(370.8e9 * 120 / 128)
-    # across nodes LL128 carries 120 of every 128 bytes after the 0.92
+    # across nodes the chain inside each node keeps the NVLink chain's 7/9 (its 2S bind on
+    # two H100 nodes), and the network carries 120 of every 128 bytes after the 0.92
     two = N.choose("all_reduce", 4 * GiB, h100(2), "tree", "LL128")
-    assert two.rate == pytest.approx(370.8e9 * 0.92 * 120 / 128)
+    assert two.rate == pytest.approx(370.8e9 * 0.92 * 7 / 9)
+    assert two.link_bytes == 2 * 4 * GiB
+    thin = h100(2, net_bw=100e9)  # the NICs bind: S across at the network's factor
+    net = N.choose("all_reduce", 4 * GiB, thin, "tree", "LL128")
+    assert net.link_bytes == 4 * GiB
+    assert net.rate == pytest.approx(thin.node_net_bw * 0.92 * 120 / 128)
+
+
+def test_a_tree_with_one_gpu_per_node_runs_at_nccls_single_gpu_pattern() -> None:
+    """With one GPU per node all of a node's NIC traffic goes to and from one GPU
+    (NCCL_TOPO_PATTERN_TREE, search.cc), which NCCL's tuner prices at 0.85 of the tree's rate;
+    two GPUs per node keep the full rate."""
+    one = N.system_from_preset("h100", 2, 1, net_bw=400e9 / 8 * 4)
+    for proto in N.PROTOCOLS:
+        p = N.choose("all_reduce", 4 * GiB, one, "tree", proto)
+        full = N._limit(one.node_net_bw, replace(one, gpus_per_node=2), "tree", proto)
+        assert p.rate == pytest.approx(0.85 * full)
+    ring = N.choose("all_reduce", 4 * GiB, one, "ring", "Simple")
+    assert ring.rate == pytest.approx(one.node_net_bw)
+
+
+def test_the_trees_size_correction_stops_where_nccls_does() -> None:
+    """NCCL corrects the tree's rate for log2(bytes / 64) below 23 (512 MiB): a Simple tree at
+    256 MiB runs at its table's 0.9, at 512 MiB at the full rate."""
+    sys2 = h100(2)
+    mid = N.choose("all_reduce", 256 * MiB, sys2, "tree", "Simple")
+    big = N.choose("all_reduce", 512 * MiB, sys2, "tree", "Simple")
+    assert N.TREE_CORRECTION[2][22] == 0.9 and N.TREE_CORRECTION[2][23] == 0.9
+    assert mid.rate == pytest.approx(0.9 * big.rate)
 
 
 def test_rccl_on_an_mi200_node_runs_no_ll128_unless_named() -> None:

@@ -32,8 +32,10 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   channel's data through stages that forward whole chunks (NVLS: a chunk per NVLS head a
   loop); the first grain crosses every stage before the busiest paces the rest.
 
-Kept from NCCL's tuner as published: the tree's rates (x 0.92; LL x 1/3.8, LL128 x 7/9 on one
-node), its size-dependent correction table and the ring's multi-node "plateau" factor. Left
+Kept from NCCL's tuner as published: the tree's rates (x 0.92; LL x 1/3.8; LL128 x 7/9 on a chain
+of NVLink hops, which the chain inside each node is on any number of nodes, x 120/128 on the
+network; x 0.85 with one GPU per node), its size-dependent correction table (below 512 MiB, as
+NCCL) and the ring's multi-node "plateau" factor. Left
 out: the ring LL128's 0.92 (NCCL's own note calls it 120/128, the wire efficiency used here),
 PAT's 0.75; CollNet. NVLS's
 efficiency per generation (0.85 Hopper, 0.74 Blackwell) is kept: it is what the switch's
@@ -236,10 +238,19 @@ TREE_CORRECTION: tuple[tuple[float, ...], ...] = (
 )
 #: The tree all-reduce's bandwidth as NCCL's tuner prices it (``ncclTopoTuneModel``): the link
 #: x 0.92 (capped per channel), then LL x 1/3.8 (not LL's 1/2: the tree's LL moves less) and
-#: LL128 x 7/9 on one node (a chain of NVLink hops), x 120/128 across nodes.
+#: LL128 x 7/9 on one node (a chain of NVLink hops), x 120/128 across nodes. The model prices
+#: the tree's two parts apart (the chain inside each node on a GPU's bus, the NICs across), so
+#: each takes the factor NCCL gives its kind of path: the chain inside a node 7/9 on any number
+#: of nodes, the network 120/128 (``_limit``'s ``chain``).
 TREE_BW_FACTOR = 0.92
 TREE_LL_FACTOR = 1 / 3.8
 TREE_LL128_ONE_NODE = 7 / 9
+#: A tree whose every NIC's traffic goes to and from one GPU (NCCL_TOPO_PATTERN_TREE: the only
+#: pattern with one GPU per node, ``src/graph/search.cc``) runs at x 0.85 (``tuning.cc``).
+TREE_PATTERN_ONE_GPU = 0.85
+#: NCCL applies ``treeCorrectionFactor`` to the tree for log2(bytes / 64) below 23 and to
+#: Blackwell's NVLSTree below 24 (``ncclTopoGetAlgoTime``).
+TREE_CORRECTION_END = {"tree": 23, "nvlstree": 24}
 #: A multi-node ring all-reduce with Simple: its latency x this once each channel's share of a
 #: rank's data is 64 bytes or more (Volta 1.9, later 1.4: the ring's "plateau", tuning.cc).
 RING_PLATEAU: dict[str, float] = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
@@ -450,17 +461,19 @@ def _ll_max(sys: System) -> float:
     return LL_MAX_NODES[sys.cpu][0 if sys.nodes == 2 else 1] * GB
 
 
-def _limit(rate: float, sys: System, algo: str, proto: str) -> float:
-    """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run."""
+def _limit(rate: float, sys: System, algo: str, proto: str, chain: bool = False) -> float:
+    """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run;
+    ``chain``: the tree's chain of GPUs inside a node (LL128 at NCCL's NVLink-chain factor)."""
     i, ch = _node_index(sys.nodes), sys.channels
     if algo == "tree":  # NCCL's tree rates (tuning.cc), in NCCL's order
         r = min(rate * TREE_BW_FACTOR, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
         if proto == "LL":
-            return min(r * TREE_LL_FACTOR, _ll_max(sys))
-        if proto == "LL128":
-            eff = TREE_LL128_ONE_NODE if sys.nodes == 1 else WIRE_EFFICIENCY["LL128"]
-            return min(r * eff, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
-        return r
+            r = min(r * TREE_LL_FACTOR, _ll_max(sys))
+        elif proto == "LL128":
+            one_node = sys.nodes == 1 or chain
+            eff = TREE_LL128_ONE_NODE if one_node else WIRE_EFFICIENCY["LL128"]
+            r = min(r * eff, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+        return r * (TREE_PATTERN_ONE_GPU if sys.gpus_per_node == 1 else 1.0)
     r = rate * WIRE_EFFICIENCY[proto]
     if proto == "LL":
         r = min(r, _ll_max(sys))
@@ -590,7 +603,7 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     else:  # tree all-reduce: NICs carry S (two nodes) or 2S per direction; a GPU's bus 2S
         times: list[tuple[float, float, float]] = []
         r_net = _limit(sys.node_net_bw, sys, algo, proto)
-        r_intra = _limit(sys.intra_bw, sys, algo, proto)
+        r_intra = _limit(sys.intra_bw, sys, algo, proto, chain=True)
         if sys.nodes > 1:
             net_load = (1.0 if sys.nodes == 2 else 2.0) * size
             times.append((net_load / r_net, net_load, r_net))
@@ -601,7 +614,7 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
     lat = _latency(coll, algo, proto, sys)
     log_size = int(math.log2(size >> 6)) if size >> 6 else -1
     tree_like = algo == "tree" or (algo == "nvlstree" and sys.tuning == "blackwell")
-    if coll == "all_reduce" and tree_like and 0 <= log_size < 24:
+    if coll == "all_reduce" and tree_like and 0 <= log_size < TREE_CORRECTION_END[algo]:
         factor = TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
         bw_time, rate = bw_time / factor, rate * factor
         stage_rates = (stage_rates[0] * factor, stage_rates[1] * factor)
