@@ -104,12 +104,32 @@ def test_ring_latency_is_counted_in_nccls_constants() -> None:
     # 8 GPUs on NVLink: base 6.6 us + 14 steps x 0.6 us
     tiny = N.candidates("all_reduce", 8, h100(1), "ring", "LL")[0]
     assert tiny.latency_s == pytest.approx(15.0e-6)
-    # 2 nodes x 8: 28 steps inside nodes at the CPU's post overhead (Intel 1 us) and 2 at 2.7 us
+    # 2 nodes x 8: the slowest chain of 30 steps wraps round the ring and crosses both node
+    # boundaries twice: 26 steps inside nodes at the CPU's post overhead (Intel 1 us), 4 at 2.7 us
     two = N.candidates("all_reduce", 8, h100(2), "ring", "LL")[0]
-    assert two.latency_s == pytest.approx((6.6 + 28 * 1.0 + 2 * 2.7) * 1e-6)
+    assert two.latency_s == pytest.approx((6.6 + 26 * 1.0 + 4 * 2.7) * 1e-6)
     # the tree: base 6.8 + 2 x (7 x 0.6 + log2(32) x 5.0)
     tree = N.candidates("all_reduce", 8, h100(32), "tree", "LL")[0]
     assert tree.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 5 * 5.0)) * 1e-6)
+
+
+def test_a_rings_slowest_chain_counts_the_node_boundaries_it_wraps_over() -> None:
+    """Rank r's step s waits for rank r-1's step s-1: the last step waits on 2(n-1) hops that
+    wrap round the ring, crossing ceil(2(n-1) N / n) node boundaries (NCCL's tuner counts
+    2(N-1)); all-gather and reduce-scatter ceil((n-1) N / n); broadcast and reduce a chain from
+    the root, N-1; one GPU per node NCCL's count."""
+    assert N.ring_steps("all_reduce", 16, 2) == (30, 4)
+    assert N.ring_steps("all_reduce", 64, 8) == (126, 16)
+    assert N.ring_steps("all_reduce", 8, 4) == (14, 7)  # two GPUs per node: 2N - 1
+    assert N.ring_steps("all_reduce", 4, 4) == (6, 6)  # one GPU per node: 2(N-1)
+    assert N.ring_steps("all_gather", 16, 2) == (15, 2)
+    assert N.ring_steps("reduce_scatter", 4, 4) == (3, 3)
+    assert N.ring_steps("broadcast", 16, 2) == (15, 1)
+    assert N.ring_steps("all_reduce", 8, 1) == (14, 0)
+    # the latency takes them: 4 network steps at the EFA plugin's 20 us on two 8-GPU nodes
+    efa = replace(h100(2), net_step_s=20e-6)
+    p = N.candidates("all_reduce", 8, efa, "ring", "LL")[0]
+    assert p.latency_s == pytest.approx((6.6 + 26 * 1.0 + 4 * 20.0) * 1e-6)
 
 
 def test_a_simple_rings_later_passes_pay_their_steps_inside_the_node() -> None:
@@ -134,7 +154,7 @@ def test_a_simple_rings_later_passes_pay_their_steps_inside_the_node() -> None:
     loops = N.ring_loops("all_reduce", 4 * GiB, two, "Simple")
     assert loops == 4 * GiB // (16 * 16 * 2 * MiB)
     p = N.candidates("all_reduce", 4 * GiB, two, "ring", "Simple")[0]
-    first = (8.4 + 28 * max(3.4, 3 * 1.0) + 2 * 14.0) * 1.4
+    first = (8.4 + 26 * max(3.4, 3 * 1.0) + 4 * 14.0) * 1.4  # 4 of its 30 steps cross nodes
     assert p.latency_s == pytest.approx((first + (loops - 1) * 30 * 3.4) * 1e-6)
 
 

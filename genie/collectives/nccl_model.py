@@ -16,11 +16,13 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
 * Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
   a hardware latency per step by link type (NVLink, PCI, network; a network whose NCCL plugin
-  publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's); ring
-  steps inside a node cost at least the CPU's network post overhead when the ring leaves the
-  node (x3 for Simple). NCCL's tuner counts one pass of a ring's steps; a Simple ring that
-  needs more passes (its buffer is more than channels x ranks chunks) pays each later pass's
-  steps at the intra-node latency.
+  publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's); a ring's
+  network steps are those of its slowest chain of steps, which wraps round the ring
+  (``ring_steps``: 2N for an all-reduce, not the tuner's 2(N-1)); ring steps inside a node cost
+  at least the CPU's network post overhead when the ring leaves the node (x3 for Simple).
+  NCCL's tuner counts one pass of a ring's steps; a Simple ring that needs more passes (its
+  buffer is more than channels x ranks chunks) pays each later pass's steps at the intra-node
+  latency.
 * Bandwidth: the link the algorithm drives (a GPU's bus inside a node; across nodes the
   narrower of that and the node's NICs, or its GPUs' PCIe links to them), times the protocol's
   wire efficiency, capped by NCCL's published per-protocol limits (LL's maximum, LL128's and
@@ -508,11 +510,26 @@ def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
         return base + intra + 2 * int(math.log2(nodes)) * inter
     if algo == "pat":
         return base + int(math.log2(nodes)) * inter / PAT_NET_DIVISOR + n * PAT_PER_RANK_US * US
-    if coll == "all_reduce":
-        steps, net_steps = 2 * (n - 1), 2 * (nodes - 1)
-    else:  # all-gather, reduce-scatter; broadcast and reduce pipeline down a chain of n-1 hops
-        steps, net_steps = n - 1, nodes - 1
+    steps, net_steps = ring_steps(coll, n, nodes)
     return base + (steps - net_steps) * intra + net_steps * inter
+
+
+def ring_steps(coll: str, n_ranks: int, nodes: int) -> tuple[int, int]:
+    """(steps, of them network hops) on the slowest path through a ring's steps. A ring of
+    ``n_ranks`` crosses each of ``nodes`` node boundaries once per turn (a channel's ring runs
+    through a node's GPUs, then to the next node). Rank r's step s waits for rank r-1's step
+    s-1, so the last step waits on a chain of 2(n-1) consecutive hops (all-reduce; n-1 for
+    all-gather and reduce-scatter) that wraps round the ring, and the worst such chain crosses
+    ceil(steps x nodes / n) boundaries: 2 x nodes for an all-reduce with 3 GPUs or more per node,
+    where NCCL's tuner counts 2 (nodes - 1) (RCCL 2.21.5 counts 2 x nodes, ``tuning.cc``). With
+    one GPU per node it is NCCL's count. Broadcast and reduce pipeline down one chain of n-1
+    hops from the root, which enters the root's node nowhere: nodes - 1."""
+    if nodes <= 1:
+        return (2 * (n_ranks - 1) if coll == "all_reduce" else n_ranks - 1), 0
+    if coll in ("all_reduce", "all_gather", "reduce_scatter"):
+        steps = 2 * (n_ranks - 1) if coll == "all_reduce" else n_ranks - 1
+        return steps, -(-steps * nodes // n_ranks)
+    return n_ranks - 1, nodes - 1
 
 
 def ring_loops(coll: str, size: int, sys: System, proto: str) -> int:
