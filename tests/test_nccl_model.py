@@ -113,6 +113,22 @@ def test_ring_latency_is_counted_in_nccls_constants() -> None:
     assert tree.latency_s == pytest.approx((6.8 + 2 * (7 * 0.6 + 5 * 5.0)) * 1e-6)
 
 
+def test_the_trees_latency_counts_the_hops_of_nccls_binary_tree() -> None:
+    """NCCL's binary tree (trees.cc) gives the root one child, the highest power of two below
+    the node count: 3 nodes are 0 - 2 - 1 (2 hops), 6 nodes 0 - 4 - 2 - 1 (3 hops), as deep as
+    4 and 8 nodes; the tree's latency counts those hops each way."""
+    assert [N.tree_depth(k) for k in (1, 2, 3, 4, 5, 6, 8, 9)] == [0, 1, 2, 2, 3, 3, 3, 4]
+    for odd, even in ((3, 4), (6, 8)):
+        for algo in ("tree", "nvlstree"):
+            proto = "LL" if algo == "tree" else "Simple"
+            a = N.candidates("all_reduce", 8, h100(odd), algo, proto)[0]
+            b = N.candidates("all_reduce", 8, h100(even), algo, proto)[0]
+            assert a.latency_s == pytest.approx(b.latency_s)
+    two = N.candidates("all_reduce", 8, h100(2), "tree", "LL")[0]
+    three = N.candidates("all_reduce", 8, h100(3), "tree", "LL")[0]
+    assert three.latency_s - two.latency_s == pytest.approx(2 * 5.0e-6)  # one hop each way
+
+
 def test_a_rings_slowest_chain_counts_the_node_boundaries_it_wraps_over() -> None:
     """Rank r's step s waits for rank r-1's step s-1: the last step waits on 2(n-1) hops that
     wrap round the ring, crossing ceil(2(n-1) N / n) node boundaries (NCCL's tuner counts

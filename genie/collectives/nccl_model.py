@@ -503,15 +503,24 @@ def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
     intra, inter = _hops(sys, algo, proto)
     n, nodes, g = sys.n_ranks, sys.nodes, sys.gpus_per_node
     if algo == "tree":
-        return base + 2 * ((g - 1) * intra + int(math.log2(nodes)) * inter)
+        return base + 2 * ((g - 1) * intra + tree_depth(nodes) * inter)
     if algo == "nvls":
         return intra + (inter if nodes > 1 else 0.0)
     if algo == "nvlstree":
-        return base + intra + 2 * int(math.log2(nodes)) * inter
+        return base + intra + 2 * tree_depth(nodes) * inter
     if algo == "pat":
         return base + int(math.log2(nodes)) * inter / PAT_NET_DIVISOR + n * PAT_PER_RANK_US * US
     steps, net_steps = ring_steps(coll, n, nodes)
     return base + (steps - net_steps) * intra + net_steps * inter
+
+
+def tree_depth(nodes: int) -> int:
+    """Network hops from the root of NCCL's binary tree over ``nodes`` to its deepest leaf:
+    ceil(log2 nodes). The root has one child, the highest power of two below ``nodes``, whose
+    subtree halves down to the leaves (``ncclGetBtree``, ``src/graph/trees.cc``; the double
+    tree's second tree is its mirror or shift, as deep). NCCL's tuner counts floor(log2 nodes),
+    the same where ``nodes`` is a power of two, one hop short elsewhere (3 nodes: 0 - 2 - 1)."""
+    return (nodes - 1).bit_length() if nodes > 1 else 0
 
 
 def ring_steps(coll: str, n_ranks: int, nodes: int) -> tuple[int, int]:
