@@ -219,3 +219,25 @@ def test_the_batch_path_sets_every_field_of_a_compiled_rank():
     assert tuple(f.name for f in dataclasses.fields(compiled.CompiledRank)) == _RANK_FIELDS
     cw = batch(llm(8, tp=2, pp=2, layers=2), TRACE, "inferred")
     assert cw is not None and set(vars(cw.ranks[0])) == set(_RANK_FIELDS)
+
+
+def _on(nid: int, stream: int | None, cpu: bool = False) -> Node:
+    attrs = [Attr("is_cpu_op", "bool_val", cpu)]
+    if stream is not None:
+        attrs.append(Attr("stream", "int64_val", stream))
+    return Node(nid, f"k{nid}", NodeType.COMP_NODE, duration_micros=3, attrs=attrs)
+
+
+def test_lanes_are_numbered_per_rank_in_order_of_first_appearance():
+    orders = [[5, 3, 5], [3, None, 5, 3], [], [7], [None, 5]]
+    ranks = [
+        RankGraph(r, [_on(i, s, cpu=(r == 1 and i == 1)) for i, s in enumerate(streams)])
+        for r, streams in enumerate(orders)
+    ]
+    wl = Workload(ranks=ranks)
+    check(wl, edges="explicit")
+    got = compile_workload(wl, edges="explicit")
+    assert got.ranks[0].lane_names == ["stream 5", "stream 3"]
+    assert got.ranks[1].lane_names == ["stream 3", "cpu", "stream 5"]
+    assert got.ranks[2].lane_names == [] and got.ranks[4].lane_names == ["gpu", "stream 5"]
+    assert got.ranks[1].lane.tolist() == [0, 1, 2, 0]

@@ -281,7 +281,8 @@ def _lanes(
     keys: tuple, pid: np.ndarray, rank_of: np.ndarray, offsets: np.ndarray
 ) -> tuple[np.ndarray, list[list[str]]]:
     """Each node's lane index within its rank and each rank's lane names, numbered in order of
-    first appearance in the rank (as the reference numbers them)."""
+    first appearance in the rank (as the reference numbers them). Lane keys are few: each
+    key's first node per rank is found in one pass over that key's nodes."""
     n_ranks = len(offsets) - 1
     key_ids: dict[str, int] = {}
     per_probe = np.asarray(
@@ -291,23 +292,31 @@ def _lanes(
     names: list[list[str]] = [[] for _ in range(n_ranks)]
     if not key_ids:
         return lane, names
-    glob = per_probe[pid] if len(pid) else np.zeros(0, np.int64)
-    at = np.flatnonzero(glob >= 0)
     n_keys = len(key_ids)
-    code = rank_of[at] * n_keys + glob[at]
-    uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
-    u_rank = uniq // n_keys
-    order = np.lexsort((first, u_rank))  # by rank, then by first appearance
-    o_rank = u_rank[order]
-    starts = np.searchsorted(o_rank, o_rank, side="left")
-    local = np.empty(len(uniq), np.int64)
-    local[order] = np.arange(len(uniq)) - starts
-    lane[at] = local[inv.reshape(-1)]
+    glob = per_probe[pid]
+    absent = int(offsets[-1])  # past every node: the key is not in the rank
+    first = np.full((n_ranks, n_keys), absent, np.int64)
+    for k in range(n_keys):
+        at = np.flatnonzero(glob == k)
+        if len(at):
+            ranks = rank_of[at]
+            lead = np.r_[True, ranks[1:] != ranks[:-1]]
+            first[ranks[lead], k] = at[lead]
+    order = np.argsort(first, axis=1, kind="stable")  # each rank's keys by first appearance
+    local = np.empty((n_ranks, n_keys), np.int64)
+    np.put_along_axis(local, order, np.arange(n_keys)[None, :], axis=1)
+    has = glob >= 0
+    lane[has] = local[rank_of[has], glob[has]]
     key_names = list(key_ids)
-    bounds = np.searchsorted(o_rank, np.arange(n_ranks + 1)).tolist()
-    o_key = (uniq[order] % n_keys).tolist()
+    present = (first < absent).sum(axis=1).tolist()
+    rows = order.tolist()
+    cache: dict[tuple, list[str]] = {}
     for r in range(n_ranks):
-        names[r] = [key_names[k] for k in o_key[bounds[r] : bounds[r + 1]]]
+        ks = tuple(rows[r][: present[r]])
+        got = cache.get(ks)
+        if got is None:
+            got = cache[ks] = [key_names[k] for k in ks]
+        names[r] = list(got)  # each rank its own list, as the reference gives
     return lane, names
 
 
