@@ -292,6 +292,26 @@ def test_published_configurations_take_the_librarys_ll128_rule() -> None:
     assert system_of(nv)[0].ll128 is True
 
 
+def test_published_commands_bound_the_channels() -> None:
+    """NCCL_MIN_CTAS / NCCL_MAX_CTAS in a published command bound the channels NCCL runs."""
+    from genie.calibration.published_systems import system_of
+
+    cfg = {
+        "id": "t",
+        "gpu": "H100-SXM",
+        "intra": "nvswitch",
+        "nic_kind": "ib",
+        "nics_per_node": 8,
+        "nic_gbps": 400,
+        "command": "mpirun -x NCCL_ALGO=Ring ./all_reduce_perf",
+        "model": {"hosts": 2, "ranks_per_host": 8, "link_rate": "400GB/s"},
+    }
+    base = system_of(cfg)[0].channels
+    more = system_of({**cfg, "command": cfg["command"] + " -x NCCL_MIN_CTAS=24"})[0]
+    fewer = system_of({**cfg, "command": "NCCL_MAX_NCHANNELS=4 " + cfg["command"]})[0]
+    assert base < 24 and more.channels == 24 and fewer.channels == 4
+
+
 # -- wiring: genie simulate, genie nccl, the published rows -------------------------------------
 
 

@@ -18,7 +18,8 @@ configuration (nothing is fitted per configuration):
   where its NCCL plugin publishes one (EFA, ``gpu_presets.net_step_latency``); a GPU's link to
   its NICs is PCIe Gen3 (Volta), Gen4 (Ampere and Ada) or Gen5 x16 (later);
 * channels: the generation's count on one node; across nodes two per NIC (NCCL opens two
-  channels per network device), between 2 and that count;
+  channels per network device), between 2 and that count; NCCL_MIN_CTAS / NCCL_MAX_CTAS
+  (or _NCHANNELS) in the command bound it as NCCL's config does;
 * ``NCCL_ALGO`` / ``NCCL_PROTO`` in the command are honoured where they name modelled choices,
   and so is an algorithm the source names as the one that ran (``nccl_algorithm`` starting with
   its name);
@@ -131,6 +132,7 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
     channels = NODE_CHANNELS[gen]
     if nodes > 1:
         channels = max(2, min(channels, 2 * nics))
+    channels = _channel_bounds(f"{cfg.get('command', '')}", channels)
     step = P.net_step_latency(kind)
     system = N.System(
         nodes=nodes,
@@ -164,6 +166,16 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         else:
             note = f"{algo.group(0)} is not modelled: NCCL's choice priced"
     return system, forced_algo, proto.group(1) if proto else None, note
+
+
+def _channel_bounds(command: str, channels: int) -> int:
+    """``channels`` within the bounds the command sets: NCCL_MIN_CTAS / NCCL_MIN_NCHANNELS
+    raise it, NCCL_MAX_CTAS / NCCL_MAX_NCHANNELS lower it (NCCL's config, a CTA per channel),
+    within the model's 1..64."""
+    for name, bound in (("MIN", max), ("MAX", min)):
+        for m in re.finditer(rf"NCCL_{name}_(?:CTAS|NCHANNELS)=(\d+)", command):
+            channels = bound(channels, int(m.group(1)))
+    return max(1, min(64, channels))
 
 
 def graph_launch(cfg: dict[str, Any]) -> bool:
