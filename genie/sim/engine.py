@@ -188,7 +188,8 @@ def simulate(
     pos = {r: k for k, r in enumerate(sim_ranks)}
     off_l = offsets.tolist()
     need = [0] * n_inst
-    members: list[list[int]] = [[] for _ in range(n_inst)]
+    # an instance no replayed rank takes part in is never read: it shares one empty tuple
+    members: list[list[int] | tuple[()]] = [()] * n_inst
     new_of: list[list[int] | None] = [None if c is None else c.new_of.tolist() for c in collapsed]
     # the instances the replayed ranks take part in (the others never start: none arrives)
     touched: list[int] | range = range(n_inst)
@@ -207,15 +208,14 @@ def simulate(
         need[iid] = len(gm)
     # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
     group_sizes = [len(g) for g in cw.group_ranks]
-    groups = ins.group.tolist()
+    inst_group = ins.group.tolist()
     for iid in touched:
-        g = groups[iid]
+        g = inst_group[iid]
         if len(all_members[iid]) < (group_sizes[g] if g >= 0 else 2):
             need[iid] = total + 1
 
     inst_type = ins.comm_type.tolist()
     inst_size = ins.size.tolist()
-    inst_group = ins.group.tolist()
     arrived = [0] * n_inst
     first_arr = [math.inf] * n_inst
     last_arr = [-math.inf] * n_inst
@@ -414,11 +414,12 @@ def simulate(
                 cw, sim_ranks, offsets, end_a.tolist(), ready_a.tolist(), inst_a, waiting
             )
         )
-    inst_first = np.array(first_arr, dtype=np.float64)
-    inst_last = np.array(last_arr, dtype=np.float64)
-    inst_start = np.array(istart, dtype=np.float64)
-    inst_rank = np.array(last_rank, dtype=np.int64)
-    inst_end = np.array(iend, dtype=np.float64)
+    # only instances a replayed rank takes part in moved from their initial values
+    inst_first = _gather(first_arr, touched, math.inf, np.float64)
+    inst_last = _gather(last_arr, touched, -math.inf, np.float64)
+    inst_start = _gather(istart, touched, math.nan, np.float64)
+    inst_rank = _gather(last_rank, touched, -1, np.int64)
+    inst_end = _gather(iend, touched, math.nan, np.float64)
     if orbit is not None:  # every instance has the times of its orbit's replayed one
         rep = orbit.inst_rep
         inst_first, inst_last, inst_start, inst_end = (
@@ -453,6 +454,15 @@ def simulate(
         notes=list(backend.notes),
         rank_rep=None if orbit is None else orbit.rank_rep,
     )
+
+
+def _gather(values: list, touched: list[int] | range, initial: float, dtype: type) -> np.ndarray:
+    """``np.array(values)`` where only the entries at ``touched`` may differ from ``initial``."""
+    if isinstance(touched, range):
+        return np.array(values, dtype=dtype)
+    out: np.ndarray = np.full(len(values), initial, dtype=dtype)
+    out[touched] = [values[i] for i in touched]
+    return out
 
 
 def _quotient(
