@@ -353,8 +353,9 @@ def _finish_columns(
         if not np.array_equal(codes[at], want):
             return None
     # sequence number of each collective within its group on its rank (node order)
-    order = np.lexsort((cl, cg, cr_))
-    key_sorted = cr_[order] * n_groups + cg[order]
+    rank_group = cr_ * n_groups + cg  # the collectives are in (rank, node) order already:
+    order = np.argsort(rank_group, kind="stable")  # a stable sort keeps node order in a run
+    key_sorted = rank_group[order]
     run_start = np.flatnonzero(np.r_[True, key_sorted[1:] != key_sorted[:-1]])
     run_len = np.diff(np.r_[run_start, len(key_sorted)])
     seq_sorted = np.arange(len(key_sorted)) - np.repeat(run_start, run_len)
