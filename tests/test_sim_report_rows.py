@@ -180,3 +180,24 @@ def test_trace_facts_count_host_work_as_the_nodes_say():
     brute = sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes)
     assert facts["host_work_nodes"] == brute == changed
     assert "cpu" in facts["lanes"]
+
+
+@pytest.mark.parametrize("kind", ["pytorch", "llm"])
+def test_trace_facts_of_a_columnar_workload_are_the_object_workloads(tmp_path, kind):
+    from genie.api.simulation import trace_facts
+    from genie.workload import load_workload, save_workload
+    from genie.workload.columnar import load_columns
+    from genie.workload.generators.pytorch_style import pytorch_style
+
+    if kind == "pytorch":  # launchers of collectives on the host: host work
+        wl = pytorch_style(4, layers=4, steps=2, bucket_layers=2)
+    else:
+        wl = llm(8, tp=2, pp=2, layers=2, micro_batches=2)
+    save_workload(wl, tmp_path / "w")
+    cols = load_columns(tmp_path / "w")
+    assert all(hasattr(c, "derived_table") for c in cols.ranks)  # the columns' path is taken
+    objs = load_workload(tmp_path / "w")
+    cw = compile_workload(objs)
+    got, want = trace_facts(cols, cw), trace_facts(objs, cw)  # type: ignore[arg-type]
+    assert got == want
+    assert (want["host_work_nodes"] > 0) == (kind == "pytorch")

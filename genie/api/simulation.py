@@ -105,14 +105,41 @@ def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     comm = {NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE}
     is_comm, get_type, get_d = comm.__contains__, attrgetter("type"), attrgetter("_d")
     cpu_op = itemgetter(DERIVED_INDEX["is_cpu_op"])
-    try:
+    ranks = list(wl.ranks)
+    if ranks and all(hasattr(c, "derived_table") for c in ranks):
+        # a workload of columns (genie.workload.columnar): per rank, each (type, derived
+        # tuple) pair of its communication rows asked once, of a Node holding just those
+        import numpy as np
+
+        from genie.workload.et_columns import NodeColumns
+        from genie.workload.model import Node
+
         host = 0
-        for rg in wl.ranks:
-            nodes = list(compress(rg.nodes, map(is_comm, map(get_type, rg.nodes))))
-            for n in compress(nodes, map(cpu_op, map(get_d, nodes))):
-                host += n.kind is NodeKind.HOST
-    except AttributeError:  # nodes of another make: each asked
-        host = sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes)
+        for cols in cast("list[NodeColumns]", ranks):
+            rows = cols.rows_of_type(*comm)
+            fb = cols.fallback  # rows decoded as Nodes: their columns are not filled
+            mine = rows[~np.isin(rows, list(fb))] if fb else rows
+            host += sum(fb[r].kind is NodeKind.HOST for r in rows.tolist() if r in fb)
+            if not len(mine):
+                continue
+            span = len(cols.derived_table) + 1
+            keys, counts = np.unique(
+                cols.type[mine].astype(np.int64) * span + cols.derived[mine], return_counts=True
+            )
+            for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
+                probe = Node.__new__(Node)
+                probe.type, d = divmod(key, span)
+                probe._d = cols.derived_table[d]
+                host += count if probe.kind is NodeKind.HOST else 0
+    else:
+        try:
+            host = 0
+            for rg in ranks:
+                nodes = list(compress(rg.nodes, map(is_comm, map(get_type, rg.nodes))))
+                for n in compress(nodes, map(cpu_op, map(get_d, nodes))):
+                    host += n.kind is NodeKind.HOST
+        except AttributeError:  # nodes of another make: each asked
+            host = sum(n.kind is NodeKind.HOST for rg in ranks for n in rg.nodes)
     return {
         "dropped": dict(wl.dropped),
         "host_work_nodes": host,
