@@ -367,3 +367,35 @@ def test_random_workloads_round_trip_through_files(tmp_path: Path, wl) -> None:
     save_workload(back, tmp_path / "h2" / "wl")
     for f in files:
         assert (tmp_path / "h2" / f.name).read_bytes() == f.read_bytes()
+
+
+def test_field_checks_once_per_shared_derived_tuple_but_never_for_peers(monkeypatch) -> None:
+    """Ranks whose nodes share derived tuples (as the readers and generators make them) have
+    each tuple's field checks run once; a send's check reads its rank, so it runs for each."""
+    from genie.workload import validate as V
+    from genie.workload.model import RankGraph
+
+    calls: list[int] = []
+    real = V._check_fields
+
+    def counted(rank, n, n_ranks):
+        calls.append(n.type)
+        real(rank, n, n_ranks)
+
+    monkeypatch.setattr(V, "_check_fields", counted)
+    base = [comp(0), coll(1, deps=[0]), p2p(2, True, 0, 1)]  # copies share the derived tuples
+    passed: V.Passed = {}
+    for r in range(4):
+        nodes = [n.copy() for n in base]
+        if r:
+            nodes[2] = p2p(2, True, r, (r + 1) % 4)
+        V.validate_rank(RankGraph(rank=r, nodes=nodes), 4, None, passed)
+    assert calls.count(COMP) == 1 and calls.count(COLL) == 1
+    assert calls.count(NodeType.COMM_SEND_NODE) == 4
+    # a send sharing rank 0's derived tuple but on rank 1, to itself, is still refused
+    with pytest.raises(ValidationError, match="peer 1 is not another rank"):
+        V.validate_rank(RankGraph(rank=1, nodes=[n.copy() for n in base]), 4, None, passed)
+    # a node whose tuple is another object is checked even where an equal one passed
+    bad = [comp(0), coll(1, ctype=99, deps=[0])]
+    with pytest.raises(ValidationError, match="unknown comm_type 99"):
+        V.validate_rank(RankGraph(rank=2, nodes=bad), 4, None, passed)

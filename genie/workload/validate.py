@@ -157,10 +157,25 @@ def _check_fields(rank: RankGraph, n: Node, n_ranks: int) -> None:
         _check_size(rank, n, "comm_size", n.comm_size)
 
 
-def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = None) -> list[str]:
+#: a workload's nodes whose ``_check_fields`` passed, by (type, id of the derived tuple): the
+#: tuple itself (kept, so its id is not reused); send and recv are not kept (their check reads
+#: the rank), and at most ``PASSED_MAX`` entries (readers share tuples between equal nodes)
+Passed = dict[tuple[int, int], tuple]
+PASSED_MAX = 65536
+_P2P_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
+
+
+def validate_rank(
+    rank: RankGraph,
+    n_ranks: int,
+    dropped: Counter[str] | None = None,
+    passed: Passed | None = None,
+) -> list[str]:
     """Check one rank's graph; raise ValidationError on the first error, return problems.
 
     Dependencies dropped (see the module docstring) are added to ``dropped`` when given.
+    ``passed``, shared by the ranks of one workload, skips the field checks of a node whose
+    type and derived fields (the very tuple) passed them already.
     """
     problems: list[str] = []
     ids = rank.by_id
@@ -187,7 +202,15 @@ def validate_rank(rank: RankGraph, n_ranks: int, dropped: Counter[str] | None = 
             raise ValidationError(
                 f"{_where(rank, n)}: absurd duration {n.duration_micros} us (> 10^12 us)"
             )
-        _check_fields(rank, n, n_ranks)
+        if passed is None or n.type in _P2P_TYPES:
+            _check_fields(rank, n, n_ranks)
+            continue
+        dv = n._d
+        key = (n.type, id(dv))
+        if passed.get(key) is not dv:
+            _check_fields(rank, n, n_ranks)
+            if len(passed) < PASSED_MAX:
+                passed[key] = dv
     cyc = find_cycle(rank)
     if cyc:
         names = " -> ".join(x.label() for x in cyc + cyc[:1])
@@ -262,10 +285,11 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
     """
     problems: list[str] = []
     dropped: Counter[str] = Counter()
+    passed: Passed = {}
     for k, rg in enumerate(wl.ranks):
         done = checked.get(k) if checked else None
         if done is None:
-            problems += validate_rank(rg, wl.n_ranks, dropped)
+            problems += validate_rank(rg, wl.n_ranks, dropped, passed)
         elif isinstance(done, ValidationError):
             raise done
         else:
