@@ -160,3 +160,39 @@ def test_distances_through_a_hosts_only_switch_equal_a_search_per_host() -> None
         for d in range(len(ls.hosts)):
             if s != d:
                 assert len(ls.route(s, d)) == (2 if s // 3 == d // 3 else 4)
+
+
+def test_next_hops_memos_give_the_search_routes() -> None:
+    """Routes and ECMP candidates with the routing memos (next hops per switch search, links
+    between two nodes, a node's one neighbour) equal those of a plain search per host, link
+    for link, on leaf-spines (parallel uplinks too) and a host used as transit."""
+    bw, lat = 12.5e9, 1e-6
+    custom = T.Topology(
+        ["h0", "h1", "h2", "h3"],
+        ["s0", "s1"],
+        [(a, b, bw, lat) for x, y in (("h0", "s0"), ("h1", "s0"), ("h2", "s0"), ("h2", "s1"),
+                                      ("h3", "h2"), ("s0", "s1"), ("s0", "s1"))
+         for a, b in ((x, y), (y, x))],
+    )  # fmt: skip
+    tops = [T.leaf_spine(4, 2, 3, bw, lat), T.leaf_spine(3, 3, 2, bw, lat, 2.0), custom]
+    for t in tops:
+        n = len(t.hosts)
+        for d in range(n):
+            want = _bfs_to(t, d)
+            for v in range(len(t._out)):
+                if want[v] > 0:
+                    plain = [
+                        lid
+                        for lid in t._out[v]
+                        if want[t._node_index[t.links[lid].dst]] == want[v] - 1
+                    ]
+                    assert t._next_hops(v, t._dist_to(d)) == plain, (t.kind, v, d)
+        for s in range(n):
+            for d in range(n):
+                if s == d:
+                    continue
+                route = t.route(s, d)
+                assert t.links[route[0]].src == t.hosts[s]
+                assert t.links[route[-1]].dst == t.hosts[d]
+                assert len(route) == _bfs_to(t, d)[s]
+    assert tops[0]._hop_cache and tops[0]._pair_links  # the memos were the ones asked

@@ -202,6 +202,11 @@ class Topology:
         self._dist_cache: dict[int, Sequence[int]] = {}
         self._route_cache: dict[tuple[int, int], tuple[int, ...]] = {}
         self._flow_cache: dict[tuple[int, int, int, int, int | None], tuple[tuple, float]] = {}
+        # routing memos (links never change): next hops towards a switch's distances, the one
+        # neighbour of a node, the links from a node to another
+        self._hop_cache: dict[tuple[int, int], list[int]] = {}
+        self._only_cache: dict[int, int | None] = {}
+        self._pair_links: dict[tuple[int, int], list[int]] | None = None
         self._observed: dict[tuple[int, int], list[tuple[int, ...]]] = {}
         self.paths: FlowPaths | None = None  # learned paths that override the policy
 
@@ -388,11 +393,37 @@ class Topology:
         return flows if ok else []
 
     def _next_hops(self, v: int, dist: Sequence[int]) -> list[int]:
+        """The links out of ``v`` one hop closer under ``dist``, in ``_out[v]``'s order.
+
+        Towards a host reached only through its neighbour (``_Through``): from the neighbour,
+        its links to the host; from elsewhere, the hops towards the neighbour, which are the
+        same (the host is next to no other node) and remembered per (node, neighbour's search).
+        """
+        if type(dist) is _Through:
+            base, dst = dist._base, dist._dst
+            if base[v] == 0:
+                return self._links_between(v, dst)
+            key = (v, id(base))  # base is kept alive by _dist_cache
+            hit = self._hop_cache.get(key)
+            if hit is None:
+                hit = self._hop_cache[key] = self._next_hops(v, base)
+            return hit
         return [
             lid
             for lid in self._out[v]
             if dist[self._node_index[self.links[lid].dst]] == dist[v] - 1
         ]
+
+    def _links_between(self, u: int, v: int) -> list[int]:
+        """The links from node ``u`` to node ``v``, in ``_out[u]``'s order."""
+        pairs = self._pair_links
+        if pairs is None:
+            pairs = {}
+            for lid, lk in enumerate(self.links):
+                key = (self._node_index[lk.src], self._node_index[lk.dst])
+                pairs.setdefault(key, []).append(lid)
+            self._pair_links = pairs
+        return pairs.get((u, v), [])
 
     def _hashed_path(self, s: int, d: int, flow: tuple[int, int, int]) -> tuple[int, ...]:
         dist = self._dist_to(d)
@@ -539,12 +570,16 @@ class Topology:
 
     def _only_neighbour(self, v: int) -> int | None:
         """The node ``v``'s every link goes to and comes from, if one (else None)."""
+        if v in self._only_cache:
+            return self._only_cache[v]
         outs, ins = self._out[v], self._in[v]
-        if not outs or not ins:
-            return None
-        nodes = {self._node_index[self.links[lid].dst] for lid in outs}
-        nodes |= {self._node_index[self.links[lid].src] for lid in ins}
-        return nodes.pop() if len(nodes) == 1 else None
+        one = None
+        if outs and ins:
+            nodes = {self._node_index[self.links[lid].dst] for lid in outs}
+            nodes |= {self._node_index[self.links[lid].src] for lid in ins}
+            one = nodes.pop() if len(nodes) == 1 else None
+        self._only_cache[v] = one
+        return one
 
     def _compute_route(self, s: int, d: int) -> tuple[int, ...]:
         dist = self._dist_to(d)
@@ -554,11 +589,7 @@ class Topology:
         v = s
         spread = (s * 2654435761 + d * 40503) & 0xFFFFFFFF
         while v != d:
-            cands = [
-                lid
-                for lid in self._out[v]
-                if dist[self._node_index[self.links[lid].dst]] == dist[v] - 1
-            ]
+            cands = self._next_hops(v, dist)
             lid = cands[spread % len(cands)] if len(cands) > 1 else cands[0]
             path.append(lid)
             v = self._node_index[self.links[lid].dst]
