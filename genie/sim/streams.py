@@ -79,17 +79,17 @@ def _ordered_all(cw: CompiledWorkload, k: int) -> list[CompiledRank]:
     inst = np.concatenate([cr.instance for cr in ranks])
     group = np.concatenate([cr.group for cr in ranks]).astype(np.int64)
     coll = np.flatnonzero((kind == Kind.COLLECTIVE) & (lane < 0) & (inst >= 0))
-    c_rank = np.searchsorted(offsets, coll, side="right") - 1
+    rank_of = np.repeat(np.arange(n_r, dtype=np.int64), counts)
+    c_rank = rank_of[coll]
     n_coll = np.bincount(c_rank, minlength=n_r)
     # deps as one CSR (rank after rank), to tell the ranks whose deps all point backwards
     dep_len = np.concatenate([np.diff(cr.dep_ptr) for cr in ranks])
     dep_idx = np.concatenate([cr.dep_idx for cr in ranks])
     owner = np.repeat(np.arange(len(kind), dtype=np.int64), dep_len)
-    local_owner = owner - offsets[np.searchsorted(offsets, owner, side="right") - 1]
-    forward = dep_idx >= local_owner
+    forward = dep_idx >= owner - offsets[rank_of[owner]]
     slow = np.zeros(n_r, bool)
     if forward.any():
-        slow[np.unique(np.searchsorted(offsets, owner[forward], side="right") - 1)] = True
+        slow[rank_of[owner[forward]]] = True
     out = list(ranks)
     cache: dict[bytes, tuple[np.ndarray, np.ndarray] | None] = {}
     for r in np.flatnonzero(slow & (n_coll > k)).tolist():
