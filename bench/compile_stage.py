@@ -12,9 +12,11 @@ columns (``genie.workload.columnar.load_columns``) and compiles from them
     .venv/bin/python bench/compile_stage.py /tmp/genie-w/l4096 --reference
     .venv/bin/python bench/compile_stage.py /tmp/genie-w/l4096 --columns
 
-Figures (issue 33; llm, 4,096 ranks, 593,920 nodes; 2-core shared box, load average 4-6, CPU
-time, best of 3): the code before this bench 2.12 s (compile 1.91 s, order 0.21 s); batch
-compile 0.78 s (compile 0.69 s, order 0.09 s); from columns, compile 0.54-0.58 s.
+Figures (issue 33; llm, 2-core shared box, load average 1-6, CPU time): 4,096 ranks (593,920
+nodes), best of 3 in each of three interleaved rounds: the code before the batch compile
+(463da1b^) 1.99 s (compile 1.78 s, order 0.21 s), now 0.76 s (compile 0.69 s, order 0.07 s);
+from columns, compile 0.54-0.58 s. 16,384 ranks (2,375,680 nodes), once each: 9.14 s -> 4.49 s
+(compile 8.33 -> 4.05 s, order 0.81 -> 0.44 s).
 """
 
 from __future__ import annotations
