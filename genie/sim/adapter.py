@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from genie.errors import ValidationError
-from genie.sim.compiled import CompiledWorkload, Kind, finish, make_rank
+from genie.sim.compiled import NO_DEPS, CompiledWorkload, Kind, finish, make_rank, positional_deps
 from genie.sim.lanes import CPU as CPU_LANE
 from genie.sim.lanes import lane_key
 from genie.sim.uneven import SPLIT_ATTR
@@ -39,7 +39,6 @@ from genie.workload.stream_rules import MODES as EDGE_MODES
 from genie.workload.stream_rules import stream_edges
 
 A2A = int(CollectiveType.ALL_TO_ALL)
-_NO_DEPS: list[int] = []  # shared by the nodes without deps (read, never changed)
 
 _KIND = {
     "compute": Kind.COMPUTE,
@@ -187,17 +186,9 @@ def compile_reference(
         names = [nd.name or "" for nd in nodes]
         deps: list[list[int]]
         if identity:  # out-of-range and self deps are dropped by make_rank
-            deps = [nd.data_deps or _NO_DEPS for nd in nodes]
+            deps = [nd.data_deps or NO_DEPS for nd in nodes]
         else:
-            index: dict[int, int] = {}
-            for i, node_id in enumerate(ids):
-                index.setdefault(node_id, i)
-            deps = [
-                [index[d] for d in nd.data_deps if d in index and index[d] != i]
-                if nd.data_deps
-                else _NO_DEPS
-                for i, nd in enumerate(nodes)
-            ]
+            deps = positional_deps(nodes, ids)
         if edges == "inferred" and isinstance(rg, RankGraph):
             _add_stream_edges(deps, stream_edges(rg).edges)
         cr = make_rank(

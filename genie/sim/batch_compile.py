@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from genie.errors import ValidationError
-from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind
+from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind, positional_deps
 from genie.sim.uneven import SPLIT_ATTR
 from genie.workload.model import RankGraph
 from genie.workload.stream_rules import stream_edges
@@ -177,19 +177,8 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         rng = ranges.get(n)
         if rng is None:
             rng = ranges[n] = list(range(n))
-        deps: list[Any]
-        if ids == rng:  # out-of-range and self deps are dropped below, as make_rank does
-            deps = list(map(_DEPS, nodes))
-        else:
-            index: dict[int, int] = {}
-            for i, node_id in enumerate(ids):
-                index.setdefault(node_id, i)
-            deps = [
-                [index[d] for d in nd.data_deps if d in index and index[d] != i]
-                if nd.data_deps
-                else []
-                for i, nd in enumerate(nodes)
-            ]
+        # out-of-range and self deps of a rank whose ids are its positions are dropped below
+        deps: list[Any] = list(map(_DEPS, nodes)) if ids == rng else positional_deps(nodes, ids)
         if infer and isinstance(rg, RankGraph):
             has_cpu = bool(probes.cpu) and not probes.cpu.isdisjoint(got)
             extra = stream_edges(rg, has_cpu_ops=has_cpu).edges

@@ -709,3 +709,22 @@ class GraphBuilder:
                 )
             )
         return finish(ranks, self.group_names, self.group_ranks, self.name)
+
+
+#: the deps of a node without any (shared: read, never changed)
+NO_DEPS: list[int] = []
+
+
+def positional_deps(nodes: Sequence[Any], ids: Sequence[int]) -> list[list[int]]:
+    """Each node's data deps as positions in ``nodes`` (``ids``: the nodes' ids, the first
+    node of an id standing for it); deps to ids not in ``nodes`` and to the node itself are
+    dropped, as ``make_rank`` drops them."""
+    index: dict[int, int] = {}
+    for i, node_id in enumerate(ids):
+        index.setdefault(node_id, i)
+    return [
+        [index[d] for d in nd.data_deps if d in index and index[d] != i]
+        if nd.data_deps
+        else NO_DEPS
+        for i, nd in enumerate(nodes)
+    ]
