@@ -399,3 +399,14 @@ def test_field_checks_once_per_shared_derived_tuple_but_never_for_peers(monkeypa
     bad = [comp(0), coll(1, ctype=99, deps=[0])]
     with pytest.raises(ValidationError, match="unknown comm_type 99"):
         V.validate_rank(RankGraph(rank=2, nodes=bad), 4, None, passed)
+
+
+def test_a_rank_outside_a_group_running_its_collectives_is_a_problem(tmp_path: Path) -> None:
+    """A rank that runs a group's collectives without being a member is named (the members
+    are a tuple; the check takes them as a set)."""
+    prefix = write_set(tmp_path, {r: [coll(0, pg="g")] for r in range(3)})
+    (tmp_path / "w.comm_group.json").write_text(json.dumps({"g": [0, 1]}))
+    wl = load_workload(prefix)
+    assert [p for p in wl.problems if "not a member" in p] == [
+        "rank 2 runs collectives in group 'g' but is not a member"
+    ]

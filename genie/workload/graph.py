@@ -252,8 +252,9 @@ def compare_collective_sequences(
         if members is None:
             problems.append(f"process group {g!r} is used but its members are unknown")
             continue
+        outside = per_rank.keys() - set(members)  # (a group's members are a tuple: a scan)
         for r in per_rank:
-            if r not in members:
+            if r in outside:
                 problems.append(f"rank {r} runs collectives in group {g!r} but is not a member")
         ref_rank = members[0]
         ref = per_rank.get(ref_rank, [])
