@@ -264,6 +264,22 @@ def test_matching_send_recv_loads(tmp_path: Path) -> None:
     assert wl.ranks[0].nodes[0].peer == 1 and wl.ranks[1].nodes[0].peer == 0
 
 
+def test_sends_and_recvs_match_in_topological_not_file_order(tmp_path: Path) -> None:
+    """Rank 0's file lists its 16 B send first, but it waits (a forward data_dep) on the 8 B
+    one: in topological order the 8 B send comes first and meets rank 1's first recv."""
+    late = p2p(0, True, 0, 1, size=16)
+    late.data_deps = [1]
+    first = p2p(1, True, 0, 1, size=8)
+    recvs = [p2p(0, False, 0, 1, size=8), p2p(1, False, 0, 1, size=16)]
+    recvs[1].data_deps = [0]
+    wl = load_workload(write_set(tmp_path, {0: [late, first], 1: recvs}))
+    assert [n.comm_size for n in wl.ranks[0].nodes] == [16, 8]
+    in_file_order = [p2p(0, False, 0, 1, size=16), p2p(1, False, 0, 1, size=8)]
+    swapped = write_set(tmp_path, {0: [late, first], 1: in_file_order}, "s")
+    with pytest.raises(ValidationError, match="sends 8 B to rank 1 tag 0 but the matching"):
+        load_workload(swapped)
+
+
 def test_missing_rank_files_are_named(tmp_path: Path) -> None:
     msg = load_error(tmp_path, {0: [comp(0)], 2: [comp(0)], 4: [comp(0)]}, WorkloadError)
     assert "missing for ranks [1, 3]" in msg

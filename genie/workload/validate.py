@@ -27,7 +27,7 @@ from genie.workload.graph import (
     _positions,
     check_collective_sequences,
     find_cycle,
-    topological_order,
+    topological_indices,
 )
 from genie.workload.model import CollectiveType, Node, NodeType, RankGraph, Workload
 
@@ -163,6 +163,7 @@ def _check_fields(rank: RankGraph, n: Node, n_ranks: int) -> None:
 Passed = dict[tuple[int, int], tuple]
 PASSED_MAX = 65536
 _P2P_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
+_P2P_SET = frozenset(map(int, _P2P_TYPES))  # (hashed: a tuple of enums compares one by one)
 
 
 def validate_rank(
@@ -231,12 +232,21 @@ _TYPE = operator.attrgetter("type")
 
 def check_point_to_point(wl: Workload) -> None:
     """Every send must meet a recv on the peer (same src, dst, tag, in order, same size)."""
-    p2p = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
-    match_point_to_point(
-        (rg.rank, [n for n in topological_order(rg) if n.type in p2p])
-        for rg in wl.ranks
-        if set(p2p) & set(map(_TYPE, rg.nodes))
-    )
+    match_point_to_point((rg.rank, _p2p_in_order(rg)) for rg in wl.ranks)
+
+
+def _p2p_in_order(rg: RankGraph) -> list[Node]:
+    """The rank's send and recv nodes in topological order (one scan of the types; the order
+    asked for only where there are some)."""
+    nodes = rg.nodes
+    where = [i for i, t in enumerate(map(_TYPE, nodes)) if t in _P2P_SET]
+    if not where:
+        return []
+    topo = topological_indices(rg)
+    if topo != list(range(len(nodes))):  # file order is not the order: sort by position in it
+        at = {i: k for k, i in enumerate(topo)}
+        where.sort(key=at.__getitem__)
+    return [nodes[i] for i in where]
 
 
 def match_point_to_point(per_rank: Iterable[tuple[int, list[Node]]]) -> None:
