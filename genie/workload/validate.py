@@ -162,8 +162,8 @@ def _check_fields(rank: RankGraph, n: Node, n_ranks: int) -> None:
 #: the rank), and at most ``PASSED_MAX`` entries (readers share tuples between equal nodes)
 Passed = dict[tuple[int, int], tuple]
 PASSED_MAX = 65536
-_P2P_TYPES = (NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE)
-_P2P_SET = frozenset(map(int, _P2P_TYPES))  # (hashed: a tuple of enums compares one by one)
+#: send and recv node types, hashed (a tuple of enums compares one by one)
+_P2P_TYPES = frozenset((int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)))
 
 
 def validate_rank(
@@ -239,7 +239,7 @@ def _p2p_in_order(rg: RankGraph) -> list[Node]:
     """The rank's send and recv nodes in topological order (one scan of the types; the order
     asked for only where there are some)."""
     nodes = rg.nodes
-    where = [i for i, t in enumerate(map(_TYPE, nodes)) if t in _P2P_SET]
+    where = [i for i, t in enumerate(map(_TYPE, nodes)) if t in _P2P_TYPES]
     if not where:
         return []
     topo = topological_indices(rg)
