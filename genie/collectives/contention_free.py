@@ -42,6 +42,7 @@ in step order, as flowsim's ``on_send`` adds them, so they are bit-exact too.
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -53,7 +54,6 @@ from genie.collectives.nccl_wire import channel_fn, wire_fn
 from genie.collectives.program import Op, Program, Step
 from genie.collectives.registry import ROTATION_SYMMETRIC
 from genie.collectives.topology import Topology
-from genie.workload.graph import index_order
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +149,24 @@ class _Quotient:
             for j in (self.match[i], self.prev[i]):
                 if j >= 0:
                     preds[i].append(j)
-        order = index_order(preds)  # ties broken by step index
-        self.order = order if order is not None else []
-        if order is None:
+        kids: list[list[int]] = [[] for _ in range(size)]
+        pending = [0] * size
+        for i, ps in enumerate(preds):
+            pending[i] = len(ps)
+            for j in ps:
+                kids[j].append(i)
+        heap = [i for i in range(size) if pending[i] == 0]
+        heapq.heapify(heap)
+        order: list[int] = []
+        while heap:
+            i = heapq.heappop(heap)
+            order.append(i)
+            for k in kids[i]:
+                pending[k] -= 1
+                if pending[k] == 0:
+                    heapq.heappush(heap, k)
+        self.order = order
+        if len(order) != size:
             self.ok = False  # O5 fails: a cycle among step indices
         # how many later evaluations read each step's finish (deps, the next SEND on the
         # connection): a vector is dropped after its last reader
