@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from genie.errors import TraceFormatError
-from genie.workload import et_codec, et_fast
+from genie.workload import et_codec, et_fast, et_memo
 from genie.workload.et_codec import _decode_columns, encode_trace, uvarint
 from genie.workload.model import Attr, IOInfo, Metadata, Node, NodeType
 from tests.test_et_codec import nodes
@@ -120,6 +120,8 @@ def test_ranks_sharing_frames_read_as_alone_and_share_the_decode() -> None:
     # compute frames repeat on every rank, collectives within a tp pair: most frames hit
     assert node_memo.hits > node_memo.misses > 0
     assert node_memo.frames_on
+    # a collective of another tp group: the same fields before its attrs, read from its head
+    assert node_memo.head_hits >= 20 * 3 and node_memo.heads_on
     # metadata: each rank's frame differs, the dp group's attr is one object for all ranks
     metas = [_decode_columns(f, "<t>", "", memo)[0] for f in files]
     assert len({id(m.attrs[2]) for m in metas}) == 1
@@ -169,6 +171,54 @@ def test_frames_differing_in_one_byte_or_corrupt_read_as_alone() -> None:
     _assert_reads_alone([*reversed(variants), good, *variants], memo)
 
 
+def _heads_only() -> dict:
+    """A read memo whose node memo finds frames by their heads only (no whole frames)."""
+    node_memo = et_memo.DecodeMemo()
+    node_memo.frames_on = False
+    return {et_codec._NODE_MEMO: node_memo}
+
+
+def test_frames_read_from_their_heads_read_as_alone() -> None:
+    files = [encode_trace(*_rank(r)) for r in range(6)]
+    memo = _heads_only()
+    _assert_reads_alone(files, memo)
+    node_memo = memo[et_codec._NODE_MEMO]
+    assert node_memo.head_hits == 5 * 41 and node_memo.hits == 0  # every frame of ranks 1..5
+    good = files[0]
+    variants = _one_byte_variants(good)
+    # a head seen before, then attrs (or other fields) that differ, are corrupt or odd
+    _assert_reads_alone([good, *variants, good], _heads_only())
+    _assert_reads_alone([*reversed(variants), good, *variants], _heads_only())
+
+
+def test_a_head_followed_by_more_fields_is_not_taken_for_the_whole_head() -> None:
+    # rank 0's node ends after its name; rank 1's goes on with a type and attrs, rank 2's with
+    # attrs alone; then one with a field that is out of order (protobuf reads it)
+    a = Node(3, "n", NodeType.INVALID_NODE)
+    b = Node(3, "n", NodeType.COMP_NODE, attrs=[Attr("num_ops", "int64_val", 5)])
+    c = Node(3, "n", attrs=[Attr("comm_size", "int64_val", 9)])
+    files = [encode_trace(Metadata(), [x]) for x in (a, b, c, a, c)]
+    odd = et_codec.encode_node(c) + b"\x18\x04"  # the type after the attrs: not canonical
+    files.append(encode_trace(Metadata(), []) + uvarint(len(odd)) + odd)
+    for memo in ({}, _heads_only()):
+        _assert_reads_alone(files, memo)
+    got = [_read(f, None)[2][0] for f in files[:3]]
+    assert len(set(got)) == 3
+
+
+def test_heads_are_bounded() -> None:
+    node_memo = et_memo.DecodeMemo(max_frames=30)
+    node_memo.frames_on = False
+    memo = {et_codec._NODE_MEMO: node_memo}
+    for r in range(40):  # every rank's node 1 has another name: a row of many heads
+        ns = [Node(1, f"r{r}", NodeType.COMP_NODE), Node(2, "x", NodeType.COMP_NODE)]
+        data = encode_trace(Metadata(), ns)
+        assert _read(data, memo) == _read(data, None)
+        assert len(node_memo.heads[0]) <= et_memo.HEADS_PER_ROW
+        assert node_memo.head_count == sum(map(len, node_memo.heads)) <= 30
+    assert node_memo.head_hits == 39  # node 2 of every rank after the first
+
+
 def test_non_canonical_frames_are_reported_on_every_rank() -> None:
     body = et_codec.encode_node(Node(5, "n", NodeType.COMP_NODE)) + b"\x78\x01"  # field 15
     data = encode_trace(Metadata(), [Node(1, "a", NodeType.COMP_NODE)]) + uvarint(len(body))
@@ -193,7 +243,7 @@ def test_any_nodes_and_corruptions_read_as_alone(ns, flips, which) -> None:
     for at, byte in flips:
         bad[at % len(bad)] = byte
     files = [good, bytes(bad), good, bytes(bad)]
-    _assert_reads_alone(files[which % 2 :], {})
+    _assert_reads_alone(files[which % 2 :], {} if which < 2 else _heads_only())
 
 
 def test_metadata_attrs_read_as_alone() -> None:
@@ -238,7 +288,7 @@ def test_frame_memo_is_bounded() -> None:
 
 
 def test_frame_memo_lets_go_when_frames_do_not_repeat(monkeypatch) -> None:
-    monkeypatch.setattr(et_fast, "_FRAME_PROBE", 500)
+    monkeypatch.setattr(et_memo, "_FRAME_PROBE", 500)
     memo: dict = {}
     for r in range(6):  # every frame new (ids per rank)
         ns = [Node(r * 1000 + i, "n", NodeType.COMP_NODE) for i in range(1, 200)]
@@ -247,6 +297,9 @@ def test_frame_memo_lets_go_when_frames_do_not_repeat(monkeypatch) -> None:
     node_memo = memo[et_codec._NODE_MEMO]
     assert not node_memo.frames_on and not node_memo.frames and node_memo.frame_bytes == 0
     assert node_memo.misses <= 600  # no lookups once it gave up
+    # the heads (the fields before the attrs) differ too: given up as well
+    assert not node_memo.heads_on and not node_memo.heads and node_memo.head_count == 0
+    assert node_memo.head_misses <= 600
 
 
 def test_metadata_attr_memo_is_bounded() -> None:

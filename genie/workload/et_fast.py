@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from genie.errors import TraceFormatError
 from genie.workload import et_schema
+from genie.workload.et_memo import DecodeMemo
 from genie.workload.model import DERIVED_INDEX, NO_DERIVED, Attr, IOInfo, Node
 
 _SLOT_OF_ATTR = DERIVED_INDEX
@@ -561,66 +562,6 @@ def decode_io(raw: bytes) -> IOInfo:
     return IOInfo(vals[0], vals[1], vals[2])
 
 
-#: a frame memo stops memoising frames (and lets go of them) after this many misses while
-#: fewer than one lookup in ``_FRAME_HIT_SHARE`` hits: a trace whose frames do not repeat (a
-#: per-node id) pays for a bounded number of lookups only
-_FRAME_PROBE = 1 << 15
-_FRAME_HIT_SHARE = 8
-
-
-class DecodeMemo:
-    """What the node decodes of one workload's files share: the attr memos, node names, and
-    decoded node frames by their exact bytes.
-
-    The ranks of a generated workload repeat most node frames byte for byte (same id, name,
-    deps and attrs; only collectives' process groups and point-to-point peers differ), so a
-    frame seen before costs a dict lookup and a fresh Node instead of a decode. Only frames
-    decoded on the canonical fast path are kept (never one that protobuf read or rejected),
-    and a hit gives the very field values that decoding gave, in fresh lists. Bounded: at most
-    ``max_frames`` frames and ``max_bytes`` bytes of frame keys (then it starts over), and
-    none once frames stop repeating (see ``_FRAME_PROBE``).
-    """
-
-    def __init__(self, max_frames: int = 1 << 17, max_bytes: int = 24 << 20) -> None:
-        self.cache = AttrCache()
-        self.tails: dict[bytes, tuple] = {}  # whole attr section bytes -> (derived, bytes)
-        self.rests: dict[bytes, tuple] = {}  # attr section after its first attr -> pairs
-        self.names: dict[bytes, str] = {}
-        #: frame body -> (id, name, type, ctrl_deps, data_deps, start, duration, inputs,
-        #: outputs, attr section bytes or None, derived), the lists as tuples
-        self.frames: dict[bytes, tuple] = {}
-        self.max_frames = max_frames
-        self.max_bytes = max_bytes
-        self.frame_bytes = 0  # bytes of the keys of ``frames``
-        self.frames_on = max_frames > 0
-        self.hits = 0
-        self.misses = 0
-        self.nodes = 0  # nodes decoded with this memo (for its attr-section memo's policy)
-        self.tail_misses = 0
-
-    def keep(self, key: bytes, fields: tuple) -> None:
-        """Memoise one frame decoded on the fast path, within the bounds (full: start over)."""
-        if len(self.frames) >= self.max_frames or self.frame_bytes + len(key) > self.max_bytes:
-            self.frames.clear()
-            self.frame_bytes = 0
-            if len(key) > self.max_bytes:
-                return
-        self.frames[key] = fields
-        self.frame_bytes += len(key)
-
-    def settle(self, hits: int, misses: int, nodes: int, tail_misses: int) -> None:
-        """Count one decode's lookups; stop memoising frames once they do not repeat enough
-        to pay for the lookups (see ``_FRAME_PROBE``)."""
-        self.hits += hits
-        self.misses += misses
-        self.nodes += nodes
-        self.tail_misses = tail_misses
-        if self.misses > _FRAME_PROBE and self.hits * _FRAME_HIT_SHARE < self.misses:
-            self.frames_on = False
-            self.frames.clear()
-            self.frame_bytes = 0
-
-
 def decode_nodes(
     data: bytes,
     pos: int,
@@ -648,15 +589,19 @@ def decode_nodes(
     names = memo.names
     frames = memo.frames if memo.frames_on else None
     keep = memo.keep
-    hits = misses = 0
+    heads = memo.heads if memo.heads_on else None
+    keep_head = memo.keep_head
+    hits = misses = head_hits = head_misses = 0
+    fkey = b""
     size = len(data) if stop is None else stop
     odd = 0
     zero = 0
     tail_misses = memo.tail_misses
     seen = memo.nodes
-    fkey = b""
+    row = -1  # the frame's place among this call's frames (the key of ``heads``)
     while pos < size:
         frame = pos
+        row += 1
         b = data[pos]
         if b < 0x80:
             pos += 1
@@ -707,135 +652,158 @@ def decode_nodes(
                     attrs_b,
                     n._d,
                 ) = hit
-                n.raw_ctrl_deps = n.ctrl_deps = list(ctrl_t)
-                n.data_deps = list(deps_t)
+                n.raw_ctrl_deps = n.ctrl_deps = list(ctrl_t) if ctrl_t else []
+                n.data_deps = list(deps_t) if deps_t else []
                 n._attrs = [] if attrs_b is None else attrs_b
                 pos = end
                 append(n)
                 continue
             misses += 1
+        h = None
+        if heads is not None and row < len(heads):
+            # the fields before the attrs as at this place in an earlier file: the same bytes,
+            # followed here by the attrs or the frame's end, decode the same way
+            got = heads[row]
+            for j, c in enumerate(got):
+                q = pos + c[1]
+                if q <= end and data.startswith(c[0], pos) and (q == end or data[q] == 0x52):
+                    h = c
+                    if j:
+                        del got[j]
+                        got.insert(0, c)
+                    break
         try:
-            nid = 0
-            name = ""
-            typ = 0
-            ctrl: list[int] = []
-            deps: list[int] = []
-            st = dur = 0
-            tail = None
-            t = data[pos] if pos < end else 0
-            # Canonical order: each field at most once, ascending, attrs (10) last.
-            if t == 0x08:
-                b = data[pos + 1]
-                if b < 0x80:
-                    nid = b
-                    pos += 2
-                else:
-                    b1 = data[pos + 2]
-                    b2 = data[pos + 3]
-                    if b1 >= 0x80 and 0 < b2 < 0x80:
-                        nid = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
-                        pos += 4
-                    else:
-                        nid, pos = _varint(data, pos + 1)
-                        if data[pos - 1] == 0:
-                            raise _Fallback
-                if not nid:
-                    raise _Fallback
+            if h is not None:
+                head_hits += 1
+                (_hb, hlen, nid, name, typ, ctrl_t, deps_t, st, dur, ins, outs) = h
+                ctrl = list(ctrl_t) if ctrl_t else []
+                deps = list(deps_t) if deps_t else []
+                pos += hlen
+            else:
+                body = pos
+                nid = 0
+                name = ""
+                typ = 0
+                ctrl = []
+                deps = []
+                st = dur = 0
                 t = data[pos] if pos < end else 0
-            if t == 0x12:
-                b = data[pos + 1]
-                if b < 0x80:
-                    pos += 2
-                    slen = b
-                else:
-                    slen, pos = _varint(data, pos + 1)
-                stop = pos + slen
-                if stop > end or not slen:
-                    raise _Fallback
-                key = data[pos:stop]
-                known = names.get(key)  # one str per distinct name (they repeat a lot)
-                if known is None:
-                    known = key.decode("utf-8")
-                    if len(names) < 1_000_000:
-                        names[key] = known
-                name = known
-                pos = stop
-                t = data[pos] if pos < end else 0
-            if t == 0x18:
-                typ = data[pos + 1]
-                pos += 2
-                if not typ or typ >= 0x80:
-                    raise _Fallback
-                t = data[pos] if pos < end else 0
-            if t == 0x22:
-                pos = _packed(data, pos + 1, end, ctrl)
-                t = data[pos] if pos < end else 0
-            if t == 0x2A:
-                plen, pos = _varint(data, pos + 1)
-                stop = pos + plen
-                if stop > end or not plen:
-                    raise _Fallback
-                while pos < stop:  # varints unrolled up to 3 bytes (ids < 2^21)
-                    b = data[pos]
+                # Canonical order: each field at most once, ascending, attrs (10) last.
+                if t == 0x08:
+                    b = data[pos + 1]
                     if b < 0x80:
-                        deps.append(b)
-                        pos += 1
-                        continue
-                    b1 = data[pos + 1]
-                    if b1 < 0x80:
-                        if not b1:
-                            raise _Fallback
-                        deps.append((b & 0x7F) | (b1 << 7))
+                        nid = b
                         pos += 2
-                        continue
-                    b2 = data[pos + 2]
-                    if b2 < 0x80:
-                        if not b2:
-                            raise _Fallback
-                        deps.append((b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14))
-                        pos += 3
-                        continue
-                    v, pos = _varint(data, pos)
-                    if not data[pos - 1] or v >= _U64:
-                        raise _Fallback
-                    deps.append(v)
-                if pos != stop:
-                    raise _Fallback
-                t = data[pos] if pos < end else 0
-            if t == 0x30:
-                st, pos = _varint(data, pos + 1)
-                if not st or (data[pos - 1] == 0 and st > 0x7F):
-                    raise _Fallback
-                t = data[pos] if pos < end else 0
-            if t == 0x38:
-                b = data[pos + 1]
-                if b < 0x80:
-                    dur = b
-                    pos += 2
-                else:
-                    b1 = data[pos + 2]
-                    if 0 < b1 < 0x80:
-                        dur = (b & 0x7F) | (b1 << 7)
-                        pos += 3
                     else:
-                        dur, pos = _varint(data, pos + 1)
-                        if data[pos - 1] == 0:
+                        b1 = data[pos + 2]
+                        b2 = data[pos + 3]
+                        if b1 >= 0x80 and 0 < b2 < 0x80:
+                            nid = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+                            pos += 4
+                        else:
+                            nid, pos = _varint(data, pos + 1)
+                            if data[pos - 1] == 0:
+                                raise _Fallback
+                    if not nid:
+                        raise _Fallback
+                    t = data[pos] if pos < end else 0
+                if t == 0x12:
+                    b = data[pos + 1]
+                    if b < 0x80:
+                        pos += 2
+                        slen = b
+                    else:
+                        slen, pos = _varint(data, pos + 1)
+                    stop = pos + slen
+                    if stop > end or not slen:
+                        raise _Fallback
+                    key = data[pos:stop]
+                    known = names.get(key)  # one str per distinct name (they repeat a lot)
+                    if known is None:
+                        known = key.decode("utf-8")
+                        if len(names) < 1_000_000:
+                            names[key] = known
+                    name = known
+                    pos = stop
+                    t = data[pos] if pos < end else 0
+                if t == 0x18:
+                    typ = data[pos + 1]
+                    pos += 2
+                    if not typ or typ >= 0x80:
+                        raise _Fallback
+                    t = data[pos] if pos < end else 0
+                if t == 0x22:
+                    pos = _packed(data, pos + 1, end, ctrl)
+                    t = data[pos] if pos < end else 0
+                if t == 0x2A:
+                    plen, pos = _varint(data, pos + 1)
+                    stop = pos + plen
+                    if stop > end or not plen:
+                        raise _Fallback
+                    while pos < stop:  # varints unrolled up to 3 bytes (ids < 2^21)
+                        b = data[pos]
+                        if b < 0x80:
+                            deps.append(b)
+                            pos += 1
+                            continue
+                        b1 = data[pos + 1]
+                        if b1 < 0x80:
+                            if not b1:
+                                raise _Fallback
+                            deps.append((b & 0x7F) | (b1 << 7))
+                            pos += 2
+                            continue
+                        b2 = data[pos + 2]
+                        if b2 < 0x80:
+                            if not b2:
+                                raise _Fallback
+                            deps.append((b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14))
+                            pos += 3
+                            continue
+                        v, pos = _varint(data, pos)
+                        if not data[pos - 1] or v >= _U64:
                             raise _Fallback
-                if not dur:
-                    raise _Fallback
-                t = data[pos] if pos < end else 0
-            ins = outs = None
-            if t == 0x42:
-                ins, pos = _check_io(data, pos + 1, end)
-                t = data[pos] if pos < end else 0
-            if t == 0x4A:
-                outs, pos = _check_io(data, pos + 1, end)
-                t = data[pos] if pos < end else 0
-            if pos > end:
-                raise _Fallback  # a field ran past the frame: let protobuf judge it
-            if pos < end:
-                if t != 0x52:
+                        deps.append(v)
+                    if pos != stop:
+                        raise _Fallback
+                    t = data[pos] if pos < end else 0
+                if t == 0x30:
+                    st, pos = _varint(data, pos + 1)
+                    if not st or (data[pos - 1] == 0 and st > 0x7F):
+                        raise _Fallback
+                    t = data[pos] if pos < end else 0
+                if t == 0x38:
+                    b = data[pos + 1]
+                    if b < 0x80:
+                        dur = b
+                        pos += 2
+                    else:
+                        b1 = data[pos + 2]
+                        if 0 < b1 < 0x80:
+                            dur = (b & 0x7F) | (b1 << 7)
+                            pos += 3
+                        else:
+                            dur, pos = _varint(data, pos + 1)
+                            if data[pos - 1] == 0:
+                                raise _Fallback
+                    if not dur:
+                        raise _Fallback
+                    t = data[pos] if pos < end else 0
+                ins = outs = None
+                if t == 0x42:
+                    ins, pos = _check_io(data, pos + 1, end)
+                    t = data[pos] if pos < end else 0
+                if t == 0x4A:
+                    outs, pos = _check_io(data, pos + 1, end)
+                    t = data[pos] if pos < end else 0
+                if pos > end:
+                    raise _Fallback  # a field ran past the frame: let protobuf judge it
+                if pos < end and t != 0x52:
                     raise _Fallback  # unpacked deps, unknown or out-of-order fields
+                if nid >= _U64 or st >= _U64 or dur >= _U64:
+                    raise _Fallback
+            plain = True
+            if pos < end:
                 key = data[pos:end]
                 tail = tails.get(key)
                 if tail is None:
@@ -852,9 +820,6 @@ def decode_nodes(
             else:
                 attrs = []
                 derived = _NO_DERIVED
-            if nid >= _U64 or st >= _U64 or dur >= _U64:
-                raise _Fallback
-            pos = end
             n = new(Node)
             n.id = nid
             n.name = name
@@ -867,10 +832,13 @@ def decode_nodes(
             n._outputs = outs
             n._attrs = attrs
             n._d = derived
-            if frames is not None:
-                keep(
-                    fkey,
+            if h is None and heads is not None:
+                head_misses += 1
+                keep_head(
+                    row,
                     (
+                        data[body:pos],
+                        pos - body,
                         nid,
                         name,
                         typ,
@@ -880,10 +848,27 @@ def decode_nodes(
                         dur,
                         ins,
                         outs,
+                    ),
+                )
+                heads = memo.heads  # keep_head may have started over
+            if frames is not None:
+                keep(
+                    fkey,
+                    (
+                        nid,
+                        name,
+                        typ,
+                        tuple(ctrl) if h is None else ctrl_t,
+                        tuple(deps) if h is None else deps_t,
+                        st,
+                        dur,
+                        ins,
+                        outs,
                         attrs if type(attrs) is bytes else None,
                         derived,
                     ),
                 )
+            pos = end
         except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
             pos = end
             start = end - ln
@@ -899,5 +884,5 @@ def decode_nodes(
             if encode_node(n) != data[start:end]:
                 odd += 1
         append(n)
-    memo.settle(hits, misses, len(out), tail_misses)
+    memo.settle(hits, misses, len(out), tail_misses, head_hits, head_misses)
     return out, odd, zero
