@@ -6,8 +6,11 @@ user reads: not ASTRA-sim's backend nor its files' reader (loaded where ``--mode
 ``--astra-network`` asks), not the measured backend, the testbed package (``--testbed``,
 ``--headers``), the live path, plotting or ZeroMQ, not ``pkgutil`` (the full command tree's
 scan) and not OpenSSL (hashlib's ``_hashlib``; the compiled form's signature takes blake2b from
-``_blake2``), while the run itself still works and what those options ask for still loads and
-runs. ``bench/sim_startup.py`` prints the CPU figures.
+``_blake2``), not the run store (``genie.store``, ``sqlite3``: ``genie.api.specs`` keeps its
+default path), not ``genie.api.astra`` (read where ASTRA-sim's model, files or ``--comm-group``
+are given), not the Chakra JSON reader (``.et`` files need neither it nor the feeder form's) and,
+for ``--json``, not ``rich``; while the run itself still works and what those options ask for
+still loads and runs. ``bench/sim_startup.py`` prints the CPU figures.
 """
 
 from __future__ import annotations
@@ -45,7 +48,14 @@ UNUSED = (
     "zmq",
     "pkgutil",
     "_hashlib",
+    "genie.store",
+    "sqlite3",
+    "genie.api.astra",
+    "genie.workload.chakra_json_reader",
+    "genie.workload.feeder_json",
 )
+# and, where only the JSON document is printed, no table library either
+UNUSED_BY_JSON = ("rich",)
 
 
 def _workload(tmp_path: Path) -> Path:
@@ -57,7 +67,7 @@ def _workload(tmp_path: Path) -> Path:
 def _probe(*argv: str, json_out: bool = True) -> dict:
     """Run ``genie -q simulate ARGV`` in a fresh interpreter: its exit code, its output (and,
     with ``json_out``, the first report's iteration time) and the ``UNUSED`` modules it loaded."""
-    code = f"MODULES = {UNUSED!r}\n" + PROBE
+    code = f"MODULES = {(*UNUSED, *UNUSED_BY_JSON)!r}\n" + PROBE
     more = ["--json"] if json_out else []
     r = subprocess.run(
         [sys.executable, "-c", code, "-q", "simulate", *argv, *more],
@@ -80,7 +90,38 @@ def test_genies_model_imports_neither_astra_sims_backend_nor_openssl(tmp_path: P
 def test_the_text_report_loads_no_heavy_module_either(tmp_path: Path) -> None:
     got = _probe(str(_workload(tmp_path)), json_out=False)
     assert got["rc"] == 0 and "analytical" in got["out"] and "iteration" in got["out"]
-    assert got["loaded"] == []
+    assert "rich" in got["loaded"]  # its tables: what the text report is made of
+    assert [m for m in got["loaded"] if m.split(".")[0] != "rich"] == []
+
+
+def test_the_default_store_is_the_run_stores() -> None:
+    from genie.api.specs import DEFAULT_STORE, EmulateSpec
+    from genie.store import DEFAULT_STORE as STORES
+
+    assert DEFAULT_STORE == STORES
+    assert EmulateSpec(testbed="t.toml").store == STORES
+
+
+def test_a_chakra_json_trace_still_loads_its_reader() -> None:
+    from genie.workload.model import NodeType
+
+    text = (
+        '{"version": "0.0.4"}'
+        '{"id": "1", "name": "ar", "type": "COMM_COLL_NODE", "attr": ['
+        '{"name": "comm_type", "int64Val": "0"}, {"name": "comm_size", "int64Val": "64"}]}'
+    )
+    code = (
+        "import json, sys\n"
+        "from genie.workload.chakra_json import decode_chakra_json\n"
+        "assert 'genie.workload.chakra_json_reader' not in sys.modules\n"
+        f"meta, nodes, problems = decode_chakra_json({text.encode()!r}, 'x.0.json')\n"
+        "print(json.dumps([meta.version, [n.id for n in nodes], nodes[0].type, problems,"
+        " 'genie.workload.chakra_json_reader' in sys.modules]))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    version, ids, ntype, problems, loaded = json.loads(r.stdout)
+    assert (version, ids, ntype, problems) == ("0.0.4", [1], NodeType.COMM_COLL_NODE, [])
+    assert loaded  # the decoder module, loaded by the first JSON trace
 
 
 def test_options_that_need_the_testbed_package_still_load_it(tmp_path: Path) -> None:
@@ -98,7 +139,7 @@ def test_astra_files_on_genies_model_still_load_their_reader(tmp_path: Path) -> 
     system = Path(__file__).parent / "data/astra/sys/ring_s1.json"
     got = _probe(str(prefix), "--astra-network", str(net), "--astra-system", str(system))
     assert got["rc"] == 0 and got["iteration_s"] > 0
-    assert "genie.sim.astra_config" in got["loaded"]
+    assert "genie.sim.astra_config" in got["loaded"] and "genie.api.astra" in got["loaded"]
     assert "genie.sim.astra_model" not in got["loaded"]
 
 

@@ -15,7 +15,6 @@ from typing import Literal, TypeVar
 import msgspec
 
 from genie.errors import UnitError, UsageError
-from genie.store import DEFAULT_STORE
 from genie.units import parse_bandwidth, parse_duration, parse_ratio
 
 Topology = Literal["switch", "fully_connected", "ring", "leaf_spine"]
@@ -23,6 +22,10 @@ TOPOLOGIES: tuple[str, ...] = ("switch", "fully_connected", "ring", "leaf_spine"
 MODELS: tuple[str, ...] = ("genie", "astra-unaware", "astra-aware")
 
 S = TypeVar("S", bound="Spec")
+
+# ``genie.store.DEFAULT_STORE`` (tests/test_simulate_startup.py checks they agree): the store
+# module (sqlite3 and a run store's 30 KB of source) stays out of a simulate's imports
+DEFAULT_STORE = "genie-runs.sqlite"
 
 
 class Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -9,11 +9,14 @@ shows before the numbers. ``semantics_notes`` turns both into report notes.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from genie.sim.compiled import CompiledWorkload
 from genie.sim.independence import network_cannot_matter
-from genie.workload.model import Workload
 from genie.workload.stream_rules import edge_lines, summarize_edges
+
+if TYPE_CHECKING:
+    from genie.sim.compiled import CompiledWorkload
+    from genie.workload.model import Workload
 
 log = logging.getLogger(__name__)
 
