@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import numpy as np
+
 from genie import progress
-from genie.api import astra, fabric
+from genie.api import fabric
 from genie.api.experiments import perturbation
-from genie.api.specs import Compute, SimulateSpec, bandwidth, ratio
+from genie.api.specs import Compute, Model, SimulateSpec, bandwidth, ratio
 from genie.api.trace_semantics import semantics_facts, semantics_notes
 from genie.collectives.registry import parse_algorithms
 from genie.errors import StoreError, UsageError
@@ -40,9 +42,11 @@ from genie.workload.model import Workload
 from genie.workload.summary import reading_notes
 
 if TYPE_CHECKING:  # loaded only where asked for: ASTRA-sim's model and files (genie.api.astra)
-    from genie.sim.astra_config import AstraSystem  # and the measured backend (start-up)
+    from genie.sim.astra_config import AstraNetwork, AstraSystem  # and the measured backend
     from genie.sim.astra_model import AstraBackend
     from genie.sim.measured import MeasuredBackend, MeasuredTable
+    from genie.workload.et_columns import NodeColumns
+    from genie.workload.model import NodeType
 
 JsonDoc = dict[str, object]
 
@@ -103,41 +107,18 @@ def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     # host work (NodeKind.HOST) is a communication node marked is_cpu_op (``Node.kind``,
     # ``is_host_work``): only those nodes, picked at C speed, are asked their kind
     comm = {NodeType.COMM_COLL_NODE, NodeType.COMM_SEND_NODE, NodeType.COMM_RECV_NODE}
-    is_comm, get_type, get_d = comm.__contains__, attrgetter("type"), attrgetter("_d")
+    is_comm, get_d = comm.__contains__, attrgetter("_d")
     cpu_op = itemgetter(DERIVED_INDEX["is_cpu_op"])
     ranks = list(wl.ranks)
     if ranks and all(hasattr(c, "derived_table") for c in ranks):
-        # a workload of columns (genie.workload.columnar): per rank, each (type, derived
-        # tuple) pair of its communication rows asked once, of a Node holding just those
-        import numpy as np
-
-        from genie.workload.et_columns import NodeColumns
-        from genie.workload.model import Node
-
-        host = 0
-        for cols in cast("list[NodeColumns]", ranks):
-            rows = cols.rows_of_type(*comm)
-            fb = cols.fallback  # rows decoded as Nodes: their columns are not filled
-            mine = rows[~np.isin(rows, list(fb))] if fb else rows
-            host += sum(fb[r].kind is NodeKind.HOST for r in rows.tolist() if r in fb)
-            if not len(mine):
-                continue
-            span = len(cols.derived_table) + 1
-            keys, counts = np.unique(
-                cols.type[mine].astype(np.int64) * span + cols.derived[mine], return_counts=True
-            )
-            for key, count in zip(keys.tolist(), counts.tolist(), strict=True):
-                probe = Node.__new__(Node)
-                probe.type, d = divmod(key, span)
-                probe._d = cols.derived_table[d]
-                host += count if probe.kind is NodeKind.HOST else 0
+        host = _host_work_of_columns(cast("list[NodeColumns]", ranks), comm)
     else:
         try:
             host = 0
-            for rg in ranks:
-                nodes = list(compress(rg.nodes, map(is_comm, map(get_type, rg.nodes))))
-                for n in compress(nodes, map(cpu_op, map(get_d, nodes))):
-                    host += n.kind is NodeKind.HOST
+            for rg in ranks:  # is_cpu_op first (C speed): in GPU traces few nodes have it
+                for n in compress(rg.nodes, map(cpu_op, map(get_d, rg.nodes))):
+                    if is_comm(n.type):
+                        host += n.kind is NodeKind.HOST
         except AttributeError:  # nodes of another make: each asked
             host = sum(n.kind is NodeKind.HOST for rg in ranks for n in rg.nodes)
     return {
@@ -145,6 +126,62 @@ def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
         "host_work_nodes": host,
         "lanes": sorted({name for cr in cw.ranks for name in cr.lane_names}),
     }
+
+
+_BLOCK = 1024  # ranks whose columns ``_host_work_of_columns`` counts together
+
+
+def _host_work_of_columns(ranks: list[NodeColumns], comm: set[NodeType]) -> int:
+    """``trace_facts``'s host work nodes of a workload of columns (``genie.workload.columnar``).
+
+    Each distinct (type, derived tuple) pair of the communication rows is asked its kind once
+    (of a Node holding just those), counted over every rank that shares a derived table in one
+    pass; a rank with rows decoded as Nodes (``fallback``: their columns are not filled) asks
+    those Nodes and counts its other rows alone.
+    """
+    from genie.workload.model import Node, NodeKind
+
+    codes = np.array(sorted(int(t) for t in comm), np.int64)
+    host = 0
+    # ranks of one derived table (ranks read together share it): their columns, pooled
+    pools: dict[int, list[NodeColumns]] = {}
+    mixed: list[NodeColumns] = []
+    for cols in ranks:
+        (mixed if cols.fallback else pools.setdefault(id(cols.derived_table), [])).append(cols)
+    # (derived table, type column, derived column), a block of ranks at a time (memory)
+    alone = [
+        (
+            p[0].derived_table,
+            np.concatenate([c.type for c in p[k : k + _BLOCK]]),
+            np.concatenate([c.derived for c in p[k : k + _BLOCK]]),
+        )
+        for p in pools.values()
+        for k in range(0, len(p), _BLOCK)
+    ]
+    for cols in mixed:
+        fb = cols.fallback
+        rows = cols.rows_of_type(*comm)
+        host += sum(fb[r].kind is NodeKind.HOST for r in rows.tolist() if r in fb)
+        mine = rows[~np.isin(rows, list(fb))]
+        alone.append((cols.derived_table, cols.type[mine], cols.derived[mine]))
+    kinds: dict[tuple[int, int], bool] = {}  # (type, id of its derived tuple) -> host work?
+    for table, type_col, derived_col in alone:
+        picked = np.isin(type_col, codes)
+        if not picked.any():
+            continue
+        span = len(table) + 1
+        keys = type_col[picked].astype(np.int64) * span + derived_col[picked]
+        counts = np.bincount(keys)
+        seen = np.flatnonzero(counts)
+        for key, count in zip(seen.tolist(), counts[seen].tolist(), strict=True):
+            t, d = divmod(key, span)
+            is_host = kinds.get((t, id(table[d])))
+            if is_host is None:
+                probe = Node.__new__(Node)
+                probe.type, probe._d = t, table[d]
+                is_host = kinds[(t, id(table[d]))] = probe.kind is NodeKind.HOST
+            host += count if is_host else 0
+    return host
 
 
 def trace_notes(facts: JsonDoc) -> list[str]:
@@ -236,7 +273,12 @@ def _maker(spec: SimulateSpec, pricer: fabric.Pricer, name: str) -> Callable[[],
 def simulate(spec: SimulateSpec) -> Simulation:
     """Replay what ``spec`` describes over each network it names (see the module docstring)."""
     spec = spec.replace(fabric=fabric.with_gpu(spec.fabric, spec.model))
-    net, system = astra.load_configs(spec)
+    net: AstraNetwork | None = None
+    system: AstraSystem | None = None
+    if _asks_for_astra(spec.model):  # else genie's model on its own options: nothing to load
+        from genie.api import astra
+
+        net, system = astra.load_configs(spec)
     astra_notes: list[str] = []
     if net is not None and system is not None and spec.model.kind == "genie":
         spec, astra_notes = astra.as_genie_model(spec, net, system)
@@ -254,7 +296,10 @@ def simulate(spec: SimulateSpec) -> Simulation:
     # nothing here makes garbage cycles (a quarter of the time at 4,096 ranks): paused
     with gc_paused(), progress.stage("loading workload") as status:
         wl = load_workload(spec.workloads()[0])
-        astra.apply_comm_groups(spec.model, wl)
+        if spec.model.comm_group:
+            from genie.api import astra
+
+            astra.apply_comm_groups(spec.model, wl)
         status.describe(f"compiling {wl.n_ranks} ranks")
         base = compile_workload(wl, compute, spec.model.trace_edges)
         genie_model = spec.model.kind == "genie"
@@ -317,6 +362,11 @@ def simulate(spec: SimulateSpec) -> Simulation:
         sim.nccl_choices = pricer.choices_doc()
         sim.line_rate = _line_rate(spec, cw, pricer)
     return sim
+
+
+def _asks_for_astra(model: Model) -> bool:
+    """Whether ``model`` names ASTRA-sim's model or files (``genie.api.astra`` reads them)."""
+    return model.kind != "genie" or bool(model.astra_network or model.astra_system)
 
 
 def configuration(spec: SimulateSpec, pricer: fabric.Pricer | AstraBackend) -> JsonDoc:
