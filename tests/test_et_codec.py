@@ -471,3 +471,37 @@ def test_identical_metadata_frames_decode_once_but_stay_separate(tmp_path, monke
     for r in range(2):
         problems = read_trace(tmp_path / f"odd.{r}.et", memo)[2]
         assert any(f"odd.{r}.et" in p and "non-canonical" in p for p in problems)
+
+
+def test_value_field_numbers_are_the_schemas() -> None:
+    from genie.workload import et_fast
+
+    assert {k: n for k, n, _l, _t in et_schema.SCALAR_KINDS} == et_fast.VALUE_FIELD
+
+
+def test_open_bytes_reads_whole_files_and_names_what_fails(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from genie.workload.et_codec import open_bytes
+
+    data = bytes(range(256)) * 4099
+    f = tmp_path / "t.0.et"
+    f.write_bytes(data)
+    assert open_bytes(f) == (data, "")
+    (tmp_path / "e.0.et").write_bytes(b"")
+    assert open_bytes(tmp_path / "e.0.et") == (b"", "")
+    (tmp_path / "g.0.et").write_bytes(gzip.compress(data))
+    assert open_bytes(tmp_path / "g.0.et") == (data, " (offset in the decompressed stream)")
+    # a pipe has no size: read to its end all the same
+    fifo = tmp_path / "p.0.et"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_bytes, args=(data,))
+    writer.start()
+    assert open_bytes(fifo) == (data, "")
+    writer.join()
+    (tmp_path / "d.0.et").mkdir()
+    with pytest.raises(WorkloadError, match=r"d.0.et: cannot read: Is a directory"):
+        open_bytes(tmp_path / "d.0.et")
+    with pytest.raises(WorkloadError, match=r"x.0.et: cannot read: No such file or directory"):
+        open_bytes(tmp_path / "x.0.et")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import gzip
+import os
 import struct
 import zlib
 from collections.abc import Iterable
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 from google.protobuf.message import DecodeError
 
 from genie.errors import TraceFormatError, WorkloadError
-from genie.workload import et_fast, et_schema
+from genie.workload import et_fast
 from genie.workload.model import DEFAULT_VERSION, Attr, IOInfo, Metadata, Node
 
 if TYPE_CHECKING:
@@ -83,10 +84,30 @@ def split_frames(data: bytes, source: str) -> list[tuple[int, int, int]]:
     return frames
 
 
+def _read_file(path: Path) -> bytes:
+    """A file's bytes: one ``read`` of its size where it is under 1 GiB (a rank file read
+    through ``Path.read_bytes`` costs twice the system calls and a buffered reader)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size >= 1 << 30:
+            with open(fd, "rb", buffering=0, closefd=False) as f:
+                return f.readall()
+        data = os.read(fd, size + 1)
+        if len(data) <= size:
+            return data  # a short read of a regular file: its end
+        rest = [data]  # it grew since fstat: read on to its end
+        while chunk := os.read(fd, 1 << 20):
+            rest.append(chunk)
+        return b"".join(rest)
+    finally:
+        os.close(fd)
+
+
 def open_bytes(path: Path) -> tuple[bytes, str]:
     """Read a file, decompressing gzip; return the bytes and a note for offsets."""
     try:
-        raw = path.read_bytes()
+        raw = _read_file(path)
     except OSError as exc:
         raise WorkloadError(f"{path}: cannot read: {exc.strerror or exc}") from None
     if raw[:2] == GZIP_MAGIC:
@@ -162,6 +183,8 @@ def _first_frame(
     if hit is None and memo is not None:
         hit = _metadata_by_attr(raw, memo)
     if hit is None:
+        from genie.workload import et_schema  # protobuf: only where it reads
+
         gm = et_schema.GlobalMetadata()
         try:
             gm.ParseFromString(raw)
@@ -209,6 +232,8 @@ class MetadataAttrs:
         ``body`` so (unknown fields, other forms); DecodeError where protobuf rejects it."""
         a = self.attrs.get(body)
         if a is None:
+            from genie.workload import et_schema  # protobuf: only where it reads
+
             pb = et_schema.AttributeProto()
             pb.ParseFromString(body)
             pb.DiscardUnknownFields()
@@ -356,6 +381,8 @@ def decode_trace_protobuf(data: bytes, source: str = "<bytes>") -> tuple[Metadat
     if not frames:
         raise TraceFormatError(f"{source}: empty file (no GlobalMetadata frame)")
     _, s, e = frames[0]
+    from genie.workload import et_schema  # protobuf: only where it reads
+
     gm = et_schema.GlobalMetadata()
     gm.ParseFromString(data[s:e])
     stream = et_schema.NodeStream()
@@ -372,7 +399,7 @@ def read_trace(
 
     ``memo``: a dict shared by the reads of one workload's rank files (see ``_first_frame``).
     """
-    p = Path(path)
+    p = path if isinstance(path, Path) else Path(path)  # (its str is then kept)
     data, note = open_bytes(p)
     return _decode(data, str(p), note, memo)
 
@@ -381,7 +408,7 @@ def read_trace_columns(
     path: str | Path, memo: dict | None = None
 ) -> tuple[Metadata, list[Node], list[str], NodeColumns | None]:
     """``read_trace``, plus the columns the nodes were made from (None for a small file)."""
-    p = Path(path)
+    p = path if isinstance(path, Path) else Path(path)  # (its str is then kept)
     data, note = open_bytes(p)
     return _decode_columns(data, str(p), note, memo)
 
@@ -476,7 +503,7 @@ def _scalar_payload(kind: str, v) -> tuple[int, bytes]:
     raise WorkloadError(f"unknown attribute value kind {kind!r}")
 
 
-_FIELD_NO = {k: n for k, n, _l, _t in et_schema.SCALAR_KINDS}
+_FIELD_NO = et_fast.VALUE_FIELD
 
 
 def _list_message(kind: str, values) -> bytes:

@@ -14,9 +14,8 @@ import struct
 from google.protobuf.message import DecodeError
 
 from genie.errors import TraceFormatError
-from genie.workload import et_schema
 from genie.workload.et_memo import DecodeMemo
-from genie.workload.model import DERIVED_INDEX, NO_DERIVED, Attr, IOInfo, Node
+from genie.workload.model import DERIVED_INDEX, NO_DERIVED, SCALAR_KINDS, Attr, IOInfo, Node
 
 _SLOT_OF_ATTR = DERIVED_INDEX
 
@@ -40,7 +39,11 @@ _WIRE_OF = {
     "bytes": 2,
 }
 # field number -> (scalar kind, wire type) for the *_val members of AttributeProto's oneof
-_VAL_FIELDS = {num: (kind, _WIRE_OF.get(kind, 0)) for kind, num, _l, _t in et_schema.SCALAR_KINDS}
+#: scalar kind -> field number of its *_val member (the *_list one follows it): 3, 5, ... in
+#: ``model.SCALAR_KINDS`` order, as ``et_schema`` declares them (tests compare the two); the
+#: protobuf schema itself is imported only where protobuf reads a frame
+VALUE_FIELD = {kind: 3 + 2 * i for i, kind in enumerate(SCALAR_KINDS)}
+_VAL_FIELDS = {num: (kind, _WIRE_OF.get(kind, 0)) for kind, num in VALUE_FIELD.items()}
 
 
 class _Fallback(Exception):
@@ -248,6 +251,8 @@ class AttrCache:
         try:
             a = _decode_attr(body)  # canonical bytes only: nothing to re-encode to check
         except (_Fallback, IndexError, UnicodeDecodeError, struct.error):
+            from genie.workload import et_schema  # protobuf: only where it reads
+
             pb = et_schema.AttributeProto()
             pb.ParseFromString(body)  # DecodeError propagates
             pb.DiscardUnknownFields()  # protobuf would write them back: not ours to keep
@@ -468,6 +473,8 @@ def decode_attr_section(raw: bytes) -> list[Attr]:
     try:
         attrs, _d, plain = _decode_attr_tail(raw, 0, len(raw), _LAZY_CACHE)
     except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
+        from genie.workload import et_schema  # protobuf: only where it reads
+
         m = et_schema.Node()
         m.ParseFromString(raw)  # the attr fields alone are a Node message
         return [_attr_from_pb(a) for a in m.attr]
@@ -872,6 +879,8 @@ def decode_nodes(
         except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
             pos = end
             start = end - ln
+            from genie.workload import et_schema  # protobuf: only where it reads
+
             m = et_schema.Node()
             try:
                 m.ParseFromString(data[start:end])

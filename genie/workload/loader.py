@@ -22,6 +22,8 @@ The empty name ``""`` (a node without ``pg_name``) is the default group of all r
 from __future__ import annotations
 
 import json
+import operator
+import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
 GROUP_ATTR_PREFIX = "pg_ranks:"
 DESC_ATTR_PREFIX = "pg_desc:"
 GROUP_FILE_SUFFIX = ".comm_group.json"
+_DERIVED = operator.attrgetter("_d")  # a node's derived tuple; slot 2: its pg_name
+_PG = operator.itemgetter(2)
 _RANK_RE = re.compile(r"^(?P<stem>.+)\.(?P<rank>\d+)\.(?P<ext>et|json)(?P<gz>\.gz)?$")
 
 
@@ -117,7 +121,7 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
     """Resolve a prefix, a directory holding one workload, or one rank file to its rank files."""
     p = Path(path)
     if p.is_dir():
-        stems = {m.group("stem") for f in p.iterdir() if (m := _RANK_RE.match(f.name))}
+        stems = {m.group("stem") for name in os.listdir(p) if (m := _RANK_RE.match(name))}
         if not stems:
             raise WorkloadError(f"{p}: no <name>.<rank>.et (or .json) files in this directory")
         if len(stems) > 1:
@@ -130,15 +134,18 @@ def find_rank_files(path: str | Path) -> tuple[Path, dict[int, Path]]:
     found: dict[int, Path] = {}
     parent = p.parent if str(p.parent) else Path(".")
     if parent.is_dir():
-        for f in parent.iterdir():
-            m = _RANK_RE.match(f.name)
-            if m and m.group("stem") == p.name:
+        stem = p.name
+        match = _RANK_RE.match
+        # names, not Paths: the directory may hold other workloads' thousands of files
+        for name in os.listdir(parent):  # the order of Path.iterdir
+            if not name.startswith(stem):
+                continue
+            m = match(name)
+            if m and m.group("stem") == stem:
                 r = int(m.group("rank"))
                 if r in found:
-                    raise WorkloadError(
-                        f"{p}: rank {r} exists as both {found[r].name} and {f.name}"
-                    )
-                found[r] = f
+                    raise WorkloadError(f"{p}: rank {r} exists as both {found[r].name} and {name}")
+                found[r] = parent / name
     if not found:
         raise WorkloadError(f"no rank files {p}.<rank>.et (or .et.gz, .json, .json.gz) found")
     return p, found
@@ -325,7 +332,7 @@ def _load_workload(
         ranks,
         ranks,
         comm_groups,
-        lambda: any(nd._d[2] == WORLD_PG_NAME for rg in ranks for nd in rg.nodes),
+        lambda: any(WORLD_PG_NAME in map(_PG, map(_DERIVED, rg.nodes)) for rg in ranks),
     )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     wl.group_desc = {k: v for k, v in desc.items() if k in groups}
