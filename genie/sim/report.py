@@ -134,23 +134,16 @@ def _row_dict(cls: type, row: object) -> dict:
     return dict(zip(names, get(row), strict=True))
 
 
-_DICT_OF = attrgetter("__dict__")
-
-
 def _row_dicts(cls: type, rows: list) -> list[dict]:
     """``_row_dict`` of every row: a copy of the row's ``__dict__`` where that holds exactly
     the fields in order (as ``__init__`` leaves it), else field by field."""
     names = _getter(cls)[0]
-    try:
-        dicts: list[dict] = list(map(_DICT_OF, rows))
-    except AttributeError:  # a row without a __dict__
-        return [_row_dict(cls, row) for row in rows]
-    if all(map(names.__eq__, map(tuple, dicts))):  # every row as __init__ left it: checked
-        return list(map(dict.copy, dicts))  # and copied at C speed (no loop in Python)
-    return [
-        d.copy() if tuple(d) == names else _row_dict(cls, row)
-        for d, row in zip(dicts, rows, strict=True)
-    ]
+    out = []
+    for row in rows:
+        d = getattr(row, "__dict__", None)
+        d = d.copy() if d is not None and tuple(d) == names else _row_dict(cls, row)
+        out.append(d)
+    return out
 
 
 def _breakdown(cw: CompiledWorkload, raw: RawResult, k: int, makespan: float) -> RankBreakdown:
