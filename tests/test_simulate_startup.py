@@ -94,6 +94,14 @@ def test_the_text_report_loads_no_heavy_module_either(tmp_path: Path) -> None:
     assert [m for m in got["loaded"] if m.split(".")[0] != "rich"] == []
 
 
+def test_the_text_report_prints_names_as_written(tmp_path: Path) -> None:
+    prefix = tmp_path / "job:smile:"  # rich would print an emoji for ``:smile:``
+    assert main(["-q", "workload", "generate", "dp", "--ranks", "4", "--out", str(prefix)]) == 0
+    got = _probe(str(prefix), json_out=False)
+    assert got["rc"] == 0 and "workload job:smile:" in got["out"]
+    assert "rich._emoji_codes" not in got["loaded"]  # its table of codes is not even loaded
+
+
 def test_the_default_store_is_the_run_stores() -> None:
     from genie.api.specs import DEFAULT_STORE, EmulateSpec
     from genie.store import DEFAULT_STORE as STORES
