@@ -470,16 +470,19 @@ def test_pipeline_fill_follows_nccls_chunks_and_the_trees_depth() -> None:
     top = N.choose("all_reduce", 8 * GiB, sys2, "tree", "LL128")
     # LL128 forwards whole chunks only on the two network hops: one chunk-time at the NICs' rate
     # as NCCL's tree prices it (x 0.92, then LL128's 120/128, within the per-channel caps)
-    net = min(sys2.node_net_bw * 0.92, 16 * N.TREE_PER_CHANNEL["hopper"][1] * 1e9) * 120 / 128
-    net = min(net, 16 * N.TREE_LL128_PER_CHANNEL["hopper"][1] * 1e9)
+    # NCCL's per-channel maxima count the search's 8 channels (16 run across 2 nodes)
+    net = min(sys2.node_net_bw * 0.92, 8 * N.TREE_PER_CHANNEL["hopper"][1] * 1e9) * 120 / 128
+    net = min(net, 8 * N.TREE_LL128_PER_CHANNEL["hopper"][1] * 1e9)
     assert top.fill_s == pytest.approx(576000 / (net / top.channels), rel=1e-9)
     # Simple: 14 stages along the chain inside the nodes at the NVLink rate (370.8 GB/s x 0.92),
-    # 2 network hops at the NICs' (397 GB/s x 0.92); the slowest stage paces the stream, the
-    # other 15 add one chunk-time each
+    # 2 network hops at the NICs' (397 GB/s x 0.92), both within the tree's per-channel cap;
+    # the slowest stage paces the stream, the other 15 add one chunk-time each
     simple = N.choose("all_reduce", 8 * GiB, sys2, "tree", "Simple")
     per = (512 << 10) * simple.channels  # a chunk on each channel
-    assert sys2.intra_bw < sys2.node_net_bw
-    want = (13 * per / sys2.intra_bw + 2 * per / sys2.node_net_bw) / 0.92
+    cap = 8 * N.TREE_PER_CHANNEL["hopper"][1] * 1e9  # the search's 8 channels x 41.4 GB/s
+    r_intra, r_net = min(sys2.intra_bw * 0.92, cap), min(sys2.node_net_bw * 0.92, cap)
+    assert r_intra == r_net == cap  # the cap binds both: 15 equal stage-times
+    want = 14 * per / r_intra + 2 * per / r_net - per / r_net
     assert simple.fill_s == pytest.approx(want, rel=1e-9)
     assert top.fill_s < 0.01 * top.time_s
     assert "pipeline_fill_s" in top.to_dict()
@@ -544,13 +547,33 @@ def test_the_tree_runs_at_nccls_tree_rates() -> None:
     assert ring.rate == pytest.approx(370.8e9 * 120 / 128)
     # across nodes the chain inside each node keeps the NVLink chain's 7/9 (its 2S bind on
     # two H100 nodes), and the network carries 120 of every 128 bytes after the 0.92
+    # (within the tree's cap per search channel: 8 x 41.4 GB/s on two nodes)
     two = N.choose("all_reduce", 4 * GiB, h100(2), "tree", "LL128")
-    assert two.rate == pytest.approx(370.8e9 * 0.92 * 7 / 9)
+    assert two.rate == pytest.approx(min(370.8e9 * 0.92, 8 * 41.4e9) * 7 / 9)
     assert two.link_bytes == 2 * 4 * GiB
     thin = h100(2, net_bw=100e9)  # the NICs bind: S across at the network's factor
     net = N.choose("all_reduce", 4 * GiB, thin, "tree", "LL128")
     assert net.link_bytes == 4 * GiB
     assert net.rate == pytest.approx(thin.node_net_bw * 0.92 * 120 / 128)
+
+
+def test_per_channel_maxima_count_the_searchs_channels_across_nodes() -> None:
+    """NCCL's tuner multiplies its per-channel maxima by the channels its topology search found
+    (tuning.cc), and connecting the rings doubles them (connect.cc): across nodes the 16
+    channels an 8-NIC node runs (two per NIC) are 8 of the search's, so a tree on 4 H100 nodes
+    with LL128 is capped at 8 x 29 GB/s, not 16 x 29; on one node the count is the search's."""
+    four = h100(4)
+    assert four.channels == 16 and four.search_channels == 8
+    assert h100(1).search_channels == 16
+    net = N._limit(four.node_net_bw, four, "tree", "LL128")  # the tree's NICs
+    assert four.node_net_bw * 0.92 * 120 / 128 > 8 * 29.0e9  # the cap binds
+    assert net == pytest.approx(8 * N.TREE_LL128_PER_CHANNEL["hopper"][2] * 1e9)
+    tree = N.choose("all_reduce", 4 * GiB, four, "tree", "LL128")  # the chain: 8 x 36 x 7/9
+    assert tree.rate == pytest.approx(8 * N.TREE_PER_CHANNEL["hopper"][2] * 1e9 * 7 / 9)
+    ring = N.choose("all_reduce", 4 * GiB, four, "ring", "LL128")
+    assert ring.rate == pytest.approx(min(four.node_net_bw * 120 / 128, 8 * 36.7e9))
+    # had the cap counted the 16 channels NCCL runs, the tree would run at the network's rate
+    assert four.node_net_bw * 0.92 * 120 / 128 < 16 * 29.0e9
 
 
 def test_a_tree_with_one_gpu_per_node_runs_at_nccls_single_gpu_pattern() -> None:

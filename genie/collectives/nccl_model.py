@@ -328,6 +328,16 @@ class System:
         """What a node's GPUs can put on its NICs: the NICs, or their PCIe links if narrower."""
         return min(self.net_bw, self.gpus_per_node * self.gpu_net_bw)
 
+    @property
+    def search_channels(self) -> int:
+        """The channels of NCCL's topology search, which its per-channel maxima multiply
+        (``graphs[a]->nChannels`` in ``ncclTopoTuneModel``, ``src/graph/tuning.cc``). NCCL runs
+        twice as many: connecting the rings doubles them (``comm->nChannels = nChannels * 2``,
+        ``src/graph/connect.cc``). Across nodes ``channels`` counts what NCCL runs (two per
+        network device: one search channel per NIC, doubled), so the search found half; on one
+        node it is the search's own count (the generation's rings, ``published_systems``)."""
+        return self.channels if self.nodes == 1 else max(1, self.channels // 2)
+
     def with_ranks(self, nodes: int, gpus_per_node: int) -> System:
         """The same hardware with another group shape."""
         return replace(self, nodes=nodes, gpus_per_node=gpus_per_node)
@@ -465,8 +475,9 @@ def _ll_max(sys: System) -> float:
 
 def _limit(rate: float, sys: System, algo: str, proto: str, chain: bool = False) -> float:
     """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run;
-    ``chain``: the tree's chain of GPUs inside a node (LL128 at NCCL's NVLink-chain factor)."""
-    i, ch = _node_index(sys.nodes), sys.channels
+    ``chain``: the tree's chain of GPUs inside a node (LL128 at NCCL's NVLink-chain factor).
+    The per-channel maxima count the search's channels (``System.search_channels``)."""
+    i, ch = _node_index(sys.nodes), sys.search_channels
     if algo == "tree":  # NCCL's tree rates (tuning.cc), in NCCL's order
         r = min(rate * TREE_BW_FACTOR, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
         if proto == "LL":
