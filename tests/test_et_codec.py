@@ -455,8 +455,8 @@ def test_identical_metadata_frames_decode_once_but_stay_separate(tmp_path, monke
     for r in range(3):
         write_trace(tmp_path / f"m.{r}.et", meta, [Node(1, "n", 4)])
     parsed = []
-    real = et_codec._attrs_from
-    monkeypatch.setattr(et_codec, "_attrs_from", lambda pb: parsed.append(1) or real(pb))
+    real = et_codec._canonical_attr  # canonical attrs are read without protobuf
+    monkeypatch.setattr(et_codec, "_canonical_attr", lambda b: parsed.append(1) or real(b))
     memo: dict = {}
     metas = [read_trace(tmp_path / f"m.{r}.et", memo)[0] for r in range(3)]
     assert len(parsed) == 2  # each attr decoded once for the three files

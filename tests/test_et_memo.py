@@ -328,3 +328,28 @@ def test_loaded_workload_reads_as_its_files_alone(tmp_path, ranks: int) -> None:
         meta, alone, _problems = et_codec.read_trace(tmp_path / f"w.{rg.rank}.et")
         assert [_fields(n) for n in rg.nodes] == [_fields(n) for n in alone]
         assert rg.metadata.attrs == meta.attrs and rg.metadata.version == meta.version
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(max_size=6),
+    st.text(max_size=3),
+    st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=6),
+    st.sampled_from(["int64_list", "int32_list", "uint64_list", "string_val", "int64_val"]),
+    st.integers(0, 40),
+)
+def test_metadata_attrs_read_without_protobuf_read_as_protobuf_reads(
+    name, doc, values, kind, flip
+) -> None:
+    if kind == "int32_list":
+        values = [v % (1 << 31) for v in values]
+    elif kind == "uint64_list":
+        values = [v % (1 << 64) for v in values]
+    value = {"string_val": name * 2, "int64_val": values[0] if values else 7}.get(kind, values)
+    good = encode_trace(Metadata("0.0.4", [Attr(name, kind, value, doc)]), [Node(1, "n", 4)])
+    bad = bytearray(good)
+    bad[3 + flip % max(1, good[0] - 3)] ^= 0x01 << (flip % 8)  # one bit of the attr's bytes
+    _assert_reads_alone([good, bytes(bad), good], {})
+    a = Attr(name, kind, value, doc)
+    got = et_codec._canonical_attr(et_codec.encode_attr(a))
+    assert (got == a) if kind in ("int64_list", "string_val", "int64_val") else got is None

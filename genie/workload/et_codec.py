@@ -232,20 +232,73 @@ class MetadataAttrs:
         ``body`` so (unknown fields, other forms); DecodeError where protobuf rejects it."""
         a = self.attrs.get(body)
         if a is None:
-            from genie.workload import et_schema  # protobuf: only where it reads
+            a = _canonical_attr(body)
+            if a is None:
+                from genie.workload import et_schema  # protobuf: only where it reads
 
-            pb = et_schema.AttributeProto()
-            pb.ParseFromString(body)
-            pb.DiscardUnknownFields()
-            if pb.SerializeToString() != body:
-                return None
-            a = _attrs_from((pb,))[0]
+                pb = et_schema.AttributeProto()
+                pb.ParseFromString(body)
+                pb.DiscardUnknownFields()
+                if pb.SerializeToString() != body:
+                    return None
+                a = _attrs_from((pb,))[0]
             if len(self.attrs) >= self.max_entries or self.held + len(body) > self.max_bytes:
                 self.attrs.clear()
                 self.held = 0
             self.attrs[body] = a
             self.held += len(body)
         return a
+
+
+_INT64_LIST_TAG = 0x52  # AttributeProto field 10 (int64_list), length-delimited
+
+
+def _canonical_attr(body: bytes) -> Attr | None:
+    """The attr of ``body`` where it is canonical and a scalar or an int64 list (process groups'
+    members), read without protobuf; None otherwise (protobuf then reads it).
+
+    A scalar is read by ``et_fast``'s canonical-only decoder; a list is taken only where
+    ``encode_attr`` writes its reading back as ``body`` byte for byte (so protobuf, which
+    reads what that encoder writes as what it was given, reads it the same).
+    """
+    try:
+        pos = 0
+        end = len(body)
+        name = doc = ""
+        if pos < end and body[pos] == 0x0A:
+            pos, stop = _field_span(body, pos + 1, end)
+            name = body[pos:stop].decode("utf-8")
+            pos = stop
+        if pos < end and body[pos] == 0x12:
+            pos, stop = _field_span(body, pos + 1, end)
+            doc = body[pos:stop].decode("utf-8")
+            pos = stop
+        if pos >= end or body[pos] != _INT64_LIST_TAG:
+            try:
+                return et_fast.decode_canonical_attr(body)
+            except (et_fast._Fallback, struct.error):
+                return None
+        pos, stop = _field_span(body, pos + 1, end)
+        if stop != end:
+            return None
+        values: list[int] = []
+        if pos < stop:
+            if body[pos] != 0x0A:
+                return None
+            pos, vend = _field_span(body, pos + 1, stop)
+            if vend != stop:
+                return None
+            while pos < vend:
+                v, pos = et_fast._varint(body, pos)
+                values.append(v - _U64 if v >= 1 << 63 else v)
+            if pos != vend:
+                return None
+        a = Attr(name, "int64_list", values, doc)
+        if encode_attr(a) != body:
+            return None
+    except (et_fast._Fallback, IndexError, UnicodeDecodeError, WorkloadError):
+        return None
+    return a
 
 
 def _metadata_by_attr(raw: bytes, memo: dict) -> tuple[str, tuple[Attr, ...], bool] | None:

@@ -150,6 +150,12 @@ def _decode_attr(body: bytes) -> Attr:
     return Attr(name, kind, value, doc)
 
 
+def decode_canonical_attr(body: bytes) -> Attr:
+    """``_decode_attr``: one canonical AttributeProto body with a scalar (or no) value;
+    ``_Fallback`` (or IndexError, UnicodeDecodeError, struct.error) for any other body."""
+    return _decode_attr(body)
+
+
 def _attr_from_pb(a) -> Attr:
     k = a.WhichOneof("value")
     if k is None:
