@@ -39,6 +39,7 @@ import heapq
 import logging
 import math
 import time
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import compress
@@ -55,6 +56,10 @@ from genie.vocabulary import P2P, chakra_name
 log = logging.getLogger(__name__)
 
 _COLL, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
+#: nodes from which the engine keeps its per-node state in typed arrays (8 bytes a number)
+#: instead of lists (8 bytes a reference plus, for ints past 256 and floats, a 28- or 24-byte
+#: object each): slower to read, about a third of the memory (10 M nodes: ~1.9 GB less)
+COMPACT_NODES = 1 << 22
 
 
 @dataclass
@@ -169,19 +174,27 @@ def simulate(
     sptr_new = np.zeros(total + 1, np.int64)
     np.cumsum(counts, out=sptr_new[1:])
     gather = np.repeat(sptr_old[:-1][order] - sptr_new[:-1], counts) + np.arange(len(succ_all))
-    succ_l = inv[succ_all[gather]].tolist() if len(succ_all) else []
-    sptr_all = sptr_new.tolist()
+    # the hot loop reads and writes these by index and slice alike as lists or typed arrays
+    seq = _typed if total >= COMPACT_NODES else _listed
+    succ_l = seq("q", inv[succ_all[gather]]) if len(succ_all) else []
+    del succ_all, sptr_old, gather, counts, succs, sptrs
+    sptr_all = seq("q", sptr_new)
+    del sptr_new
     kind_a = cat(kinds).astype(np.int64)[order]
-    kind = kind_a.tolist()
-    dur = cat(durs).astype(np.float64)[order].tolist()
-    pending = cat(pend).astype(np.int64)[order].tolist()
-    inst = cat(insts).astype(np.int64)[order].tolist()
-    rnk = rank_arr[order].tolist()
+    kind = seq("b", kind_a)
+    not_net = (kind_a < _COLL) | (kind_a > _RECV)  # compute, memory and other nodes
+    local_nodes = int(np.count_nonzero(not_net))
+    dur = seq("d", cat(durs).astype(np.float64)[order])
+    pending = seq("i", cat(pend).astype(np.int64)[order])
+    inst = seq("q", cat(insts).astype(np.int64)[order])
+    rnk = seq("i", rank_arr[order])
     lane_a = cat(lanes).astype(np.int64)[order]
-    lane = lane_a.tolist()  # global lane id held by each node, -1 for none
+    lane = seq("i", lane_a)  # global lane id held by each node, -1 for none
     # the lane of laned non-communication nodes (the engine's fast path), -1 otherwise
-    flane = np.where((kind_a < _COLL) | (kind_a > _RECV), lane_a, -1).tolist()
-    inv_l = inv.tolist()
+    flane = seq("i", np.where(not_net, lane_a, -1))
+    # at 10 M nodes each array of one number per node is 80 MB: none outlives its use
+    del kind_a, lane_a, not_net, local, rank_arr, kinds, durs, pend, insts, rank_of, lanes
+    inv_l = seq("q", inv)
 
     ins = cw.instances
     n_inst = len(ins)
@@ -206,6 +219,7 @@ def simulate(
                 gm.append(inv_l[off_l[slot] + (nd if renum is None else renum[nd])])
         members[iid] = gm
         need[iid] = len(gm)
+    del inv_l
     # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
     group_sizes = [len(g) for g in cw.group_ranks]
     inst_group = ins.group.tolist()
@@ -223,9 +237,8 @@ def simulate(
     last_rank = [-1] * n_inst
     iend = [math.nan] * n_inst
 
-    ready = [math.nan] * total
-    start = [math.nan] * total
-    end = [math.nan] * total
+    nans = array("d", [math.nan]) * total if seq is _typed else [math.nan] * total
+    ready, start, end = nans, nans[:], nans[:]
     holder = [-1] * lane_base[-1]  # node holding each lane, -1 when free
     queues: list[deque[int]] = [deque() for _ in range(lane_base[-1])]
     heap: list[tuple[float, int]] = []
@@ -380,7 +393,6 @@ def simulate(
                     push(heap, (now + dur[s], s))
             else:
                 release(s, now)
-    local_nodes = sum(int(np.count_nonzero((k < _COLL) | (k > _RECV))) for k in kinds)
     events = net_events + local_nodes
 
     def orig(g: int) -> int:
@@ -391,9 +403,13 @@ def simulate(
         return int(out_offsets[k]) + (local if c is None else int(c.keep[local]))
 
     # back to rank-major order, then every original node's times
-    end_a = np.array(end, dtype=np.float64)[inv]
-    ready_a = np.array(ready, dtype=np.float64)[inv]
-    start_a = np.array(start, dtype=np.float64)[inv]
+    # (each emptied once read: a list's float objects cost 24 bytes each)
+    end_a = np.asarray(end, dtype=np.float64)[inv]
+    del end[:]
+    ready_a = np.asarray(ready, dtype=np.float64)[inv]
+    del ready[:]
+    start_a = np.asarray(start, dtype=np.float64)[inv]
+    del start[:]
     if any(c is not None for c in collapsed):
         parts = []
         for k, c in enumerate(collapsed):
@@ -454,6 +470,21 @@ def simulate(
         notes=list(backend.notes),
         rank_rep=None if orbit is None else orbit.rank_rep,
     )
+
+
+def _listed(_code: str, a: np.ndarray) -> list:
+    """``a`` as a list (the engine's fastest container)."""
+    return a.tolist()
+
+
+_DTYPE = {"b": np.int8, "i": np.int32, "q": np.int64, "d": np.float64}  # typecode -> dtype
+
+
+def _typed(code: str, a: np.ndarray) -> array:
+    """``a`` as a typed array of ``code`` (a key of ``_DTYPE``; values must fit), copied once."""
+    out = array(code)
+    out.frombytes(np.ascontiguousarray(a, _DTYPE[code]).data.cast("B"))
+    return out
 
 
 def _gather(values: list, touched: list[int] | range, initial: float, dtype: type) -> np.ndarray:
