@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 import operator
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from genie.errors import ValidationError
 from genie.vocabulary import UNEVEN_ATTR
@@ -195,17 +195,24 @@ UNEVEN = -1  # the comm_size the consistency check sees for an all-to-all-v
 _A2A = 6  # Chakra ALL_TO_ALL
 
 
-def collective_sequences(wl: Workload) -> dict[str, dict[int, list[CollectiveCall]]]:
-    """Per process group, per member rank: its collectives in topological order."""
+def collective_sequences(
+    wl: Workload, coll_at: list[list[int] | None] | None = None
+) -> dict[str, dict[int, list[CollectiveCall]]]:
+    """Per process group, per member rank: its collectives in topological order.
+
+    ``coll_at[k]``, where given, holds the positions of rank k's collective nodes in topological
+    order (found once for the ranks that share a shape, ``genie.workload.shapes``)."""
     out: dict[str, dict[int, list[CollectiveCall]]] = {}
     coll = NodeType.COMM_COLL_NODE
-    for rg in wl.ranks:
+    for k, rg in enumerate(wl.ranks):
         nodes = rg.nodes
+        at = coll_at[k] if coll_at is not None else None
+        if at is None:
+            found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
+        else:
+            found = [nodes[i] for i in at]
         mine: dict[str, list[CollectiveCall]] = {}
-        for i in topological_indices(rg):
-            nd = nodes[i]
-            if nd.type != coll:
-                continue
+        for nd in found:
             d = nd._d
             if d[0] is None and d[8]:
                 continue  # host-side launcher (genie.workload.model): not a collective
@@ -226,9 +233,67 @@ def _group_label(g: str) -> str:
     return repr(g) if g else "the default group (all ranks)"
 
 
-def check_collective_sequences(wl: Workload) -> list[str]:
-    """Mismatches between the collective sequences of the ranks of each group, as messages."""
-    return compare_collective_sequences(wl.groups, collective_sequences(wl))
+def check_collective_sequences(
+    wl: Workload, coll_at: list[list[int] | None] | None = None
+) -> list[str]:
+    """Mismatches between the collective sequences of the ranks of each group, as messages
+    (``coll_at`` as ``collective_sequences`` takes it).
+
+    The sequences are compared as (type, size) keys first; only where some group's do not
+    agree are they made with their nodes, for ``compare_collective_sequences`` to name."""
+    keys: dict[Any, dict[int, list[tuple]]] = {}
+    coll = NodeType.COMM_COLL_NODE
+    for k, rg in enumerate(wl.ranks):
+        nodes = rg.nodes
+        at = coll_at[k] if coll_at is not None else None
+        if at is None:
+            found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
+        else:
+            found = [nodes[i] for i in at]
+        for g, lst in _sequence_keys(found).items():
+            per_rank = keys.get(g)
+            if per_rank is None:
+                per_rank = keys[g] = {}
+            per_rank[rg.rank] = lst
+    if _all_agree(wl.groups, keys):
+        return []
+    return compare_collective_sequences(wl.groups, collective_sequences(wl, coll_at))
+
+
+def _sequence_keys(found: list[Node]) -> dict[Any, list[tuple]]:
+    """Per process group, the ``CollectiveCall.key()`` of each of these collective nodes (in
+    their order) that ``collective_sequences`` keeps."""
+    mine: dict[Any, list[tuple]] = {}
+    for nd in found:
+        d = nd._d
+        ct = d[0]
+        if ct is None and d[8]:
+            continue  # host-side launcher (genie.workload.model): not a collective
+        g = d[2] or DEFAULT_GROUP
+        lst = mine.get(g)
+        if lst is None:
+            lst = mine[g] = []
+        if ct == _A2A and nd.attr(UNEVEN_ATTR) is not None:
+            lst.append((ct, UNEVEN))
+        else:
+            lst.append((ct, d[1]))
+    return mine
+
+
+def _all_agree(groups: dict[str, tuple[int, ...]], keys: dict[Any, dict[int, list]]) -> bool:
+    """Whether ``compare_collective_sequences`` finds nothing, from the sequences' keys."""
+    for g, per_rank in keys.items():
+        members = groups.get(g)
+        if not members:
+            return False
+        if len(per_rank) > len(members) or not per_rank.keys() <= set(members):
+            return False
+        ref = per_rank.get(members[0], [])
+        get = per_rank.get
+        for r in members[1:]:
+            if get(r, []) != ref:
+                return False
+    return True
 
 
 def compare_collective_sequences(

@@ -30,6 +30,7 @@ from genie.workload.graph import (
     topological_indices,
 )
 from genie.workload.model import CollectiveType, Node, NodeType, RankGraph, Workload
+from genie.workload.shapes import RankShapes, Shape
 
 #: Why a dependency was dropped -> how a problem line says it (after "dropped N ctrl_deps").
 DROP_REASONS = {
@@ -230,9 +231,18 @@ def validate_rank(
 _TYPE = operator.attrgetter("type")
 
 
-def check_point_to_point(wl: Workload) -> None:
-    """Every send must meet a recv on the peer (same src, dst, tag, in order, same size)."""
-    match_point_to_point((rg.rank, _p2p_in_order(rg)) for rg in wl.ranks)
+def check_point_to_point(wl: Workload, p2p_at: list[list[int] | None] | None = None) -> None:
+    """Every send must meet a recv on the peer (same src, dst, tag, in order, same size).
+
+    ``p2p_at[k]``, where given, holds the positions of rank k's send and recv nodes in
+    topological order (a ``Shape``'s, found once for the ranks that share it)."""
+    if p2p_at is None:
+        match_point_to_point((rg.rank, _p2p_in_order(rg)) for rg in wl.ranks)
+        return
+    match_point_to_point(
+        (rg.rank, _p2p_in_order(rg) if at is None else [rg.nodes[i] for i in at])
+        for rg, at in zip(wl.ranks, p2p_at, strict=True)
+    )
 
 
 def _p2p_in_order(rg: RankGraph) -> list[Node]:
@@ -251,6 +261,36 @@ def _p2p_in_order(rg: RankGraph) -> list[Node]:
 
 def match_point_to_point(per_rank: Iterable[tuple[int, list[Node]]]) -> None:
     """``check_point_to_point`` over each rank's send and recv nodes in topological order."""
+    found = list(per_rank)
+    send, recv = int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)
+    sizes: tuple[dict[tuple, list], dict[tuple, list]] = ({}, {})  # (src, dst, tag) -> sizes
+    for rank, nodes in found:
+        for n in nodes:
+            t = n.type
+            d = n._d
+            if t == send:
+                peer = d[7]
+                key = (rank, peer, d[3] or 0)
+                side = sizes[0]
+            elif t == recv:
+                peer = d[6]
+                key = (peer, rank, d[3] or 0)
+                side = sizes[1]
+            else:
+                continue
+            if peer is None:
+                continue  # a host-side launcher (validated per rank)
+            got = side.get(key)
+            if got is None:
+                side[key] = [d[1]]
+            else:
+                got.append(d[1])
+    if sizes[0] != sizes[1]:  # same channels, same sizes in order: every send meets its recv
+        _name_mismatch(found)
+
+
+def _name_mismatch(per_rank: list[tuple[int, list[Node]]]) -> None:
+    """Raise for the first send or recv (by channel) that does not meet its match."""
     sends: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[Node]] = defaultdict(list)
     for rank, nodes in per_rank:
@@ -292,19 +332,32 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
 
     ``checked`` holds ranks (by position) already put through ``validate_rank`` (the loader does
     so while reading, from the columns); their outcome is used in rank order as if computed here.
+    The other ranks are validated once per shape (``genie.workload.shapes``): what a rank shares
+    with an earlier one is not checked again.
     """
     problems: list[str] = []
     dropped: Counter[str] = Counter()
     passed: Passed = {}
+    seen: Seen = {}
+    shapes = RankShapes()
+    at: list[Shape | None] = []
     for k, rg in enumerate(wl.ranks):
         done = checked.get(k) if checked else None
         if done is None:
-            problems += validate_rank(rg, wl.n_ranks, dropped, passed)
+            found = shapes.of(rg)
+            if found is None:
+                problems += validate_rank(rg, wl.n_ranks, dropped, passed)
+                at.append(None)
+                continue
+            shape, known = found
+            problems += _validate_shaped(rg, shape, known, wl.n_ranks, dropped, passed, seen)
+            at.append(shape)
         elif isinstance(done, ValidationError):
             raise done
         else:
             problems += done[0]
             dropped.update(done[1])
+            at.append(None)
     wl.dropped = {k: dropped.get(k, 0) for k in DROP_REASONS}
     for name, members in wl.groups.items():
         bad = [r for r in members if not 0 <= r < wl.n_ranks]
@@ -313,9 +366,125 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
                 f"process group {name!r} names ranks {bad} but the workload has "
                 f"{wl.n_ranks} ranks (rank files missing?)"
             )
-    check_point_to_point(wl)
-    problems += check_collective_sequences(wl)
+    check_point_to_point(wl, [s.p2p_order() if s else None for s in at])
+    problems += check_collective_sequences(wl, [s.coll_order() if s else None for s in at])
     for p in problems:
         if p not in wl.problems:
             wl.problems.append(p)
     return problems
+
+
+#: per node type, the derived tuples (by id; each kept, so its id is not reused) whose
+#: ``_check_fields`` passed (for a send or recv: on a rank that is not its peer)
+Seen = dict[int, dict[int, tuple]]
+
+
+def _validate_shaped(
+    rank: RankGraph,
+    shape: Shape,
+    known: bool,
+    n_ranks: int,
+    dropped: Counter[str],
+    passed: Passed,
+    seen: Seen,
+) -> list[str]:
+    """``validate_rank(rank, n_ranks, dropped, passed)`` for a rank of ``shape``: in full for
+    the first rank of its shape; for a further one only what differs between the ranks of a
+    shape (durations and derived fields), the rest as the first one found it. A check that
+    fails sends the rank to ``validate_rank``, which names the error."""
+    if not known or shape.counts is None:
+        counts: Counter[str] = Counter()
+        problems = validate_rank(rank, n_ranks, counts, passed)
+        shape.learn(counts)
+        dropped.update(counts)
+        ds = [n._d for n in rank.nodes]
+        for t, get, _pos in shape.type_groups():  # every pair passed (on this rank)
+            ok = seen.get(t)
+            if ok is None:
+                ok = seen[t] = {}
+            if len(ok) < PASSED_MAX:
+                sub = get(ds)
+                ok.update(zip(map(id, sub), sub, strict=True))
+        return problems
+    if not _fields_pass(rank, shape, n_ranks, seen):
+        return validate_rank(rank, n_ranks, dropped, passed)
+    shape.adopt(rank)
+    ctrl_at = shape.ctrl_at()
+    if ctrl_at:  # as filter_ctrl_deps sets them: the kept ones, or the raw list itself
+        pos = _positions(rank)
+        nodes = rank.nodes
+        for i in ctrl_at:
+            n = nodes[i]
+            raw = n.raw_ctrl_deps
+            kept = [d for d in raw if (j := pos.get(d)) is not None and j < i]
+            n.ctrl_deps = kept if len(kept) != len(raw) else raw
+    counts = shape.counts
+    if not counts:
+        return []
+    dropped.update(counts)
+    note = _drop_note(rank, counts)
+    return [note] if note else []
+
+
+def _fields_pass(rank: RankGraph, shape: Shape, n_ranks: int, seen: Seen) -> bool:
+    """Whether every node of ``rank`` passes the duration and field checks of ``validate_rank``
+    (each (type, derived tuple) pair checked once per workload: a send or recv that passed on
+    another rank passes here unless its peer is this rank)."""
+    nodes = rank.nodes
+    try:
+        m = max([n.duration_micros for n in nodes], default=0)
+    except TypeError:
+        return False
+    # exact: a NaN hides no larger value unless it comes first, and then it is the max
+    if m > ABSURD_MICROS or m != m:
+        return False
+    ds = [n._d for n in nodes]
+    try:
+        for t, get, pos in shape.type_groups():
+            sub = get(ds)
+            if t in _P2P_TYPES and rank.rank in map(_PEER_AT[t], sub):
+                return False
+            ok = seen.get(t)
+            if ok is None:
+                ok = seen[t] = {}
+            new = [k for k in set(map(id, sub)) if k not in ok]
+            if not new:
+                continue
+            where = dict(zip(map(id, sub), pos, strict=True))
+            for k in new:
+                n = nodes[where[k]]
+                if not _plainly_valid(t, n._d, rank.rank, n_ranks):
+                    _check_fields(rank, n, n_ranks)
+                if len(ok) < PASSED_MAX:
+                    ok[k] = n._d
+    except ValidationError:
+        return False
+    return True
+
+
+#: where a send's and a recv's derived tuple holds the peer (comm_dst, comm_src)
+_PEER_AT = {
+    int(NodeType.COMM_SEND_NODE): operator.itemgetter(7),
+    int(NodeType.COMM_RECV_NODE): operator.itemgetter(6),
+}
+
+
+def _plainly_valid(t: int, dv: tuple, me: int, n_ranks: int) -> bool:
+    """True where ``_check_fields`` passes a node of type ``t``, derived fields ``dv`` on rank
+    ``me`` with every value a plain int in range (False: let it decide)."""
+    for v, top in ((dv[5], ABSURD_BYTES), (dv[4], ABSURD_OPS)):
+        if v is not None and (type(v) is not int or not 0 <= v <= top):
+            return False
+    if dv[9] is not None and type(dv[9]) is not int:
+        return False
+    if t == NodeType.COMM_SEND_NODE or t == NodeType.COMM_RECV_NODE:
+        peer = dv[7] if t == NodeType.COMM_SEND_NODE else dv[6]
+        cs = dv[1]
+        return (
+            type(peer) is int
+            and 0 <= peer < n_ranks
+            and peer != me
+            and type(cs) is int
+            and 0 <= cs <= ABSURD_BYTES
+        )
+    return False
