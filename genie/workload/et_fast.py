@@ -611,10 +611,8 @@ def decode_nodes(
     zero = 0
     tail_misses = memo.tail_misses
     seen = memo.nodes
-    row = -1  # the frame's place among this call's frames (the key of ``heads``)
     while pos < size:
         frame = pos
-        row += 1
         b = data[pos]
         if b < 0x80:
             pos += 1
@@ -650,7 +648,6 @@ def decode_nodes(
             fkey = data[pos:end]
             hit = frames.get(fkey)
             if hit is not None:
-                hits += 1
                 n = new(Node)
                 (
                     n.id,
@@ -673,6 +670,7 @@ def decode_nodes(
                 continue
             misses += 1
         h = None
+        row = len(out)  # the frame's place in this call's frames (the key of ``heads``)
         if heads is not None and row < len(heads):
             # the fields before the attrs as at this place in an earlier file: the same bytes,
             # followed here by the attrs or the frame's end, decode the same way
@@ -899,5 +897,7 @@ def decode_nodes(
             if encode_node(n) != data[start:end]:
                 odd += 1
         append(n)
+    if frames is not None:
+        hits = len(out) - misses  # every frame gives one node
     memo.settle(hits, misses, len(out), tail_misses, head_hits, head_misses)
     return out, odd, zero
