@@ -335,7 +335,9 @@ class System:
         twice as many: connecting the rings doubles them (``comm->nChannels = nChannels * 2``,
         ``src/graph/connect.cc``). Across nodes ``channels`` counts what NCCL runs (two per
         network device: one search channel per NIC, doubled), so the search found half; on one
-        node it is the search's own count (the generation's rings, ``published_systems``)."""
+        node it is the search's own count (the generation's rings, ``published_systems``).
+        Running channels raised by NCCL_MIN_CTAS are copies (``copyChannels``): the search's
+        count stays one per NIC there, which this half of the running count overstates."""
         return self.channels if self.nodes == 1 else max(1, self.channels // 2)
 
     def with_ranks(self, nodes: int, gpus_per_node: int) -> System:
