@@ -21,6 +21,7 @@ from genie.sim.adapter import A2A, ComputeModel, _fields, compile_reference, com
 from genie.sim.columns_compile import compile_columns
 from genie.workload import save_workload
 from genie.workload.columnar import load_columns
+from genie.workload.et_columns import NodeColumns
 from genie.workload.generators.data_parallel import data_parallel
 from genie.workload.generators.llm import llm
 from genie.workload.generators.moe import moe
@@ -92,3 +93,24 @@ def test_compile_workload_takes_the_columns_path(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert not called
     same(compile_workload(load_columns(tmp_path / "w").to_workload()), got)
+
+
+@pytest.mark.parametrize("ranks,layers,steps", [(2, 2, 1), (8, 6, 3)])
+def test_pytorch_style_compiles_without_node_objects(tmp_path, monkeypatch, ranks, layers, steps):
+    """Stream rules from the columns (file bytes dropped): no rank is made as Node objects,
+    and the arrays are those of the object model's compile, the rules' edges included."""
+    save_workload(pytorch_style(ranks, layers=layers, steps=steps), tmp_path / "w")
+    wl = load_columns(tmp_path / "w").to_workload()
+    ref = compile_reference(wl, TRACE, "inferred")
+    assert (
+        ref.ranks[0].dep_idx.size > compile_reference(wl, TRACE, "explicit").ranks[0].dep_idx.size
+    )
+    cw = load_columns(tmp_path / "w", keep_bytes=False)
+
+    def no_objects(*a, **k):
+        raise AssertionError("a rank was made as Node objects")
+
+    monkeypatch.setattr(NodeColumns, "to_nodes", no_objects)
+    got = columns(cw, TRACE, "inferred")
+    assert got is not None, "the columns path declined a PyTorch-style trace"
+    same(ref, got)

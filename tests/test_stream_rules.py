@@ -10,6 +10,7 @@ the compute launched ahead of it has run.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -20,7 +21,9 @@ import genie
 from genie.cli import main
 from genie.sim.adapter import compile_workload
 from genie.workload import load_workload, save_workload
+from genie.workload.columnar import load_columns, rank_stream_edges
 from genie.workload.generators.data_parallel import data_parallel
+from genie.workload.generators.pytorch_style import pytorch_style
 from genie.workload.model import Attr, Node, NodeType, RankGraph, Workload
 from genie.workload.stream_rules import stream_edges
 
@@ -190,3 +193,96 @@ def test_cli_inspect_and_simulate(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "network cannot delay any computation" in cap.err
     assert main(args) == 0
     assert "network cannot delay" not in capsys.readouterr().err
+
+
+# --- the rules on columns (genie.workload.stream_columns) against the object model -----------
+
+
+def _same_edges_from_columns(prefix: Path, validate: bool = True, keep: bool = True) -> int:
+    """Every rank's edges from its columns equal ``stream_edges`` on its nodes; edges added."""
+    cw = load_columns(prefix, validate=validate, keep_bytes=keep)
+    wl = cw.to_workload()
+    added = 0
+    for r, rg in enumerate(wl.ranks):
+        ref = stream_edges(rg)
+        got = rank_stream_edges(cw, r).as_stream_edges()
+        assert (got.applies, got.streams) == (ref.applies, ref.streams)
+        assert got.edges == ref.edges  # per node, the same positions in the same order
+        assert list(got.edges) == list(ref.edges) or set(got.edges) == set(ref.edges)
+        assert (got.counts, got.skipped) == (ref.counts, ref.skipped)
+        added += ref.added
+    return added
+
+
+def _tid_streams(rank: int) -> RankGraph:
+    """Older converters: the GPU stream in the ``tid`` attr, no ``stream`` attr."""
+    rg = pytorch_rank(rank, wait=True, sync=True)
+    for nd in rg.nodes:
+        if not nd.is_cpu_op:
+            nd.set_attr("tid", "int64_val", 20 if nd.type == NodeType.COMM_COLL_NODE else 7)
+    return rg
+
+
+def _odd(rank: int) -> RankGraph:
+    """Kernels launched through other kernels, a dep forward in the file, repeated, missing
+    and self deps, a second CPU thread after a synchronize, ids that are not positions."""
+    rg = pytorch_rank(rank, wait=True, sync=True, streams=True)
+    nodes = rg.nodes
+    gemms = [i for i, nd in enumerate(nodes) if nd.name.startswith("sm90_gemm")]
+    for a, b in itertools.pairwise(gemms[3:7]):
+        nodes[b].data_deps = [nodes[a].id]  # launched through the kernel before
+    nodes[gemms[8]].data_deps = [*nodes[gemms[8]].data_deps, nodes[gemms[9]].id, 10**6]
+    nodes[gemms[10]].data_deps = [*nodes[gemms[10]].data_deps] * 2 + [nodes[gemms[10]].id]
+    sync = next(i for i, nd in enumerate(nodes) if nd.name == "cudaDeviceSynchronize")
+    nodes[sync + 1].set_attr("tid", "int64_val", 2)  # the thread's next op is further on
+    nodes.append(_cpu(len(nodes), "aten::add", 3, [], NodeType.COMP_NODE))
+    launcher = next(nd for nd in nodes if nd.name == "aten::_foreach_add_")
+    launcher.name = "c10d::wait"  # a second wait before the next compute: the later one counts
+    for nd in nodes:
+        nd.id += 100
+        nd.data_deps = [d + 100 for d in nd.data_deps]
+    return rg
+
+
+def _cycle(rank: int) -> RankGraph:
+    """Two CPU ops waiting for each other: no order keeps the deps, the rules add nothing."""
+    rg = pytorch_rank(rank, sync=True)
+    rg.nodes[0].data_deps = [rg.nodes[2].id]
+    return rg
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda r: pytorch_rank(r),
+        lambda r: pytorch_rank(r, wait=True, sync=True),
+        lambda r: pytorch_rank(r, wait=True, sync=True, streams=True),
+        _tid_streams,
+        _odd,
+        _cycle,
+    ],
+    ids=["inferred", "wait-sync", "stream-attr", "tid", "odd", "cycle"],
+)
+@pytest.mark.parametrize("keep", [True, False], ids=["bytes", "released"])
+def test_columns_give_the_object_models_edges(tmp_path: Path, make, keep: bool) -> None:
+    wl = Workload([make(r) for r in range(2)], name="pt")
+    save_workload(wl, tmp_path / "pt")
+    odd = make in (_odd, _cycle)  # validation refuses a dangling dep and a cycle
+    added = _same_edges_from_columns(tmp_path / "pt", validate=not odd, keep=keep)
+    assert (added == 0) if make is _cycle else (added > 0)
+
+
+@pytest.mark.parametrize("ranks,layers,steps", [(2, 2, 1), (4, 4, 2), (8, 6, 3)])
+def test_columns_give_the_object_models_edges_pytorch_style(tmp_path, ranks, layers, steps):
+    save_workload(pytorch_style(ranks, layers=layers, steps=steps), tmp_path / "w")
+    assert _same_edges_from_columns(tmp_path / "w", keep=False) > 0
+
+
+def test_columns_of_traces_without_cpu_ops_get_nothing(tmp_path: Path) -> None:
+    save_workload(data_parallel(4, layers=2), tmp_path / "dp")
+    assert _same_edges_from_columns(tmp_path / "dp") == 0
+    sample = Path(__file__).parents[1] / "../shared/et-samples/astra-sim/microbenchmarks"
+    if not (sample / "all_reduce/4npus_1MB/all_reduce.0.et").exists():
+        pytest.skip(f"ASTRA-sim sample traces not found under {sample}")
+    for coll in ("all_reduce", "all_gather", "reduce_scatter"):  # no CPU op, no stream
+        assert _same_edges_from_columns(sample / coll / "4npus_1MB") == 0

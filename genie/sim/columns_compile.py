@@ -7,8 +7,8 @@ Python object per node. This path compiles it without making those objects: the 
 worked out once (``genie.sim.batch_compile.Probes``, on a bare probe node holding just those
 fields), deps are mapped from ids to positions with one sort per rank whose ids are not its
 positions, and the rest is ``batch_compile.make_ranks``. Nodes are made only where the compile
-needs what columns do not hold: an all-to-all-v node's per-peer sizes, and the ranks whose
-stream rules apply (PyTorch-derived ranks: made one rank at a time).
+needs what columns do not hold: an all-to-all-v node's per-peer sizes. The stream rules of
+PyTorch-derived ranks come from the columns too (``genie.workload.stream_columns``).
 
 It gives exactly what compiling ``ColumnarWorkload.to_workload()`` gives (tests compare the
 arrays) and answers None where it cannot (rows decoded as fallback nodes, derived tables not
@@ -27,8 +27,8 @@ from genie.errors import ValidationError
 from genie.sim.batch_compile import Gathered, Probes, make_ranks, split_row
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.uneven import SPLIT_ATTR
+from genie.workload.columnar import rank_stream_edges
 from genie.workload.model import DEFAULT_GROUP, Node
-from genie.workload.stream_rules import stream_edges
 
 log = logging.getLogger(__name__)
 _INT64_MAX = np.iinfo(np.int64).max
@@ -96,9 +96,11 @@ def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         splits.append(row_splits)
         lens, flat = _positions(c, node_ids[a:b])
         if infer and len(cpu_p) and np.isin(rank_pid, cpu_p).any():
-            extra = stream_edges(cw.rank_graph(r, c.to_nodes())).edges
-            if extra:
-                lens, flat = _with_edges(lens, flat, extra)
+            ptr = np.zeros(len(lens) + 1, np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            extra = rank_stream_edges(cw, r, ptr, flat)
+            if extra.added:
+                lens, flat = _with_edges(lens, flat, extra.after, extra.before)
         lens_parts.append(lens)
         flat_parts.append(flat)
         table_names = c.names
@@ -168,14 +170,12 @@ def _positions(c: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _with_edges(
-    lens: np.ndarray, flat: np.ndarray, extra: dict[int, list[int]]
+    lens: np.ndarray, flat: np.ndarray, after: np.ndarray, before: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The deps with the stream rules' edges appended to their nodes' own."""
-    ptr = np.zeros(len(lens) + 1, np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    values = flat.tolist()
-    deps = [values[a:b] for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)]
-    for i, before in extra.items():
-        deps[i] = [*deps[i], *before]
-    new_lens = np.fromiter(map(len, deps), np.int64, len(deps))
-    return new_lens, np.fromiter((d for row in deps for d in row), np.int64, int(new_lens.sum()))
+    """The deps with the stream rules' edges (``after[k]`` waits for ``before[k]``, in the
+    order the rules add them) appended to each node's own."""
+    n = len(lens)
+    owner = np.repeat(np.arange(n, dtype=np.int64), lens)
+    at = np.argsort(np.concatenate((owner, after)), kind="stable")  # own deps first, in order
+    new_flat = np.concatenate((flat, before))[at]
+    return lens + np.bincount(after, minlength=n).astype(np.int64), new_flat

@@ -13,6 +13,7 @@ raised. ``ColumnarWorkload.to_workload`` gives what ``load_workload`` gives for 
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +23,15 @@ import numpy as np
 from genie.errors import ValidationError, WorkloadError
 from genie.vocabulary import UNEVEN_ATTR
 from genie.workload.column_checks import NeedsReference, RankCheck, apply_ctrl_drop, check_columns
-from genie.workload.et_codec import _first_frame, frame_notes, gc_paused, open_bytes
+from genie.workload.et_codec import GZIP_MAGIC, _first_frame, frame_notes, gc_paused, open_bytes
 from genie.workload.et_columns import Interner, NodeColumns, decode_columns
+from genie.workload.et_fast import decode_attr_section
 from genie.workload.graph import UNEVEN, CollectiveCall, compare_collective_sequences
 from genie.workload.loader import all_rank_files, resolve_groups
 from genie.workload.model import DEFAULT_GROUP, Metadata, Node, NodeType, RankGraph, Workload
 from genie.workload.process_groups import WORLD_PG_NAME
+from genie.workload.stream_columns import ColumnEdges, column_edges
+from genie.workload.stream_rules import stream_edges
 from genie.workload.validate import DROP_REASONS, match_point_to_point, validate_workload
 
 _A2A = 6  # Chakra ALL_TO_ALL
@@ -269,3 +273,111 @@ def _collective_problems(cw: ColumnarWorkload) -> list[str]:
                 for k, nd in zip(lst, made, strict=True)
             ]
     return compare_collective_sequences(cw.groups, seqs)
+
+
+def attr_values(cols: NodeColumns, rows: np.ndarray, attr: str) -> list:
+    """The value of attr ``attr`` of each row (None where absent). Where the file's bytes were
+    dropped, a plain file is read again at those rows' attr fields only (a few rows), else
+    whole."""
+    out: list = [None] * len(rows)
+    if not len(rows):
+        return out
+    spans = cols.attrs[rows].tolist()
+    fallback = cols.fallback
+    few = len(rows) <= _FEW_ROWS
+    data = cols.data
+    if not data and cols.path is not None and few and not _is_gzip(cols.path):
+        with open(cols.path, "rb") as f:
+            if os.fstat(f.fileno()).st_size != cols._size:
+                raise WorkloadError(f"{cols.path}: changed since it was read")
+            for k, (a, b) in enumerate(spans):
+                f.seek(a)
+                out[k] = _last_attr(f.read(b - a), attr) if a < b else None
+    else:
+        if not data:
+            data = cols._bytes()
+        for k, (a, b) in enumerate(spans):
+            out[k] = _last_attr(data[a:b], attr) if a < b else None
+    for k, r in enumerate(rows.tolist()):
+        nd = fallback.get(r)
+        if nd is not None:
+            out[k] = nd.attr(attr)
+    return out
+
+
+_FEW_ROWS = 4096  # rows whose attr fields are read one by one from a file rather than all of it
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == GZIP_MAGIC
+
+
+def _last_attr(section: bytes, attr: str) -> object:
+    """The value of the last attr called ``attr`` in a run of canonical attr fields."""
+    got = None
+    for a in decode_attr_section(section):
+        if a.name == attr:
+            got = a.value
+    return got
+
+
+def rank_stream_edges(
+    cw: ColumnarWorkload,
+    r: int,
+    dep_ptr: np.ndarray | None = None,
+    dep_idx: np.ndarray | None = None,
+) -> ColumnEdges:
+    """The stream rules' edges of rank ``r`` from its columns (``stream_columns``); a rank with
+    rows decoded as fallback nodes is made as objects. ``dep_ptr``/``dep_idx``: its deps as
+    positions where the caller has them."""
+    cols = cw.ranks[r]
+    if cols.fallback:
+        se = stream_edges(cw.rank_graph(r, cols.to_nodes()))
+        after = [a for a, bs in se.edges.items() for _ in bs]
+        before = [b for bs in se.edges.values() for b in bs]
+        return ColumnEdges(
+            se.applies,
+            se.streams,
+            np.asarray(after, np.int64),
+            np.asarray(before, np.int64),
+            dict(se.counts),
+            se.skipped,
+        )
+    if dep_ptr is None or dep_idx is None:
+        dep_ptr, dep_idx = dep_positions(cols)
+    check = cw.checks[r] if r < len(cw.checks) else None
+    topo = check.topo if check is not None else None  # None after a check: file order
+    return column_edges(
+        cols.type,
+        cols.derived,
+        cols.derived_table,
+        cols.name,
+        cols.names,
+        dep_ptr,
+        dep_idx,
+        lambda rows: attr_values(cols, rows, "tid"),
+        topo,
+    )
+
+
+def dep_positions(cols: NodeColumns) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's data deps as positions (CSR ptr, flat): the first row of each id, deps on
+    missing ids dropped (and deps on the row itself, for ids that are not positions)."""
+    n = len(cols)
+    ptr = cols.data_offsets.astype(np.int64)
+    deps = cols.data_deps
+    ids = cols.id
+    if np.array_equal(ids, np.arange(n, dtype=ids.dtype)):
+        return ptr, np.where(deps < n, deps, n).astype(np.int64)  # n: outside, ignored
+    order = np.argsort(ids, kind="stable")
+    sid = ids[order]
+    at = np.minimum(np.searchsorted(sid, deps), max(n - 1, 0))
+    lens = np.diff(ptr)
+    owner = np.repeat(np.arange(n, dtype=np.int64), lens)
+    found = sid[at] == deps if n else np.zeros(len(deps), bool)
+    pos = order[at].astype(np.int64)
+    keep = found & (pos != owner)
+    out = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner[keep], minlength=n), out=out[1:])
+    return out, pos[keep]
