@@ -30,6 +30,7 @@ for bit), also beyond the event simulation's step limit, where it used to fall b
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import truediv
 from typing import Self
 
 import numpy as np
@@ -92,6 +93,13 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         # (comm type, size, ranks, hosts, splits) -> ``_cost``'s program cost (None: declined);
         # ``twin`` shares it with a pricer of the same topology, algorithms and chunks
         self._programs: dict[tuple, tuple | None] = {}
+        # per canonical shape, its links' ends and bytes (``_ends``); the hosts and capacities
+        # as lists (``_price`` reads a few of them per transfer, thousands of transfers)
+        self._shape_ends: dict[tuple, tuple[list[str], list[str], list[float]]] = {}
+        self._host_list: list[int] | None = None
+        self._cap_of: np.ndarray | None = None
+        self._cap_list: list[float] = []
+        self._cap_positive = False
 
     def twin(self, algorithms: Mapping[str, str] | None = None) -> ProgramPricer:
         """A line-rate ``ProgramPricer`` on this pricer's topology (the same object), placement
@@ -130,35 +138,39 @@ class ProgramPricer(UnevenPricing, CachedPricer):
     def _price(self, transfer: Transfer, splits: tuple[int, ...] = ()) -> Demand:
         """Demand of one transfer from its program's cost."""
         name = chakra_name(transfer.comm_type)
-        ranks = tuple(int(r) for r in transfer.ranks)
+        ranks = tuple(map(int, transfer.ranks))
         n = len(ranks)
         if n < 2 or (transfer.size == 0 and name != "send_recv"):
             return self.fallback.price(transfer)
-        hosts = [int(self.host_of[r]) for r in ranks]
+        if self._host_list is None:  # each rank's host, as Python ints (read per transfer)
+            self._host_list = self.host_of.tolist()
+        hosts = list(map(self._host_list.__getitem__, ranks))
         leaf_hosts = self._leaf_hosts
         if (self.canonical or leaf_hosts is not None) and not splits:  # an all-to-all-v's
-            first: dict[int, int] = {}  # matrix is its group's own
-            if leaf_hosts is None:
-                pattern = tuple(first.setdefault(h, len(first)) for h in hosts)
+            first: dict[int, int]  # matrix is its group's own
+            if leaf_hosts is None:  # hosts numbered in order of first appearance
+                seen = dict.fromkeys(hosts)
+                first = dict(zip(seen, range(len(seen)), strict=True))
             else:  # the k-th distinct host on a leaf stands for that leaf's k-th host
+                first = {}
                 used: dict[int, int] = {}
                 for h in hosts:
                     if h not in first:
                         leaf, row = leaf_hosts[h]
                         first[h] = row[used.get(leaf, 0)]
                         used[leaf] = used.get(leaf, 0) + 1
-                pattern = tuple(first[h] for h in hosts)
+            pattern = tuple(map(first.__getitem__, hosts))
             key = (transfer.comm_type, int(transfer.size), pattern)
             if key not in self._shapes:
                 self._shapes[key] = self._cost(transfer.comm_type, transfer.size, (), pattern)
             shape = self._shapes[key]
             if shape is not None:
-                names = self.topology.hosts
-                actual = {names[c]: names[h] for h, c in first.items()}
-                moved = {
-                    self._lid[(actual.get(lk.src, lk.src), actual.get(lk.dst, lk.dst))]: b
-                    for lk, b in ((self.topology.links[lid], b) for lid, b in shape[2].items())
-                }
+                name_of = self.topology.hosts.__getitem__
+                actual = dict(zip(map(name_of, first.values()), map(name_of, first), strict=True))
+                src, dst, nbytes_of = self._ends(key, shape)
+                get = actual.get  # each canonical link's ends renamed: the group's own link
+                ends = zip(map(get, src, src), map(get, dst, dst), strict=True)
+                moved = dict(zip(map(self._lid.__getitem__, ends), nbytes_of, strict=True))
                 shape = (shape[0], shape[1], moved, shape[3])
         else:
             shape = self._cost(transfer.comm_type, transfer.size, ranks, tuple(hosts), splits)
@@ -167,6 +179,9 @@ class ProgramPricer(UnevenPricing, CachedPricer):
             return self.fallback.price(transfer)
         time_s, algorithm, link_bytes, intra_bytes = shape
         cap = self.capacity()
+        if cap is not self._cap_of:  # the capacities as Python floats (read per transfer)
+            self._cap_of, self._cap_list = cap, cap.tolist()
+            self._cap_positive = all(c > 0 for c in self._cap_list)
         links = sorted(link_bytes)
         nbytes = [float(link_bytes[lid]) for lid in links]
         if intra_bytes:
@@ -176,10 +191,28 @@ class ProgramPricer(UnevenPricing, CachedPricer):
             nbytes += [share] * n
         la = np.asarray(links, np.int64)
         nb = np.asarray(nbytes, np.float64)
-        w = float(np.max(nb / cap[la])) if len(la) else 0.0
+        if not links:
+            w = 0.0
+        elif self._cap_positive:  # W = max(bytes / capacity) in Python floats: numpy's IEEE
+            w = max(map(truediv, nbytes, map(self._cap_list.__getitem__, links)))  # division
+        else:  # a link of no capacity: numpy's infinities and NaN, as before
+            w = float(np.max(nb / cap[la]))
         dem = Demand(latency=max(0.0, time_s - w), links=la, nbytes=nb)
         self.priced[(name, algorithm, n, int(transfer.size))] = time_s
         return dem
+
+    def _ends(self, key: tuple, shape: tuple) -> tuple[list[str], list[str], list[float]]:
+        """A canonical shape's links as columns: sources, destinations and bytes, in the order
+        of its dict."""
+        got = self._shape_ends.get(key)
+        if got is None:
+            links = [self.topology.links[lid] for lid in shape[2]]
+            got = self._shape_ends[key] = (
+                [lk.src for lk in links],
+                [lk.dst for lk in links],
+                list(shape[2].values()),
+            )
+        return got
 
     def _cost(
         self, ctype: int, size: int, ranks: tuple, hosts: tuple, splits: tuple[int, ...] = ()
