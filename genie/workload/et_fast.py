@@ -611,261 +611,263 @@ def decode_nodes(
     zero = 0
     tail_misses = memo.tail_misses
     seen = memo.nodes
-    while pos < size:
-        frame = pos
-        b = data[pos]
-        if b < 0x80:
-            pos += 1
-            ln = b
-        else:
-            ln = 0
-            shift = 0
-            while True:
-                if pos >= size:
-                    raise TraceFormatError(
-                        f"{source}: truncated frame length at byte offset {frame}{note}"
-                    )
-                if shift > 28:
-                    raise TraceFormatError(
-                        f"{source}: corrupt frame length at byte offset {frame}{note} "
-                        "(varint too long)"
-                    )
-                b = data[pos]
+    frame_bytes = memo.frame_bytes  # kept here while the loop runs, then on the memo
+    max_frames = memo.max_frames
+    max_bytes = memo.max_bytes
+    try:
+        while pos < size:
+            frame = pos
+            b = data[pos]
+            if b < 0x80:
                 pos += 1
-                ln |= (b & 0x7F) << shift
-                shift += 7
-                if b < 0x80:
-                    break
-        end = pos + ln
-        if end > size:
-            raise TraceFormatError(
-                f"{source}: truncated frame at byte offset {frame}{note}: needs {ln} bytes, "
-                f"{size - pos} left"
-            )
-        if ln == 0:
-            zero += 1
-        if frames is not None:
-            fkey = data[pos:end]
-            hit = frames.get(fkey)
-            if hit is not None:
-                n = new(Node)
-                (
-                    n.id,
-                    n.name,
-                    n.type,
-                    ctrl_t,
-                    deps_t,
-                    n.start_time_micros,
-                    n.duration_micros,
-                    n._inputs,
-                    n._outputs,
-                    attrs_b,
-                    n._d,
-                ) = hit
-                n.raw_ctrl_deps = n.ctrl_deps = list(ctrl_t) if ctrl_t else []
-                n.data_deps = list(deps_t) if deps_t else []
-                n._attrs = [] if attrs_b is None else attrs_b
-                pos = end
-                append(n)
-                continue
-            misses += 1
-        h = None
-        row = len(out)  # the frame's place in this call's frames (the key of ``heads``)
-        if heads is not None and row < len(heads):
-            # the fields before the attrs as at this place in an earlier file: the same bytes,
-            # followed here by the attrs or the frame's end, decode the same way
-            got = heads[row]
-            for j, c in enumerate(got):
-                q = pos + c[1]
-                if q <= end and data.startswith(c[0], pos) and (q == end or data[q] == 0x52):
-                    h = c
-                    if j:
-                        del got[j]
-                        got.insert(0, c)
-                    break
-        try:
-            if h is not None:
-                head_hits += 1
-                (_hb, hlen, nid, name, typ, ctrl_t, deps_t, st, dur, ins, outs) = h
-                ctrl = list(ctrl_t) if ctrl_t else []
-                deps = list(deps_t) if deps_t else []
-                pos += hlen
+                ln = b
             else:
-                body = pos
-                nid = 0
-                name = ""
-                typ = 0
-                ctrl = []
-                deps = []
-                st = dur = 0
-                t = data[pos] if pos < end else 0
-                # Canonical order: each field at most once, ascending, attrs (10) last.
-                if t == 0x08:
-                    b = data[pos + 1]
+                ln = 0
+                shift = 0
+                while True:
+                    if pos >= size:
+                        raise TraceFormatError(
+                            f"{source}: truncated frame length at byte offset {frame}{note}"
+                        )
+                    if shift > 28:
+                        raise TraceFormatError(
+                            f"{source}: corrupt frame length at byte offset {frame}{note} "
+                            "(varint too long)"
+                        )
+                    b = data[pos]
+                    pos += 1
+                    ln |= (b & 0x7F) << shift
+                    shift += 7
                     if b < 0x80:
-                        nid = b
-                        pos += 2
-                    else:
-                        b1 = data[pos + 2]
-                        b2 = data[pos + 3]
-                        if b1 >= 0x80 and 0 < b2 < 0x80:
-                            nid = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
-                            pos += 4
-                        else:
-                            nid, pos = _varint(data, pos + 1)
-                            if data[pos - 1] == 0:
-                                raise _Fallback
-                    if not nid:
-                        raise _Fallback
-                    t = data[pos] if pos < end else 0
-                if t == 0x12:
-                    b = data[pos + 1]
-                    if b < 0x80:
-                        pos += 2
-                        slen = b
-                    else:
-                        slen, pos = _varint(data, pos + 1)
-                    stop = pos + slen
-                    if stop > end or not slen:
-                        raise _Fallback
-                    key = data[pos:stop]
-                    known = names.get(key)  # one str per distinct name (they repeat a lot)
-                    if known is None:
-                        known = key.decode("utf-8")
-                        if len(names) < 1_000_000:
-                            names[key] = known
-                    name = known
-                    pos = stop
-                    t = data[pos] if pos < end else 0
-                if t == 0x18:
-                    typ = data[pos + 1]
-                    pos += 2
-                    if not typ or typ >= 0x80:
-                        raise _Fallback
-                    t = data[pos] if pos < end else 0
-                if t == 0x22:
-                    pos = _packed(data, pos + 1, end, ctrl)
-                    t = data[pos] if pos < end else 0
-                if t == 0x2A:
-                    plen, pos = _varint(data, pos + 1)
-                    stop = pos + plen
-                    if stop > end or not plen:
-                        raise _Fallback
-                    while pos < stop:  # varints unrolled up to 3 bytes (ids < 2^21)
-                        b = data[pos]
-                        if b < 0x80:
-                            deps.append(b)
-                            pos += 1
-                            continue
-                        b1 = data[pos + 1]
-                        if b1 < 0x80:
-                            if not b1:
-                                raise _Fallback
-                            deps.append((b & 0x7F) | (b1 << 7))
-                            pos += 2
-                            continue
-                        b2 = data[pos + 2]
-                        if b2 < 0x80:
-                            if not b2:
-                                raise _Fallback
-                            deps.append((b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14))
-                            pos += 3
-                            continue
-                        v, pos = _varint(data, pos)
-                        if not data[pos - 1] or v >= _U64:
-                            raise _Fallback
-                        deps.append(v)
-                    if pos != stop:
-                        raise _Fallback
-                    t = data[pos] if pos < end else 0
-                if t == 0x30:
-                    st, pos = _varint(data, pos + 1)
-                    if not st or (data[pos - 1] == 0 and st > 0x7F):
-                        raise _Fallback
-                    t = data[pos] if pos < end else 0
-                if t == 0x38:
-                    b = data[pos + 1]
-                    if b < 0x80:
-                        dur = b
-                        pos += 2
-                    else:
-                        b1 = data[pos + 2]
-                        if 0 < b1 < 0x80:
-                            dur = (b & 0x7F) | (b1 << 7)
-                            pos += 3
-                        else:
-                            dur, pos = _varint(data, pos + 1)
-                            if data[pos - 1] == 0:
-                                raise _Fallback
-                    if not dur:
-                        raise _Fallback
-                    t = data[pos] if pos < end else 0
-                ins = outs = None
-                if t == 0x42:
-                    ins, pos = _check_io(data, pos + 1, end)
-                    t = data[pos] if pos < end else 0
-                if t == 0x4A:
-                    outs, pos = _check_io(data, pos + 1, end)
-                    t = data[pos] if pos < end else 0
-                if pos > end:
-                    raise _Fallback  # a field ran past the frame: let protobuf judge it
-                if pos < end and t != 0x52:
-                    raise _Fallback  # unpacked deps, unknown or out-of-order fields
-                if nid >= _U64 or st >= _U64 or dur >= _U64:
-                    raise _Fallback
-            plain = True
-            if pos < end:
-                key = data[pos:end]
-                tail = tails.get(key)
-                if tail is None:
-                    derived, plain = _scan_attr_tail(data, pos, end, cache, rests)
-                    tail = (derived, key)
-                    tail_misses += 1
-                    if plain and tail_misses < 10_000 + 4 * (seen + len(out)) // 5:
-                        # memoise while it pays: stop once most tails are unique
-                        if len(tails) >= 100_000:
-                            tails.clear()
-                        tails[key] = tail
-                derived = tail[0]
-                attrs = tail[1]  # checked canonical bytes: Node.attrs decodes them when read
-            else:
-                attrs = []
-                derived = _NO_DERIVED
-            n = new(Node)
-            n.id = nid
-            n.name = name
-            n.type = typ
-            n.raw_ctrl_deps = n.ctrl_deps = ctrl
-            n.data_deps = deps
-            n.start_time_micros = st
-            n.duration_micros = dur
-            n._inputs = ins
-            n._outputs = outs
-            n._attrs = attrs
-            n._d = derived
-            if h is None and heads is not None:
-                head_misses += 1
-                keep_head(
-                    row,
-                    (
-                        data[body:pos],
-                        pos - body,
-                        nid,
-                        name,
-                        typ,
-                        tuple(ctrl),
-                        tuple(deps),
-                        st,
-                        dur,
-                        ins,
-                        outs,
-                    ),
+                        break
+            end = pos + ln
+            if end > size:
+                raise TraceFormatError(
+                    f"{source}: truncated frame at byte offset {frame}{note}: needs {ln} bytes, "
+                    f"{size - pos} left"
                 )
-                heads = memo.heads  # keep_head may have started over
+            if ln == 0:
+                zero += 1
             if frames is not None:
-                keep(
-                    fkey,
+                fkey = data[pos:end]
+                hit = frames.get(fkey)
+                if hit is not None:
+                    n = new(Node)
                     (
+                        n.id,
+                        n.name,
+                        n.type,
+                        ctrl_t,
+                        deps_t,
+                        n.start_time_micros,
+                        n.duration_micros,
+                        n._inputs,
+                        n._outputs,
+                        attrs_b,
+                        n._d,
+                    ) = hit
+                    n.raw_ctrl_deps = n.ctrl_deps = list(ctrl_t) if ctrl_t else []
+                    n.data_deps = list(deps_t) if deps_t else []
+                    n._attrs = [] if attrs_b is None else attrs_b
+                    pos = end
+                    append(n)
+                    continue
+                misses += 1
+            h = None
+            row = len(out)  # the frame's place in this call's frames (the key of ``heads``)
+            if heads is not None and row < len(heads):
+                # the fields before the attrs as at this place in an earlier file: the same bytes,
+                # followed here by the attrs or the frame's end, decode the same way
+                got = heads[row]
+                for j, c in enumerate(got):
+                    q = pos + c[1]
+                    if q <= end and data.startswith(c[0], pos) and (q == end or data[q] == 0x52):
+                        h = c
+                        if j:
+                            del got[j]
+                            got.insert(0, c)
+                        break
+            try:
+                if h is not None:
+                    head_hits += 1
+                    (_hb, hlen, nid, name, typ, ctrl_t, deps_t, st, dur, ins, outs) = h
+                    ctrl = list(ctrl_t) if ctrl_t else []
+                    deps = list(deps_t) if deps_t else []
+                    pos += hlen
+                else:
+                    body = pos
+                    nid = 0
+                    name = ""
+                    typ = 0
+                    ctrl = []
+                    deps = []
+                    st = dur = 0
+                    t = data[pos] if pos < end else 0
+                    # Canonical order: each field at most once, ascending, attrs (10) last.
+                    if t == 0x08:
+                        b = data[pos + 1]
+                        if b < 0x80:
+                            nid = b
+                            pos += 2
+                        else:
+                            b1 = data[pos + 2]
+                            b2 = data[pos + 3]
+                            if b1 >= 0x80 and 0 < b2 < 0x80:
+                                nid = (b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14)
+                                pos += 4
+                            else:
+                                nid, pos = _varint(data, pos + 1)
+                                if data[pos - 1] == 0:
+                                    raise _Fallback
+                        if not nid:
+                            raise _Fallback
+                        t = data[pos] if pos < end else 0
+                    if t == 0x12:
+                        b = data[pos + 1]
+                        if b < 0x80:
+                            pos += 2
+                            slen = b
+                        else:
+                            slen, pos = _varint(data, pos + 1)
+                        stop = pos + slen
+                        if stop > end or not slen:
+                            raise _Fallback
+                        key = data[pos:stop]
+                        known = names.get(key)  # one str per distinct name (they repeat a lot)
+                        if known is None:
+                            known = key.decode("utf-8")
+                            if len(names) < 1_000_000:
+                                names[key] = known
+                        name = known
+                        pos = stop
+                        t = data[pos] if pos < end else 0
+                    if t == 0x18:
+                        typ = data[pos + 1]
+                        pos += 2
+                        if not typ or typ >= 0x80:
+                            raise _Fallback
+                        t = data[pos] if pos < end else 0
+                    if t == 0x22:
+                        pos = _packed(data, pos + 1, end, ctrl)
+                        t = data[pos] if pos < end else 0
+                    if t == 0x2A:
+                        plen, pos = _varint(data, pos + 1)
+                        stop = pos + plen
+                        if stop > end or not plen:
+                            raise _Fallback
+                        while pos < stop:  # varints unrolled up to 3 bytes (ids < 2^21)
+                            b = data[pos]
+                            if b < 0x80:
+                                deps.append(b)
+                                pos += 1
+                                continue
+                            b1 = data[pos + 1]
+                            if b1 < 0x80:
+                                if not b1:
+                                    raise _Fallback
+                                deps.append((b & 0x7F) | (b1 << 7))
+                                pos += 2
+                                continue
+                            b2 = data[pos + 2]
+                            if b2 < 0x80:
+                                if not b2:
+                                    raise _Fallback
+                                deps.append((b & 0x7F) | ((b1 & 0x7F) << 7) | (b2 << 14))
+                                pos += 3
+                                continue
+                            v, pos = _varint(data, pos)
+                            if not data[pos - 1] or v >= _U64:
+                                raise _Fallback
+                            deps.append(v)
+                        if pos != stop:
+                            raise _Fallback
+                        t = data[pos] if pos < end else 0
+                    if t == 0x30:
+                        st, pos = _varint(data, pos + 1)
+                        if not st or (data[pos - 1] == 0 and st > 0x7F):
+                            raise _Fallback
+                        t = data[pos] if pos < end else 0
+                    if t == 0x38:
+                        b = data[pos + 1]
+                        if b < 0x80:
+                            dur = b
+                            pos += 2
+                        else:
+                            b1 = data[pos + 2]
+                            if 0 < b1 < 0x80:
+                                dur = (b & 0x7F) | (b1 << 7)
+                                pos += 3
+                            else:
+                                dur, pos = _varint(data, pos + 1)
+                                if data[pos - 1] == 0:
+                                    raise _Fallback
+                        if not dur:
+                            raise _Fallback
+                        t = data[pos] if pos < end else 0
+                    ins = outs = None
+                    if t == 0x42:
+                        ins, pos = _check_io(data, pos + 1, end)
+                        t = data[pos] if pos < end else 0
+                    if t == 0x4A:
+                        outs, pos = _check_io(data, pos + 1, end)
+                        t = data[pos] if pos < end else 0
+                    if pos > end:
+                        raise _Fallback  # a field ran past the frame: let protobuf judge it
+                    if pos < end and t != 0x52:
+                        raise _Fallback  # unpacked deps, unknown or out-of-order fields
+                    if nid >= _U64 or st >= _U64 or dur >= _U64:
+                        raise _Fallback
+                plain = True
+                if pos < end:
+                    key = data[pos:end]
+                    tail = tails.get(key)
+                    if tail is None:
+                        derived, plain = _scan_attr_tail(data, pos, end, cache, rests)
+                        tail = (derived, key)
+                        tail_misses += 1
+                        if plain and tail_misses < 10_000 + 4 * (seen + len(out)) // 5:
+                            # memoise while it pays: stop once most tails are unique
+                            if len(tails) >= 100_000:
+                                tails.clear()
+                            tails[key] = tail
+                    derived = tail[0]
+                    attrs = tail[1]  # checked canonical bytes: Node.attrs decodes them when read
+                else:
+                    attrs = []
+                    derived = _NO_DERIVED
+                n = new(Node)
+                n.id = nid
+                n.name = name
+                n.type = typ
+                n.raw_ctrl_deps = n.ctrl_deps = ctrl
+                n.data_deps = deps
+                n.start_time_micros = st
+                n.duration_micros = dur
+                n._inputs = ins
+                n._outputs = outs
+                n._attrs = attrs
+                n._d = derived
+                if h is None and heads is not None:
+                    head_misses += 1
+                    keep_head(
+                        row,
+                        (
+                            data[body:pos],
+                            pos - body,
+                            nid,
+                            name,
+                            typ,
+                            tuple(ctrl),
+                            tuple(deps),
+                            st,
+                            dur,
+                            ins,
+                            outs,
+                        ),
+                    )
+                    heads = memo.heads  # keep_head may have started over
+                if frames is not None:
+                    fields = (
                         nid,
                         name,
                         typ,
@@ -877,26 +879,34 @@ def decode_nodes(
                         outs,
                         attrs if type(attrs) is bytes else None,
                         derived,
-                    ),
-                )
-            pos = end
-        except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
-            pos = end
-            start = end - ln
-            from genie.workload import et_schema  # protobuf: only where it reads
+                    )
+                    if len(frames) < max_frames and frame_bytes + ln <= max_bytes:
+                        frames[fkey] = fields
+                        frame_bytes += ln
+                    else:  # full: ``keep`` starts over
+                        memo.frame_bytes = frame_bytes
+                        keep(fkey, fields)
+                        frame_bytes = memo.frame_bytes
+                pos = end
+            except (_Fallback, IndexError, UnicodeDecodeError, DecodeError, struct.error):
+                pos = end
+                start = end - ln
+                from genie.workload import et_schema  # protobuf: only where it reads
 
-            m = et_schema.Node()
-            try:
-                m.ParseFromString(data[start:end])
-            except DecodeError as exc:
-                raise TraceFormatError(
-                    f"{source}: corrupt Node frame at byte offset {frame}{note}: "
-                    f"{exc or 'bad protobuf'}"
-                ) from None
-            n = node_from_pb(m)
-            if encode_node(n) != data[start:end]:
-                odd += 1
-        append(n)
+                m = et_schema.Node()
+                try:
+                    m.ParseFromString(data[start:end])
+                except DecodeError as exc:
+                    raise TraceFormatError(
+                        f"{source}: corrupt Node frame at byte offset {frame}{note}: "
+                        f"{exc or 'bad protobuf'}"
+                    ) from None
+                n = node_from_pb(m)
+                if encode_node(n) != data[start:end]:
+                    odd += 1
+            append(n)
+    finally:
+        memo.frame_bytes = frame_bytes
     if frames is not None:
         hits = len(out) - misses  # every frame gives one node
     memo.settle(hits, misses, len(out), tail_misses, head_hits, head_misses)
