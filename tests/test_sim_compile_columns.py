@@ -114,3 +114,44 @@ def test_pytorch_style_compiles_without_node_objects(tmp_path, monkeypatch, rank
     got = columns(cw, TRACE, "inferred")
     assert got is not None, "the columns path declined a PyTorch-style trace"
     same(ref, got)
+
+
+def _without_wall(doc):
+    if isinstance(doc, dict):
+        return {k: _without_wall(v) for k, v in doc.items() if "wall" not in k}
+    if isinstance(doc, list):
+        return [_without_wall(v) for v in doc]
+    return doc
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: pytorch_style(4, layers=4, steps=2), lambda: llm(16, tp=2, pp=2, layers=4)],
+    ids=["pytorch-style", "llm"],
+)
+def test_simulate_takes_columns_past_the_threshold(tmp_path, monkeypatch, capsys, make):
+    """``genie simulate`` of a trace past ``COLUMNS_BYTES`` reads it into columns and prints
+    the --json it prints from Node objects (wall times aside)."""
+    import json
+
+    from genie.cli import main
+    from genie.workload import columnar
+
+    save_workload(make(), tmp_path / "w")
+    args = ["simulate", str(tmp_path / "w"), "--json", "--rows", "0"]
+    assert main(args) == 0
+    ref = json.loads(capsys.readouterr().out)
+    loaded = []
+    real = columnar.load_columns
+
+    def spy(*a, **k):
+        loaded.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(columnar, "load_columns", spy)
+    monkeypatch.setattr(adapter, "COLUMNS_BYTES", 0)
+    monkeypatch.setattr(NodeColumns, "to_nodes", lambda *a: pytest.fail("Node objects made"))
+    assert main(args) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert loaded, "the columns path was not taken"
+    assert _without_wall(got) == _without_wall(ref)

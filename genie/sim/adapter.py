@@ -268,8 +268,41 @@ def _fields(nd: Any, r: int, compute: ComputeModel, roofline: bool, groups_of: t
     return k, key, 0.0, P2P, size, -1, int(nd.peer), int(nd.tag or 0)
 
 
-def load_workload(prefix: str | Path) -> Any:
-    """Load ``<prefix>.<rank>.et`` (or a directory of them) with genie.workload's loader."""
+#: rank files (bytes over all ranks) from which ``load_workload`` reads a trace into columns:
+#: Node objects cost 1.2-1.5 KB a node, several times a real-style trace's 280 bytes of file
+#: (llm at 16,384 ranks is 360 MB of files: it stays on Node objects)
+COLUMNS_BYTES = 512 * 2**20
+
+
+def load_workload(prefix: str | Path, columns: bool | None = None) -> Any:
+    """Load ``<prefix>.<rank>.et`` (or a directory of them) with genie.workload's loader.
+
+    ``columns``: read the .et files into columns (``genie.workload.columnar``, the file bytes
+    dropped once read: no Python object per node; ``compile_workload``, the trace facts and
+    the stream rules' summary work on them); None (the default): where the rank files, all
+    .et, hold ``COLUMNS_BYTES`` or more. Chakra JSON is read as objects.
+    """
     from genie.workload import load_workload as wl_load
 
+    if columns is None:
+        columns = _et_bytes(prefix) >= COLUMNS_BYTES
+    if columns:
+        from genie.workload.columnar import load_columns
+
+        return load_columns(prefix, keep_bytes=False)
     return wl_load(prefix)
+
+
+def _et_bytes(prefix: str | Path) -> int:
+    """Bytes of the rank files of ``prefix``; -1 where some is Chakra JSON (or none is found:
+    the loader says why)."""
+    from genie.errors import WorkloadError
+    from genie.workload.loader import all_rank_files
+
+    try:
+        _p, found, _n = all_rank_files(prefix)
+    except WorkloadError:
+        return -1
+    if any(not f.name.endswith((".et", ".et.gz")) for f in found.values()):
+        return -1
+    return sum(f.stat().st_size for f in found.values())

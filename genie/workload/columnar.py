@@ -31,7 +31,7 @@ from genie.workload.loader import all_rank_files, resolve_groups
 from genie.workload.model import DEFAULT_GROUP, Metadata, Node, NodeType, RankGraph, Workload
 from genie.workload.process_groups import WORLD_PG_NAME
 from genie.workload.stream_columns import ColumnEdges, column_edges
-from genie.workload.stream_rules import stream_edges
+from genie.workload.stream_rules import SUMMARY_KEY, StreamEdges, stream_edges
 from genie.workload.validate import DROP_REASONS, match_point_to_point, validate_workload
 
 _A2A = 6  # Chakra ALL_TO_ALL
@@ -328,15 +328,28 @@ def rank_stream_edges(
     dep_ptr: np.ndarray | None = None,
     dep_idx: np.ndarray | None = None,
 ) -> ColumnEdges:
-    """The stream rules' edges of rank ``r`` from its columns (``stream_columns``); a rank with
-    rows decoded as fallback nodes is made as objects. ``dep_ptr``/``dep_idx``: its deps as
-    positions where the caller has them."""
-    cols = cw.ranks[r]
+    """The stream rules' edges of rank ``r`` from its columns (``columns_stream_edges``, with
+    the topological order its validation found)."""
+    check = cw.checks[r] if r < len(cw.checks) else None
+    topo = check.topo if check is not None else None  # None after a check: file order
+    return columns_stream_edges(cw.ranks[r], topo, dep_ptr, dep_idx)
+
+
+def columns_stream_edges(
+    cols: NodeColumns,
+    topo: np.ndarray | None = None,
+    dep_ptr: np.ndarray | None = None,
+    dep_idx: np.ndarray | None = None,
+) -> ColumnEdges:
+    """The stream rules' edges of one rank's columns (``stream_columns.column_edges``); a rank
+    with rows decoded as fallback nodes is made as objects. ``dep_ptr``/``dep_idx``: its deps
+    as positions where the caller has them. What the rules added (not the edges) is kept on
+    ``cols`` for ``stream_rules.summarize_edges``."""
     if cols.fallback:
-        se = stream_edges(cw.rank_graph(r, cols.to_nodes()))
+        se = stream_edges(RankGraph(0, cols.to_nodes()))
         after = [a for a, bs in se.edges.items() for _ in bs]
         before = [b for bs in se.edges.values() for b in bs]
-        return ColumnEdges(
+        got = ColumnEdges(
             se.applies,
             se.streams,
             np.asarray(after, np.int64),
@@ -344,21 +357,23 @@ def rank_stream_edges(
             dict(se.counts),
             se.skipped,
         )
-    if dep_ptr is None or dep_idx is None:
-        dep_ptr, dep_idx = dep_positions(cols)
-    check = cw.checks[r] if r < len(cw.checks) else None
-    topo = check.topo if check is not None else None  # None after a check: file order
-    return column_edges(
-        cols.type,
-        cols.derived,
-        cols.derived_table,
-        cols.name,
-        cols.names,
-        dep_ptr,
-        dep_idx,
-        lambda rows: attr_values(cols, rows, "tid"),
-        topo,
-    )
+    else:
+        if dep_ptr is None or dep_idx is None:
+            dep_ptr, dep_idx = dep_positions(cols)
+        got = column_edges(
+            cols.type,
+            cols.derived,
+            cols.derived_table,
+            cols.name,
+            cols.names,
+            dep_ptr,
+            dep_idx,
+            lambda rows: attr_values(cols, rows, "tid"),
+            topo,
+        )
+    summary = StreamEdges(got.applies, got.streams, {}, dict(got.counts), got.skipped)
+    cols.__dict__[SUMMARY_KEY] = summary
+    return got
 
 
 def dep_positions(cols: NodeColumns) -> tuple[np.ndarray, np.ndarray]:

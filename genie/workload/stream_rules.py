@@ -45,6 +45,7 @@ import heapq
 import re
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import Any
 
 from genie.workload.graph import index_order
 from genie.workload.model import NodeType, RankGraph
@@ -268,14 +269,32 @@ def _topo_rank(deps: list[list[int]], key: list[tuple], order: list[int]) -> lis
     return rank_in
 
 
-def summarize_edges(ranks: list[RankGraph]) -> dict[str, object]:
-    """Edges each rule added over ``ranks`` (for ``inspect`` and ``simulate --json``)."""
+#: where a rank held as columns keeps what the rules added (``columnar.columns_stream_edges``)
+SUMMARY_KEY = "_stream_summary"
+
+
+def _summary_of(rank: Any) -> StreamEdges:
+    """``stream_edges`` of a RankGraph, or what the rules added to a rank held as columns."""
+    if not hasattr(rank, "derived_table"):
+        return stream_edges(rank)
+    got = rank.__dict__.get(SUMMARY_KEY)
+    if got is None:
+        from genie.workload.columnar import columns_stream_edges
+
+        columns_stream_edges(rank)
+        got = rank.__dict__[SUMMARY_KEY]
+    return got
+
+
+def summarize_edges(ranks: list[Any]) -> dict[str, object]:
+    """Edges each rule added over ``ranks`` (for ``inspect`` and ``simulate --json``): Rank
+    graphs, or ranks held as columns (``genie.workload.et_columns.NodeColumns``)."""
     counts = dict.fromkeys(RULES, 0)
     skipped = 0
     applied = 0
     sources: set[str] = set()
     for rg in ranks:
-        se = stream_edges(rg)
+        se = _summary_of(rg)
         if not se.applies:
             continue
         applied += 1
