@@ -80,3 +80,13 @@ def test_the_markers_must_be_there():
     assert TABLE_BEGIN in DOC.read_text() and TABLE_END in DOC.read_text()
     with pytest.raises(CalibrationError, match="markers"):
         replace_table("no markers", "x")
+
+
+def test_a_run_that_sourced_a_network_plugins_profile_is_priced_with_its_settings():
+    # the TCPXO run sourced nccl-env-profile.sh of plugin v1.0.3 / v1.0.4, whose required
+    # settings are NCCL_ALGO=Ring,Tree and NCCL_PROTO=Simple: the model honours them, so its
+    # 8 B all-reduce is a tree with Simple, not NCCL's unrestricted choice (tree with LL)
+    cfg = next(c for c in load_all(DATA) if c["id"] == "H100-2x8-TCPXO-allreduce-a3mega-ztan")
+    _, algo, proto, note = system_of(cfg)
+    assert (algo, proto, note) == ("ring,tree", "Simple", "")
+    assert "nccl-plugin-gpudirecttcpx-dev:v1.0.3" in cfg["nccl_algorithm"]
