@@ -3,10 +3,13 @@
 What a node compiles to (kind, lane, duration, collective type and size, group, peer, tag)
 depends only on its type, derived attrs and duration (``genie.sim.adapter._fields``). This path
 works each distinct such *probe* out once for the workload, gives every node the index of its
-probe (a handful of C-level passes over each rank's node list: keys, ids, names, deps), and
-makes every per-node column with one numpy gather over all ranks. Dependencies become one CSR
-over the workload (bad and self deps dropped in one vector pass), lanes are numbered per rank in
-order of first appearance in one sort, and each rank's arrays are slices of the workload's.
+probe (a handful of passes over each rank's node list: keys, ids, names, deps; a node is found
+by the identity of its derived tuple, which readers share between equal nodes, before it is
+hashed by value), and makes every per-node column with one numpy gather over all ranks.
+Dependencies become one CSR over the workload (bad and self deps dropped in one vector pass;
+the ranks whose deps equal the previous rank's of their node count share its arrays), lanes are
+numbered per rank in order of first appearance in one sort, and each rank's arrays are slices of
+the workload's.
 
 It gives exactly what ``genie.sim.adapter.compile_reference`` gives (tests compare the arrays);
 it answers None where it cannot (nodes without derived fields, unhashable attr values, a
@@ -20,7 +23,8 @@ import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_
 from typing import Any
 
 import numpy as np
@@ -28,12 +32,11 @@ import numpy as np
 from genie.errors import ValidationError
 from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind, positional_deps
 from genie.sim.uneven import SPLIT_ATTR
-from genie.workload.model import RankGraph
+from genie.workload.model import NodeType, RankGraph
 from genie.workload.stream_rules import stream_edges
 
 log = logging.getLogger(__name__)
 
-_KEY = attrgetter("type", "_d", "duration_micros")  # the memo key of adapter.compile_reference
 _ID = attrgetter("id")
 _NAME = attrgetter("name")
 _DEPS = attrgetter("data_deps")
@@ -45,6 +48,10 @@ _RANK_FIELDS = (
     *("kind", "duration", "dep_ptr", "dep_idx", "comm_type", "comm_size", "group", "peer"),
     *("tag", "node_ids", "names", "instance", "lane", "lane_names", "splits"),
 )
+
+
+_COLLECTIVE, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
+_SEND_NODE, _RECV_NODE = int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)
 
 
 class _Declined(Exception):
@@ -84,14 +91,17 @@ class Probes:
     def add(self, nd: Any, key: tuple, r: int) -> int:
         """The probe of ``key`` (``nd`` a node of rank ``r`` with that key), made if new."""
         p = self.memo.get(key)
-        if p is None:
-            f = self._work_out(nd, key, r)
-            p = self.memo[key] = len(self.fields)
-            self.fields.append(f)
-            if f[0] == Kind.COLLECTIVE and f[3] == self.a2a:
-                self.split.add(p)
-            if key[1][8]:
-                self.cpu.add(p)
+        return self.new(nd, key, r) if p is None else p
+
+    def new(self, nd: Any, key: tuple, r: int) -> int:
+        """``add`` for a ``key`` known to have no probe yet."""
+        f = self._work_out(nd, key, r)
+        p = self.memo[key] = len(self.fields)
+        self.fields.append(f)
+        if f[0] == _COLLECTIVE and f[3] == self.a2a:
+            self.split.add(p)
+        if key[1][8]:
+            self.cpu.add(p)
         return p
 
     def _work_out(self, nd: Any, key: tuple, r: int) -> tuple:
@@ -103,7 +113,8 @@ class Probes:
         if base is None:
             base = self._shapes[shape] = self.fields_of(nd, r, self.groups_of)
             return base
-        if base[0] == Kind.COLLECTIVE:
+        kind = base[0]
+        if kind == _COLLECTIVE:
             pg = d[2] or ""
             g = self.gid.get(pg)
             if g is None:
@@ -113,8 +124,8 @@ class Probes:
                 self.group_names.append(pg)
                 self.group_ranks.append(self.groups_of[3])
             return (*base[:5], g, *base[6:])
-        if base[0] in (Kind.SEND, Kind.RECV):
-            peer = nd.peer
+        if kind in (_SEND, _RECV):
+            peer = d[7] if t == _SEND_NODE else d[6] if t == _RECV_NODE else None  # Node.peer
             if peer is None:
                 raise _Declined("a send/recv without a peer")
             return (*base[:6], int(peer), *base[7:])
@@ -147,23 +158,33 @@ class Gathered:
 def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     probes = Probes(wl, fields_of, a2a)
     pids: list[int] = []  # every node's probe, rank after rank
-    all_deps: list[Any] = []  # every node's deps as positions in its rank
+    dep_lens: list[np.ndarray] = []  # per rank: each node's count of deps (positions)
+    dep_flats: list[np.ndarray] = []  # per rank: the deps, flat
+    node_ids: list[np.ndarray] = []
+    by_shape: dict[int, tuple[list, np.ndarray, np.ndarray]] = {}  # node count -> last deps
+    aranges: dict[int, np.ndarray] = {}
     counts: list[int] = []
     ranks_names: list[list[str]] = []
-    ranks_ids: list[list[int]] = []
     ranks_splits: list[dict[int, list[int]]] = []
     ranges: dict[int, list[int]] = {}
     infer = edges == "inferred"
     memo = probes.memo
+    #: (type, id of the derived tuple, duration) -> probe: the tuples live as long as the nodes
+    #: and readers share them between equal nodes, so most nodes are found without hashing one
+    by_id: dict[tuple[Any, int, Any], int] = {}
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
-        keys = list(map(_KEY, nodes))
-        got: list[Any] = list(map(memo.get, keys))  # None where a probe is new
+        ikeys = [(x.type, id(x._d), x.duration_micros) for x in nodes]
+        got: list[Any] = list(map(by_id.get, ikeys))  # None where not met by identity
         if None in got:
-            for i, p in enumerate(got):
+            for i in list(compress(range(n), map(is_, got, repeat(None)))):
+                nd = nodes[i]
+                key = (nd.type, nd._d, nd.duration_micros)
+                p = memo.get(key)
                 if p is None:
-                    got[i] = probes.add(nodes[i], keys[i], r)
+                    p = probes.new(nd, key, r)
+                got[i] = by_id[ikeys[i]] = p
         pids.extend(got)
         splits: dict[int, list[int]] = {}
         if probes.split and not probes.split.isdisjoint(got):
@@ -186,29 +207,49 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                 deps = [d or [] for d in deps]
                 for i, before in extra.items():
                     deps[i] = [*deps[i], *before]
-        all_deps.extend(deps)
+        seen = by_shape.get(n)  # ranks of one shape: their deps and ids as arrays once
+        if seen is None or seen[0] != deps:
+            seen = by_shape[n] = (deps, *_dep_arrays(deps))
+        dep_lens.append(seen[1])
+        dep_flats.append(seen[2])
+        if ids == rng:
+            at = aranges.get(n)
+            if at is None:
+                at = aranges[n] = np.arange(n, dtype=np.int64)
+            node_ids.append(at)
+        else:
+            node_ids.append(np.fromiter(ids, np.int64, n))
         names = list(map(_NAME, nodes))
         if not all(names):
             names = [x or "" for x in names]
         ranks_names.append(names)
-        ranks_ids.append(ids)
         counts.append(n)
     n_all = len(pids)
-    try:
-        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
-    except TypeError:  # a node whose data_deps is None
-        all_deps = [d or [] for d in all_deps]
-        lens = np.fromiter(map(len, all_deps), np.int64, n_all)
     got_all = Gathered(
         pid=np.fromiter(pids, np.int64, n_all),
-        node_ids=np.fromiter(itertools.chain.from_iterable(ranks_ids), np.int64, n_all),
-        dep_len=lens,
-        dep_flat=np.fromiter(itertools.chain.from_iterable(all_deps), np.int64, int(lens.sum())),
+        node_ids=_joined(node_ids),
+        dep_len=_joined(dep_lens),
+        dep_flat=_joined(dep_flats),
         counts=counts,
         names=ranks_names,
         splits=ranks_splits,
     )
     return probes.finish(wl, make_ranks(probes.fields, got_all))
+
+
+def _dep_arrays(deps: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's count of deps and the deps in one flat array (None deps: none)."""
+    try:
+        lens = np.fromiter(map(len, deps), np.int64, len(deps))
+    except TypeError:  # a node whose data_deps is None
+        deps = [d or [] for d in deps]
+        lens = np.fromiter(map(len, deps), np.int64, len(deps))
+    flat = np.fromiter(itertools.chain.from_iterable(deps), np.int64, int(lens.sum()))
+    return lens, flat
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def split_row(row: Any) -> list[int]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -375,11 +376,7 @@ def _finish_columns(
     # members of each collective instance in (rank, node) order
     by_iid = np.argsort(iid, kind="stable")
     bounds = np.searchsorted(iid[by_iid], np.arange(n_coll + 1))
-    mr, ml = cr_[by_iid].tolist(), cl[by_iid].tolist()
-    pairs = list(zip(mr, ml, strict=True))
-    members: list[list[tuple[int, int]]] = [
-        pairs[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-    ]
+    members = _member_lists(cr_[by_iid], cl[by_iid], np.diff(bounds))
     # send/recv: paired per channel in node order, as the loop does
     pidx = np.flatnonzero(~coll)
     peer = np.concatenate([cr.peer for cr in ranks]).astype(np.int64)[comm[pidx]]
@@ -407,6 +404,27 @@ def _finish_columns(
         {},
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+def _member_lists(
+    rank: np.ndarray, node: np.ndarray, sizes: np.ndarray
+) -> list[list[tuple[int, int]]]:
+    """The (rank, node) pairs cut into lists of ``sizes`` (in order): each size's lists made at
+    once, by zipping one iterator over its pairs with itself, then put in place."""
+    n = len(sizes)
+    out: list[Any] = [None] * n
+    each = np.repeat(sizes, sizes)  # per pair: its list's size
+    distinct = np.unique(sizes).tolist()
+    for k in distinct:
+        at = np.flatnonzero(sizes == k).tolist() if len(distinct) > 1 else range(n)
+        if k == 0:
+            lists: Any = ([] for _ in at)
+        else:
+            mine = each == k
+            it = zip(rank[mine].tolist(), node[mine].tolist(), strict=True)
+            lists = map(list, zip(*([it] * k), strict=True))
+        deque(map(out.__setitem__, at, lists), maxlen=0)
+    return out
 
 
 def _instances(
