@@ -34,6 +34,15 @@ other sessions' work of the time in both):
 - floors here: ``python -c pass`` 0.03 s, ``import numpy`` 0.14 s, numpy + rich 0.17 s, every
   module genie simulate loads 0.24 s; a dp 64 run's own work 0.13 s (render 0.06 s).
 ASTRA-sim: dp 0.26 s, llm 0.11 s, moe 0.17 s.
+
+Second session (load 5-6, best of 5 interleaved, measured like ``--baseline`` with both trees on
+PYTHONPATH: HEAD b66519e against the same tree with this round's simulate-path files put back
+as they were; no store, sqlite3, genie.api.astra, Chakra JSON reader or, through it, protobuf;
+no emoji table or highlighting for text): cached text dp 0.357 -> 0.313 s, llm 0.433 -> 0.368,
+moe 0.365 -> 0.328; --json dp 0.280 -> 0.254, llm 0.329 -> 0.301, moe 0.279 -> 0.254; compiled
+every run, text dp 0.510 -> 0.469, llm 0.548 -> 0.517, moe 0.514 -> 0.469. Left on the path:
+numpy (~65 ms, the run's arrays), rich for text (~25 ms import, ~50 ms to lay out the tables),
+msgspec (~14 ms, the specs), numpy.ma (~8 ms, np.unique in genie.sim.orbits).
 """
 
 from __future__ import annotations
