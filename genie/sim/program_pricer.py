@@ -149,8 +149,12 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         if (self.canonical or leaf_hosts is not None) and not splits:  # an all-to-all-v's
             first: dict[int, int]  # matrix is its group's own
             if leaf_hosts is None:  # hosts numbered in order of first appearance
-                seen = dict.fromkeys(hosts)
-                first = dict(zip(seen, range(len(seen)), strict=True))
+                if n == 2:  # a pair (a send/recv: most transfers), numbered directly
+                    a, b = hosts
+                    first = {a: 0} if a == b else {a: 0, b: 1}
+                else:
+                    seen = dict.fromkeys(hosts)
+                    first = dict(zip(seen, range(len(seen)), strict=True))
             else:  # the k-th distinct host on a leaf stands for that leaf's k-th host
                 first = {}
                 used: dict[int, int] = {}
