@@ -684,3 +684,20 @@ def test_interner_sections_start_over_whole() -> None:
     (j,) = it.section_indices([plain]).tolist()
     assert it.table[it.section_derived_array()[j]] == NO_DERIVED
     assert it.section_indices([plain, sized, plain]).tolist() == [j, j + 1, j]
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [[1] * 9, [1, 1, 0, 1, 3, 1, 1, 1], [0, 2, 0, 0, 1], [], [0, 0], [1], [2, 1, 1, 1, 0]],
+)
+def test_row_lists_are_the_rows_slices_each_a_fresh_list(counts: list[int]) -> None:
+    from genie.workload.et_columns import _row_lists
+
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    vals = np.arange(10, 10 + int(offsets[-1]), dtype=np.uint64)
+    got = _row_lists(vals, offsets)
+    v = vals.tolist()
+    o = offsets.tolist()
+    assert got == [v[o[i] : o[i + 1]] for i in range(len(counts))]
+    assert all(type(x) is int for row in got for x in row)
+    assert len({id(row) for row in got}) == len(got)

@@ -175,12 +175,8 @@ class NodeColumns:
         a0 = self.attrs[:, 0].tolist()
         a1 = self.attrs[:, 1].tolist()
         attrs: list[Any] = [data[s:e] if s < e else [] for s, e in zip(a0, a1, strict=True)]
-        cv = self.ctrl_deps.tolist()
-        co = self.ctrl_offsets.tolist()
-        ctrl = [cv[a:b] for a, b in itertools.pairwise(co)]
-        dv = self.data_deps.tolist()
-        do = self.data_offsets.tolist()
-        deps = [dv[a:b] for a, b in itertools.pairwise(do)]
+        ctrl = _row_lists(self.ctrl_deps, self.ctrl_offsets)
+        deps = _row_lists(self.data_deps, self.data_offsets)
         names = self.names
         table = self.derived_table
         out: list[Node] = []
@@ -216,6 +212,26 @@ class NodeColumns:
         for r, nd in self.fallback.items():
             out[r] = nd
         return out
+
+
+def _row_lists(vals: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    """Each row's values of a CSR list column (``offsets``, ``vals``) as a fresh list; where
+    most rows hold one value (a converter's one ctrl dep, a chain's one data dep) those are
+    made from the values directly, not by slicing, and the other rows patched in."""
+    counts = np.diff(offsets)
+    one = counts == 1
+    singles = int(np.count_nonzero(one))
+    v = vals.tolist()
+    if singles * 2 <= len(counts):
+        return [v[a:b] for a, b in itertools.pairwise(offsets.tolist())]
+    if singles == len(counts):
+        return [[x] for x in v]
+    first = vals[np.minimum(offsets[:-1], len(vals) - 1)]
+    out = [[x] for x in first.tolist()]
+    o = offsets.tolist()
+    for r in np.flatnonzero(~one).tolist():
+        out[r] = v[o[r] : o[r + 1]]
+    return out
 
 
 def _span_bytes(data: bytes, spans: np.ndarray, n: int) -> list[bytes | None]:
