@@ -22,8 +22,9 @@ generated one at a time, the other ranks copies of the one of their parity, whic
 ``pytorch_style`` makes alike) and loads, compiles and replays them in a fresh child process
 (so the generator's memory does not count), printing that process's wall and CPU seconds and
 its peak RSS after each stage, with bytes per node; with ``--columns`` the child loads into
-columns without keeping the file bytes (``keep_bytes=False``) instead, and stops there
-(genie.sim compiles a Workload of Node objects, not columns, for now).
+columns without keeping the file bytes (``keep_bytes=False``) instead, compiles the columns
+(``genie.sim.columns_compile``, stream rules from ``genie.workload.stream_columns``: no Node
+object) and replays them (the engine's compact mode from 4 M nodes, ``COMPACT_NODES``).
 
 Figures (issue 33; 2-core shared box, load average 2-3, CPU time): default run, 8 x 100,927
 nodes: load .et into columns 271k nodes/s (122 B/node of columns), load .et 195k (before the
@@ -31,6 +32,14 @@ columnar reader: 51-79k), .et.gz 196k. ``--nodes 1250000 --ranks 8 --memory --co
 10,060,568 nodes loaded into columns in 44-53 s CPU (189-227k nodes/s), peak RSS 2,136 MB
 (219 B/node over imports); the same trace as objects needs about 1.2 KB/node to load and
 1.5-1.7 KB/node through compile and replay.
+
+Issue 33, 10 M nodes end to end (columns, stream rules on columns, compact engine; same box,
+load average 4-7, two runs): ``--nodes 1250000 --ranks 8 --memory --columns``: 10,060,568
+nodes; load 34-43 s CPU, peak RSS 2,123-2,128 MiB; compile +18-25 s CPU, peak 3,280-3,305 MiB
+(the run's peak: 338-341 B/node over imports); replay +16-20 s CPU, no higher; iteration
+103,394.067 ms simulated. Before: compile made each rank as Node objects for its stream rules
+(~1.9 GB a 1.25 M-node rank) and the replay's own state cost ~456 B/node (now 324 in list
+mode, 174 in compact mode; at 1 M nodes this bench's replay peak went 609 -> 511 MiB).
 
 Issue 33, read memo session (runs of attr fields decoded once per workload, comprehension
 slicing; same box, load average 3.3-4.6, this script with the commit before, then after, CPU):
@@ -52,6 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from google.protobuf import json_format
 from workload_io import best  # bench/: best of n runs, (wall, CPU) seconds
 
@@ -121,24 +131,54 @@ def write_by_parity(prefix: Path, ranks: int, steps: int) -> int:
     return total
 
 
-def measure_columns(prefix: str) -> None:
-    """Load ``prefix`` into columns without the file bytes; print time and peak RSS."""
-    from genie.workload.columnar import load_columns
-
+def _stager(n_of: list[int]):
+    """A function printing wall and CPU seconds since now and the peak RSS, per stage."""
     t0 = time.perf_counter()
     c0 = time.process_time()
     base = _peak_mb()
+
+    def stage(label: str, extra: str = "") -> None:
+        mb = _peak_mb()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        n = max(n_of[0], 1)
+        print(
+            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
+            f"({(mb - base) * 2**20 / n:,.0f} B/node over imports){extra}",
+            flush=True,
+        )
+
+    return stage
+
+
+def measure_columns(prefix: str) -> None:
+    """Load ``prefix`` into columns without the file bytes, compile the columns and replay;
+    print time and peak RSS after each stage."""
+    from genie.workload.columnar import load_columns
+
+    n_of = [1]
+    stage = _stager(n_of)
+    c0 = time.process_time()
     cw = load_columns(prefix, keep_bytes=False)
-    n = cw.node_count()
-    mb = _peak_mb()
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    print(
-        f"  columns   wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
-        f"({(mb - base) * 2**20 / n:,.0f} B/node over imports; columns "
-        f"{cw.nbytes() / n:,.0f} B/node); {n / cpu:,.0f} nodes/s CPU",
-        flush=True,
-    )
-    print(f"  {n:,d} nodes, {len(cw.problems)} problems")
+    n = n_of[0] = cw.node_count()
+    cpu = time.process_time() - c0
+    stage("columns", f"; columns {cw.nbytes() / n:,.0f} B/node; {n / cpu:,.0f} nodes/s CPU")
+    n_ranks = cw.n_ranks
+    comp = compile_workload(cw)
+    del cw
+    stage("compile", f"; compiled {_compiled_bytes(comp) / n:,.0f} B/node")
+    raw = simulate(comp, AnalyticalBackend(NetModel(n_ranks, 50 * 2**30, 500e-9)))
+    stage("replay")
+    print(f"  {n:,d} nodes, iteration {raw.makespan * 1e3:.3f} ms simulated")
+
+
+def _compiled_bytes(comp: object) -> int:
+    """Bytes of the numpy arrays a CompiledWorkload's ranks hold."""
+    total = 0
+    for cr in comp.ranks:  # type: ignore[attr-defined]
+        for v in vars(cr).values():
+            if isinstance(v, np.ndarray):
+                total += v.nbytes
+    return total
 
 
 def measure(prefix: str) -> None:
