@@ -234,23 +234,29 @@ def _group_label(g: str) -> str:
 
 
 def check_collective_sequences(
-    wl: Workload, coll_at: list[list[int] | None] | None = None
+    wl: Workload,
+    coll_at: list[list[int] | None] | None = None,
+    keys_at: list[dict[Any, list[tuple]] | None] | None = None,
 ) -> list[str]:
     """Mismatches between the collective sequences of the ranks of each group, as messages
-    (``coll_at`` as ``collective_sequences`` takes it).
+    (``coll_at`` as ``collective_sequences`` takes it; ``keys_at[k]``, where given, is
+    ``sequence_keys`` of rank k's collectives, worked out while its nodes were at hand).
 
     The sequences are compared as (type, size) keys first; only where some group's do not
     agree are they made with their nodes, for ``compare_collective_sequences`` to name."""
     keys: dict[Any, dict[int, list[tuple]]] = {}
     coll = NodeType.COMM_COLL_NODE
     for k, rg in enumerate(wl.ranks):
-        nodes = rg.nodes
-        at = coll_at[k] if coll_at is not None else None
-        if at is None:
-            found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
-        else:
-            found = [nodes[i] for i in at]
-        for g, lst in _sequence_keys(found).items():
+        mine = keys_at[k] if keys_at is not None else None
+        if mine is None:
+            nodes = rg.nodes
+            at = coll_at[k] if coll_at is not None else None
+            if at is None:
+                found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
+            else:
+                found = [nodes[i] for i in at]
+            mine = sequence_keys(found)
+        for g, lst in mine.items():
             per_rank = keys.get(g)
             if per_rank is None:
                 per_rank = keys[g] = {}
@@ -260,7 +266,7 @@ def check_collective_sequences(
     return compare_collective_sequences(wl.groups, collective_sequences(wl, coll_at))
 
 
-def _sequence_keys(found: list[Node]) -> dict[Any, list[tuple]]:
+def sequence_keys(found: list[Node]) -> dict[Any, list[tuple]]:
     """Per process group, the ``CollectiveCall.key()`` of each of these collective nodes (in
     their order) that ``collective_sequences`` keeps."""
     mine: dict[Any, list[tuple]] = {}

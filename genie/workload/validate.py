@@ -28,6 +28,7 @@ from genie.workload.graph import (
     _positions,
     check_collective_sequences,
     find_cycle,
+    sequence_keys,
     topological_indices,
 )
 from genie.workload.model import CollectiveType, Node, NodeType, RankGraph, Workload
@@ -232,18 +233,9 @@ def validate_rank(
 _TYPE = operator.attrgetter("type")
 
 
-def check_point_to_point(wl: Workload, p2p_at: list[list[int] | None] | None = None) -> None:
-    """Every send must meet a recv on the peer (same src, dst, tag, in order, same size).
-
-    ``p2p_at[k]``, where given, holds the positions of rank k's send and recv nodes in
-    topological order (a ``Shape``'s, found once for the ranks that share it)."""
-    if p2p_at is None:
-        match_point_to_point((rg.rank, _p2p_in_order(rg)) for rg in wl.ranks)
-        return
-    match_point_to_point(
-        (rg.rank, _p2p_in_order(rg) if at is None else [rg.nodes[i] for i in at])
-        for rg, at in zip(wl.ranks, p2p_at, strict=True)
-    )
+def check_point_to_point(wl: Workload) -> None:
+    """Every send must meet a recv on the peer (same src, dst, tag, in order, same size)."""
+    match_point_to_point((rg.rank, _p2p_in_order(rg)) for rg in wl.ranks)
 
 
 def _p2p_in_order(rg: RankGraph) -> list[Node]:
@@ -342,23 +334,31 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
     seen: Seen = {}
     shapes = RankShapes()
     at: list[Shape | None] = []
+    p2p: list[list[Node] | None] = []  # per rank (with a shape): its sends and recvs in order
+    keys: list[dict | None] = []  # per rank (with a shape): its collective sequence keys
     for k, rg in enumerate(wl.ranks):
         done = checked.get(k) if checked else None
+        shape = None
         if done is None:
             found = shapes.of(rg)
             if found is None:
                 problems += validate_rank(rg, wl.n_ranks, dropped, passed)
-                at.append(None)
-                continue
-            shape, known = found
-            problems += _validate_shaped(rg, shape, known, wl.n_ranks, dropped, passed, seen)
-            at.append(shape)
+            else:
+                shape, known = found
+                problems += _validate_shaped(rg, shape, known, wl.n_ranks, dropped, passed, seen)
         elif isinstance(done, ValidationError):
             raise done
         else:
             problems += done[0]
             dropped.update(done[1])
-            at.append(None)
+        at.append(shape)
+        if shape is None:
+            p2p.append(None)
+            keys.append(None)
+        else:  # while the rank's nodes are at hand (in cache)
+            nodes = rg.nodes
+            p2p.append([nodes[i] for i in shape.p2p_order()])
+            keys.append(sequence_keys([nodes[i] for i in shape.coll_order()]))
     wl.dropped = {k: dropped.get(k, 0) for k in DROP_REASONS}
     for name, members in wl.groups.items():
         bad = [r for r in members if not 0 <= r < wl.n_ranks]
@@ -367,8 +367,12 @@ def validate_workload(wl: Workload, *, checked: dict[int, RankOutcome] | None = 
                 f"process group {name!r} names ranks {bad} but the workload has "
                 f"{wl.n_ranks} ranks (rank files missing?)"
             )
-    check_point_to_point(wl, [s.p2p_order() if s else None for s in at])
-    problems += check_collective_sequences(wl, [s.coll_order() if s else None for s in at])
+    match_point_to_point(
+        (rg.rank, _p2p_in_order(rg) if mine is None else mine)
+        for rg, mine in zip(wl.ranks, p2p, strict=True)
+    )
+    coll_at = [s.coll_order() if s else None for s in at]
+    problems += check_collective_sequences(wl, coll_at, keys)
     for p in problems:
         if p not in wl.problems:
             wl.problems.append(p)
