@@ -77,6 +77,7 @@ def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     if len(ids) and int(ids.max()) > _INT64_MAX:
         raise _Declined("an id past int64")
     node_ids = ids.astype(np.int64)
+    del ids  # (at 10 M nodes each column of the workload is 80 MB: none is kept past its use)
     infer = edges == "inferred"
     lens_parts: list[np.ndarray] = []
     flat_parts: list[np.ndarray] = []
@@ -105,16 +106,23 @@ def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         flat_parts.append(flat)
         table_names = c.names
         names.append([table_names[i] for i in c.name.tolist()])
+    dep_len = np.concatenate(lens_parts) if lens_parts else np.zeros(0, np.int64)
+    lens_parts.clear()
+    dep_flat = np.concatenate(flat_parts) if flat_parts else np.zeros(0, np.int64)
+    flat_parts.clear()
     gathered = Gathered(
         pid=pid,
         node_ids=node_ids,
-        dep_len=np.concatenate(lens_parts) if lens_parts else np.zeros(0, np.int64),
-        dep_flat=np.concatenate(flat_parts) if flat_parts else np.zeros(0, np.int64),
+        dep_len=dep_len,
+        dep_flat=dep_flat,
         counts=counts,
         names=names,
         splits=splits,
     )
-    return probes.finish(view, make_ranks(probes.fields, gathered))
+    del pid, node_ids, dep_len, dep_flat  # held by gathered alone
+    ranks_out = make_ranks(probes.fields, gathered)
+    del gathered  # the ranks hold what they need of it
+    return probes.finish(view, ranks_out)
 
 
 def _probe_ids(ranks: list, probes: Probes, table: list, offsets: np.ndarray) -> np.ndarray:
