@@ -1,10 +1,12 @@
 """The read hot path: a hand-written decoder for canonical Chakra Node frames.
 
 Frames are split and decoded in one pass over the bytes. Each AttributeProto body is decoded
-once and memoised (real traces repeat the same few attrs on every node). Anything this decoder
-does not expect (unknown or unpacked fields, list attrs, bad bytes) makes it hand that one frame
-to protobuf's own parser, so the result is always protobuf's reading of the frame; a frame
-protobuf also rejects becomes a TraceFormatError naming the byte offset.
+once and memoised (real traces repeat the same few attrs on every node); the rank files of one
+workload share a ``DecodeMemo`` (``et_memo``) of whole frames and of the fields before the
+attrs. Anything this decoder does not expect (unknown or unpacked fields, list attrs, bad
+bytes) makes it hand that one frame to protobuf's own parser, so the result is always
+protobuf's reading of the frame; a frame protobuf also rejects becomes a TraceFormatError
+naming the byte offset.
 """
 
 from __future__ import annotations
@@ -38,11 +40,11 @@ _WIRE_OF = {
     "string": 2,
     "bytes": 2,
 }
-# field number -> (scalar kind, wire type) for the *_val members of AttributeProto's oneof
 #: scalar kind -> field number of its *_val member (the *_list one follows it): 3, 5, ... in
 #: ``model.SCALAR_KINDS`` order, as ``et_schema`` declares them (tests compare the two); the
 #: protobuf schema itself is imported only where protobuf reads a frame
 VALUE_FIELD = {kind: 3 + 2 * i for i, kind in enumerate(SCALAR_KINDS)}
+# field number -> (scalar kind, wire type) for the *_val members of AttributeProto's oneof
 _VAL_FIELDS = {num: (kind, _WIRE_OF.get(kind, 0)) for kind, num in VALUE_FIELD.items()}
 
 
