@@ -616,3 +616,109 @@ def test_rccl_on_an_mi200_node_runs_no_ll128_unless_named() -> None:
     forced = N.choose("all_reduce", 8 * MiB, off, protocols="LL128")
     assert forced.protocol == "LL128" and forced.time_s == pytest.approx(on.time_s)
     assert "LL128 only if NCCL_PROTO names it" in off.describe()
+
+
+# -- NCCL's constants by release ----------------------------------------------------------------
+
+
+def test_the_release_table_walks_back_from_the_latest_constants() -> None:
+    from genie.collectives import nccl_releases as R
+
+    latest = N.LATEST_CONSTANTS
+    assert R.at(None, latest) is latest and R.at(R.LATEST, latest) is latest
+    assert list(R.CHANGES) == sorted(R.CHANGES, key=lambda c: c.release, reverse=True)
+    for ch in R.CHANGES:  # every entry is a change: its release's value is not the one before
+        after = R.at(ch.release, latest)
+        value: object = getattr(after, ch.table)
+        for k in ch.key:
+            value = value[k]  # type: ignore[index]
+        assert value != ch.before, ch
+        assert R.EARLIEST < ch.release <= R.LATEST and len(ch.commit) == 8
+
+
+def test_tree_simple_and_nvls_steps_as_each_release_priced_them() -> None:
+    def tree_simple(release: str) -> tuple[float, ...]:
+        c = h100(nccl_release=release).constants
+        return (c.base["tree"][2], *(c.hw[k]["tree"][2] for k in ("nvlink", "pci", "net")))
+
+    assert tree_simple("2.18.1") == (0.0, 28.0, 28.0, 28.0)
+    assert tree_simple("2.18.5") == (0.0, 4.0, 6.0, 14.0)  # 2.18.3, ea383122
+    assert tree_simple("2.22.3") == (0.0, 28.0, 28.0, 28.0)  # 2.19.1 .. 2.22.3
+    assert tree_simple("2.23.4") == tree_simple("2.30.7") == (8.4, 4.0, 4.0, 14.0)  # 68b54236
+    nvls = {r: h100(nccl_release=r).constants for r in ("2.18.5", "2.20.5", "2.21.5", "2.28.9")}
+    assert (nvls["2.18.5"].base["nvls"][2], nvls["2.18.5"].hw["nvlink"]["nvls"][2]) == (23.0, 0.0)
+    assert nvls["2.20.5"].hw["nvlink"]["nvls"][2] == 23.0 and nvls["2.20.5"].base["nvls"][2] == 0
+    assert nvls["2.21.5"].hw["nvlink"]["nvls"][2] == 25.0
+    assert nvls["2.21.5"].hw["net"]["nvlstree"][2] == 14.0
+    assert nvls["2.28.9"].hw["net"]["nvlstree"][2] == 20.9
+    assert nvls["2.20.5"].ll_max_one_node["hopper"] == 87.7
+    assert nvls["2.21.5"].ll_max_one_node["hopper"] == 141.0
+
+
+def test_a_release_outside_the_table_takes_its_nearest_end_and_says_so() -> None:
+    from genie.collectives import nccl_releases as R
+
+    old = h100(nccl_release="2.9.9")
+    assert old.constants.clamped and old.constants.hw["net"]["tree"][2] == 28.0
+    assert "2.18.1 constants (the oldest known; 2.9.9 asked)" in old.describe()
+    assert h100(nccl_release="2.31.0").constants.hw == N.HW_LATENCY_US
+    assert R.parse_release("v2.21.5-1") == R.parse_release("2.21.5+cuda12.4") == (2, 21, 5)
+    with pytest.raises(CollectiveError, match=r"2\.x\.y"):
+        h100(nccl_release="latest")
+
+
+def test_an_older_tuner_prices_the_tree_with_simple_dearer_and_picks_the_ring() -> None:
+    # two H100 nodes, NCCL_ALGO=Ring,Tree NCCL_PROTO=Simple (TCPXO's profile): up to 2.22.3 a
+    # tree step with Simple cost 28 us and no base, so the ring wins the smallest sizes
+    new = N.choose("all_reduce", 8, h100(2), "ring,tree", "Simple")
+    old = N.choose("all_reduce", 8, h100(2, nccl_release="2.21.5"), "ring,tree", "Simple")
+    assert new.algorithm == "tree" and old.algorithm == "ring"
+    tree_old = N.choose("all_reduce", 8, h100(2, nccl_release="2.21.5"), "tree", "Simple")
+    # 2 x (7 NVLink steps x 28 us + 1 network step x 28 us), no base latency
+    assert tree_old.latency_s == pytest.approx(2 * (7 * 28 + 28) * 1e-6)
+
+
+def test_nvlstree_on_an_older_release_has_its_shorter_network_step_and_no_channel_limit() -> None:
+    new = N.choose("all_reduce", 64, h100(2), "nvlstree")
+    old = N.choose("all_reduce", 64, h100(2, nccl_release="2.21.5"), "nvlstree")
+    assert new.latency_s - old.latency_s == pytest.approx(2 * (20.9 - 14.0) * 1e-6)
+    assert h100(2, nccl_release="2.26.2").constants.nvlstree["hopper"] == (None, None, None)
+
+
+def test_blackwell_before_2_25_took_hoppers_rows_and_no_ll128_and_pat_came_in_2_23_4() -> None:
+    b200 = N.system_from_preset("b200", 1, nccl_release="2.24.3")
+    assert b200.constants.row("blackwell") == "hopper"
+    assert {p.protocol for p in N.candidates("all_reduce", 1 * MiB, b200)} == {"LL", "Simple"}
+    b200_new = N.system_from_preset("b200", 1, nccl_release="2.25.1")
+    assert "LL128" in {p.protocol for p in N.candidates("all_reduce", 1 * MiB, b200_new)}
+    assert b200_new.constants.tree_ll128["blackwell"] == (73.4, 73.4, 58.0)  # 2 x Hopper's
+    pairs = h100(1).with_ranks(4, 1)
+    assert N.choose("all_gather", 1 * MiB, pairs, "pat").algorithm == "pat"
+    with pytest.raises(CollectiveError):
+        N.choose("all_gather", 1 * MiB, replace(pairs, nccl_release="2.22.3"), "pat")
+
+
+def test_the_ring_ll_rate_before_2_21_5_is_the_tuners_quarter() -> None:
+    sys2 = replace(h100(2), net_bw=10e9)  # a slow network: LL's own limit does not bind
+    old = replace(sys2, nccl_release="2.20.5")
+    r_new = N.choose("all_reduce", 64 * KiB, sys2, "ring", "LL").rate
+    r_old = N.choose("all_reduce", 64 * KiB, old, "ring", "LL").rate
+    assert (r_new, r_old) == (pytest.approx(5e9), pytest.approx(2.5e9))
+
+
+def test_the_bench_prices_a_configuration_at_the_release_its_data_states(monkeypatch) -> None:
+    from genie.calibration import published_systems as PS
+
+    path = REPO / "bench" / "nccl_model_vs_published.py"
+    spec = importlib.util.spec_from_file_location("nccl_vs_published_rel", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mod)
+    spec.loader.exec_module(mod)
+    plain = PS.system_of
+    h20 = [c for c in mod.load_all(mod.DATA) if c["id"] == "H20-2x8-NDR-NVLSTree"]
+    assert mod.stated_release(h20[0]) == "2.21.5"
+    latest, stated = mod.price(h20), mod.price(h20, releases=True)
+    assert PS.system_of is plain  # put back
+    for a, b in zip(latest, stated, strict=True):  # NVLSTree's network step 20.9 -> 14 us
+        assert a.nccl.latency_s - b.nccl.latency_s == pytest.approx(2 * 6.9e-6)

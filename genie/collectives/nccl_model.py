@@ -14,7 +14,8 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   (``p2p``).
 * Protocols and their wire efficiency (payload per byte sent): ``LL`` 8-byte lines of 4 data
   and 4 flag bytes (1/2), ``LL128`` 128-byte lines of 120 data bytes (120/128), ``Simple`` (1).
-* Latency (NCCL 2.30.7, ``src/graph/tuning.cc``): a base latency per algorithm and protocol, plus
+* Latency (NCCL 2.30.7, ``src/graph/tuning.cc``; an older release's where ``System.nccl_release``
+  names one, ``genie.collectives.nccl_releases``): a base latency per algorithm and protocol, plus
   a hardware latency per step by link type (NVLink, PCI, network; a network whose NCCL plugin
   publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's); a ring's
   network steps are those of its slowest chain of steps, which wraps round the ring
@@ -49,11 +50,13 @@ all-to-all's per-rank buffer); times seconds; rates bytes/s.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from genie.collectives import gpu_presets as P
+from genie.collectives import nccl_releases as R
 from genie.collectives.nccl_pipeline import fill_seconds, ring_chunk_bytes
 from genie.errors import CollectiveError
 from genie.vocabulary import bus_factor, canonical_collective
@@ -273,6 +276,23 @@ GB = 1e9
 #: per GPU; HIP 34-56 us, 4.3-7.0 us per GPU).
 HOST_LAUNCH_S: dict[str, float] = {"nvidia": 4.0e-6, "amd": 5.5e-6}
 
+#: The tables above as one release's constants; older releases are walked back from it.
+LATEST_CONSTANTS = R.Constants(
+    release=R.LATEST,
+    base=BASE_LATENCY_US,
+    hw=HW_LATENCY_US,
+    ll_max_one_node=LL_MAX_ONE_NODE,
+    ring_ll128=RING_LL128_PER_CHANNEL,
+    tree_ll128=TREE_LL128_PER_CHANNEL,
+    tree=TREE_PER_CHANNEL,
+    nvlstree={k: (v[0], v[1], v[2]) for k, v in NVLSTREE_PER_CHANNEL.items()},
+)
+
+
+@functools.lru_cache(maxsize=64)
+def _constants(release: R.Release | None) -> R.Constants:
+    return R.at(release, LATEST_CONSTANTS)
+
 
 @dataclass(frozen=True)
 class System:
@@ -294,6 +314,8 @@ class System:
     net_simple_extra_s: float = 0.0
     # the library enables LL128 here unless NCCL_PROTO names protocols (``ll128_by_default``)
     ll128: bool = True
+    # the NCCL release whose tuner constants price it (``nccl_releases``); None: the latest
+    nccl_release: str | None = None
 
     def __post_init__(self) -> None:
         for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -317,6 +339,14 @@ class System:
         step, extra = self.net_step_s, self.net_simple_extra_s
         if (step is not None and not step >= 0) or not extra >= 0:
             raise CollectiveError(f"network step latency must be >= 0 s, got {step!r}, {extra!r}")
+        if self.nccl_release is not None:
+            R.parse_release(self.nccl_release)
+
+    @property
+    def constants(self) -> R.Constants:
+        """NCCL's tuner constants as the system's release has them (``nccl_releases``)."""
+        rel = None if self.nccl_release is None else R.parse_release(self.nccl_release)
+        return _constants(rel)
 
     @property
     def n_ranks(self) -> int:
@@ -352,7 +382,22 @@ class System:
             f"{self.tuning} constants, {self.cpu} CPUs, {self.channels} channels"
             + (", NVLink SHARP" if self.nvls else "")
             + ("" if self.ll128 else ", LL128 only if NCCL_PROTO names it")
+            + f", {self.release_label}"
         )
+
+    @property
+    def release_label(self) -> str:
+        """``NCCL 2.21.5 constants`` (what the model prices with, and why where it is not the
+        release asked for)."""
+        c = self.constants
+        if self.nccl_release is None:
+            return f"NCCL {R.release_text(R.LATEST)} constants"
+        asked = R.release_text(R.parse_release(self.nccl_release))
+        if c.clamped:
+            return f"NCCL {R.release_text(R.EARLIEST)} constants (the oldest known; {asked} asked)"
+        if R.parse_release(self.nccl_release) > R.LATEST:
+            return f"NCCL {R.release_text(R.LATEST)} constants (the newest known; {asked} asked)"
+        return f"NCCL {asked} constants"
 
 
 def system_from_preset(
@@ -363,8 +408,10 @@ def system_from_preset(
     net_bw: float | None = None,
     intra_bw: float | None = None,
     channels: int | None = None,
+    nccl_release: str | None = None,
 ) -> System:
-    """A ``System`` of ``nodes`` servers of preset ``name`` (``net_bw``: line rate per node)."""
+    """A ``System`` of ``nodes`` servers of preset ``name`` (``net_bw``: line rate per node;
+    ``nccl_release``: the NCCL release whose constants price it, None the latest)."""
     p = P.preset(name)
     line = p.net_bw if net_bw is None else net_bw
     return System(
@@ -378,6 +425,7 @@ def system_from_preset(
         cpu=p.cpu,
         channels=p.channels if channels is None else channels,
         nvls=p.nvls,
+        nccl_release=nccl_release,
     )
 
 
@@ -471,29 +519,37 @@ def _node_index(nodes: int) -> int:
 
 def _ll_max(sys: System) -> float:
     if sys.nodes == 1:
-        return LL_MAX_ONE_NODE[sys.tuning] * GB
+        c = sys.constants
+        return c.ll_max_one_node[c.row(sys.tuning)] * GB
     return LL_MAX_NODES[sys.cpu][0 if sys.nodes == 2 else 1] * GB
 
 
-def _limit(rate: float, sys: System, algo: str, proto: str, chain: bool = False) -> float:
+def _limit(
+    rate: float, sys: System, algo: str, proto: str, chain: bool = False, coll: str = "all_reduce"
+) -> float:
     """``rate`` (line of the link) as the protocol and NCCL's per-protocol caps let it run;
     ``chain``: the tree's chain of GPUs inside a node (LL128 at NCCL's NVLink-chain factor).
     The per-channel maxima count the search's channels (``System.search_channels``)."""
     i, ch = _node_index(sys.nodes), sys.search_channels
+    c = sys.constants
+    gen = c.row(sys.tuning)
     if algo == "tree":  # NCCL's tree rates (tuning.cc), in NCCL's order
-        r = min(rate * TREE_BW_FACTOR, ch * TREE_PER_CHANNEL[sys.tuning][i] * GB)
+        r = min(rate * TREE_BW_FACTOR, ch * c.tree[gen][i] * GB)
         if proto == "LL":
             r = min(r * TREE_LL_FACTOR, _ll_max(sys))
         elif proto == "LL128":
             one_node = sys.nodes == 1 or chain
             eff = TREE_LL128_ONE_NODE if one_node else WIRE_EFFICIENCY["LL128"]
-            r = min(r * eff, ch * TREE_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+            r = min(r * eff, ch * c.tree_ll128[gen][i] * GB)
         return r * (TREE_PATTERN_ONE_GPU if sys.gpus_per_node == 1 else 1.0)
     r = rate * WIRE_EFFICIENCY[proto]
     if proto == "LL":
+        if algo == "ring":  # NCCL's ring LL rate: x 1/2 (the wire) from 2.21.5, less before
+            several = sys.nodes > 1 or coll in ("all_reduce", "reduce")
+            r = rate * c.ring_ll_factor[0 if several else 1]
         r = min(r, _ll_max(sys))
     if algo == "ring" and proto == "LL128":
-        r = min(r, ch * RING_LL128_PER_CHANNEL[sys.tuning][i] * GB)
+        r = min(r, ch * c.ring_ll128[gen][i] * GB)
     return r
 
 
@@ -501,9 +557,12 @@ def _hops(sys: System, algo: str, proto: str) -> tuple[float, float]:
     """(seconds per step inside a node, seconds per step between nodes)."""
     p = PROTOCOLS.index(proto)
     cls = "pci" if sys.intra_link == "pci" else "nvlink"
-    intra = HW_LATENCY_US[cls][algo][p]
+    hw = sys.constants.hw
+    intra = hw[cls][algo][p]
     # one GPU per node: every step crosses the network, priced at the tree's network latency
-    inter = HW_LATENCY_US["net"]["tree" if sys.gpus_per_node == 1 else algo][p] * US
+    # (from NCCL 2.23.4; before, at the algorithm's own)
+    ppn1 = sys.gpus_per_node == 1 and sys.constants.ppn1_tree_net_latency
+    inter = hw["net"]["tree" if ppn1 else algo][p] * US
     if sys.net_step_s is not None:  # the transport's own figure replaces NCCL's (EFA)
         inter = sys.net_step_s + (sys.net_simple_extra_s if proto == "Simple" else 0.0)
     if algo == "ring" and sys.nodes > 1:
@@ -512,13 +571,13 @@ def _hops(sys: System, algo: str, proto: str) -> tuple[float, float]:
 
 
 def _latency(coll: str, algo: str, proto: str, sys: System) -> float:
-    base = BASE_LATENCY_US[algo][PROTOCOLS.index(proto)] * US
+    base = sys.constants.base[algo][PROTOCOLS.index(proto)] * US
     intra, inter = _hops(sys, algo, proto)
     n, nodes, g = sys.n_ranks, sys.nodes, sys.gpus_per_node
     if algo == "tree":
         return base + 2 * ((g - 1) * intra + tree_depth(nodes) * inter)
-    if algo == "nvls":
-        return intra + (inter if nodes > 1 else 0.0)
+    if algo == "nvls":  # NCCL 2.18's 23 us sat in the base, later releases' on the NVLink step
+        return base + intra + (inter if nodes > 1 else 0.0)
     if algo == "nvlstree":
         return base + intra + 2 * tree_depth(nodes) * inter
     if algo == "pat":
@@ -576,7 +635,7 @@ def _ring_pass_cost(coll: str, size: int, sys: System, proto: str) -> float:
     n = sys.n_ranks
     steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     cls = "pci" if sys.intra_link == "pci" else "nvlink"
-    hop = HW_LATENCY_US[cls]["ring"][PROTOCOLS.index(proto)] * US
+    hop = sys.constants.hw[cls]["ring"][PROTOCOLS.index(proto)] * US
     return (loops - 1) * steps * hop
 
 
@@ -612,7 +671,9 @@ def _nvls_time(coll: str, size: int, sys: System, algo: str) -> tuple[float, flo
     parts = [(per_gpu / rate, per_gpu, rate)]
     if algo == "nvlstree":
         c = _nvls_channels(sys)
-        cap = c * NVLSTREE_PER_CHANNEL[sys.tuning][_node_index(sys.nodes)] * GB
+        consts = sys.constants
+        per_channel = consts.nvlstree[consts.row(sys.tuning)][_node_index(sys.nodes)]
+        cap = math.inf if per_channel is None else c * per_channel * GB  # none before 2.28.3
         net_rate = min(sys.node_net_bw, cap)
         net = size * (1.0 if sys.nodes == 2 else 2.0)
         parts.append((net / net_rate, net, net_rate))
@@ -628,7 +689,7 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
         if coll == "reduce_scatter":
             load = (n - 1) / n
         link_bytes = load * size
-        rate = _limit(_ring_link(sys), sys, algo, proto)
+        rate = _limit(_ring_link(sys), sys, algo, proto, coll=coll)
         bw_time = link_bytes / rate
     elif algo in ("nvls", "nvlstree"):
         channels = _nvls_channels(sys)
@@ -652,7 +713,8 @@ def _collective_time(coll: str, size: int, sys: System, algo: str, proto: str) -
         stage_rates = (r_intra, r_net)
     lat = _latency(coll, algo, proto, sys)
     log_size = int(math.log2(size >> 6)) if size >> 6 else -1
-    tree_like = algo == "tree" or (algo == "nvlstree" and sys.tuning == "blackwell")
+    blackwell_nvlstree = sys.tuning == "blackwell" and sys.constants.nvlstree_correction
+    tree_like = algo == "tree" or (algo == "nvlstree" and blackwell_nvlstree)
     if coll == "all_reduce" and tree_like and 0 <= log_size < TREE_CORRECTION_END[algo]:
         factor = TREE_CORRECTION[PROTOCOLS.index(proto)][log_size]
         bw_time, rate = bw_time / factor, rate * factor
@@ -691,8 +753,9 @@ def _offered(coll: str, algo: str, sys: System) -> bool:
         return one_node and coll in ("all_reduce", "all_gather", "reduce_scatter")
     if algo == "nvlstree":
         return sys.nvls and sys.nodes > 1 and sys.gpus_per_node > 1 and coll == "all_reduce"
-    if algo == "pat":
-        return sys.nodes > 1 and sys.gpus_per_node == 1 and coll in ("all_gather", "reduce_scatter")
+    if algo == "pat":  # from NCCL 2.23.4
+        one_gpu = sys.nodes > 1 and sys.gpus_per_node == 1 and sys.constants.pat
+        return one_gpu and coll in ("all_gather", "reduce_scatter")
     return False
 
 
@@ -711,7 +774,7 @@ def _p2p_time(coll: str, size: int, sys: System, proto: str) -> Prediction:
         parts.append((net_bytes / (per_gpu_net * eff), net_bytes, per_gpu_net * eff))
     bw_time, link_bytes, rate = max(parts)
     intra, inter = _hops(sys, "ring", proto)
-    base = BASE_LATENCY_US["ring"][PROTOCOLS.index(proto)] * US
+    base = sys.constants.base["ring"][PROTOCOLS.index(proto)] * US
     lat = base + (inter if sys.nodes > 1 else intra)
     return Prediction(
         coll, size, n, "p2p", proto, sys.channels, lat, rate, link_bytes, lat + bw_time
@@ -756,6 +819,9 @@ def candidates(
         if system.intra_link == "pci":  # NCCL enables LL128 only on NVLink-class paths
             protos = tuple(p for p in protos if p != "LL128") or protos
         if not system.ll128 and protocols is None:  # off by default (``ll128_by_default``)
+            protos = tuple(p for p in protos if p != "LL128")
+        old_blackwell = system.tuning == "blackwell" and not system.constants.blackwell_rows
+        if old_blackwell and protocols is None:  # before NCCL 2.25.1: no LL128 on SM100
             protos = tuple(p for p in protos if p != "LL128")
         out = [
             _collective_time(coll, size, system, a, p)

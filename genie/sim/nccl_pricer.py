@@ -87,7 +87,8 @@ class NcclPricer(ProgramPricer):
         gpu = f"GPU preset {self.preset}" if self.preset else "no GPU preset (--gpu)"
         return (
             f"{self.fallback.describe()}; collectives priced by the NCCL-like model "
-            f"(genie.collectives.nccl_model, NCCL 2.30.7: {gpu}, {self.system.tuning} constants, "
+            f"(genie.collectives.nccl_model, {self.system.release_label}: {gpu}, "
+            f"{self.system.tuning} constants, "
             f"{self.system.cpu} CPUs, {self.system.channels} channels"
             f"{', NVLink SHARP' if self.system.nvls else ''}{'; ' + forced if forced else ''}; "
             f"--collective-model line-rate for step programs at line rate)"
@@ -113,6 +114,7 @@ class NcclPricer(ProgramPricer):
             cpu=self.system.cpu,
             channels=self.system.channels,
             nvls=self.system.nvls and g > 1,
+            nccl_release=self.system.nccl_release,
         )
 
     def _cost(
