@@ -9,14 +9,24 @@ limited is kept but left out of the former).
 Each configuration of docs/validation/*.toml becomes an ``nccl_model.System`` by one rule for
 all, ``genie.calibration.published_systems.system_of`` (nothing is fitted per configuration).
 The tables are docs/validation.md's (``genie.calibration.published_doc``).
+
+``--releases`` prices each NVIDIA configuration with the tuner constants of the NCCL release its
+data states (``nccl_version``; ``genie.collectives.nccl_releases``), the others with the latest
+as the table does. ``system_of`` does not read that field yet, so this option sets
+``System.nccl_release`` on what it returns (one line there once its owner takes it).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
+from genie.calibration import published_systems as PS
 from genie.calibration.published import load_all
 from genie.calibration.published_doc import headline
 from genie.calibration.published_systems import CLASSES, ModelRow, price_both
@@ -27,9 +37,35 @@ DATA = Path(__file__).resolve().parents[1] / "docs" / "validation"
 __all__ = ["CLASSES", "DATA", "load_all", "price"]
 
 
-def price(configs: list[dict]) -> list[ModelRow]:
-    """Every published row priced by both models."""
-    return [row for cfg in configs for row in price_both(cfg)]
+def stated_release(cfg: dict[str, Any]) -> str | None:
+    """The NCCL release a configuration's data states (``nccl_version``), for NVIDIA GPUs; None
+    for AMD ones (RCCL keeps its own constants) or where none is stated."""
+    if PS.vendor(cfg) != "nvidia":
+        return None
+    text = cfg.get("nccl_version")
+    return None if text is None else str(text)
+
+
+@contextlib.contextmanager
+def releases_stated() -> Iterator[None]:
+    """Within: ``system_of`` gives each configuration's system its stated NCCL release."""
+    plain = PS.system_of
+
+    def with_release(cfg: dict[str, Any]) -> Any:
+        system, algo, proto, note = plain(cfg)
+        return replace(system, nccl_release=stated_release(cfg)), algo, proto, note
+
+    PS.system_of = with_release  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        PS.system_of = plain  # type: ignore[assignment]
+
+
+def price(configs: list[dict], releases: bool = False) -> list[ModelRow]:
+    """Every published row priced by both models (``releases``: at each stated NCCL release)."""
+    with releases_stated() if releases else contextlib.nullcontext():
+        return [row for cfg in configs for row in price_both(cfg)]
 
 
 def main(argv: list[str]) -> int:
@@ -38,9 +74,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--data", default=str(DATA), help="a TOML data file or a directory of them")
     ap.add_argument("--rows", action="store_true", help="every row, not only the summary")
     ap.add_argument("--configs", action="store_true", help="MAPE per configuration")
+    ap.add_argument(
+        "--releases", action="store_true", help="NCCL constants of each configuration's release"
+    )
     args = ap.parse_args(argv)
     configs = load_all(args.data)
-    rows = price(configs)
+    rows = price(configs, args.releases)
     if args.rows:
         print(
             f"{'configuration':44} {'size':>10} {'published':>11} {'line-rate':>18} "
@@ -64,6 +103,8 @@ def main(argv: list[str]) -> int:
             a = mape([r.line_rate_err for r in sel]) or 0.0
             b = mape([r.nccl_err for r in sel]) or 0.0
             flag = "" if cfg.get("healthy", True) else "  (not healthy)"
+            if args.releases and stated_release(cfg):
+                flag += f"  (NCCL {stated_release(cfg)})"
             print(f"{cfg['id'][:50]:50} {len(sel):4d} {a:9.1f}% {b:9.1f}%{flag}")
         print()
     print(

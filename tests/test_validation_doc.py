@@ -90,3 +90,19 @@ def test_a_run_that_sourced_a_network_plugins_profile_is_priced_with_its_setting
     _, algo, proto, note = system_of(cfg)
     assert (algo, proto, note) == ("ring,tree", "Simple", "")
     assert "nccl-plugin-gpudirecttcpx-dev:v1.0.3" in cfg["nccl_algorithm"]
+
+
+def test_a_recorded_nccl_release_is_the_one_its_source_states():
+    from genie.collectives.nccl_releases import parse_release
+
+    recorded = [c for c in load_all(DATA) if "nccl_version" in c]
+    assert len(recorded) >= 15
+    for cfg in recorded:
+        release = cfg["nccl_version"]
+        parse_release(release)
+        assert not cfg["gpu"].upper().startswith("MI"), cfg["id"]  # RCCL keeps its constants
+        text = " ".join(
+            str(cfg.get(k, ""))
+            for k in ("hardware", "command", "note", "nccl_algorithm", "nccl_version_source")
+        )
+        assert re.search(rf"NCCL v?{re.escape(release)}(?!\.?\d)", text), cfg["id"]
