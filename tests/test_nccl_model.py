@@ -696,6 +696,15 @@ def test_blackwell_before_2_25_took_hoppers_rows_and_no_ll128_and_pat_came_in_2_
     assert N.choose("all_gather", 1 * MiB, pairs, "pat").algorithm == "pat"
     with pytest.raises(CollectiveError):
         N.choose("all_gather", 1 * MiB, replace(pairs, nccl_release="2.22.3"), "pat")
+    # NVLS ran all-gather from 2.19.1 (f9c3dc25); on 2.18 it was all-reduce only
+    assert (
+        N.choose("all_gather", 1 * MiB, h100(1, nccl_release="2.19.1"), "nvls").algorithm == "nvls"
+    )
+    with pytest.raises(CollectiveError):
+        N.choose("all_gather", 1 * MiB, h100(1, nccl_release="2.18.5"), "nvls")
+    assert (
+        N.choose("all_reduce", 1 * MiB, h100(1, nccl_release="2.18.5"), "nvls").algorithm == "nvls"
+    )
 
 
 def test_the_ring_ll_rate_before_2_21_5_is_the_tuners_quarter() -> None:

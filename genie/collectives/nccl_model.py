@@ -750,7 +750,8 @@ def _offered(coll: str, algo: str, sys: System) -> bool:
         return coll == "all_reduce"
     if algo == "nvls":  # several nodes need CollNet as well: not modelled
         one_node = sys.nvls and sys.nodes == 1
-        return one_node and coll in ("all_reduce", "all_gather", "reduce_scatter")
+        gathers = ("all_gather", "reduce_scatter") if sys.constants.nvls_gather else ()
+        return one_node and coll in ("all_reduce", *gathers)  # gathers from NCCL 2.19.1
     if algo == "nvlstree":
         return sys.nvls and sys.nodes > 1 and sys.gpus_per_node > 1 and coll == "all_reduce"
     if algo == "pat":  # from NCCL 2.23.4

@@ -19,7 +19,7 @@ Facts only, written here from reading the diffs (no NCCL code copied); what they
   the Hopper tree's on 4+ nodes 33 -> 36 GB/s.
 * 2.19.1 (f9c3dc25): back to 28 us for a tree step with Simple on every link; NVLS / NVLSTree's
   23 us moves from the base latency to the NVLink step (same sum on one node); NVLSTree's
-  network step 19 -> 14 us.
+  network step 19 -> 14 us; NVLS runs all-gather and reduce-scatter (before: all-reduce only).
 * 2.21.5 (ab2b89c4): NVLS / NVLSTree NVLink step 23 -> 25 us; LL's one-node limit on Hopper
   87.7 -> 141 GB/s; the ring's LL rate x 1/2 where it was x 1/4 (several nodes, all-reduce,
   reduce) or x 1/3.
@@ -81,6 +81,7 @@ class Constants:
     #: the ring's LL rate as a share of the link: (several nodes, all-reduce or reduce; else)
     ring_ll_factor: tuple[float, float] = (0.5, 0.5)
     pat: bool = True  # PAT offered (2.23.4)
+    nvls_gather: bool = True  # NVLS offered for all-gather and reduce-scatter (2.19.1)
     ppn1_tree_net_latency: bool = True  # one GPU per node: the tree's network step (2.23.4)
     blackwell_rows: bool = True  # Blackwell's own rows and LL128 by default (2.25.1)
     nvlstree_correction: bool = True  # the tree correction on Blackwell's NVLSTree (2.29.2)
@@ -146,6 +147,7 @@ CHANGES: tuple[Change, ...] = (
     _c((2, 19, 1), "f9c3dc25", "hw", ("pci", "tree", _SIMPLE), 6.0),
     _c((2, 19, 1), "f9c3dc25", "hw", ("net", "tree", _SIMPLE), 14.0),
     _c((2, 19, 1), "f9c3dc25", "hw", ("net", "nvlstree", _SIMPLE), 19.0),
+    _c((2, 19, 1), "f9c3dc25", "nvls_gather", (), False),
     _c((2, 18, 3), "ea383122", "hw", ("nvlink", "tree", _SIMPLE), 28.0),
     _c((2, 18, 3), "ea383122", "hw", ("pci", "tree", _SIMPLE), 28.0),
     _c((2, 18, 3), "ea383122", "hw", ("net", "tree", _SIMPLE), 28.0),
