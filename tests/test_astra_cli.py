@@ -253,6 +253,21 @@ def test_simulate_astra_models_end_to_end(tmp_path):
         assert "ASTRA-sim 2.0 analytical" in sim.network and "2^30 B/s" in sim.network
 
 
+def test_astra_models_read_node_objects_past_the_columns_threshold(tmp_path, monkeypatch):
+    """A trace big enough for genie's columns (``adapter.COLUMNS_BYTES``) still reads as Node
+    objects for the ASTRA-sim models, which read nodes: same 43.0 us, no columns loaded."""
+    from genie.sim import adapter
+    from genie.workload import columnar
+
+    wl = collective_workload(tmp_path, CollectiveType.ALL_REDUCE, 2**20)
+    n, s = files(tmp_path)
+    monkeypatch.setattr(adapter, "COLUMNS_BYTES", 0)
+    monkeypatch.setattr(columnar, "load_columns", lambda *a, **k: pytest.fail("columns loaded"))
+    for model in ("astra-unaware", "astra-aware"):
+        (rep,) = genie.simulate(astra_spec(wl, model, n, s)).reports
+        assert rep.iteration_s == pytest.approx(43000e-9, abs=1e-12)
+
+
 @pytest.mark.parametrize("on", ["c", "x"])
 def test_involved_dim_leaving_out_a_dimension_is_refused(tmp_path, on):
     """A node whose involved_dim leaves out a dimension is refused, read from its .et file (the

@@ -295,7 +295,10 @@ def simulate(spec: SimulateSpec) -> Simulation:
     # the cyclic collector would walk the workload's millions of objects again and again while
     # nothing here makes garbage cycles (a quarter of the time at 4,096 ranks): paused
     with gc_paused(), progress.stage("loading workload") as status:
-        wl = load_workload(spec.workloads()[0])
+        # columns (no Python object per node) where the trace is big and genie's own model runs
+        # it: the ASTRA-sim models and comm-group files read Node objects
+        auto = spec.model.kind == "genie" and not spec.model.comm_group
+        wl = load_workload(spec.workloads()[0], columns=None if auto else False)
         if spec.model.comm_group:
             from genie.api import astra
 

@@ -274,13 +274,14 @@ def _fields(nd: Any, r: int, compute: ComputeModel, roofline: bool, groups_of: t
 COLUMNS_BYTES = 512 * 2**20
 
 
-def load_workload(prefix: str | Path, columns: bool | None = None) -> Any:
+def load_workload(prefix: str | Path, columns: bool | None = False) -> Any:
     """Load ``<prefix>.<rank>.et`` (or a directory of them) with genie.workload's loader.
 
     ``columns``: read the .et files into columns (``genie.workload.columnar``, the file bytes
     dropped once read: no Python object per node; ``compile_workload``, the trace facts and
-    the stream rules' summary work on them); None (the default): where the rank files, all
-    .et, hold ``COLUMNS_BYTES`` or more. Chakra JSON is read as objects.
+    the stream rules' summary work on them); None: where the rank files, all .et, hold
+    ``COLUMNS_BYTES`` or more (genie simulate on its own model); False (the default, for
+    callers that read Node objects): never. Chakra JSON is read as objects.
     """
     from genie.workload import load_workload as wl_load
 
