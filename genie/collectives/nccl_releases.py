@@ -47,7 +47,11 @@ bandwidth ratios and ``nvlsEfficiency`` (2.28.3: the model prices NVLS by what t
 reduction delivers); the ring LL128's x 0.7 with one GPU per node before 2.23.4 (the model
 leaves the tuner's ring LL128 factor out); NVLSTree's latency over more than 2 nodes before
 2.19.1 (2 (nodes - 1) network steps where the model counts the tree's depth); Blackwell's
-channel count (16 CTAs from 2.28.3, the caller's ``System.channels``).
+channel count (16 CTAs from 2.28.3, the caller's ``System.channels``); ``src/enqueue.cc``'s
+point-to-point LL rule: 16 KiB per operation up to 2.21.5 and from 2.29.2 (per channel, and a
+peer's first channel takes up to half a chunk), but from 2.22.3 to 2.28.9 16 KiB times the
+channels a peer may use (``p2pnChannelsPerPeer``, which the model does not know; no published
+row is an all-to-all or send/recv that small on those releases).
 """
 
 from __future__ import annotations
