@@ -10,19 +10,15 @@ Each configuration of docs/validation/*.toml becomes an ``nccl_model.System`` by
 all, ``genie.calibration.published_systems.system_of`` (nothing is fitted per configuration).
 The tables are docs/validation.md's (``genie.calibration.published_doc``).
 
-``--releases`` prices each NVIDIA configuration with the tuner constants of the NCCL release its
-data states (``nccl_version``; ``genie.collectives.nccl_releases``), the others with the latest
-as the table does. ``system_of`` does not read that field yet, so this option sets
-``System.nccl_release`` on what it returns (one line there once its owner takes it).
+Each NVIDIA configuration is priced with the tuner constants of the NCCL release its data
+states (``nccl_version``; ``genie.collectives.nccl_releases``; ``--configs`` names it), the
+others with the latest.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
-from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,26 +42,9 @@ def stated_release(cfg: dict[str, Any]) -> str | None:
     return None if text is None else str(text)
 
 
-@contextlib.contextmanager
-def releases_stated() -> Iterator[None]:
-    """Within: ``system_of`` gives each configuration's system its stated NCCL release."""
-    plain = PS.system_of
-
-    def with_release(cfg: dict[str, Any]) -> Any:
-        system, algo, proto, note = plain(cfg)
-        return replace(system, nccl_release=stated_release(cfg)), algo, proto, note
-
-    PS.system_of = with_release  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        PS.system_of = plain  # type: ignore[assignment]
-
-
-def price(configs: list[dict], releases: bool = False) -> list[ModelRow]:
-    """Every published row priced by both models (``releases``: at each stated NCCL release)."""
-    with releases_stated() if releases else contextlib.nullcontext():
-        return [row for cfg in configs for row in price_both(cfg)]
+def price(configs: list[dict]) -> list[ModelRow]:
+    """Every published row priced by both models."""
+    return [row for cfg in configs for row in price_both(cfg)]
 
 
 def main(argv: list[str]) -> int:
@@ -74,12 +53,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--data", default=str(DATA), help="a TOML data file or a directory of them")
     ap.add_argument("--rows", action="store_true", help="every row, not only the summary")
     ap.add_argument("--configs", action="store_true", help="MAPE per configuration")
-    ap.add_argument(
-        "--releases", action="store_true", help="NCCL constants of each configuration's release"
-    )
     args = ap.parse_args(argv)
     configs = load_all(args.data)
-    rows = price(configs, args.releases)
+    rows = price(configs)
     if args.rows:
         print(
             f"{'configuration':44} {'size':>10} {'published':>11} {'line-rate':>18} "
@@ -103,7 +79,7 @@ def main(argv: list[str]) -> int:
             a = mape([r.line_rate_err for r in sel]) or 0.0
             b = mape([r.nccl_err for r in sel]) or 0.0
             flag = "" if cfg.get("healthy", True) else "  (not healthy)"
-            if args.releases and stated_release(cfg):
+            if stated_release(cfg):
                 flag += f"  (NCCL {stated_release(cfg)})"
             print(f"{cfg['id'][:50]:50} {len(sel):4d} {a:9.1f}% {b:9.1f}%{flag}")
         print()

@@ -715,19 +715,19 @@ def test_the_ring_ll_rate_before_2_21_5_is_the_tuners_quarter() -> None:
     assert (r_new, r_old) == (pytest.approx(5e9), pytest.approx(2.5e9))
 
 
-def test_the_bench_prices_a_configuration_at_the_release_its_data_states(monkeypatch) -> None:
+def test_a_configuration_is_priced_at_the_release_its_data_states() -> None:
+    """``published_systems.system_of`` reads ``nccl_version`` (NVIDIA only): the H20 run's
+    2.21.5 prices NVLSTree's network step at 14 us where the latest release says 20.9 us."""
     from genie.calibration import published_systems as PS
+    from genie.calibration.published import load_all
 
-    path = REPO / "bench" / "nccl_model_vs_published.py"
-    spec = importlib.util.spec_from_file_location("nccl_vs_published_rel", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, mod)
-    spec.loader.exec_module(mod)
-    plain = PS.system_of
-    h20 = [c for c in mod.load_all(mod.DATA) if c["id"] == "H20-2x8-NDR-NVLSTree"]
-    assert mod.stated_release(h20[0]) == "2.21.5"
-    latest, stated = mod.price(h20), mod.price(h20, releases=True)
-    assert PS.system_of is plain  # put back
-    for a, b in zip(latest, stated, strict=True):  # NVLSTree's network step 20.9 -> 14 us
+    configs = load_all(REPO / "docs" / "validation")
+    (h20,) = [c for c in configs if c["id"] == "H20-2x8-NDR-NVLSTree"]
+    assert h20["nccl_version"] == "2.21.5"
+    assert PS.system_of(h20)[0].nccl_release == "2.21.5"
+    latest = {k: v for k, v in h20.items() if k != "nccl_version"}
+    assert PS.system_of(latest)[0].nccl_release is None
+    amd = {**h20, "gpu": "MI300X"}
+    assert PS.vendor(amd) != "nvidia" and PS.system_of(amd)[0].nccl_release is None
+    for a, b in zip(PS.price_both(latest), PS.price_both(h20), strict=True):
         assert a.nccl.latency_s - b.nccl.latency_s == pytest.approx(2 * 6.9e-6)

@@ -23,6 +23,8 @@ configuration (nothing is fitted per configuration):
 * ``NCCL_ALGO`` / ``NCCL_PROTO`` in the command are honoured where they name modelled choices,
   and so is an algorithm the source names as the one that ran (``nccl_algorithm`` starting with
   its name);
+* the NCCL release a source states (``nccl_version``, NVIDIA only) selects its tuner constants
+  (``genie.collectives.nccl_releases``); none stated: the latest;
 * how nccl-tests launched: one process driving several GPUs (``-g N``, ``nGpus N``) cannot run
   collectives faster than N host launches each, and graphs (``-G``) save the launch NCCL's base
   latency holds (``nccl_model.launch_bound``, CUDA's or HIP's launch by the GPU's vendor).
@@ -148,6 +150,8 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         net_step_s=None if step is None else step[0],
         net_simple_extra_s=0.0 if step is None else step[1],
         ll128=N.ll128_by_default(vendor(cfg), str(cfg["gpu"])),
+        # the NCCL release the source states (nccl_releases); RCCL keeps its own constants
+        nccl_release=cfg.get("nccl_version") if vendor(cfg) == "nvidia" else None,
     )
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"
     algo = re.search(r"NCCL_ALGO=\^?([\w,]+)", cmd)
