@@ -357,6 +357,33 @@ def test_simulate_with_the_nccl_model_says_algorithm_and_protocol(micro, capsys)
     assert len(err) == 1 and "--collective-model nccl" in err[0]
 
 
+def test_nccl_version_option_prices_with_that_releases_constants(micro, capsys) -> None:
+    """``--nccl-version`` (simulate and nccl): up to 2.22.3 a tree step with Simple costs 28 us
+    and no base latency; the output names the constants; a bad release is one line, exit 2."""
+    argv = ["nccl", "all_reduce", "64", "--gpu", "h100", "--nodes", "2", "--nccl-algo", "tree"]
+    argv += ["--nccl-proto", "Simple", "--json"]
+    assert main(argv) == 0
+    latest = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--nccl-version", "2.22.3"]) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert "NCCL 2.22.3 constants" in json.dumps(old["system"])
+    assert old["rows"][0]["latency_s"] != pytest.approx(latest["rows"][0]["latency_s"])
+    sim = ["simulate", micro, *FABRIC, "--nccl-algo", "tree", "--nccl-proto", "Simple", "--json"]
+    assert main(sim) == 0
+    a = json.loads(capsys.readouterr().out)
+    assert main([*sim, "--nccl-version", "2.22.3"]) == 0
+    b = json.loads(capsys.readouterr().out)
+    assert "NCCL 2.22.3 constants" in b["network"] and "NCCL 2.22.3" not in a["network"]
+    assert b["reports"][0]["iteration_s"] != pytest.approx(a["reports"][0]["iteration_s"])
+    for bad in (
+        ["nccl", "all_reduce", "64", "--nccl-version", "2.x"],
+        [*sim, "--nccl-version", "3.0.1"],
+    ):
+        assert main(bad) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "NCCL release" in err[0], err
+
+
 def test_the_nccl_model_is_simulates_default_unless_step_programs_are_asked_for(
     micro, capsys
 ) -> None:

@@ -203,8 +203,10 @@ def check_collective_model(model: Model) -> None:
 def nccl_system(model: Model) -> nccl_model.System:
     """The NCCL-like model's hardware facts (rates come from the topology, group by group)."""
     if model.gpu:
-        return nccl_model.system_from_preset(model.gpu)
-    return nccl_model.System(nodes=1, gpus_per_node=1, intra_bw=1.0, net_bw=1.0)
+        return nccl_model.system_from_preset(model.gpu, nccl_release=model.nccl_version)
+    return nccl_model.System(
+        nodes=1, gpus_per_node=1, intra_bw=1.0, net_bw=1.0, nccl_release=model.nccl_version
+    )
 
 
 def pricer(model: Model, built: Built, n_ranks: int, hosts: Sequence[int] | None = None) -> Pricer:

@@ -32,6 +32,7 @@ class NcclSpec(Spec, frozen=True, kw_only=True):
     channels: int | None = None
     algorithms: str | None = None  # as NCCL_ALGO
     protocols: str | None = None  # as NCCL_PROTO
+    nccl_version: str | None = None  # the release whose tuner constants price it; None: latest
 
 
 @dataclass
@@ -64,6 +65,7 @@ def nccl_collective(spec: NcclSpec) -> NcclTable:
         net_bw=bandwidth(spec.net_bandwidth) if spec.net_bandwidth is not None else None,
         intra_bw=bandwidth(spec.intra_bandwidth) if spec.intra_bandwidth is not None else None,
         channels=spec.channels,
+        nccl_release=spec.nccl_version,
     )
     cands = [
         N.candidates(spec.collective, int(s), system, spec.algorithms, spec.protocols)

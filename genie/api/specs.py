@@ -108,7 +108,8 @@ class Model(Spec, frozen=True, kw_only=True):
     prices as ASTRA-sim 2.0's analytical backends, from its network and system files.
     ``collective_model``: ``nccl`` (``genie.collectives.nccl_model``: NCCL's algorithm and
     protocol choice, latencies and protocol limits; ``gpu`` a preset such as ``h100``,
-    ``nccl_algo`` / ``nccl_proto`` force choices as ``NCCL_ALGO`` / ``NCCL_PROTO`` do),
+    ``nccl_algo`` / ``nccl_proto`` force choices as ``NCCL_ALGO`` / ``NCCL_PROTO`` do,
+    ``nccl_version`` the NCCL release whose tuner constants price it, default the latest),
     ``line-rate`` (step programs at line rate), or ``auto``: ``simulate`` takes ``nccl`` unless
     ``algorithm``, the builtin pricer or an ASTRA-sim model asks for step programs of one's own
     choosing (``resolve_collective_model``); everything else (emulate, bench: CPU agents, not
@@ -129,6 +130,7 @@ class Model(Spec, frozen=True, kw_only=True):
     gpu: str | None = None
     nccl_algo: str | None = None
     nccl_proto: str | None = None
+    nccl_version: str | None = None
     trace_edges: Literal["inferred", "explicit"] = "inferred"
 
 

@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--channels", type=A.integer(1, 64), help="NCCL channels (preset's)")
     p.add_argument("--nccl-algo", help="as NCCL_ALGO: ring, tree, ^tree")
     p.add_argument("--nccl-proto", help="as NCCL_PROTO: LL, LL128, Simple, ^LL128")
+    p.add_argument("--nccl-version", help="the NCCL release whose tuner constants price it")
     p.add_argument("--all", action="store_true", help="every candidate, not only the choice")
     p.add_argument("--json", action="store_true", help="print the table as JSON")
     p.set_defaults(func=run)
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         channels=args.channels,
         algorithms=args.nccl_algo,
         protocols=args.nccl_proto,
+        nccl_version=args.nccl_version,
     )
     table = nccl_collective(spec)
     if args.json:

@@ -130,6 +130,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--nccl-algo", help="nccl model: as NCCL_ALGO (ring, tree, ^tree)")
     p.add_argument("--nccl-proto", help="nccl model: as NCCL_PROTO (LL, LL128, Simple, ^LL128)")
+    p.add_argument(
+        "--nccl-version", help="nccl model: NCCL release of the tuner constants (2.21.5)"
+    )
     A.add_comm_concurrency(p)
     A.add_trace_edges(p)
     p.add_argument("--compute", choices=("trace", "roofline"), default="trace")
@@ -210,6 +213,7 @@ def spec_from_args(args: argparse.Namespace) -> SimulateSpec:
         gpu=args.gpu,
         nccl_algo=args.nccl_algo,
         nccl_proto=args.nccl_proto,
+        nccl_version=args.nccl_version,
         trace_edges=args.trace_edges,
     )
     compute = Compute(
