@@ -382,6 +382,10 @@ def test_nccl_version_option_prices_with_that_releases_constants(micro, capsys) 
         assert main(bad) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "NCCL release" in err[0], err
+    line_rate = ["simulate", micro, *FABRIC, "--collective-model", "line-rate"]
+    assert main([*line_rate, "--nccl-version", "2.22.3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--collective-model nccl" in err[0], err
 
 
 def test_the_nccl_model_is_simulates_default_unless_step_programs_are_asked_for(

@@ -191,8 +191,10 @@ def resolve_collective_model(model: Model) -> Model:
 def check_collective_model(model: Model) -> None:
     """Refuse options that the chosen collective model does not take (one line)."""
     if model.collective_model != "nccl":
-        if model.nccl_algo or model.nccl_proto:
-            raise UsageError("--nccl-algo and --nccl-proto need --collective-model nccl")
+        if model.nccl_algo or model.nccl_proto or model.nccl_version:
+            raise UsageError(
+                "--nccl-algo, --nccl-proto and --nccl-version need --collective-model nccl"
+            )
         return
     if model.pricer == "builtin":
         raise UsageError("--collective-model nccl prices step programs: not with --pricer builtin")
