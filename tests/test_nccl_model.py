@@ -274,6 +274,47 @@ def test_published_efa_configurations_get_the_efa_step_latency() -> None:
     assert ib.net_step_s is None and ib.net_simple_extra_s == 0.0
 
 
+def test_rccl_prices_a_network_step_at_its_own_latency_and_nothing_else() -> None:
+    """RCCL 2.21.5's tuner prices a network step at its own ``hwLat[NET]`` (tree LL 11.8 us,
+    NCCL 5.0): an AMD system's tree over two nodes pays 2 x (11.8 - 5.0) us more than the same
+    system priced as NCCL; one node (no network step) and the base latency do not change."""
+    amd = N.system_from_preset("mi300x", 2)
+    assert amd.rccl and not N.system_from_preset("h100", 2).rccl
+    nccl = replace(amd, rccl=False)
+    a = N.candidates("all_reduce", 8, amd, "tree", "LL")[0]
+    b = N.candidates("all_reduce", 8, nccl, "tree", "LL")[0]
+    assert a.latency_s - b.latency_s == pytest.approx(2 * (11.8 - 5.0) * 1e-6)
+    ring_a = N.candidates("all_reduce", 8, amd, "ring", "Simple")[0]
+    ring_b = N.candidates("all_reduce", 8, nccl, "ring", "Simple")[0]
+    assert ring_a.latency_s > ring_b.latency_s  # 15.1 us a network step, NCCL 14
+    one = N.system_from_preset("mi300x", 1)
+    assert (
+        N.choose("all_reduce", 8, one).time_s
+        == N.choose("all_reduce", 8, replace(one, rccl=False)).time_s
+    )
+    efa = replace(amd, net_step_s=20e-6)  # a plugin's own figure still wins
+    t = N.candidates("all_reduce", 8, efa, "tree", "LL")[0]
+    t0 = N.candidates("all_reduce", 8, replace(efa, rccl=False), "tree", "LL")[0]
+    assert t.latency_s == pytest.approx(t0.latency_s)
+
+
+def test_published_amd_configurations_are_priced_as_rccl() -> None:
+    from genie.calibration.published_systems import system_of
+
+    cfg = {
+        "id": "t",
+        "gpu": "MI355X",
+        "intra": "xgmi",
+        "nic_kind": "roce",
+        "nics_per_node": 8,
+        "nic_gbps": 400,
+        "model": {"hosts": 2, "ranks_per_host": 8, "link_rate": "400GB/s"},
+    }
+    assert system_of(cfg)[0].rccl is True
+    nv = {**cfg, "gpu": "H100-SXM", "intra": "nvswitch"}
+    assert system_of(nv)[0].rccl is False
+
+
 def test_published_configurations_take_the_librarys_ll128_rule() -> None:
     """A published MI250X node runs without LL128 (RCCL's default there), an MI300X or an H100
     node with it: ``system_of`` asks ``ll128_by_default``."""

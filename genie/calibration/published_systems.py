@@ -8,7 +8,8 @@ NIC, Gb/s), beside the line-rate model's table (hosts, ranks per host, intra-hos
 configuration (nothing is fitted per configuration):
 
 * the GPU's generation picks NCCL's constants (``GENERATIONS``; AMD GPUs are priced with
-  Hopper's, an assumption: RCCL's own tuning differs and is not modelled);
+  Hopper's, an assumption: RCCL's own tuning differs and is not modelled, except the latency of
+  a network step, RCCL's own, ``System.rccl``);
 * NVLink (NVSwitch or bridges): the stated rate per GPU and direction scaled to what NCCL's
   topology code counts per link for the generation (``src/graph/topo.h``); xGMI to what RCCL's
   counts (``gpu_presets.XGMI_FRACTION``); PCIe at the stated rate; NVLink SHARP (NVLS) where an
@@ -152,6 +153,7 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         ll128=N.ll128_by_default(vendor(cfg), str(cfg["gpu"])),
         # the NCCL release the source states (nccl_releases); RCCL keeps its own constants
         nccl_release=cfg.get("nccl_version") if vendor(cfg) == "nvidia" else None,
+        rccl=vendor(cfg) == "amd",  # RCCL's network step latencies (nccl_model)
     )
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"
     algo = re.search(r"NCCL_ALGO=\^?([\w,]+)", cmd)

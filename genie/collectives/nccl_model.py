@@ -17,7 +17,8 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
 * Latency (NCCL 2.30.7, ``src/graph/tuning.cc``; an older release's where ``System.nccl_release``
   names one, ``genie.collectives.nccl_releases``): a base latency per algorithm and protocol, plus
   a hardware latency per step by link type (NVLink, PCI, network; a network whose NCCL plugin
-  publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's); a ring's
+  publishes its own per-step cost, AWS EFA, ``System.net_step_s``, in place of NCCL's; on AMD
+  GPUs, ``System.rccl``, RCCL's own network step, ``RCCL_NET_LATENCY_US``); a ring's
   network steps are those of its slowest chain of steps, which wraps round the ring
   (``ring_steps``: 2N for an all-reduce, not the tuner's 2(N-1)); ring steps inside a node cost
   at least the CPU's network post overhead when the ring leaves the node (x3 for Simple).
@@ -111,6 +112,16 @@ HW_LATENCY_US: dict[str, dict[str, tuple[float, float, float]]] = {
         "nvlstree": (0.0, 0.0, 20.9),
         "pat": (0.0, 0.0, 14.0),
     },
+}
+# --- RCCL 2.21.5 (github.com/ROCm/rccl at 0cbce2a7), src/graph/tuning.cc ---------------------
+#: RCCL's own latency per network step (us; LL, LL128, Simple): ``hwLat[NCCL_HW_NET]`` of
+#: ``tuning_model_0``, the tuning model a node takes unless it matches one of RCCL's tuned
+#: topologies (``src/graph/rome_models.cc``). RCCL prices a network step at about twice NCCL's
+#: (tree LL 11.8 us where NCCL says 5.0). Only the network's steps are taken from it; RCCL's base
+#: latencies and xGMI steps are not (measured worse on the one-node rows: docs/nccl-model.md).
+RCCL_NET_LATENCY_US: dict[str, tuple[float, float, float]] = {
+    "tree": (11.8, 18.2, 20.8),
+    "ring": (9.5, 19.8, 15.1),
 }
 #: Network post overhead per ring step (us) by CPU vendor (getNetOverhead); x3 for Simple.
 NET_OVERHEAD_US: dict[str, float] = {"intel": 1.0, "amd": 2.0}
@@ -316,6 +327,8 @@ class System:
     ll128: bool = True
     # the NCCL release whose tuner constants price it (``nccl_releases``); None: the latest
     nccl_release: str | None = None
+    # the library is RCCL (AMD GPUs): its network steps at RCCL's latency (RCCL_NET_LATENCY_US)
+    rccl: bool = False
 
     def __post_init__(self) -> None:
         for what, v in (("nodes", self.nodes), ("gpus_per_node", self.gpus_per_node)):
@@ -382,6 +395,7 @@ class System:
             f"{self.tuning} constants, {self.cpu} CPUs, {self.channels} channels"
             + (", NVLink SHARP" if self.nvls else "")
             + ("" if self.ll128 else ", LL128 only if NCCL_PROTO names it")
+            + (", RCCL network step latencies" if self.rccl and self.nodes > 1 else "")
             + f", {self.release_label}"
         )
 
@@ -426,6 +440,7 @@ def system_from_preset(
         channels=p.channels if channels is None else channels,
         nvls=p.nvls,
         nccl_release=nccl_release,
+        rccl=p.vendor == "amd",
     )
 
 
@@ -563,6 +578,8 @@ def _hops(sys: System, algo: str, proto: str) -> tuple[float, float]:
     # (from NCCL 2.23.4; before, at the algorithm's own)
     ppn1 = sys.gpus_per_node == 1 and sys.constants.ppn1_tree_net_latency
     inter = hw["net"]["tree" if ppn1 else algo][p] * US
+    if sys.rccl and algo in RCCL_NET_LATENCY_US:  # RCCL's own network step (2.21.5)
+        inter = RCCL_NET_LATENCY_US[algo][p] * US
     if sys.net_step_s is not None:  # the transport's own figure replaces NCCL's (EFA)
         inter = sys.net_step_s + (sys.net_simple_extra_s if proto == "Simple" else 0.0)
     if algo == "ring" and sys.nodes > 1:

@@ -115,6 +115,7 @@ class NcclPricer(ProgramPricer):
             channels=self.system.channels,
             nvls=self.system.nvls and g > 1,
             nccl_release=self.system.nccl_release,
+            rccl=self.system.rccl,
         )
 
     def _cost(
