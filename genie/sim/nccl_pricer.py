@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from genie.collectives import nccl_model as N
 from genie.collectives.topology import Topology
@@ -103,19 +103,14 @@ class NcclPricer(ProgramPricer):
         if nodes > 1:  # the route between the group's first two hosts (a host's link)
             a, b = list(counts)[:2]
             net = self.topology.route_bandwidth(self.topology.route(a, b))
-        return N.System(
+        # the system's every other fact (tuning, links, protocols, release, library) carried
+        return replace(
+            self.system,
             nodes=nodes,
             gpus_per_node=g,
             intra_bw=self.topology.intra_bandwidth,
             net_bw=net,
-            gpu_net_bw=self.system.gpu_net_bw,
-            tuning=self.system.tuning,
-            intra_link=self.system.intra_link,
-            cpu=self.system.cpu,
-            channels=self.system.channels,
             nvls=self.system.nvls and g > 1,
-            nccl_release=self.system.nccl_release,
-            rccl=self.system.rccl,
         )
 
     def _cost(
