@@ -155,3 +155,23 @@ def test_simulate_takes_columns_past_the_threshold(tmp_path, monkeypatch, capsys
     got = json.loads(capsys.readouterr().out)
     assert loaded, "the columns path was not taken"
     assert _without_wall(got) == _without_wall(ref)
+
+
+def test_a_collective_of_an_unknown_group_is_one_line_on_the_columns_path(tmp_path, monkeypatch):
+    """A collective naming a process group no rank declares: batch_compile's probes decline it
+    on the columns path as on the object path, and the reference names it (no traceback)."""
+    from genie.cli import main
+    from genie.errors import GenieError
+
+    wl = llm(16, tp=2, pp=2, layers=4)
+    from genie.workload.model import NodeType
+
+    coll = next(n for n in wl.ranks[5].nodes if n.type == NodeType.COMM_COLL_NODE)
+    coll.set_attr("pg_name", "string_val", "nosuch")
+    save_workload(wl, tmp_path / "w")
+    monkeypatch.setattr(adapter, "COLUMNS_BYTES", 0)
+    cw = adapter.load_workload(tmp_path / "w", columns=True)
+    assert columns(cw, TRACE, "inferred") is None  # declined, not raised
+    with pytest.raises(GenieError, match="nosuch"):
+        compile_workload(cw)
+    assert main(["simulate", str(tmp_path / "w"), "--json"]) == 2

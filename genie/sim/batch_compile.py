@@ -54,8 +54,22 @@ _COLLECTIVE, _SEND, _RECV = int(Kind.COLLECTIVE), int(Kind.SEND), int(Kind.RECV)
 _SEND_NODE, _RECV_NODE = int(NodeType.COMM_SEND_NODE), int(NodeType.COMM_RECV_NODE)
 
 
-class _Declined(Exception):
-    """The batch path cannot compile this workload; the reference will (or names the error)."""
+class Declined(Exception):
+    """A fast compile path cannot compile this workload; the reference will (or names the
+    error). Raised by this module and ``genie.sim.columns_compile`` alike."""
+
+
+#: what a fast compile path declines on (the reference compiles, or names the error)
+_DECLINES = (Declined, ValidationError, TypeError, AttributeError, OverflowError)
+
+
+def attempt(path: str, compile_fn: Callable[..., CompiledWorkload], *args: Any) -> Any:
+    """``compile_fn(*args)``, or None where it declines (logged with ``path``'s name)."""
+    try:
+        return compile_fn(*args)
+    except _DECLINES as exc:
+        log.debug("%s declined (%s): a slower path compiles", path, exc)
+        return None
 
 
 def compile_batch(
@@ -63,11 +77,7 @@ def compile_batch(
 ) -> CompiledWorkload | None:
     """The workload compiled (``fields_of(node, rank, groups_of)`` works out one probe), or None
     where the reference must run (see the module docstring)."""
-    try:
-        return _compile(wl, edges, fields_of, a2a)
-    except (_Declined, ValidationError, TypeError, AttributeError, OverflowError) as exc:
-        log.debug("batch compile declined (%s): the reference path compiles", exc)
-        return None
+    return attempt("batch compile", _compile, wl, edges, fields_of, a2a)
 
 
 class Probes:
@@ -119,7 +129,7 @@ class Probes:
             g = self.gid.get(pg)
             if g is None:
                 if pg:
-                    raise _Declined(f"process group {pg!r} has no known members")
+                    raise Declined(f"process group {pg!r} has no known members")
                 g = self.gid[pg] = len(self.group_names)
                 self.group_names.append(pg)
                 self.group_ranks.append(self.groups_of[3])
@@ -127,7 +137,7 @@ class Probes:
         if kind in (_SEND, _RECV):
             peer = d[7] if t == _SEND_NODE else d[6] if t == _RECV_NODE else None  # Node.peer
             if peer is None:
-                raise _Declined("a send/recv without a peer")
+                raise Declined("a send/recv without a peer")
             return (*base[:6], int(peer), *base[7:])
         return base
 
@@ -255,7 +265,7 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 def split_row(row: Any) -> list[int]:
     """An all-to-all-v node's per-peer sizes as the reference reads them."""
     if not isinstance(row, list | tuple):
-        raise _Declined("per-peer sizes that are not a list")
+        raise Declined("per-peer sizes that are not a list")
     return [int(x) for x in row]
 
 

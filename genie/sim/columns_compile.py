@@ -17,36 +17,26 @@ shared, ids past int64, any problem to name); the adapter then compiles the obje
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from genie.errors import ValidationError
-from genie.sim.batch_compile import Gathered, Probes, make_ranks, split_row
+from genie.sim.batch_compile import Declined, Gathered, Probes, attempt, make_ranks, split_row
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.uneven import SPLIT_ATTR
 from genie.workload.columnar import rank_stream_edges
 from genie.workload.model import DEFAULT_GROUP, Node
 
-log = logging.getLogger(__name__)
 _INT64_MAX = np.iinfo(np.int64).max
-
-
-class _Declined(Exception):
-    """The columns path cannot compile this workload; the object model will."""
 
 
 def compile_columns(
     cw: Any, edges: str, fields_of: Callable[[Any, int, tuple], tuple], a2a: int
 ) -> CompiledWorkload | None:
-    """``cw`` (a ColumnarWorkload) compiled, or None where the object path must run."""
-    try:
-        return _compile(cw, edges, fields_of, a2a)
-    except (_Declined, ValidationError, TypeError, AttributeError, OverflowError) as exc:
-        log.debug("columns compile declined (%s): the object model compiles", exc)
-        return None
+    """``cw`` (a ColumnarWorkload) compiled, or None where the object path must run (it also
+    declines where ``batch_compile``'s probes and rows do, with their exception)."""
+    return attempt("columns compile", _compile, cw, edges, fields_of, a2a)
 
 
 class _Groups:
@@ -63,10 +53,10 @@ class _Groups:
 def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     ranks = cw.ranks
     if not ranks:
-        raise _Declined("no ranks")
+        raise Declined("no ranks")
     table = ranks[0].derived_table
     if any(c.fallback or c.derived_table is not table for c in ranks):
-        raise _Declined("fallback rows or derived tables not shared")
+        raise Declined("fallback rows or derived tables not shared")
     view = _Groups(cw)
     probes = Probes(view, fields_of, a2a)
     counts = [len(c) for c in ranks]
@@ -75,7 +65,7 @@ def _compile(cw: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     pid = _probe_ids(ranks, probes, table, offsets)
     ids = np.concatenate([c.id for c in ranks])
     if len(ids) and int(ids.max()) > _INT64_MAX:
-        raise _Declined("an id past int64")
+        raise Declined("an id past int64")
     node_ids = ids.astype(np.int64)
     del ids  # (at 10 M nodes each column of the workload is 80 MB: none is kept past its use)
     infer = edges == "inferred"
@@ -135,7 +125,7 @@ def _probe_ids(ranks: list, probes: Probes, table: list, offsets: np.ndarray) ->
         return np.zeros(0, np.int64)
     u_micros, m_inv = np.unique(micros, return_inverse=True)
     if (len(table) + 1) * 256 * (len(u_micros) + 1) >= 2**62:
-        raise _Declined("too many distinct triples for one int64 code")
+        raise Declined("too many distinct triples for one int64 code")
     code = (derived * 256 + types) * len(u_micros) + m_inv.reshape(-1)
     found = np.unique(code, return_index=True, return_inverse=True)
     first, inv = np.asarray(found[1]), np.asarray(found[2])
@@ -165,7 +155,7 @@ def _positions(c: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return lens, np.zeros(0, np.int64)
     if np.array_equal(ids, np.arange(n)):
         if len(deps) and int(deps.max()) > _INT64_MAX:
-            raise _Declined("a dep past int64")  # the object path refuses it
+            raise Declined("a dep past int64")  # the object path refuses it
         return lens, deps.astype(np.int64)
     order = np.argsort(c.id, kind="stable")
     sid = c.id[order]
