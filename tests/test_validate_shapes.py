@@ -270,3 +270,15 @@ def test_address_keys_are_one_per_live_object() -> None:
     objs = [(*range(k % 12), k) for k in range(20000)]
     keys = list(V._addresses(tuple(objs)))
     assert len(set(keys)) == len(objs)
+
+
+def test_a_group_in_use_with_no_members_is_named_not_a_crash() -> None:
+    """A process group the collectives use whose member list is empty (an empty pg_ranks and
+    no comm-group file): validation names it, on the shaped path and the reference alike."""
+    wl = WORKLOADS["llm"]()
+    g = _first(wl, 0, COLL).pg_name
+    wl.groups = {**wl.groups, g: ()}
+    got, ref = both(wl)
+    assert got == ref
+    text = got[1] if got[0] == "error" else " ".join(got[1])
+    assert repr(g) in text and "no members" in text

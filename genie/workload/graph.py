@@ -323,6 +323,9 @@ def compare_collective_sequences(
         if members is None:
             problems.append(f"process group {g!r} is used but its members are unknown")
             continue
+        if not members:
+            problems.append(f"process group {g!r} is used but has no members")
+            continue
         outside = per_rank.keys() - set(members)  # (a group's members are a tuple: a scan)
         for r in per_rank:
             if r in outside:
