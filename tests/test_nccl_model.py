@@ -423,6 +423,20 @@ def test_nccl_version_option_prices_with_that_releases_constants(micro, capsys) 
         assert main(bad) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "NCCL release" in err[0], err
+    amd = [
+        "nccl",
+        "all_reduce",
+        "4M",
+        "--gpu",
+        "mi300x",
+        "--nodes",
+        "2",
+        "--nccl-version",
+        "2.21.5",
+    ]
+    assert main(amd) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "RCCL" in err[0], err
     line_rate = ["simulate", micro, *FABRIC, "--collective-model", "line-rate"]
     assert main([*line_rate, "--nccl-version", "2.22.3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -800,6 +814,8 @@ def test_a_configuration_is_priced_at_the_release_its_data_states() -> None:
     latest = {k: v for k, v in h20.items() if k != "nccl_version"}
     assert PS.system_of(latest)[0].nccl_release is None
     amd = {**h20, "gpu": "MI300X"}
-    assert PS.vendor(amd) != "nvidia" and PS.system_of(amd)[0].nccl_release is None
+    assert PS.vendor(amd) != "nvidia"
+    with pytest.raises(CollectiveError, match="RCCL"):  # RCCL keeps its own constants
+        PS.system_of(amd)
     for a, b in zip(PS.price_both(latest), PS.price_both(h20), strict=True):
         assert a.nccl.latency_s - b.nccl.latency_s == pytest.approx(2 * 6.9e-6)

@@ -151,8 +151,8 @@ def system_of(cfg: dict[str, Any]) -> tuple[N.System, str | None, str | None, st
         net_step_s=None if step is None else step[0],
         net_simple_extra_s=0.0 if step is None else step[1],
         ll128=N.ll128_by_default(vendor(cfg), str(cfg["gpu"])),
-        # the NCCL release the source states (nccl_releases); RCCL keeps its own constants
-        nccl_release=cfg.get("nccl_version") if vendor(cfg) == "nvidia" else None,
+        # the NCCL release the source states (nccl_releases; System refuses one for RCCL)
+        nccl_release=cfg.get("nccl_version"),
         rccl=vendor(cfg) == "amd",  # RCCL's network step latencies (nccl_model)
     )
     cmd = f"{cfg.get('command', '')} {cfg.get('nccl_algorithm', '')} {cfg.get('note', '')}"

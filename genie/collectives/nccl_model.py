@@ -354,6 +354,11 @@ class System:
             raise CollectiveError(f"network step latency must be >= 0 s, got {step!r}, {extra!r}")
         if self.nccl_release is not None:
             R.parse_release(self.nccl_release)
+            if self.rccl:  # the one place this is decided
+                raise CollectiveError(
+                    f"NCCL release {self.nccl_release!r}: RCCL (AMD GPUs) prices with its own "
+                    "tuner constants; an NCCL release applies to NVIDIA GPUs"
+                )
 
     @property
     def constants(self) -> R.Constants:
