@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import operator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from genie.errors import ValidationError
@@ -203,30 +204,51 @@ def collective_sequences(
     ``coll_at[k]``, where given, holds the positions of rank k's collective nodes in topological
     order (found once for the ranks that share a shape, ``genie.workload.shapes``)."""
     out: dict[str, dict[int, list[CollectiveCall]]] = {}
-    coll = NodeType.COMM_COLL_NODE
     for k, rg in enumerate(wl.ranks):
-        nodes = rg.nodes
-        at = coll_at[k] if coll_at is not None else None
-        if at is None:
-            found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
-        else:
-            found = [nodes[i] for i in at]
-        mine: dict[str, list[CollectiveCall]] = {}
-        for nd in found:
-            d = nd._d
-            if d[0] is None and d[8]:
-                continue  # host-side launcher (genie.workload.model): not a collective
-            g = d[2] or DEFAULT_GROUP
-            lst = mine.get(g)
-            if lst is None:
-                lst = mine[g] = []
-            size = d[1]
-            if d[0] == _A2A and nd.attr(UNEVEN_ATTR) is not None:
-                size = UNEVEN  # all-to-all-v: each rank's total differs, its per-peer sizes count
-            lst.append(_tnew(CollectiveCall, (d[0], size, nd)))
+        mine = _per_group(_collectives(rg, coll_at, k), _call)
         for g, lst in mine.items():
             out.setdefault(g, {})[rg.rank] = lst
     return out
+
+
+def _collectives(rg: RankGraph, coll_at: list[list[int] | None] | None, k: int) -> list[Node]:
+    """Rank graph ``rg``'s collective nodes in topological order (``coll_at[k]``: their
+    positions, where known)."""
+    nodes = rg.nodes
+    at = coll_at[k] if coll_at is not None else None
+    if at is None:
+        coll = NodeType.COMM_COLL_NODE
+        return [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
+    return [nodes[i] for i in at]
+
+
+def _call(ct: Any, size: Any, nd: Node) -> CollectiveCall:
+    return _tnew(CollectiveCall, (ct, size, nd))
+
+
+def _key(ct: Any, size: Any, nd: Node) -> tuple:
+    return (ct, size)
+
+
+def _per_group(found: list[Node], make: Callable[[Any, Any, Node], Any]) -> dict[Any, list]:
+    """Per process group, ``make(comm_type, size, node)`` of each of these collective nodes, in
+    their order: host-side launchers left out, no group the default one, an all-to-all-v's size
+    ``UNEVEN`` (the one rule of what the sequence check compares)."""
+    mine: dict[Any, list] = {}
+    for nd in found:
+        d = nd._d
+        ct = d[0]
+        if ct is None and d[8]:
+            continue  # host-side launcher (genie.workload.model): not a collective
+        g = d[2] or DEFAULT_GROUP
+        lst = mine.get(g)
+        if lst is None:
+            lst = mine[g] = []
+        size = d[1]
+        if ct == _A2A and nd.attr(UNEVEN_ATTR) is not None:
+            size = UNEVEN  # all-to-all-v: each rank's total differs, its per-peer sizes count
+        lst.append(make(ct, size, nd))
+    return mine
 
 
 def _group_label(g: str) -> str:
@@ -245,17 +267,10 @@ def check_collective_sequences(
     The sequences are compared as (type, size) keys first; only where some group's do not
     agree are they made with their nodes, for ``compare_collective_sequences`` to name."""
     keys: dict[Any, dict[int, list[tuple]]] = {}
-    coll = NodeType.COMM_COLL_NODE
     for k, rg in enumerate(wl.ranks):
         mine = keys_at[k] if keys_at is not None else None
         if mine is None:
-            nodes = rg.nodes
-            at = coll_at[k] if coll_at is not None else None
-            if at is None:
-                found = [nodes[i] for i in topological_indices(rg) if nodes[i].type == coll]
-            else:
-                found = [nodes[i] for i in at]
-            mine = sequence_keys(found)
+            mine = sequence_keys(_collectives(rg, coll_at, k))
         for g, lst in mine.items():
             per_rank = keys.get(g)
             if per_rank is None:
@@ -269,21 +284,7 @@ def check_collective_sequences(
 def sequence_keys(found: list[Node]) -> dict[Any, list[tuple]]:
     """Per process group, the ``CollectiveCall.key()`` of each of these collective nodes (in
     their order) that ``collective_sequences`` keeps."""
-    mine: dict[Any, list[tuple]] = {}
-    for nd in found:
-        d = nd._d
-        ct = d[0]
-        if ct is None and d[8]:
-            continue  # host-side launcher (genie.workload.model): not a collective
-        g = d[2] or DEFAULT_GROUP
-        lst = mine.get(g)
-        if lst is None:
-            lst = mine[g] = []
-        if ct == _A2A and nd.attr(UNEVEN_ATTR) is not None:
-            lst.append((ct, UNEVEN))
-        else:
-            lst.append((ct, d[1]))
-    return mine
+    return _per_group(found, _key)
 
 
 def _all_agree(groups: dict[str, tuple[int, ...]], keys: dict[Any, dict[int, list]]) -> bool:
