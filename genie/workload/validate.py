@@ -62,22 +62,24 @@ def filter_ctrl_deps(rank: RankGraph) -> Counter[str]:
     pos = _positions(rank)
     counts: Counter[str] = Counter()
     for i, n in enumerate(rank.nodes):
-        raw = n.raw_ctrl_deps
-        if not raw:
-            continue
-        kept = []
-        for d in raw:
-            j = pos.get(d)
-            if j is None:
-                counts["ctrl_deps_to_missing_ids"] += 1
-            elif j == i:
-                counts["ctrl_deps_to_self"] += 1
-            elif j > i:
-                counts["ctrl_deps_forward"] += 1
-            else:
-                kept.append(d)
-        n.ctrl_deps = kept if len(kept) != len(raw) else raw
+        if n.raw_ctrl_deps:
+            _keep_ctrl(n, i, pos, counts)
     return counts
+
+
+def _keep_ctrl(n: Node, i: int, pos: dict[int, int], counts: Counter[str] | None = None) -> None:
+    """Node ``n`` (at position ``i``) keeps the raw ctrl_deps to earlier nodes (the raw list
+    itself where all are kept); those to itself, to missing ids or forward are counted."""
+    raw = n.raw_ctrl_deps
+    kept = []
+    for d in raw:
+        j = pos.get(d)
+        if j is not None and j < i:
+            kept.append(d)
+        elif counts is not None:
+            why = "to_missing_ids" if j is None else "to_self" if j == i else "forward"
+            counts[f"ctrl_deps_{why}"] += 1
+    n.ctrl_deps = kept if len(kept) != len(raw) else raw
 
 
 def _drop_note(rank: RankGraph, counts: Counter[str]) -> str | None:
@@ -424,14 +426,11 @@ def _validate_shaped(
         return validate_rank(rank, n_ranks, dropped, passed)
     shape.adopt(rank)
     ctrl_at = shape.ctrl_at()
-    if ctrl_at:  # as filter_ctrl_deps sets them: the kept ones, or the raw list itself
+    if ctrl_at:  # as filter_ctrl_deps sets them (the shape counted the drops)
         pos = _positions(rank)
         nodes = rank.nodes
         for i in ctrl_at:
-            n = nodes[i]
-            raw = n.raw_ctrl_deps
-            kept = [d for d in raw if (j := pos.get(d)) is not None and j < i]
-            n.ctrl_deps = kept if len(kept) != len(raw) else raw
+            _keep_ctrl(nodes[i], i, pos)
     counts = shape.counts
     if not counts:
         return []
