@@ -505,3 +505,17 @@ def test_open_bytes_reads_whole_files_and_names_what_fails(tmp_path: Path) -> No
         open_bytes(tmp_path / "d.0.et")
     with pytest.raises(WorkloadError, match=r"x.0.et: cannot read: No such file or directory"):
         open_bytes(tmp_path / "x.0.et")
+
+
+def test_chakra_json_keeps_the_sign_of_a_zero_read_after_a_plus_zero() -> None:
+    """The JSON reader's attr memo keys a float by its sign too (-0.0 == 0.0 and hashes alike):
+    a node with 0.0 read first must not turn a later -0.0 of the same name into 0.0."""
+    from genie.workload.chakra_json import decode_chakra_json
+
+    text = '{"version": "0.0.4"}'
+    for i, v in enumerate(("0.0", "-0.0")):
+        text += f'{{"id": "{i + 1}", "name": "n", "type": "COMP_NODE", "attr": '
+        text += f'[{{"name": "z", "doubleVal": {v}}}]}}'
+    _, (a, b), problems = decode_chakra_json(text.encode())
+    assert problems == []
+    assert math.copysign(1, a.attrs[0].value) == 1 and math.copysign(1, b.attrs[0].value) == -1

@@ -128,7 +128,8 @@ def _attr_memo(a: Any) -> Attr:
         (k1, name), (k2, v) = a.items()
         tv = type(v)
         if k1 == "name" and type(name) is str and tv in _SCALAR_TYPES:
-            key = (name, k2, v, tv)
+            # -0.0 == 0.0 and hashes alike: a float's sign is part of its key
+            key = (name, k2, v, tv) if tv is not float else (name, k2, v, tv, math.copysign(1.0, v))
             hit = _ATTR_MEMO.get(key)
             if hit is not None:
                 return hit
