@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -486,7 +487,7 @@ def test_rank_errors_in_columns_read_as_load_workload(what: str, tmp_path: Path)
 def test_columns_without_the_file_bytes_read_the_file_again(tmp_path: Path) -> None:
     from genie.errors import WorkloadError
     from genie.workload import load_workload, save_workload
-    from genie.workload.columnar import load_columns
+    from genie.workload.columnar import attr_values, load_columns
     from genie.workload.generators.llm import llm
 
     save_workload(llm(8, tp=2, pp=2, layers=2), tmp_path / "w")
@@ -500,6 +501,22 @@ def test_columns_without_the_file_bytes_read_the_file_again(tmp_path: Path) -> N
     f.write_bytes(f.read_bytes() + b"\x00")
     with pytest.raises(WorkloadError, match="changed since it was read"):
         cw.ranks[3].to_nodes()
+    # rewritten at the same size (another trace of the same shape): its time tells
+    g = tmp_path / "w.4.et"
+    body = g.read_bytes()
+    st = g.stat()
+    g.write_bytes(body)
+    os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(WorkloadError, match="changed since it was read"):
+        cw.ranks[4].to_nodes()
+    with pytest.raises(WorkloadError, match="changed since it was read"):
+        attr_values(cw.ranks[4], np.arange(2), "comm_size")
+    # gone: one line, no OSError
+    (tmp_path / "w.5.et").unlink()
+    with pytest.raises(WorkloadError, match="cannot read it again"):
+        cw.ranks[5].to_nodes()
+    with pytest.raises(WorkloadError, match="cannot read it again"):
+        attr_values(cw.ranks[5], np.arange(2), "comm_size")
 
 
 def test_first_attr_names_of_one_length_are_told_apart() -> None:

@@ -317,14 +317,22 @@ def attr_values(cols: NodeColumns, rows: np.ndarray, attr: str) -> list:
     fallback = cols.fallback
     few = len(rows) <= _FEW_ROWS
     data = cols.data
-    if not data and cols.path is not None and few and not _is_gzip(cols.path):
-        with open(cols.path, "rb") as f:
-            if os.fstat(f.fileno()).st_size != cols._size:
-                raise WorkloadError(f"{cols.path}: changed since it was read")
-            for k, (a, b) in enumerate(spans):
-                f.seek(a)
-                out[k] = _last_attr(f.read(b - a), attr) if a < b else None
-    else:
+    read = False  # the rows' attr fields read one by one from a plain (not gzip) file
+    if not data and cols.path is not None and few:
+        try:
+            with open(cols.path, "rb") as f:
+                if f.read(2) != GZIP_MAGIC:
+                    st = os.fstat(f.fileno())
+                    if st.st_size != cols._size:
+                        raise WorkloadError(f"{cols.path}: changed since it was read")
+                    cols.unchanged(st)
+                    for k, (a, b) in enumerate(spans):
+                        f.seek(a)
+                        out[k] = _last_attr(f.read(b - a), attr) if a < b else None
+                    read = True
+        except OSError as exc:
+            raise WorkloadError(f"{cols.path}: cannot read it again ({exc.strerror})") from None
+    if not read:
         if not data:
             data = cols._bytes()
         for k, (a, b) in enumerate(spans):
@@ -337,11 +345,6 @@ def attr_values(cols: NodeColumns, rows: np.ndarray, attr: str) -> list:
 
 
 _FEW_ROWS = 4096  # rows whose attr fields are read one by one from a file rather than all of it
-
-
-def _is_gzip(path: Path) -> bool:
-    with open(path, "rb") as f:
-        return f.read(2) == GZIP_MAGIC
 
 
 def _last_attr(section: bytes, attr: str) -> object:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,12 @@ class NodeColumns:
     #: the file ``data`` came from (``release`` may drop ``data``; it is read again when needed)
     path: Path | None = None
     _size: int = field(default=0, repr=False)  # len(data) before release
+    _stamp: tuple[int, int] | None = field(default=None, repr=False)  # the file's size, mtime
+
+    def unchanged(self, st: os.stat_result) -> None:
+        """Refuse (one line) a file whose size or modification time is not what was read."""
+        if self._stamp is not None and (st.st_size, st.st_mtime_ns) != self._stamp:
+            raise WorkloadError(f"{self.path}: changed since it was read")
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -82,6 +89,11 @@ class NodeColumns:
         when a node is made. Only for columns read from a file (``path`` set)."""
         if self.path is not None and self.data:
             self._size = len(self.data)
+            try:
+                st = os.stat(self.path)
+                self._stamp = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                self._stamp = None  # read again, it is compared by length
             self.data = b""
 
     def _bytes(self) -> bytes:
@@ -90,6 +102,10 @@ class NodeColumns:
             return self.data
         from genie.workload.et_codec import open_bytes
 
+        try:
+            self.unchanged(os.stat(self.path))
+        except OSError as exc:
+            raise WorkloadError(f"{self.path}: cannot read it again ({exc.strerror})") from None
         data, _note = open_bytes(self.path)
         if len(data) != self._size:
             raise WorkloadError(f"{self.path}: changed since it was read ({len(data)} bytes now)")
