@@ -226,14 +226,13 @@ def _call(ct: Any, size: Any, nd: Node) -> CollectiveCall:
     return _tnew(CollectiveCall, (ct, size, nd))
 
 
-def _key(ct: Any, size: Any, nd: Node) -> tuple:
-    return (ct, size)
-
-
-def _per_group(found: list[Node], make: Callable[[Any, Any, Node], Any]) -> dict[Any, list]:
-    """Per process group, ``make(comm_type, size, node)`` of each of these collective nodes, in
-    their order: host-side launchers left out, no group the default one, an all-to-all-v's size
-    ``UNEVEN`` (the one rule of what the sequence check compares)."""
+def _per_group(
+    found: list[Node], make: Callable[[Any, Any, Node], Any] | None = None
+) -> dict[Any, list]:
+    """Per process group, ``make(comm_type, size, node)`` (None: the (comm_type, size) key) of
+    each of these collective nodes, in their order: host-side launchers left out, no group the
+    default one, an all-to-all-v's size ``UNEVEN`` (the one rule of what the sequence check
+    compares)."""
     mine: dict[Any, list] = {}
     for nd in found:
         d = nd._d
@@ -247,7 +246,7 @@ def _per_group(found: list[Node], make: Callable[[Any, Any, Node], Any]) -> dict
         size = d[1]
         if ct == _A2A and nd.attr(UNEVEN_ATTR) is not None:
             size = UNEVEN  # all-to-all-v: each rank's total differs, its per-peer sizes count
-        lst.append(make(ct, size, nd))
+        lst.append((ct, size) if make is None else make(ct, size, nd))
     return mine
 
 
@@ -284,7 +283,7 @@ def check_collective_sequences(
 def sequence_keys(found: list[Node]) -> dict[Any, list[tuple]]:
     """Per process group, the ``CollectiveCall.key()`` of each of these collective nodes (in
     their order) that ``collective_sequences`` keeps."""
-    return _per_group(found, _key)
+    return _per_group(found)
 
 
 def _all_agree(groups: dict[str, tuple[int, ...]], keys: dict[Any, dict[int, list]]) -> bool:
