@@ -41,6 +41,12 @@ nodes; load 34-43 s CPU, peak RSS 2,123-2,128 MiB; compile +18-25 s CPU, peak 3,
 (~1.9 GB a 1.25 M-node rank) and the replay's own state cost ~456 B/node (now 324 in list
 mode, 174 in compact mode; at 1 M nodes this bench's replay peak went 609 -> 511 MiB).
 
+Issue 33, second session of 2026-12-07 (quiet box, load average 1.0): default run: load .et
+into columns 327k nodes/s, load .et 242k, .et.gz 242k; 10 M nodes ``--memory --columns``:
+load 35.5 s CPU, peak 2,124 MiB; compile +23.5 s, peak 3,061 MiB (315 B/node over imports,
+after compile_columns frees its workload-wide columns once used); replay +24.4 s, no higher.
+(Peak RSS is printed in MiB: VmHWM / 1024.)
+
 Issue 33, read memo session (runs of attr fields decoded once per workload, comprehension
 slicing; same box, load average 3.3-4.6, this script with the commit before, then after, CPU):
 load .et into columns 285k -> 290k nodes/s, load .et 186k -> 208k, .et.gz 193k -> 208k.
@@ -142,7 +148,7 @@ def _stager(n_of: list[int]):
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         n = max(n_of[0], 1)
         print(
-            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
+            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MiB "
             f"({(mb - base) * 2**20 / n:,.0f} B/node over imports){extra}",
             flush=True,
         )
@@ -191,7 +197,7 @@ def measure(prefix: str) -> None:
         mb = _peak_mb()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         print(
-            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MB "
+            f"  {label:<9} wall {wall:7.1f} s  CPU {cpu:7.1f} s  peak RSS {mb:8,.0f} MiB "
             f"({(mb - base) * 2**20 / n:,.0f} B/node over imports)",
             flush=True,
         )
