@@ -1,6 +1,6 @@
 """A TCP run in network namespaces shows the stack's retransmits per host (issue 34, part 2).
 
-Three hosts all-to-all at 100 Mbit/s through a star whose ports queue 1 ms: two senders converge
+Three hosts all-to-all at 100 Mbit/s through a star whose ports queue 3 ms: two senders converge
 on every receiver's port, the shallow queue drops, and TCP retransmits. Each agent reads its own
 namespace's /proc/net/snmp and /proc/net/netstat before and after each Go; ``genie runs show``
 says how many retransmits each host counted.
@@ -26,7 +26,7 @@ TCP_HEADLINE = ("TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLostRetransmit"
 
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_a_tcp_netns_run_shows_each_hosts_retransmits(tmp_path: Path, capsys) -> None:
-    body = '[topology]\nshape = "star"\nhosts = 3\nrate = "100mbit"\nqueue_limit = "1ms"\n'
+    body = '[topology]\nshape = "star"\nhosts = 3\nrate = "100mbit"\nqueue_limit = "3ms"\n'
     store = tmp_path / "runs.sqlite"
     with netns_testbed(tmp_path, "ctr-star3", PREFIX, body) as path:
         spec = genie.BenchSpec(
