@@ -16,9 +16,12 @@ still loads and runs. ``bench/sim_startup.py`` prints the CPU figures.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from genie.cli import main
 
@@ -169,3 +172,39 @@ def test_astra_sims_model_still_loads_its_backend(tmp_path: Path) -> None:
     )
     assert got["rc"] == 0 and got["iteration_s"] > 0
     assert "genie.sim.astra_model" in got["loaded"]
+
+
+THREADS = """
+import json, os, sys
+from genie.cli import main
+rc = main(sys.argv[1:])
+import numpy
+print(json.dumps({"rc": rc, "threads": len(os.listdir("/proc/self/task")),
+                  "openblas": os.environ.get("OPENBLAS_NUM_THREADS")}))
+"""
+
+
+def _threads(prefix: Path, env_more: dict[str, str]) -> dict:
+    """``genie -q simulate PREFIX --json`` in a fresh interpreter: the threads it then has."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")} | env_more
+    r = subprocess.run(
+        [sys.executable, "-c", THREADS, "-q", "simulate", str(prefix), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(
+    not Path("/proc/self/task").is_dir() or (os.cpu_count() or 1) < 2,
+    reason="counts threads in /proc on a machine of 2 or more cores",
+)
+def test_the_command_line_runs_numpy_on_one_thread_unless_the_user_chose(tmp_path: Path) -> None:
+    prefix = _workload(tmp_path)
+    got = _threads(prefix, {})
+    assert got["rc"] == 0 and got["openblas"] == "1"
+    assert got["threads"] == 1  # numpy's BLAS started no pool of its own
+    chosen = _threads(prefix, {"OPENBLAS_NUM_THREADS": "2"})
+    assert chosen["rc"] == 0 and chosen["openblas"] == "2" and chosen["threads"] == 2

@@ -208,7 +208,7 @@ def simulate(
     touched: list[int] | range = range(n_inst)
     if len(sim_ranks) < cw.n_ranks:
         ids = np.concatenate([cw.ranks[r].instance for r in sim_ranks] or [np.zeros(0, np.int64)])
-        touched = np.unique(ids[ids >= 0]).tolist()
+        touched = sorted(set(ids[ids >= 0].tolist()))  # np.unique imports numpy.ma
     all_members = ins.members
     for iid in touched:
         gm = []
