@@ -19,7 +19,8 @@ from genie.errors import ConfigError, GenieError
 from genie.sim.adapter import compile_workload
 from genie.sim.api import replay
 from genie.sim.astra_config import AstraNetwork, load_comm_groups, load_network, load_system
-from genie.sim.astra_model import AstraBackend, bytes_per_ns
+from genie.sim.astra_events import bytes_per_ns
+from genie.sim.astra_model import AstraBackend
 from genie.workload import save_workload
 from genie.workload.generators.builder import RankBuilder, finish
 from genie.workload.model import CollectiveType

@@ -37,6 +37,7 @@ print(json.dumps({"rc": rc, "out": out.getvalue(), "loaded": sorted(loaded)}))
 # what a small simulate on genie's own model must not load (a name or a top-level package)
 UNUSED = (
     "genie.sim.astra_model",
+    "genie.sim.astra_events",
     "genie.sim.astra_plan",
     "genie.sim.astra_config",
     "genie.sim.astra_mirror",

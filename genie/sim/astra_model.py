@@ -30,7 +30,8 @@ own code), so that genie and ASTRA-sim agree on the same workload and configurat
   message with no endpoint delay.
 
 The planning (chunks, phases, rings) is ``genie.sim.astra_plan``; this module runs it: the
-event clock, the two networks, each phase's steps, the per-rank queues and the backend.
+backend; its parts (the event clock, the two networks, each phase's steps, the per-rank queues)
+are ``genie.sim.astra_events``.
 
 Time is integer nanoseconds inside (ASTRA-sim's tick) and seconds at the interface. In the
 congestion-unaware model an instance whose members all start in one tick on idle lanes takes a
@@ -44,18 +45,22 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
-from typing import Any
 
-from genie.errors import CollectiveError, ConfigError
+from genie.errors import ConfigError
 from genie.sim.astra_config import AstraNetwork, AstraSystem
+from genie.sim.astra_events import (
+    Aware,
+    Clock,
+    Instance,
+    Mailbox,
+    Part,
+    RankQueues,
+    Stream,
+    Unaware,
+)
 from genie.sim.astra_mirror import RingGeometry
 from genie.sim.astra_plan import (
-    A2A,
-    AG,
     AR,
-    CCW,
-    CW,
     LOCAL_ENDPOINT_DELAY,
     NETWORK_COLLECTIVES,
     REPLAYED,
@@ -67,497 +72,6 @@ from genie.sim.astra_plan import (
 )
 from genie.sim.network import LinkUsage, Transfer
 from genie.vocabulary import P2P
-
-# ---------------------------------------------------------------------------------------------
-# the event queue and the two networks
-# ---------------------------------------------------------------------------------------------
-
-
-class _Clock:
-    """Events in integer ns; same-time events run in the order they were scheduled."""
-
-    __slots__ = ("heap", "now", "seq")
-
-    def __init__(self) -> None:
-        self.heap: list[tuple[int, int, Callable[[Any], None], Any]] = []
-        self.now = 0
-        self.seq = 0
-
-    def at(self, t: int, fn: Callable[[Any], None], arg: Any = None) -> None:
-        """Run ``fn(arg)`` at ``t`` ns."""
-        self.seq += 1
-        heapq.heappush(self.heap, (t, self.seq, fn, arg))
-
-
-def bytes_per_ns(bandwidth_gbps: float) -> float:
-    """ASTRA-sim's "GB/s" (2^30 B/s) as bytes per ns, computed as ASTRA-sim computes it."""
-    return bandwidth_gbps * (1 << 30) / 1_000_000_000
-
-
-def ring_hops(src: int, dst: int, n: int) -> int:
-    """Hops between two NPUs of a bidirectional ring: the shorter way round."""
-    cw = (dst - src) % n
-    return min(cw, n - cw)
-
-
-class _Unaware:
-    """Congestion-unaware: each message takes its own closed-form time."""
-
-    def __init__(self, net: AstraNetwork, clock: _Clock) -> None:
-        self.net = net
-        self.clock = clock
-        self.bpns = [bytes_per_ns(b) for b in net.bandwidth]
-        self._addr = [net.address(i) for i in range(net.total_npus)]
-
-    def delay(self, src: int, dst: int, size: int) -> int:
-        """ns for ``size`` bytes from ``src`` to ``dst``."""
-        a, b = self._addr[src], self._addr[dst]
-        for d, (x, y) in enumerate(zip(a, b, strict=True)):
-            if x != y:
-                kind = self.net.topology[d]
-                if kind == "Ring":
-                    hops = ring_hops(x, y, self.net.npus[d])
-                else:
-                    hops = 2 if kind == "Switch" else 1
-                return int(hops * self.net.latency[d] + size / self.bpns[d])
-        raise CollectiveError(f"a message from NPU {src} to itself")
-
-    def send(self, src: int, dst: int, size: int, done: Callable[[Any], None], arg: Any) -> None:
-        """Deliver ``done(arg)`` when the message has arrived."""
-        self.clock.at(self.clock.now + self.delay(src, dst, size), done, arg)
-
-
-class _Aware:
-    """Congestion-aware: store and forward over each link, one message at a time per link."""
-
-    def __init__(self, net: AstraNetwork, clock: _Clock) -> None:
-        if net.dims != 1:
-            raise ConfigError(
-                f"{net.path}: key 'topology': the congestion-aware model takes 1-D networks only "
-                f"(as ASTRA-sim 2.0's); this one has {net.dims} dimensions"
-            )
-        self.clock = clock
-        self.kind = net.topology[0]
-        self.n = net.npus[0]
-        self.lat = net.latency[0]
-        self.bpns = bytes_per_ns(net.bandwidth[0])
-        self._link: dict[tuple[int, int], int] = {}
-        self.busy: list[bool] = []
-        self.waiting: list[deque] = []
-        self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
-
-    def _link_id(self, u: int, v: int) -> int:
-        lid = self._link.get((u, v))
-        if lid is None:
-            lid = self._link[(u, v)] = len(self.busy)
-            self.busy.append(False)
-            self.waiting.append(deque())
-        return lid
-
-    def route(self, src: int, dst: int) -> tuple[int, ...]:
-        """Link ids from ``src`` to ``dst`` (switch = device ``n``; ring: shorter way, ties cw)."""
-        key = (src, dst)
-        r = self._routes.get(key)
-        if r is None:
-            if self.kind == "Switch":
-                hops = [(src, self.n), (self.n, dst)]
-            elif self.kind == "FullyConnected":
-                hops = [(src, dst)]
-            else:
-                cw = (dst - src) % self.n
-                step = -1 if self.n - cw < cw else 1
-                hops, cur = [], src
-                while cur != dst:
-                    nxt = (cur + step) % self.n
-                    hops.append((cur, nxt))
-                    cur = nxt
-            r = self._routes[key] = tuple(self._link_id(u, v) for u, v in hops)
-        return r
-
-    def send(self, src: int, dst: int, size: int, done: Callable[[Any], None], arg: Any) -> None:
-        """Inject a message; ``done(arg)`` when it reaches ``dst``."""
-        self._enter([self.route(src, dst), 0, size, done, arg])
-
-    def _enter(self, msg: list) -> None:
-        link = msg[0][msg[1]]
-        if self.busy[link]:
-            self.waiting[link].append(msg)
-        else:
-            self._transmit(link, msg)
-
-    def _transmit(self, link: int, msg: list) -> None:
-        self.busy[link] = True
-        now, size = self.clock.now, msg[2]
-        self.clock.at(now + int(self.lat + size / self.bpns), self._arrive, msg)
-        self.clock.at(now + int(size / self.bpns), self._free, link)
-
-    def _arrive(self, msg: list) -> None:
-        msg[1] += 1
-        if msg[1] == len(msg[0]):
-            msg[3](msg[4])
-        else:
-            self._enter(msg)
-
-    def _free(self, link: int) -> None:
-        self.busy[link] = False
-        if self.waiting[link]:
-            self._transmit(link, self.waiting[link].popleft())
-
-
-# ---------------------------------------------------------------------------------------------
-# one phase of one chunk on one rank: ASTRA-sim's packet state machine
-# ---------------------------------------------------------------------------------------------
-
-
-class _Phase:
-    """Packets, tokens and steps of one phase (ring, direct or halving-doubling) on one rank.
-
-    A packet is made when the phase starts (``P`` of them) and on every message received; it
-    passes the endpoint (plus the reduction when it carries one) and then yields a token; a token
-    and a packet send the next message (to the packet's partner) and post the receive from the
-    partner it names. The phase ends when every step is sent and all tokens are back.
-    """
-
-    __slots__ = (
-        "algo",
-        "coll",
-        "count",
-        "d",
-        "direct_ar",
-        "dpos",
-        "e",
-        "free",
-        "i",
-        "m",
-        "members",
-        "mult",
-        "n",
-        "nonzero",
-        "nz_init",
-        "offset",
-        "p",
-        "packets",
-        "received",
-        "size",
-        "spos",
-        "stream",
-        "toggle",
-        "zero",
-    )
-
-    def __init__(self, model: AstraBackend, stream: _Stream, spec: PhaseSpec) -> None:
-        self.m = model
-        self.stream = stream
-        self.members = spec.members
-        n = self.n = len(spec.members)
-        self.i = spec.index
-        self.d = spec.direction
-        coll = self.coll = spec.collective
-        self.algo = spec.algorithm
-        self.e = LOCAL_ENDPOINT_DELAY if spec.local else model.system.endpoint_delay
-        self.direct_ar = self.algo == "direct" and coll == AR
-        self.zero = self.nonzero = 0
-        self.toggle = False
-        self.free = 0
-        self.received = 0
-        self.packets: deque[tuple[int, int, int]] = deque()
-        data = spec.data
-        self.offset, self.mult = 0, 0.0
-        if self.algo == "halvingDoubling":
-            steps = int(math.log2(n))
-            self.p = 1
-            self.count = 2 * steps if coll == AR else steps
-            self.size = data if coll == AG else data // 2
-            self.offset = n // 2 if coll == AG else 1
-            self.mult = 0.5 if coll == AG else 2.0
-            self.nz_init = steps - self.p
-            self._partner()
-            return
-        self.size = data if coll == AG else data // n
-        if coll == AR:
-            self.count = 2 * (n - 1)
-        elif coll == A2A:
-            self.count = n * (n - 1) // 2
-        else:
-            self.count = n - 1
-        self.dpos = (self.i + self.d) % n
-        self.spos = (self.i - self.d) % n
-        if self.algo == "direct":
-            self.p = n - 1 if spec.window < 0 else min(spec.window, n - 1)
-            if coll == A2A:
-                self.count = n - 1
-            self.nz_init = (n - 1) * self.p if spec.local else self.p
-        else:
-            self.p = 1
-            self.nz_init = (n - 1) * self.p
-
-    def _partner(self) -> None:
-        off = self.offset
-        direction = CW if off == 0 or (self.i // off) % 2 == 0 else CCW
-        self.dpos = self.spos = (self.i + direction * off) % self.n
-
-    def start(self) -> None:
-        """The phase begins: its first ``P`` packets."""
-        for _ in range(self.p):
-            self._insert()
-
-    def _insert(self) -> None:
-        if self.zero == 0 and self.nonzero == 0:
-            self.zero, self.nonzero = self.p, self.nz_init
-            self.toggle = not self.toggle
-        if self.zero > 0:
-            self.zero -= 1
-            reduce = False
-        elif self.nonzero > 0:
-            self.nonzero -= 1
-            reduce = self.coll == RS or (self.coll == AR and self.toggle)
-        else:  # ASTRA-sim panics here too ("should not inject nothing")
-            raise CollectiveError("ASTRA-sim model: a packet with no step to carry")
-        self.packets.append((self.members[self.dpos], self.members[self.spos], self.size))
-        delay = self.e + (self.m.reduce_ns(self.size) if reduce else 0)
-        clock = self.m.clock
-        clock.at(clock.now + delay, self.stream.bundle_done)
-        if self.algo == "halvingDoubling":
-            self.offset = int(self.offset * self.mult)
-            self.size = int(self.size / self.mult)
-            if self.offset == self.n and self.coll == AR:
-                self.mult = 0.5
-                self.offset = int(self.offset * self.mult)
-                self.size = int(self.size / self.mult)
-            self._partner()
-        elif self.algo == "direct":  # the next partners round the ring, skipping this rank
-            n, d = self.n, self.d
-            self.dpos = (self.dpos + d) % n
-            if self.dpos == self.i:
-                self.dpos = (self.dpos + d) % n
-            self.spos = (self.spos - d) % n
-            if self.spos == self.i:
-                self.spos = (self.spos - d) % n
-
-    def bundle_done(self) -> None:
-        """A packet is through the endpoint: a token; send what can be sent."""
-        self.free += 1
-        if self.direct_ar and self.count <= self.n - 1:
-            if self.received < self.n - 1:
-                return
-            for _ in range(self.p):
-                self._send()
-        else:
-            self._send()
-        if self.count == 0 and self.free == self.p:
-            self.stream.phase_done()
-
-    def _send(self) -> None:
-        if not self.packets or self.count == 0 or self.free == 0:
-            return
-        dest, src, size = self.packets.popleft()
-        self.m.post(self.stream, self.members[self.i], dest, src, size)
-        self.count -= 1
-        self.free -= 1
-
-    def receive(self) -> None:
-        """A message from the partner arrived: a new packet."""
-        self.received += 1
-        self._insert()
-
-
-class _Stream:
-    """One chunk on one rank: its phases, run one after another."""
-
-    __slots__ = ("initialized", "k", "part", "phase", "phases", "priority", "tag", "vnet")
-
-    def __init__(self, part: _Part, phases: list[PhaseSpec], tag: tuple, priority: int) -> None:
-        self.part = part
-        self.phases = phases
-        self.tag = tag
-        self.priority = priority
-        self.k = -1
-        self.vnet = -1
-        self.initialized = False
-        self.phase: _Phase | None = None
-
-    def bundle_done(self, _: Any = None) -> None:
-        """A packet bundle of the current phase is through."""
-        assert self.phase is not None
-        self.phase.bundle_done()
-
-    def receive(self, _: Any = None) -> None:
-        """A message for the current phase arrived."""
-        assert self.phase is not None
-        self.phase.receive()
-
-    def phase_done(self) -> None:
-        """The current phase is over: on to the next, or the chunk is done."""
-        self.part.sched.proceed(self)
-
-
-class _Part:
-    """A rank's share of an instance: done when all its chunks are."""
-
-    __slots__ = ("inst", "left", "rank", "sched")
-
-    def __init__(self, inst: _Instance, rank: int, sched: _RankQueues, chunks: int) -> None:
-        self.inst = inst
-        self.rank = rank
-        self.sched = sched
-        self.left = chunks
-
-    def chunk_done(self) -> None:
-        """One chunk finished its last phase."""
-        self.left -= 1
-        if self.left == 0:
-            self.sched.model.part_done(self.inst, self.rank)
-
-
-class _RankQueues:
-    """A rank's chunk queues, one per dimension: running chunks first, then waiting ones."""
-
-    __slots__ = ("model", "priority", "queues", "running", "threshold")
-
-    def __init__(self, model: AstraBackend, threshold: int) -> None:
-        self.model = model
-        self.queues: dict[int, list[_Stream]] = {}
-        self.running: dict[int, int] = {}
-        self.threshold = threshold
-        self.priority = 0
-
-    def next_priority(self) -> int:
-        """ASTRA-sim's priority of a new collective's chunks (LIFO: newest first)."""
-        policy = self.model.system.scheduling
-        if policy == "EXPLICIT":
-            return 0
-        old = self.priority
-        self.priority += 1 if policy == "LIFO" else -1
-        return old
-
-    def _insert(self, st: _Stream) -> None:
-        q = self.queues.setdefault(st.vnet, [])
-        i = 0
-        while i < len(q) and (q[i].initialized or q[i].priority >= st.priority):
-            i += 1
-        q.insert(i, st)
-
-    def _fill(self, vnet: int) -> None:
-        q = self.queues.get(vnet, [])
-        run = self.running.get(vnet, 0)
-        i = run
-        while i < len(q) and run < self.threshold:
-            st = q[i]
-            st.initialized = True
-            st.phase = _Phase(self.model, st, st.phases[st.k])
-            run += 1
-            self.running[vnet] = run
-            st.phase.start()
-            i += 1
-
-    def proceed(self, st: _Stream) -> None:
-        """Move a chunk to its next phase (or retire it) and start what may start."""
-        prev = st.vnet
-        if st.k + 1 >= len(st.phases):
-            st.part.chunk_done()
-            self.queues[prev].remove(st)
-            self.running[prev] -= 1
-            self._fill(prev)
-            return
-        if prev >= 0:
-            self.queues[prev].remove(st)
-        st.k += 1
-        st.vnet = st.phases[st.k].vnet
-        st.initialized = False
-        st.phase = None
-        self._insert(st)
-        if prev >= 0:
-            self.running[prev] -= 1
-            self._fill(prev)
-        self._fill(st.vnet)
-
-
-class _Mailbox:
-    """Messages of collectives keyed (tag, src, dst, size): those that arrived before their
-    receive was posted (counted) and receives posted before their message arrived (in order)."""
-
-    def __init__(self, clock: _Clock) -> None:
-        self.clock = clock
-        self._boxes: dict[tuple, list] = {}  # key -> [arrived, deque of waiting streams]
-
-    def expect(self, key: tuple, stream: _Stream) -> None:
-        """``stream`` waits for message ``key``; one already here is delivered in this tick."""
-        box = self._boxes.get(key)
-        if box is None:
-            self._boxes[key] = [0, deque([stream])]
-        elif box[0] > 0:
-            box[0] -= 1
-            if box[0] == 0 and not box[1]:
-                del self._boxes[key]
-            self.clock.at(self.clock.now, stream.receive)
-        else:
-            box[1].append(stream)
-
-    def arrive(self, key: tuple) -> _Stream | None:
-        """Message ``key`` is here: the stream that waited for it (first come), or None."""
-        box = self._boxes.get(key)
-        if box is None:
-            self._boxes[key] = [1, deque()]
-            return None
-        if not box[1]:
-            box[0] += 1
-            return None
-        stream: _Stream = box[1].popleft()
-        if box[0] == 0 and not box[1]:
-            del self._boxes[key]
-        return stream
-
-
-class _Instance:
-    """A collective or send/recv instance handed to the backend."""
-
-    __slots__ = (
-        "arrived",
-        "done",
-        "first",
-        "ident",
-        "iid",
-        "key",
-        "kind",
-        "lanes",
-        "left",
-        "parked",
-        "pending",
-        "ranks",
-        "recv_ready",
-        "size",
-        "started",
-        "world",
-    )
-
-    def __init__(
-        self,
-        iid: int,
-        kind: int,
-        size: int,
-        ranks: tuple[int, ...],
-        key,
-        world: bool,
-        ident: int | tuple[int, ...] = -1,
-    ) -> None:
-        self.iid = iid
-        self.ident = ident  # the group's id (a send/recv: its two ranks)
-        self.kind = kind
-        self.size = size
-        self.ranks = ranks
-        # a send holds its sender's lane; a receive holds nothing
-        self.lanes = (ranks[0],) if kind == P2P else ranks
-        self.left = len(ranks)
-        self.key = key  # the congestion-unaware cache's key, None when not cacheable
-        self.world = world  # the whole network's collective (not a smaller comm group's)
-        self.started: dict[int, int] = {}  # rank -> ns its share began
-        self.done: dict[int, int] = {}  # rank -> ns its share ended
-        self.first = -1  # ns the first share began
-        self.arrived = False  # send/recv: the message is at the receiver
-        self.recv_ready = False  # send/recv: the receive was issued
-        self.pending = False  # a cached start waits for the end of this tick
-        self.parked: list[int] = []  # members whose shares wait for the end of this tick
-
 
 # ---------------------------------------------------------------------------------------------
 # the backend
@@ -597,20 +111,20 @@ class AstraBackend:
         self.per_member = per_member
         self.name = "astra-aware" if aware else "astra-unaware"
         self.notes: list[str] = []
-        self.clock = _Clock()
-        self.transport: _Unaware | _Aware = (
-            _Aware(net, self.clock) if aware else _Unaware(net, self.clock)
+        self.clock = Clock()
+        self.transport: Unaware | Aware = (
+            Aware(net, self.clock) if aware else Unaware(net, self.clock)
         )
         self.group_names = group_names or []
         self.durations = durations or {}
         self.standalone: dict[int, float] = {}
         self.rings = Rings(net)
         self._plans: dict[tuple, CollectivePlan] = {}
-        self._lanes: list[deque[_Instance]] = [deque() for _ in range(net.total_npus)]
+        self._lanes: list[deque[Instance]] = [deque() for _ in range(net.total_npus)]
         threshold = system.active_chunks  # one queue per dimension
-        self._ranks = [_RankQueues(self, threshold) for _ in range(net.total_npus)]
-        self._mail = _Mailbox(self.clock)
-        self._insts: dict[int, _Instance] = {}
+        self._ranks = [RankQueues(self, threshold) for _ in range(net.total_npus)]
+        self._mail = Mailbox(self.clock)
+        self._insts: dict[int, Instance] = {}
         self._finished: list[int] = []  # whole instances ended (not per_member)
         self._finished_members: list[tuple[int, int]] = []  # (iid, rank) ended (per_member)
         # unaware: ns after the start -> the ranks whose shares end then
@@ -618,7 +132,7 @@ class AstraBackend:
         self._groups: dict[int, tuple[tuple[int, ...], bool]] = {}  # id -> (ranks, world)
         self._geometry: RingGeometry | None = None
         # instances with parked shares (per member), by id, in the order they were parked
-        self._parked: dict[int, _Instance] = {}
+        self._parked: dict[int, Instance] = {}
         self._park_t = -1  # the tick they were parked in
         self._park_wake = math.inf  # when the first of them would have had an event
         self.messages = 0
@@ -729,7 +243,7 @@ class AstraBackend:
 
     # ---- instances, lanes and launches -------------------------------------------------------
 
-    def _instance(self, transfer: Transfer, now: float) -> _Instance:
+    def _instance(self, transfer: Transfer, now: float) -> Instance:
         t = round(now * 1e9)
         if t > self.clock.now:
             self.clock.now = t
@@ -757,11 +271,11 @@ class AstraBackend:
         # a group by its id (hashing a 4,096-rank tuple per lookup costs); send/recv by its pair
         ident = g if g >= 0 else ranks
         key = (kind, int(transfer.size), ident, world) if cacheable else None
-        inst = _Instance(transfer.iid, kind, int(transfer.size), ranks, key, world, ident)
+        inst = Instance(transfer.iid, kind, int(transfer.size), ranks, key, world, ident)
         self._insts[transfer.iid] = inst
         return inst
 
-    def _launch(self, inst: _Instance, rank: int) -> None:
+    def _launch(self, inst: Instance, rank: int) -> None:
         """Rank ``rank`` issues its share of ``inst`` now."""
         now = self.clock.now
         inst.started[rank] = now
@@ -783,13 +297,13 @@ class AstraBackend:
             return
         self.simulated += 1
         sched = self._ranks[rank]
-        part = _Part(inst, rank, sched, plan.streams)
+        part = Part(inst, rank, sched, plan.streams)
         phases = plan.phases_for(rank, self.rings)
         prio = sched.next_priority()
         for c in range(plan.streams):
-            sched.proceed(_Stream(part, phases, (inst.iid, c), prio))
+            sched.proceed(Stream(part, phases, (inst.iid, c), prio))
 
-    def _plan(self, inst: _Instance) -> CollectivePlan:
+    def _plan(self, inst: Instance) -> CollectivePlan:
         world = inst.world
         key = (inst.kind, inst.size, inst.ident, world)
         plan = self._plans.get(key)
@@ -808,16 +322,16 @@ class AstraBackend:
                 )
         return plan
 
-    def _p2p_arrived(self, inst: _Instance) -> None:
+    def _p2p_arrived(self, inst: Instance) -> None:
         inst.arrived = True
         self.part_done(inst, inst.ranks[0])
         if inst.recv_ready:
             self.part_done(inst, inst.ranks[1])
 
-    def _share_at(self, arg: tuple[_Instance, int]) -> None:
+    def _share_at(self, arg: tuple[Instance, int]) -> None:
         self.part_done(*arg)
 
-    def part_done(self, inst: _Instance, rank: int) -> None:
+    def part_done(self, inst: Instance, rank: int) -> None:
         """Rank ``rank`` finished its share of ``inst``: free its lane, maybe end ``inst``."""
         now = self.clock.now
         inst.done[rank] = now
@@ -836,7 +350,7 @@ class AstraBackend:
             if lane:
                 self._head(lane[0], rank)
 
-    def _head(self, inst: _Instance, rank: int) -> None:
+    def _head(self, inst: Instance, rank: int) -> None:
         """``inst`` now heads ``rank``'s lane: launch its share, or decide at the tick's end."""
         if inst.first < 0 and inst.key is not None:
             # other lanes may free (other members arrive) in this same tick: decide once they have
@@ -848,7 +362,7 @@ class AstraBackend:
         else:
             self._launch(inst, rank)
 
-    def _park(self, inst: _Instance, rank: int) -> None:
+    def _park(self, inst: Instance, rank: int) -> None:
         """Hold ``rank``'s share of ``inst`` (per member) while other members may arrive in this
         tick: the engine hands the backend its events of a tick before its own, whose nodes can
         bring the other members in the same tick. Replayed once every member is here; launched
@@ -884,7 +398,7 @@ class AstraBackend:
             for r in ranks:
                 self._launch(inst, r)
 
-    def _decide(self, inst: _Instance) -> None:
+    def _decide(self, inst: Instance) -> None:
         """Replay ``inst`` if it heads every lane now, else start it on the free lanes."""
         inst.pending = False
         lanes = self._lanes
@@ -896,7 +410,7 @@ class AstraBackend:
         for r in heads:
             self._launch(inst, r)
 
-    def _replay(self, inst: _Instance, order: list[int] | None = None) -> bool:
+    def _replay(self, inst: Instance, order: list[int] | None = None) -> bool:
         """Run ``inst``, whose members all start now on idle lanes, from the cache, filling it
         from one mirrored rank where that is exact; False: simulate every member. ``order``:
         the order the members came in (default: the group's)."""
@@ -908,7 +422,7 @@ class AstraBackend:
         self._from_cache(inst)
         return True
 
-    def _mirrored(self, inst: _Instance) -> int | None:
+    def _mirrored(self, inst: Instance) -> int | None:
         """ns every member of ``inst`` takes, from one rank's run with mirrored peers; None
         where ``genie.sim.astra_mirror``'s obligations (b)-(d) do not hold."""
         plan = self._plan(inst)
@@ -921,7 +435,7 @@ class AstraBackend:
                 self._geometry = RingGeometry(self.net)
             if not all(self._geometry.uniform_ring(p.members, p.algorithm) for p in phases):
                 return None
-        assert isinstance(self.transport, _Unaware)
+        assert isinstance(self.transport, Unaware)
         run = _MirrorRun(self, self.transport)
         dt = run.run(inst, rank, plan.streams, phases)
         if dt is not None:
@@ -929,7 +443,7 @@ class AstraBackend:
             self.mirrored_messages += run.messages
         return dt
 
-    def _from_cache(self, inst: _Instance) -> None:
+    def _from_cache(self, inst: Instance) -> None:
         self.cached += 1
         now = self.clock.now
         inst.first = now
@@ -939,12 +453,12 @@ class AstraBackend:
             # one event per end time: its shares end in the order separate events would
             self.clock.at(now + dt, self._shares_at, (inst, ranks))
 
-    def _shares_at(self, arg: tuple[_Instance, list[int]]) -> None:
+    def _shares_at(self, arg: tuple[Instance, list[int]]) -> None:
         inst, ranks = arg
         for r in ranks:
             self.part_done(inst, r)
 
-    def _remember(self, inst: _Instance) -> None:
+    def _remember(self, inst: Instance) -> None:
         """Cache an unaware instance whose members all started at the same time."""
         if inst.key is None or inst.key in self._cache:
             return
@@ -961,7 +475,7 @@ class AstraBackend:
         bw = self.system.local_mem_bw * 1000000000  # type: ignore[operator]
         return 3 * int(float(size) / bw * 1e9)
 
-    def post(self, stream: _Stream, me: int, dest: int, src: int, size: int) -> None:
+    def post(self, stream: Stream, me: int, dest: int, src: int, size: int) -> None:
         """Send ``size`` bytes to ``dest`` and post the receive of the same size from ``src``."""
         self.messages += 1
         self.transport.send(me, dest, size, self._arrived, (stream.tag, me, dest, size))
@@ -982,17 +496,17 @@ class _MirrorRun:
     """One rank's share of a collective on a clock of its own, each message it awaits sent by
     its peer as the mirror image of its own message of the same step (``genie.sim.astra_mirror``).
 
-    It plays the backend's part for ``_Phase``, ``_RankQueues`` and ``_Part`` (``system``,
+    It plays the backend's part for ``Phase``, ``RankQueues`` and ``Part`` (``system``,
     ``clock``, ``reduce_ns``, ``post``, ``part_done``) and watches for obligation (d): a chunk
     that receives and gets a token back in one tick.
     """
 
-    def __init__(self, backend: AstraBackend, transport: _Unaware) -> None:
+    def __init__(self, backend: AstraBackend, transport: Unaware) -> None:
         self.system = backend.system
         self.reduce_ns = backend.reduce_ns
         self.delay = transport.delay
-        self.clock = _Clock()
-        self._mail = _Mailbox(self.clock)
+        self.clock = Clock()
+        self._mail = Mailbox(self.clock)
         self.messages = 0
         self.finish = -1
         self._tick = -1
@@ -1000,15 +514,15 @@ class _MirrorRun:
         self._tokens: set[int] = set()  # id of each stream whose bundle ended in this tick
         self.tie = False
 
-    def run(self, inst: _Instance, rank: int, chunks: int, phases: list[PhaseSpec]) -> int | None:
+    def run(self, inst: Instance, rank: int, chunks: int, phases: list[PhaseSpec]) -> int | None:
         """ns from the start of ``rank``'s share to its end; None on a same-tick tie."""
-        sched = _RankQueues(self, self.system.active_chunks)  # type: ignore[arg-type]
-        part = _Part(inst, rank, sched, chunks)
+        sched = RankQueues(self, self.system.active_chunks)  # type: ignore[arg-type]
+        part = Part(inst, rank, sched, chunks)
         prio = sched.next_priority()
         for c in range(chunks):
-            sched.proceed(_Stream(part, phases, (inst.iid, c), prio))
+            sched.proceed(Stream(part, phases, (inst.iid, c), prio))
         heap = self.clock.heap
-        bundle, receive = _Stream.bundle_done, _Stream.receive
+        bundle, receive = Stream.bundle_done, Stream.receive
         while heap and not self.tie:
             t, _, fn, arg = heapq.heappop(heap)
             self._at(t)
@@ -1029,16 +543,16 @@ class _MirrorRun:
             self._received.clear()
             self._tokens.clear()
 
-    def _mark(self, stream: _Stream, mine: set[int], other: set[int]) -> None:
+    def _mark(self, stream: Stream, mine: set[int], other: set[int]) -> None:
         if id(stream) in other:
             self.tie = True
         mine.add(id(stream))
 
-    def part_done(self, inst: _Instance, rank: int) -> None:
+    def part_done(self, inst: Instance, rank: int) -> None:
         """The share's last chunk is done."""
         self.finish = self.clock.now
 
-    def post(self, stream: _Stream, me: int, dest: int, src: int, size: int) -> None:
+    def post(self, stream: Stream, me: int, dest: int, src: int, size: int) -> None:
         """Send to ``dest``, and the peer ``src`` sends this rank the same step's message now."""
         self.messages += 1
         key = (stream.tag, src, me, size)
