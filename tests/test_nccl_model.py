@@ -82,12 +82,12 @@ def test_ring_bus_bandwidth_approaches_the_link_or_the_protocol_cap() -> None:
     simple = N.choose("all_reduce", big, one, "ring", "Simple")
     ll = N.choose("all_reduce", big, one, "ring", "LL")
     ll128 = N.choose("all_reduce", big, one, "ring", "LL128")
-    # the link's rate; busbw stays within the per-pass step cost (< 5 %) of it
+    # the link's rate; busbw stays within the per-slice flag waits (< 8 %) of it
     assert simple.rate == pytest.approx(18 * 20.6e9, rel=1e-3)  # NCCL's NVLink figure
     assert ll.rate == pytest.approx(141e9, rel=1e-3)  # LL's limit on one Hopper node
     assert ll128.rate == pytest.approx(18 * 20.6e9 * 120 / 128, rel=1e-3)
     for p in (simple, ll, ll128):
-        assert 0.95 * p.rate < p.busbw < p.rate
+        assert 0.92 * p.rate < p.busbw < p.rate
     # across nodes the NICs (less InfiniBand headers) are narrower than A100's NVLink
     a100 = N.system_from_preset("a100", 4)
     ring = N.choose("all_reduce", big, a100, "ring", "Simple")
@@ -160,9 +160,17 @@ def test_a_simple_rings_later_passes_pay_their_steps_inside_the_node() -> None:
         q = N.candidates("all_reduce", 64, system, "ring", proto)[0]
         return p.latency_s - q.latency_s
 
-    assert extra(256 * MiB, one) == pytest.approx(0.0, abs=1e-12)
-    # 4 passes: 3 more x 14 steps x NCCL's NVLink ring Simple latency (3.4 us)
-    assert extra(GiB, one) == pytest.approx(3 * 14 * 3.4e-6)
+    # one node: every slice (2 a step: SlicePerChunk) of every pass waits for its peer's flag,
+    # where NCCL's tuner counts one wait per step of one pass; a chunk of at most 32 KiB (the
+    # slice's floor) is one slice
+    assert N.ring_slices("all_reduce", 4 * MiB, one) == 1  # 4 MiB / (16 x 8) = 32 KiB
+    assert N.ring_slices("all_reduce", 8 * MiB, one) == 2
+    assert N.ring_slices("broadcast", 8 * GiB, one) == 1
+    assert extra(4 * MiB, one) == pytest.approx(0.0, abs=1e-12)
+    assert extra(8 * MiB, one) == pytest.approx(14 * 3.4e-6)
+    assert extra(256 * MiB, one) == pytest.approx(14 * 3.4e-6)
+    # 4 passes of 2 slices: 7 more waits x 14 steps x NCCL's NVLink ring Simple latency (3.4 us)
+    assert extra(GiB, one) == pytest.approx(7 * 14 * 3.4e-6)
     assert extra(GiB, one, "LL128") == pytest.approx(0.0, abs=1e-12)  # line flags: nothing
     # across nodes the later passes pay the NVLink step (the network's latency is paid once);
     # the first pass keeps NCCL's latency, plateau included

@@ -286,6 +286,11 @@ GB = 1e9
 #: medians of the single-process rows of docs/validation.md (8 GPUs: CUDA 25-42 us, 3.2-5.2 us
 #: per GPU; HIP 34-56 us, 4.3-7.0 us per GPU).
 HOST_LAUNCH_S: dict[str, float] = {"nvidia": 4.0e-6, "amd": 5.5e-6}
+#: Slices a Simple ring's chunk is moved in (ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS = 4 / 2;
+#: all-gather and reduce-scatter alike; src/include/collectives.h, NCCL 2.18.5-2.30.7, RCCL 2.21.5)
+SLICES_PER_CHUNK = 2
+#: A Simple slice's floor: 1/32 of two 512 KiB FIFO steps (``genericOp``, prims_simple.h)
+SLICE_FLOOR = 32 << 10
 
 #: The tables above as one release's constants; older releases are walked back from it.
 LATEST_CONSTANTS = R.Constants(
@@ -644,21 +649,39 @@ def ring_loops(coll: str, size: int, sys: System, proto: str) -> int:
     return max(1, math.ceil(size / (sys.channels * sys.n_ranks * chunk)))
 
 
+def ring_slices(coll: str, size: int, sys: System) -> int:
+    """Slices a Simple ring's step moves its chunk in: ``SlicePerChunk`` = CHUNKSTEPS /
+    SLICESTEPS = 2 for all-reduce, all-gather and reduce-scatter (``src/include/collectives.h``),
+    one where the chunk is no larger than a slice's floor, 1/32 of two FIFO steps (32 KiB:
+    ``sliceSize = max(divUp(nelem, 16 * SlicePerChunk) * 16, sliceSize / 32)`` in
+    ``genericOp``, ``src/device/prims_simple.h``). The chunk is a pass's: the ring chunk, or
+    ``size / (channels x ranks)`` when one pass holds the whole operation."""
+    if coll not in ("all_reduce", "all_gather", "reduce_scatter") or size <= 0:
+        return 1
+    chunk = min(ring_chunk_bytes("Simple"), size / (sys.channels * sys.n_ranks))
+    return SLICES_PER_CHUNK if chunk > SLICE_FLOOR else 1
+
+
 def _ring_pass_cost(coll: str, size: int, sys: System, proto: str) -> float:
-    """Seconds a Simple ring's passes after the first add. With Simple, every step of every
-    pass waits for its peer's flag, then posts its own, between its copies on the same threads
-    (``src/device/prims_simple.h``): NCCL's per-step hardware latency inside a node, paid by
-    each pass, which the channel's next pass cannot overlap; the network's latency pipelines
-    through the proxy's FIFO and is paid once. NCCL's tuner prices the first pass only. LL and
-    LL128 carry a flag in every line and never wait for a whole step: nothing is added."""
+    """Seconds a Simple ring's flag waits add to NCCL's tuner, which prices one wait per step of
+    one pass. With Simple, a step's every slice waits for its peer's flag, then posts its own,
+    between its copies on the same threads (``genericOp``, ``src/device/prims_simple.h``:
+    ``waitPeer``, copy, ``barrier``, ``postPeer`` once per slice): NCCL's per-step hardware
+    latency inside a node. On one node every step is such a copy, which the copies of the
+    channel's next slice cannot overlap: each slice of each pass pays it. Across nodes the
+    ring runs at the NICs' pace; each pass after the first adds its steps once (the network's
+    latency pipelines through the proxy's FIFO and is paid once). LL and LL128 carry a flag in
+    every line and never wait for a whole step: nothing is added."""
     loops = ring_loops(coll, size, sys, proto)
-    if loops <= 1:
+    slices = ring_slices(coll, size, sys) if sys.nodes == 1 else 1
+    waits = loops * slices - 1
+    if waits <= 0:
         return 0.0
     n = sys.n_ranks
     steps = 2 * (n - 1) if coll == "all_reduce" else n - 1
     cls = "pci" if sys.intra_link == "pci" else "nvlink"
     hop = sys.constants.hw[cls]["ring"][PROTOCOLS.index(proto)] * US
-    return (loops - 1) * steps * hop
+    return waits * steps * hop
 
 
 def _ring_link(sys: System) -> float:
