@@ -282,3 +282,21 @@ def test_a_group_in_use_with_no_members_is_named_not_a_crash() -> None:
     assert got == ref
     text = got[1] if got[0] == "error" else " ".join(got[1])
     assert repr(g) in text and "no members" in text
+
+
+@pytest.mark.parametrize("bad", [False, True])
+@pytest.mark.parametrize("fresh", [2, V._FEW_NEW + 5])
+def test_new_derived_tuples_few_or_many_checked_as_the_reference(fresh: int, bad: bool) -> None:
+    """A later rank of a known shape with ``fresh`` compute nodes of new derived tuples (each
+    found by a scan when few, through a dict of positions when more than ``_FEW_NEW``): checked
+    as the reference checks them, the last one refused where it is bad."""
+    wl = WORKLOADS["llm"]()
+    comp = [n for n in wl.ranks[-1].nodes if n.type == NodeType.COMP_NODE]
+    assert len(comp) >= fresh
+    for k, n in enumerate(comp[:fresh]):
+        _set(n, "tensor_size", "int64_val", -1 if bad and k == fresh - 1 else 1000 + k)
+    new, ref = both(wl)
+    assert new == ref
+    assert new[0] == ("error" if bad else "ok")
+    if bad:
+        assert "negative tensor_size -1" in new[1]

@@ -460,12 +460,17 @@ def _fields_pass(rank: RankGraph, shape: Shape, n_ranks: int, seen: Seen) -> boo
             ok = seen.get(t)
             if ok is None:
                 ok = seen[t] = {}
-            new = [k for k in set(_addresses(sub)) if k not in ok]
+            new = set(_addresses(sub)).difference(ok)  # (a dict: looked up in C)
             if not new:
                 continue
-            where = dict(zip(_addresses(sub), pos, strict=True))
-            for k in new:
-                n = nodes[where[k]]
+            if len(new) <= _FEW_NEW:  # each found by a scan in C: no dict of every position
+                addrs = list(_addresses(sub))
+                at = [pos[addrs.index(k)] for k in new]
+            else:
+                where = dict(zip(_addresses(sub), pos, strict=True))
+                at = [where[k] for k in new]
+            for k, i in zip(new, at, strict=True):
+                n = nodes[i]
                 if not _plainly_valid(t, n._d, rank.rank, n_ranks):
                     _check_fields(rank, n, n_ranks)
                 if len(ok) < PASSED_MAX:
@@ -474,6 +479,10 @@ def _fields_pass(rank: RankGraph, shape: Shape, n_ranks: int, seen: Seen) -> boo
         return False
     return True
 
+
+#: new derived tuples of a type group up to which ``_fields_pass`` finds each one's position by
+#: a scan of the group's addresses (more: one dict of them all)
+_FEW_NEW = 8
 
 #: where a send's and a recv's derived tuple holds the peer (comm_dst, comm_src)
 _PEER_AT = {
