@@ -413,6 +413,11 @@ def _decode_columns(
     return meta, nodes, problems + frame_notes(source, zero, odd), cols
 
 
+def node_memo(memo: dict) -> et_fast.DecodeMemo | None:
+    """The node decoder's memo in a workload's read memo (None before its first node decode)."""
+    return memo.get(_NODE_MEMO)
+
+
 def frame_notes(source: str, zero: int, odd: int) -> list[str]:
     """Problem lines for zero-length and non-canonical node frames."""
     out = []

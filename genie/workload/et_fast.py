@@ -17,7 +17,15 @@ from google.protobuf.message import DecodeError
 
 from genie.errors import TraceFormatError
 from genie.workload.et_memo import DecodeMemo
-from genie.workload.model import DERIVED_INDEX, NO_DERIVED, SCALAR_KINDS, Attr, IOInfo, Node
+from genie.workload.model import (
+    DERIVED_INDEX,
+    NO_DERIVED,
+    SCALAR_KINDS,
+    Attr,
+    IOInfo,
+    Node,
+    NodeType,
+)
 
 _SLOT_OF_ATTR = DERIVED_INDEX
 
@@ -276,6 +284,7 @@ class AttrCache:
 
 
 _NO_DERIVED = NO_DERIVED
+_METADATA = int(NodeType.METADATA_NODE)
 
 
 def _decode_attr_tail(data: bytes, pos: int, end: int, cache: AttrCache) -> tuple:
@@ -591,8 +600,6 @@ def decode_nodes(
     unknown fields), and the count of zero-length frames. ``memo``: shared by the decodes of
     one workload's files (``DecodeMemo``); by default one for this call that keeps no frames.
     """
-    from genie.workload.et_codec import encode_node
-
     if memo is None:
         memo = DecodeMemo(max_frames=0)
     out: list[Node] = []
@@ -616,6 +623,8 @@ def decode_nodes(
     frame_bytes = memo.frame_bytes  # kept here while the loop runs, then on the memo
     max_frames = memo.max_frames
     max_bytes = memo.max_bytes
+    pg_names = memo.pg_names
+    meta_nodes = 0
     try:
         while pos < size:
             frame = pos
@@ -827,6 +836,8 @@ def decode_nodes(
                         derived, plain = _scan_attr_tail(data, pos, end, cache, rests)
                         tail = (derived, key)
                         tail_misses += 1
+                        if type(derived[2]) is not list:  # every tuple a node gets is one
+                            pg_names.add(derived[2])  # scanned here: its group noted once
                         if plain and tail_misses < 10_000 + 4 * (seen + len(out)) // 5:
                             # memoise while it pays: stop once most tails are unique
                             if len(tails) >= 100_000:
@@ -849,6 +860,8 @@ def decode_nodes(
                 n._outputs = outs
                 n._attrs = attrs
                 n._d = derived
+                if typ == _METADATA:
+                    meta_nodes += 1
                 if h is None and heads is not None:
                     head_misses += 1
                     keep_head(
@@ -868,7 +881,7 @@ def decode_nodes(
                         ),
                     )
                     heads = memo.heads  # keep_head may have started over
-                if frames is not None:
+                if frames is not None and typ != _METADATA:  # (each counted as it is decoded)
                     fields = (
                         nid,
                         name,
@@ -904,11 +917,18 @@ def decode_nodes(
                         f"{exc or 'bad protobuf'}"
                     ) from None
                 n = node_from_pb(m)
+                from genie.workload.et_codec import encode_node
+
                 if encode_node(n) != data[start:end]:
                     odd += 1
+                if type(n._d[2]) is not list:
+                    pg_names.add(n._d[2])
+                if n.type == _METADATA:
+                    meta_nodes += 1
             append(n)
     finally:
         memo.frame_bytes = frame_bytes
+        memo.meta_nodes += meta_nodes
     if frames is not None:
         hits = len(out) - misses  # every frame gives one node
     memo.settle(hits, misses, len(out), tail_misses, head_hits, head_misses)

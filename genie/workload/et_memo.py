@@ -57,6 +57,13 @@ class DecodeMemo:
         self.heads_on = max_frames > 0
         self.head_hits = 0
         self.head_misses = 0
+        #: the process-group name (derived slot 2) of every node decoded with this memo, lists
+        #: left out, '' (the default group) perhaps not: a loader asks whether one names a
+        #: group without looking at each node (each derived tuple is noted where it is made)
+        self.pg_names: set = set()
+        #: METADATA nodes decoded with this memo (their frames are never kept in ``frames``:
+        #: each is counted, so a rank whose decode left this unchanged has none)
+        self.meta_nodes = 0
 
     def keep(self, key: bytes, fields: tuple) -> None:
         """Memoise one frame decoded on the fast path, within the bounds (full: start over)."""

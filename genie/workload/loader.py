@@ -36,6 +36,7 @@ from genie.workload.chakra_json import decode_chakra_json
 from genie.workload.et_codec import (
     AttrMemo,
     gc_paused,
+    node_memo,
     open_bytes,
     read_trace,
     read_trace_columns,
@@ -261,12 +262,13 @@ def resolve_groups(
 ) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
     """A workload's process groups and their readable names, from every source in order of
     precedence (see the module docstring): the ranks' metadata (``heads``), their
-    process-group nodes (``pg_ranks``), then the comm-group file (``comm_groups`` or the
-    prefix's side file); the world group where a node names it (``uses_world``) and no
-    source does. Groups naming ranks beyond ``n`` are an error."""
+    process-group nodes (``pg_ranks``: those of the ``n`` ranks that may have some), then the
+    comm-group file (``comm_groups`` or the prefix's side file); the world group where a node
+    names it (``uses_world``) and no source does. Groups naming ranks beyond ``n`` are an
+    error."""
     groups = _groups_from_metadata(heads)
     desc = _desc_from_metadata(heads)
-    groups.update(groups_from_pg_nodes(pg_ranks, desc=desc))
+    groups.update(groups_from_pg_nodes(pg_ranks, n_ranks=n, desc=desc))
     side = read_comm_group_file(comm_groups) if comm_groups else _read_group_file(prefix)
     if side is not None:
         groups.update(side)
@@ -307,11 +309,24 @@ def _load_workload(
     memo: dict = {}
     checked: dict[int, RankOutcome] = {}  # ranks validated from their columns while read
     failed = False
+    # ranks whose nodes the node decoder's memo saw (it noted their groups, counted their
+    # METADATA nodes), and the others: their nodes are looked at one by one
+    unseen: list[RankGraph] = []
+    with_meta: list[RankGraph] = []  # ranks that may hold process-group nodes
     with progress.bar(f"reading {prefix.name}", n, "rank files") as bar:
         for r in range(n):
+            dm = node_memo(memo)
+            before = (dm.nodes, dm.meta_nodes) if dm is not None else (0, 0)
             meta, nodes, notes, cols = _read_rank_columns(found[r], memo)
             rg = RankGraph(rank=r, nodes=nodes, metadata=meta, source=str(found[r]))
             ranks.append(rg)
+            dm = node_memo(memo)
+            if cols is None and dm is not None and dm.nodes - before[0] == len(nodes):
+                if dm.meta_nodes != before[1]:  # (this read decoded them all with the memo)
+                    with_meta.append(rg)
+            elif nodes:
+                unseen.append(rg)
+                with_meta.append(rg)
             problems += notes
             if validate and cols is not None and not failed:
                 # per-rank checks need only the rank count: done now, while the columns
@@ -326,13 +341,17 @@ def _load_workload(
                     failed = True
             del cols
             bar.advance()
+    dm = node_memo(memo)
     groups, desc = resolve_groups(
         prefix,
         n,
         ranks,
-        ranks,
+        with_meta,
         comm_groups,
-        lambda: any(WORLD_PG_NAME in map(_PG, map(_DERIVED, rg.nodes)) for rg in ranks),
+        lambda: (
+            (dm is not None and WORLD_PG_NAME in dm.pg_names)
+            or any(WORLD_PG_NAME in map(_PG, map(_DERIVED, rg.nodes)) for rg in unseen)
+        ),
     )
     wl = Workload(ranks=ranks, groups=groups, problems=problems, name=prefix.name)
     wl.group_desc = {k: v for k, v in desc.items() if k in groups}
