@@ -835,7 +835,8 @@ def candidates(
     protocols: str | None = None,
 ) -> list[Prediction]:
     """Every (algorithm, protocol) NCCL would consider, allowed by the NCCL_ALGO/PROTO-style
-    strings, priced (fastest first)."""
+    strings, priced, in the order NCCL's choice takes them (fastest first, a Simple ring's
+    later flag waits not counted: ``_tuner_rank``)."""
     coll = canonical(collective)
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise CollectiveError(f"size must be a whole number of bytes >= 0, got {size!r}")
@@ -882,7 +883,16 @@ def candidates(
             )
     if size == 0:
         out = [replace(p, latency_s=0.0, time_s=0.0, link_bytes=0.0, fill_s=0.0) for p in out]
-    return sorted(out, key=lambda p: p.time_s)
+    return sorted(out, key=lambda p: _tuner_rank(coll, size, system, p))
+
+
+def _tuner_rank(coll: str, size: int, system: System, p: Prediction) -> float:
+    """What ``p`` is ranked by: its time less a Simple ring's flag waits beyond the first pass's
+    steps (``_ring_pass_cost``), which NCCL's tuner does not price (``ncclTopoGetAlgoTime``
+    prices one pass), so they do not steer its choice; they stay in ``p.time_s``."""
+    if p.algorithm == "ring" and p.protocol == "Simple" and p.time_s > 0:
+        return p.time_s - _ring_pass_cost(coll, size, system, "Simple")
+    return p.time_s
 
 
 def choose(
