@@ -162,6 +162,22 @@ def test_ranks_sharing_deps_and_derived_tuples_compile_alike():
     check(wl, ROOFLINE, "explicit")
 
 
+def test_ranks_cycling_through_more_deps_variants_than_kept_compile_alike():
+    """Ranks of one node count whose deps take turns among more variants than the batch path
+    keeps (each found again while kept, made again once dropped) compile as the reference."""
+    from genie.sim import batch_compile
+
+    wl = data_parallel(16, layers=4)
+    n = len(wl.ranks[0].nodes)
+    assert all(len(rg.nodes) == n for rg in wl.ranks)
+    variants = batch_compile._DEPS_KEPT + 2
+    for rg in wl.ranks:
+        k = 1 + rg.rank % variants  # a dep of node k on node 0 marks the rank's variant
+        rg.nodes[k].data_deps = [*rg.nodes[k].data_deps, rg.nodes[0].id]
+    check(wl)
+    check(wl, ROOFLINE, "explicit")
+
+
 @pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_real_astra_samples_compile_alike(coll):
     prefix = SAMPLES / "astra-sim" / "microbenchmarks" / coll / "4npus_1MB"

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, is_
+from operator import is_
 from typing import Any
 
 import numpy as np
@@ -37,9 +37,8 @@ from genie.workload.stream_rules import stream_edges
 
 log = logging.getLogger(__name__)
 
-_ID = attrgetter("id")
-_NAME = attrgetter("name")
-_DEPS = attrgetter("data_deps")
+#: distinct deps lists (with their arrays) kept per node count
+_DEPS_KEPT = 4
 
 
 #: what ``_ranks`` sets on each CompiledRank it makes without __init__ (a test holds it to
@@ -171,7 +170,8 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     dep_lens: list[np.ndarray] = []  # per rank: each node's count of deps (positions)
     dep_flats: list[np.ndarray] = []  # per rank: the deps, flat
     node_ids: list[np.ndarray] = []
-    by_shape: dict[int, tuple[list, np.ndarray, np.ndarray]] = {}  # node count -> last deps
+    # node count -> the deps (and their arrays) of the last ranks of that count, latest first
+    by_shape: dict[int, list[tuple[list, np.ndarray, np.ndarray]]] = {}
     aranges: dict[int, np.ndarray] = {}
     counts: list[int] = []
     ranks_names: list[list[str]] = []
@@ -204,12 +204,14 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                     if row is not None:
                         splits[i] = split_row(row)
         ranks_splits.append(splits)
-        ids = list(map(_ID, nodes))
+        ids = [x.id for x in nodes]  # (a slot read in a list display beats attrgetter)
         rng = ranges.get(n)
         if rng is None:
             rng = ranges[n] = list(range(n))
         # out-of-range and self deps of a rank whose ids are its positions are dropped below
-        deps: list[Any] = list(map(_DEPS, nodes)) if ids == rng else positional_deps(nodes, ids)
+        deps: list[Any] = (
+            [x.data_deps for x in nodes] if ids == rng else positional_deps(nodes, ids)
+        )
         if infer and isinstance(rg, RankGraph):
             has_cpu = bool(probes.cpu) and not probes.cpu.isdisjoint(got)
             extra = stream_edges(rg, has_cpu_ops=has_cpu).edges
@@ -217,9 +219,19 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
                 deps = [d or [] for d in deps]
                 for i, before in extra.items():
                     deps[i] = [*deps[i], *before]
-        seen = by_shape.get(n)  # ranks of one shape: their deps and ids as arrays once
-        if seen is None or seen[0] != deps:
-            seen = by_shape[n] = (deps, *_dep_arrays(deps))
+        # ranks of one shape: their deps as arrays once (a few shapes of each node count, as
+        # pipeline stages alternate)
+        known = by_shape.get(n)
+        if known is None:
+            known = by_shape[n] = []
+        for seen in known:
+            if seen[0] == deps:
+                break
+        else:
+            seen = (deps, *_dep_arrays(deps))
+            known.insert(0, seen)
+            if len(known) > _DEPS_KEPT:
+                known.pop()
         dep_lens.append(seen[1])
         dep_flats.append(seen[2])
         if ids == rng:
@@ -229,7 +241,7 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
             node_ids.append(at)
         else:
             node_ids.append(np.fromiter(ids, np.int64, n))
-        names = list(map(_NAME, nodes))
+        names = [x.name for x in nodes]
         if not all(names):
             names = [x or "" for x in names]
         ranks_names.append(names)
