@@ -21,7 +21,7 @@ def print_choices(con: Console, choices: Sequence[dict[str, object]], rows: int 
         t.add_column(c, justify="left" if c in ("collective", "algorithm", "protocol") else "right")
     t.add_column("latency", justify="right")
     t.add_column("time alone", justify="right")
-    t.add_column("next best", justify="left")
+    t.add_column("runner-up", justify="left")
     for ch in choices[:rows]:
         t.add_row(
             str(ch["collective"]),
@@ -44,11 +44,12 @@ def print_choices(con: Console, choices: Sequence[dict[str, object]], rows: int 
 
 
 def _next(ch: dict[str, object]) -> str:
-    """``ring/LL128 +12%``: the runner-up and how much slower it is."""
+    """``ring/LL128 +12%``: NCCL's next choice and its time against the chosen one's (a Simple
+    ring's flag waits, which NCCL's tuner does not price, can make it the faster)."""
     if ch.get("runner_up") is None:
         return "-"
     t, r = float(str(ch["time_s"])), float(str(ch["runner_up_time_s"]))
-    return f"{ch['runner_up']} +{(r / t - 1) * 100:.0f}%" if t > 0 else str(ch["runner_up"])
+    return f"{ch['runner_up']} {(r / t - 1) * 100:+.0f}%" if t > 0 else str(ch["runner_up"])
 
 
 def print_sizes(
