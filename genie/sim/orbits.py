@@ -389,6 +389,26 @@ def _transfer(cw: CompiledWorkload, iid: int) -> Transfer:
     return Transfer(iid, int(ins.comm_type[iid]), int(ins.size[iid]), ranks, g)
 
 
+def _transfers(cw: CompiledWorkload, iids: np.ndarray) -> list[Transfer]:
+    """``[_transfer(cw, i) for i in iids]``, the columns read once."""
+    ins = cw.instances
+    group = ins.group[iids].tolist()
+    src, dst = ins.src[iids].tolist(), ins.dst[iids].tolist()
+    granks = cw.group_ranks
+    return [
+        Transfer(i, c, z, granks[g] if g >= 0 else (a, b), g)
+        for i, c, z, g, a, b in zip(
+            iids.tolist(),
+            ins.comm_type[iids].tolist(),
+            ins.size[iids].tolist(),
+            group,
+            src,
+            dst,
+            strict=True,
+        )
+    ]
+
+
 @dataclass
 class _PricingPlan:
     """The workload side of N2 for one rotation, the same for every pricer (memoised on it).
@@ -459,11 +479,14 @@ def check_pricing(
     plan = _pricing_plan(cw, orb)
     # price in the order the reference does (a pair's instance, then its image), each key once:
     # a pricer may remember what it priced first (NcclPricer.choices)
+    # (``price_many``, where the pricer has it, prices them as ``price`` one by one would)
     dems: list[Demand | None] = [None] * len(plan.keys)
-    keys = plan.keys.tolist()
-    for k in np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist():
-        if dems[k] is None:
-            dems[k] = pricer.price(_transfer(cw, keys[k]))
+    seq = list(dict.fromkeys(np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist()))
+    transfers = _transfers(cw, plan.keys[seq] if seq else plan.keys[:0])
+    many = getattr(pricer, "price_many", None)
+    got = many(transfers) if many is not None else [pricer.price(t) for t in transfers]
+    for k, d in zip(seq, got, strict=True):
+        dems[k] = d
     slot: dict[int, int] = {}  # id(demand) -> index among the distinct demands
     uniq: list[Demand] = []
     did = np.empty(len(dems), np.int64)
