@@ -178,6 +178,58 @@ def test_ranks_cycling_through_more_deps_variants_than_kept_compile_alike():
     check(wl, ROOFLINE, "explicit")
 
 
+def test_ranks_like_an_earlier_one_take_its_probes_only_where_the_tuple_is_the_same(
+    monkeypatch,
+):
+    """A rank with an earlier rank's node types and durations takes that rank's probe where its
+    node holds the very same derived tuple; a tuple of another value (or an equal one that is
+    another object, or the same object at a node of another duration) is worked out: the
+    arrays are the reference's, and the earlier ranks were found."""
+    from genie.sim import batch_compile
+
+    wl = llm(16, tp=2, pp=2, layers=4)
+    base = {len(rg.nodes): rg.nodes for rg in wl.ranks[:2]}
+    for rg in wl.ranks:
+        first = base[len(rg.nodes)]
+        if first is rg.nodes:
+            continue
+        for a, b in zip(first, rg.nodes, strict=True):
+            if a._d == b._d and a.type == b.type and rg.rank % 4:
+                b._d = a._d  # shared as readers share them; every fourth rank keeps its own
+    comp = [nd for nd in wl.ranks[9].nodes if nd.type == NodeType.COMP_NODE]
+    comp[0].set_attr("num_ops", "int64_val", 12345)  # another value at one place (roofline)
+    wl.ranks[10].nodes[3].duration_micros += 1  # another duration: the rank is worked out
+    seen = []
+    real = batch_compile._LikeRanks.find
+
+    def find(self, nodes):
+        got = real(self, nodes)
+        seen.append(got is not None)
+        return got
+
+    check(wl)
+    monkeypatch.setattr(batch_compile._LikeRanks, "find", find)
+    check(wl, ROOFLINE, "explicit")
+    assert sum(seen) >= len(wl.ranks) // 2 and not all(seen)
+
+
+def test_ranks_of_all_different_durations_stop_the_lookups():
+    """Ranks whose durations all differ (traced ones) find no earlier rank like them: after
+    ``GIVE_UP`` of them the lookups stop, and the workload compiles as the reference does."""
+    from genie.sim import batch_compile
+
+    wl = data_parallel(batch_compile._LikeRanks.GIVE_UP + 6, layers=2)
+    for rg in wl.ranks:
+        for nd in rg.nodes:
+            nd.duration_micros += rg.rank + 1
+    like = batch_compile._LikeRanks()
+    for rg in wl.ranks:
+        assert like.find(rg.nodes) is None
+        like.add([0] * len(rg.nodes))
+    assert like.misses == like.GIVE_UP and not like.hits and like._last == ()
+    check(wl)
+
+
 @pytest.mark.parametrize("coll", ["all_reduce", "all_gather", "reduce_scatter"])
 def test_real_astra_samples_compile_alike(coll):
     prefix = SAMPLES / "astra-sim" / "microbenchmarks" / coll / "4npus_1MB"

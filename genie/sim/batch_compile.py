@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import is_
+from operator import is_, is_not
 from typing import Any
 
 import numpy as np
@@ -182,19 +182,29 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
     #: (type, id of the derived tuple, duration) -> probe: the tuples live as long as the nodes
     #: and readers share them between equal nodes, so most nodes are found without hashing one
     by_id: dict[tuple[Any, int, Any], int] = {}
+    like = _LikeRanks()
     for r, rg in enumerate(wl.ranks):
         nodes = rg.nodes
         n = len(nodes)
-        ikeys = [(x.type, id(x._d), x.duration_micros) for x in nodes]
-        got: list[Any] = list(map(by_id.get, ikeys))  # None where not met by identity
-        if None in got:
-            for i in list(compress(range(n), map(is_, got, repeat(None)))):
-                nd = nodes[i]
+        found = like.find(nodes)
+        if found is None:  # each node's key, then its probe by identity (None: not met so)
+            ikeys = [(x.type, id(x._d), x.duration_micros) for x in nodes]
+            got: list[Any] = list(map(by_id.get, ikeys))
+            redo = list(compress(range(n), map(is_, got, repeat(None))))
+        else:  # as an earlier rank of these types and durations, but where the tuple differs
+            got, redo = found
+        for i in redo:
+            nd = nodes[i]
+            ikey = (nd.type, id(nd._d), nd.duration_micros)
+            p = by_id.get(ikey)
+            if p is None:
                 key = (nd.type, nd._d, nd.duration_micros)
                 p = memo.get(key)
                 if p is None:
                     p = probes.new(nd, key, r)
-                got[i] = by_id[ikeys[i]] = p
+                by_id[ikey] = p
+            got[i] = p
+        like.add(got)
         pids.extend(got)
         splits: dict[int, list[int]] = {}
         if probes.split and not probes.split.isdisjoint(got):
@@ -257,6 +267,55 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         splits=ranks_splits,
     )
     return probes.finish(wl, make_ranks(probes.fields, got_all))
+
+
+class _LikeRanks:
+    """The node types, durations, derived tuples and probes of the last few ranks of each node
+    count: a rank with an earlier one's types and durations (pipeline stages alternate) takes
+    that rank's probe wherever its node holds the very same derived tuple (readers share them
+    between equal nodes), and works out only the others. Stops looking once ``GIVE_UP`` ranks
+    found none (ranks whose durations all differ, as traced ones do)."""
+
+    GIVE_UP = 64
+
+    def __init__(self) -> None:
+        self.by_count: dict[int, list[tuple[list, list, list, list]]] = {}
+        self.hits = 0
+        self.misses = 0
+        self._last: tuple = ()  # what ``find`` learnt of the rank ``add`` then records
+
+    def find(self, nodes: list) -> tuple[list, list[int]] | None:
+        """(probes as an earlier rank's, positions to work out again), or None."""
+        self._last = ()
+        if self.misses >= self.GIVE_UP and not self.hits:
+            return None
+        known = self.by_count.setdefault(len(nodes), [])
+        types = [x.type for x in nodes]
+        durations = [x.duration_micros for x in nodes]
+        ds = [x._d for x in nodes]
+        for e in known:
+            if e[0] == types and e[1] == durations:
+                self.hits += 1
+                self._last = (known, e, ds)
+                return list(e[3]), list(compress(range(len(nodes)), map(is_not, ds, e[2])))
+        self.misses += 1
+        self._last = (known, None, ds, types, durations)
+        return None
+
+    def add(self, got: list) -> None:
+        """Remember the probes of the rank ``find`` was last asked about (the latest first;
+        ``_DEPS_KEPT`` ranks per node count)."""
+        if not self._last:
+            return
+        known, e, ds = self._last[:3]
+        if e is not None:
+            known.remove(e)
+            known.insert(0, (e[0], e[1], ds, got))
+        else:
+            known.insert(0, (self._last[3], self._last[4], ds, got))
+            if len(known) > _DEPS_KEPT:
+                known.pop()
+        self._last = ()
 
 
 def _dep_arrays(deps: list[Any]) -> tuple[np.ndarray, np.ndarray]:
