@@ -27,13 +27,13 @@ from genie.errors import StoreError, UsageError
 from genie.sim import perturb
 from genie.sim.adapter import ComputeModel, compile_workload, load_workload
 from genie.sim.api import makespan
-from genie.sim.closed import ClosedForm, with_closed
+from genie.sim.closed import ClosedForm, closed_for
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.engine import RawResult
 from genie.sim.nccl_pricer import NcclPricer
 from genie.sim.network import AnalyticalBackend, NetworkBackend
 from genie.sim.program_pricer import ProgramPricer
-from genie.sim.report import SimReport, chrome_trace
+from genie.sim.report import CollectiveRow, SimReport, chrome_trace
 from genie.sim.stragglers import replay_perturbed
 from genie.sim.streams import describe as stream_rule
 from genie.sim.streams import order_collectives
@@ -80,7 +80,11 @@ class Simulation:
             "workload": self.workload.name,
             "network": self.network,
             "trace": self.facts,
-            "reports": [with_closed(r.to_dict(), self.closed) for r in self.reports],
+            # as with_closed(r.to_dict(), closed), each row's dict made once
+            "reports": [
+                r.to_dict(("closed_form_s", closed_forms(r.collectives, self.closed)))
+                for r in self.reports
+            ],
         }
         if self.jobs is not None:
             out["jobs"] = self.jobs
@@ -95,6 +99,28 @@ class Simulation:
     def write_trace(self, path: str | Path, max_ranks: int = 256) -> int:
         """Write the first backend's timeline as Chrome-trace JSON; the number of events."""
         return chrome_trace(self.workload, self.raws[0], str(path), max_ranks=max_ranks)
+
+
+def closed_forms(rows: list[CollectiveRow], closed: ClosedForm | None) -> list[float | None]:
+    """Each report row's ``closed_form_s``, the value ``genie.sim.closed.with_closed`` sets:
+    rows alike in what ``closed_for`` reads (collective, ranks, size, and whether uneven, with
+    the types of ranks and size) are priced once; no closed form's network: None each."""
+    if closed is None:  # closed_for's answer for every row
+        return [None] * len(rows)
+    memo: dict[tuple[object, ...], float | None] = {}
+    out: list[float | None] = []
+    append = out.append
+    for row in rows:
+        coll, n, size, uneven = row.collective, row.ranks, row.size, row.uneven
+        key = (coll, n, size, type(n), type(size), uneven is None)
+        if key in memo:
+            append(memo[key])
+            continue
+        value = memo[key] = closed_for(
+            {"collective": coll, "ranks": n, "size": size, "uneven": uneven}, closed
+        )
+        append(value)
+    return out
 
 
 def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:

@@ -13,9 +13,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import numpy as np
 
+from genie.commands._json_text import indented
 from genie.sim.closed import ClosedForm, closed_for
 from genie.sim.compiled import CompiledWorkload
 from genie.sim.report import SimReport
@@ -43,19 +43,21 @@ def dump_json(doc: Any) -> None:
     """Write ``doc`` as JSON on stdout (NaN/inf as null, unknown objects as strings).
 
     msgspec's encoder (NaN and infinities become null there too) is ~15x faster than json's
-    with an indent, which a report of thousands of collectives notices.
+    with an indent, which a report of thousands of collectives notices; its long lists are
+    formatted a chunk at a time (``genie.commands._json_text``), the same bytes.
     """
-    data = msgspec.json.format(msgspec.json.encode(doc, enc_hook=_plain), indent=1)
+    pieces = indented(doc, enc_hook=_plain)
     out = sys.stdout
     buf = getattr(out, "buffer", None)
     encoding = (getattr(out, "encoding", None) or "").lower().replace("-", "")
     if buf is None or encoding != "utf8" or os.linesep != "\n":
-        out.write(data.decode() + "\n")
+        out.write(b"".join(pieces).decode() + "\n")
         return
     # the bytes a UTF-8 text stream would write, without decoding tens of MB and encoding
     # them again (after what the text layer holds, so the order stays)
     out.flush()
-    buf.write(data)
+    for piece in pieces:
+        buf.write(piece)
     buf.write(b"\n")
     buf.flush()
 

@@ -95,8 +95,12 @@ class SimReport:
     # with stragglers or jitter: the cost against the unperturbed workload, who waited on whom
     stragglers: dict = field(default_factory=dict)
 
-    def to_dict(self) -> dict:
-        """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s)."""
+    def to_dict(self, row_extra: tuple[str, list] | None = None) -> dict:
+        """Plain dict for ``--json`` (units: seconds, bytes, GB/s = 1e9 B/s).
+
+        ``row_extra``: a key and one value per collective row, set on each row's dict (as
+        ``genie.sim.closed.with_closed`` sets the closed forms), in the same pass.
+        """
         # what dataclasses.asdict gives, without its deep copy of every row's scalars (a third
         # of a 4,096-rank simulate's report time went there)
         d: dict = {}
@@ -105,7 +109,7 @@ class SimReport:
             if f.name == "ranks":
                 d[f.name] = _row_dicts(RankBreakdown, value)
             elif f.name == "collectives":
-                d[f.name] = _row_dicts(CollectiveRow, value)
+                d[f.name] = _row_dicts(CollectiveRow, value, row_extra)
             else:
                 d[f.name] = copy.deepcopy(value)
         d["units"] = {"time": "s", "size": "bytes", "bandwidth": "GB/s = 1e9 bytes/s"}
@@ -134,15 +138,24 @@ def _row_dict(cls: type, row: object) -> dict:
     return dict(zip(names, get(row), strict=True))
 
 
-def _row_dicts(cls: type, rows: list) -> list[dict]:
+def _row_dicts(cls: type, rows: list, extra: tuple[str, list] | None = None) -> list[dict]:
     """``_row_dict`` of every row: a copy of the row's ``__dict__`` where that holds exactly
-    the fields in order (as ``__init__`` leaves it), else field by field."""
-    names = _getter(cls)[0]
-    out = []
-    for row in rows:
+    the fields in order (as ``__init__`` leaves it), else field by field; with ``extra``
+    (a key and one value per row) set on each."""
+    names = list(_getter(cls)[0])  # [*d] == names: the cheapest check of the keys' order
+    out: list[dict] = []
+    append = out.append
+    if extra is None:
+        for row in rows:
+            d = getattr(row, "__dict__", None)
+            append(d.copy() if d is not None and [*d] == names else _row_dict(cls, row))
+        return out
+    key, values = extra
+    for row, value in zip(rows, values, strict=True):
         d = getattr(row, "__dict__", None)
-        d = d.copy() if d is not None and tuple(d) == names else _row_dict(cls, row)
-        out.append(d)
+        d = d.copy() if d is not None and [*d] == names else _row_dict(cls, row)
+        d[key] = value
+        append(d)
     return out
 
 
