@@ -12,8 +12,10 @@ import pytest
 pytest.importorskip("matplotlib")
 
 import genie
-from genie.report.data import aggregate_ranks, network_label, sweep_figure
 from genie.report.plots import draw, time_unit
+from genie.report.simulation_figures import network_label
+from genie.report.sweeps import sweep_figure
+from genie.report.timelines import aggregate_ranks
 from genie.workload import save_workload
 from genie.workload.generators import data_parallel, llm
 
@@ -123,7 +125,8 @@ def _write_json(path: Path, doc: dict) -> Path:
 
 
 def test_intra_host_and_inter_host_points_are_separate_curves() -> None:
-    from genie.report.data import _group_key, _label
+    from genie.report.data import _group_key
+    from genie.report.size_figures import _label
 
     inst = {"collective": "all_reduce", "algorithm": "ring", "n_ranks": 2, "program": {}}
     intra = _group_key(inst, ["h0", "h0", "h1"])

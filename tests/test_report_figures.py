@@ -17,9 +17,9 @@ pytest.importorskip("matplotlib", reason="genie report needs matplotlib (extra '
 
 import genie
 from genie.report.checks import figure_problems, report_problems
-from genie.report.data import sweep_figure
 from genie.report.labels import distinct_labels, doc_facts
 from genie.report.plots import draw
+from genie.report.sweeps import sweep_figure
 
 MS = 1e-3
 
