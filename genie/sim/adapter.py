@@ -283,27 +283,36 @@ def load_workload(prefix: str | Path, columns: bool | None = False) -> Any:
     ``COLUMNS_BYTES`` or more (genie simulate on its own model); False (the default, for
     callers that read Node objects): never. Chakra JSON is read as objects.
     """
-    from genie.workload import load_workload as wl_load
+    from genie.workload.loader import load_workload as wl_load
 
+    files = None
     if columns is None:
-        columns = _et_bytes(prefix) >= COLUMNS_BYTES
+        files, size = _et_files(prefix)
+        columns = size >= COLUMNS_BYTES
     if columns:
         from genie.workload.columnar import load_columns
 
         return load_columns(prefix, keep_bytes=False)
-    return wl_load(prefix)
+    return wl_load(prefix, files=files)  # (the files found here: not listed again)
 
 
 def _et_bytes(prefix: str | Path) -> int:
     """Bytes of the rank files of ``prefix``; -1 where some is Chakra JSON (or none is found:
     the loader says why)."""
+    return _et_files(prefix)[1]
+
+
+def _et_files(prefix: str | Path) -> tuple[Any, int]:
+    """The rank files of ``prefix`` (``loader.all_rank_files``, None where it finds none: the
+    loader says why) and ``_et_bytes`` of them."""
     from genie.errors import WorkloadError
     from genie.workload.loader import all_rank_files
 
     try:
-        _p, found, _n = all_rank_files(prefix)
+        files = all_rank_files(prefix)
     except WorkloadError:
-        return -1
+        return None, -1
+    found = files[1]
     if any(not f.name.endswith((".et", ".et.gz")) for f in found.values()):
-        return -1
-    return sum(f.stat().st_size for f in found.values())
+        return files, -1
+    return files, sum(f.stat().st_size for f in found.values())

@@ -283,27 +283,32 @@ def resolve_groups(
     return groups, desc
 
 
+#: a workload's rank files as ``all_rank_files`` finds them: (prefix, rank -> path, rank count)
+RankFiles = tuple[Path, dict[int, Path], int]
+
+
 def load_workload(
     path_prefix_or_dir: str | Path,
     *,
     validate: bool = True,
     comm_groups: str | Path | None = None,
+    files: RankFiles | None = None,
 ) -> Workload:
     """Load and validate rank files (a prefix, a directory or one rank file).
 
     ``comm_groups`` names an ASTRA-sim comm-group JSON file that overrides every other source
-    of process-group membership (see the module docstring).
+    of process-group membership (see the module docstring). ``files``: what
+    ``all_rank_files(path_prefix_or_dir)`` gave a caller that looked already (the directory is
+    not listed again).
     """
     # the cyclic collector would walk every node of every rank read so far, once per rank
     # (nodes make no cycles): pause it for the whole load
     with gc_paused():
-        return _load_workload(path_prefix_or_dir, validate, comm_groups)
+        return _load_workload(files or all_rank_files(path_prefix_or_dir), validate, comm_groups)
 
 
-def _load_workload(
-    path_prefix_or_dir: str | Path, validate: bool, comm_groups: str | Path | None
-) -> Workload:
-    prefix, found, n = all_rank_files(path_prefix_or_dir)
+def _load_workload(files: RankFiles, validate: bool, comm_groups: str | Path | None) -> Workload:
+    prefix, found, n = files
     ranks: list[RankGraph] = []
     problems: list[str] = []
     memo: dict = {}
