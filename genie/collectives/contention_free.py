@@ -316,7 +316,7 @@ def _evaluate(
             s = c[0]
             p = q.prev[i]
             if p >= 0:
-                if not bool(np.all(ready > ready_of.pop(p))):
+                if not (ready > ready_of.pop(p)).all():
                     return None
                 start = np.maximum(ready, read(p))
             else:
@@ -328,7 +328,9 @@ def _evaluate(
         elif op == Op.RECV:
             j = q.match[i]
             # receiver r's message comes from rank r + peer: the sender-indexed vector rolled
-            f = np.maximum(ready, np.roll(arrive.pop(j), -(st.peer % n)))
+            # (as np.roll(a, -k), without its per-call axis handling)
+            a, k = arrive.pop(j), st.peer % n
+            f = np.maximum(ready, np.concatenate((a[k:], a[:k])) if k else a)
         elif cb and st.nbytes:
             f = ready + st.nbytes / cb
         else:
