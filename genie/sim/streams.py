@@ -83,7 +83,10 @@ def _ordered_all(cw: CompiledWorkload, k: int) -> list[CompiledRank]:
     c_rank = rank_of[coll]
     n_coll = np.bincount(c_rank, minlength=n_r)
     # deps as one CSR (rank after rank), to tell the ranks whose deps all point backwards
-    dep_len = np.concatenate([np.diff(cr.dep_ptr) for cr in ranks])
+    # each rank's dep counts: one diff over every rank's pointers side by side, less the
+    # n_r - 1 differences across a rank boundary (a rank's pointers start at offsets[r] + r)
+    ptrs = np.concatenate([cr.dep_ptr for cr in ranks])
+    dep_len = np.delete(np.diff(ptrs), offsets[1:-1] + np.arange(n_r - 1, dtype=np.int64))
     dep_idx = np.concatenate([cr.dep_idx for cr in ranks])
     owner = np.repeat(np.arange(len(kind), dtype=np.int64), dep_len)
     forward = dep_idx >= owner - offsets[rank_of[owner]]
@@ -122,10 +125,13 @@ def _ordered_all(cw: CompiledWorkload, k: int) -> list[CompiledRank]:
     idx[ptr[node] + dep_len[node]] = before - offsets[c_rank[later]]
     changed = np.zeros(n_r, bool)
     changed[c_rank[later]] = True
-    bounds = offsets.tolist()
+    # every rank's new pointers rebased to 0, side by side (rank r's n + 1 at offsets[r] + r)
+    at = np.arange(len(kind) + n_r, dtype=np.int64) - np.repeat(np.arange(n_r), counts + 1)
+    local = ptr[at] - np.repeat(ptr[offsets[:-1]], counts + 1)
+    bounds, starts = offsets.tolist(), ptr[offsets].tolist()
     for r in np.flatnonzero(changed).tolist():
         a, b = bounds[r], bounds[r + 1]
-        out[r] = with_deps(ranks[r], ptr[a : b + 1] - ptr[a], idx[ptr[a] : ptr[b]])
+        out[r] = with_deps(ranks[r], local[a + r : b + r + 1], idx[starts[r] : starts[r + 1]])
     return out
 
 
