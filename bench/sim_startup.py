@@ -69,6 +69,7 @@ HEAVY = (
     "genie.workload.feeder_json",
     "genie.sim.astra_config",
     "genie.sim.astra_model",
+    "genie.sim.astra_events",
     "genie.sim.measured",
     "genie.testbed",
     "genie.store",
@@ -111,7 +112,8 @@ def find_and_load(name, import_):
         cpu["imports"] += spent
         if stack: stack[-1] += spent
 B._find_and_load = find_and_load
-from genie.cli import main
+from genie.cli import main, one_blas_thread
+one_blas_thread()  # as the genie program does
 import genie.commands.simulate as S
 import genie.api.simulation as A
 import genie.sim.api as R

@@ -2,6 +2,6 @@
 
 import sys
 
-from genie.cli import main
+from genie.cli import program
 
-sys.exit(main())
+sys.exit(program())

@@ -140,20 +140,27 @@ def configure_logging(verbose: int, quiet: bool) -> None:
 
 # numpy's BLAS starts a thread per core when numpy is imported (~0.07 s CPU on 2 cores, a
 # quarter of a 64-rank simulate); genie's linear algebra is a few small least-squares fits, so
-# the command line asks for one thread unless the user chose a number
+# the command (not the library) asks for one thread unless the user set a count for any BLAS
+# (OpenBLAS reads its own variable first, then GOTO's and OpenMP's; MKL its own, then OpenMP's)
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+BLAS_CHOICES = (*BLAS_THREADS, "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
-def _one_blas_thread() -> None:
+def one_blas_thread() -> None:
     """Ask numpy's BLAS for one thread where the user set no count (before numpy loads)."""
-    if "numpy" not in sys.modules:
+    if "numpy" not in sys.modules and not any(os.environ.get(v) for v in BLAS_CHOICES):
         for name in BLAS_THREADS:
-            os.environ.setdefault(name, "1")
+            os.environ[name] = "1"
+
+
+def program() -> int:
+    """The ``genie`` program (console script, ``python -m genie``): ``main`` on one BLAS thread."""
+    one_blas_thread()
+    return main()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the genie CLI and return its exit code."""
-    _one_blas_thread()
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_of(argv)
     parser = build_parser(command)

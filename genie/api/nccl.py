@@ -37,7 +37,7 @@ class NcclSpec(Spec, frozen=True, kw_only=True):
 
 @dataclass
 class NcclTable:
-    """Per size: NCCL's choice and every candidate (in the order NCCL's tuner ranks them)."""
+    """Per size: NCCL's choice and every candidate (in the order the choice ranks them)."""
 
     system: N.System
     choices: list[N.Prediction]

@@ -22,9 +22,9 @@ unless the caller forces algorithms or protocols as ``NCCL_ALGO`` / ``NCCL_PROTO
   network steps are those of its slowest chain of steps, which wraps round the ring
   (``ring_steps``: 2N for an all-reduce, not the tuner's 2(N-1)); ring steps inside a node cost
   at least the CPU's network post overhead when the ring leaves the node (x3 for Simple).
-  NCCL's tuner counts one pass of a ring's steps; a Simple ring that needs more passes (its
-  buffer is more than channels x ranks chunks) pays each later pass's steps at the intra-node
-  latency.
+  NCCL's tuner counts one pass of a ring's steps; a Simple ring pays more flag waits at the
+  intra-node latency: on one node one per slice of every pass (2 slices a chunk), across nodes
+  one per step of each pass after the first (``_ring_pass_cost``).
 * Bandwidth: the link the algorithm drives (a GPU's bus inside a node; across nodes the
   narrower of that and the node's NICs, or its GPUs' PCIe links to them), times the protocol's
   wire efficiency, capped by NCCL's published per-protocol limits (LL's maximum, LL128's and
@@ -43,8 +43,11 @@ NCCL) and the ring's multi-node "plateau" factor. Left
 out: the ring LL128's 0.92 (NCCL's own note calls it 120/128, the wire efficiency used here),
 PAT's 0.75; CollNet. NVLS's
 efficiency per generation (0.85 Hopper, 0.74 Blackwell) is kept: it is what the switch's
-reduction delivers, not a tuning knob. The choice is the model's fastest pair, not the pair
-NCCL's tuner ranks first (``docs/validation.md`` says what ranking by the tuner changed).
+reduction delivers, not a tuning knob. The choice is the pair with the lowest time as NCCL's
+tuner sees it: the model's time less a Simple ring's flag waits beyond one pass, which NCCL's
+tuner does not price (``_tuner_rank``); the reported time keeps them, so a chosen Simple ring
+can be slower than a candidate NCCL ranks below it. The rest of the ranking is the model's own
+(its fill, the ring's 2N wrap-round steps, its rates), not NCCL's tuner table.
 Sizes are bytes as nccl-tests counts them (S: the whole buffer; all-gather's output,
 all-to-all's per-rank buffer); times seconds; rates bytes/s.
 """
@@ -835,8 +838,8 @@ def candidates(
     protocols: str | None = None,
 ) -> list[Prediction]:
     """Every (algorithm, protocol) NCCL would consider, allowed by the NCCL_ALGO/PROTO-style
-    strings, priced, in the order NCCL's choice takes them (fastest first, a Simple ring's
-    later flag waits not counted: ``_tuner_rank``)."""
+    strings, priced, in the order the choice takes them (lowest time first, a Simple ring's
+    flag waits beyond one pass not counted, as NCCL's tuner counts none: ``_tuner_rank``)."""
     coll = canonical(collective)
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise CollectiveError(f"size must be a whole number of bytes >= 0, got {size!r}")
@@ -902,7 +905,8 @@ def choose(
     algorithms: str | None = None,
     protocols: str | None = None,
 ) -> Prediction:
-    """NCCL's choice: the fastest allowed (algorithm, protocol) for ``collective`` of ``size``."""
+    """NCCL's choice: the allowed (algorithm, protocol) for ``collective`` of ``size`` ranked first
+    (lowest time less the flag waits NCCL's tuner does not price: ``candidates``)."""
     return candidates(collective, size, system, algorithms, protocols)[0]
 
 

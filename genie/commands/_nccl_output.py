@@ -44,8 +44,8 @@ def print_choices(con: Console, choices: Sequence[dict[str, object]], rows: int 
 
 
 def _next(ch: dict[str, object]) -> str:
-    """``ring/LL128 +12%``: NCCL's next choice and its time against the chosen one's (a Simple
-    ring's flag waits, which NCCL's tuner does not price, can make it the faster)."""
+    """``ring/LL128 +12%``: the candidate ranked next and its time against the chosen one's (a
+    Simple ring's flag waits, which NCCL's tuner does not price, can make it the faster)."""
     if ch.get("runner_up") is None:
         return "-"
     t, r = float(str(ch["time_s"])), float(str(ch["runner_up_time_s"]))

@@ -1,9 +1,10 @@
 """``genie nccl``: one collective over sizes, priced as NCCL would run it on a GPU cluster.
 
 Prints per size the algorithm (ring, tree; p2p for all-to-all and send/recv) and protocol (LL,
-LL128, Simple) NCCL's rule picks (the lowest predicted time), its latency, time, algbw and
-busbw (GB/s = 10^9 B/s, nccl-tests' definitions); ``--all`` every candidate weighed. Sizes are
-nccl-tests' (the whole buffer). The model: genie.collectives.nccl_model, docs/nccl-model.md.
+LL128, Simple) NCCL's rule picks (the lowest time as its tuner predicts it), its latency, time,
+algbw and busbw (GB/s = 10^9 B/s, nccl-tests' definitions); ``--all`` every candidate weighed.
+Sizes are nccl-tests' (the whole buffer). The model: genie.collectives.nccl_model,
+docs/nccl-model.md.
 """
 
 from __future__ import annotations
