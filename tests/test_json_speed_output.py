@@ -177,3 +177,51 @@ def test_row_values_must_match_the_rows():
     rows = [_row("all_reduce", 8, 1 << 20)] * 3
     with pytest.raises(ValueError):
         _row_dicts(CollectiveRow, rows, ("closed_form_s", [None, None]))
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([3, -1, 3, 7, 0, -1, 7, 7], np.int64),
+        np.array([5], np.int64),
+        np.array([], np.int64),
+        np.array([0, 10**9, 5, 0], np.int64),  # a wide range: np.unique itself
+        np.random.default_rng(1).integers(-5, 40, 2000),
+    ],
+)
+def test_unique_by_counting_is_numpys(values):
+    from genie.sim.report import _unique_small
+
+    found, inverse = _unique_small(values)
+    want, want_inverse = np.unique(values, return_inverse=True)
+    assert found.dtype == want.dtype and found.tolist() == want.tolist()
+    assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("kind", ["llm", "moe"])
+@pytest.mark.parametrize("symmetry", [True, False])
+def test_exposure_reads_the_keys_of_the_replayed_instances_alike(kind, symmetry, monkeypatch):
+    from genie.collectives import topology as T
+    from genie.sim import report
+    from genie.sim.adapter import compile_workload
+    from genie.sim.api import replay
+    from genie.sim.attribution import instance_keys
+    from genie.sim.network import AnalyticalBackend
+    from genie.sim.program_pricer import ProgramPricer
+    from genie.sim.streams import order_collectives
+
+    wl = llm(16, tp=2, pp=2, layers=2, micro_batches=2) if kind == "llm" else moe(8, layers=2)
+    cw = order_collectives(compile_workload(wl), 1)
+    n = cw.n_ranks
+    be = AnalyticalBackend(ProgramPricer(T.switch(n, 50 * 2**30, 500e-9), list(range(n)), n))
+    _, raw = replay(cw, be, symmetry=symmetry)
+    cut = report._replayed_instance_keys(cw, raw)
+    full = instance_keys(cw)
+    assert cut and all(full[i] == k for i, k in cut.items())
+    if symmetry and kind == "llm":
+        assert len(raw.sim_ranks) < n and len(cut) < len(full)  # the cut is taken
+    got = report._exposure(cw, raw)
+    monkeypatch.setattr(report, "_replayed_instance_keys", lambda cw, raw: instance_keys(cw))
+    want = report._exposure(cw, raw)
+    assert got == want and [list(d) for d in got] == [list(d) for d in want]
+    assert sum(got[0].values()) > 0

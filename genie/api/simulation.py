@@ -76,15 +76,19 @@ class Simulation:
 
     def to_dict(self) -> JsonDoc:
         """The document ``genie simulate --json`` prints (seconds, bytes, GB/s = 10^9 B/s)."""
+        # a dict per collective instance (the cyclic collector would walk them meanwhile:
+        # they make no cycles)
+        with gc_paused():
+            reports = [
+                # as with_closed(r.to_dict(), closed), each row's dict made once
+                r.to_dict(("closed_form_s", closed_forms(r.collectives, self.closed)))
+                for r in self.reports
+            ]
         out: JsonDoc = {
             "workload": self.workload.name,
             "network": self.network,
             "trace": self.facts,
-            # as with_closed(r.to_dict(), closed), each row's dict made once
-            "reports": [
-                r.to_dict(("closed_form_s", closed_forms(r.collectives, self.closed)))
-                for r in self.reports
-            ],
+            "reports": reports,
         }
         if self.jobs is not None:
             out["jobs"] = self.jobs

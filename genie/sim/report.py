@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -228,6 +230,21 @@ def build_report(
     )
 
 
+def _unique_small(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` of integers in a narrow range, by counting
+    (no sort): the distinct values in order and each value's index among them."""
+    if not len(values):
+        found, inverse = np.unique(values, return_inverse=True)
+        return found, inverse.reshape(-1)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > 4 * len(values) + 1024:  # a wide range: counting would cost more
+        found, inverse = np.unique(values, return_inverse=True)
+        return found, inverse.reshape(-1)
+    present = np.bincount(values - lo) > 0
+    rank = np.cumsum(present) - 1
+    return (np.flatnonzero(present) + lo).astype(values.dtype), rank[values - lo]
+
+
 def collective_rows(
     cw: CompiledWorkload, raw: RawResult, standalone: dict[int, float] | None, symmetric: bool
 ) -> list[CollectiveRow]:
@@ -242,8 +259,7 @@ def collective_rows(
     sizes = np.array([len(x) for x in cw.group_ranks] + [2], np.int64)  # group -1: two ends
     n = sizes[np.where(g >= 0, g, len(cw.group_ranks))]
     size = ins.size[iids].astype(np.int64)
-    kinds, kind_of = np.unique(ctype, return_inverse=True)
-    kind_of = kind_of.reshape(-1)
+    kinds, kind_of = _unique_small(ctype)
     kind_names = [chakra_name(int(c)) for c in kinds.tolist()]
     gather = np.isin(kind_of, [k for k, nm in enumerate(kind_names) if nm == "all_gather"])
     total = np.where(gather, size * n, size)
@@ -253,7 +269,7 @@ def collective_rows(
     pos = t > 0
     algbw[pos] = total[pos].astype(np.float64) / t[pos] / 1e9
     span = int(n.max()) + 1
-    pairs, pair_of = np.unique(kind_of * span + n, return_inverse=True)  # (kind, n) pairs
+    pairs, pair_of = _unique_small(kind_of * span + n)  # (kind, n) pairs
     bf = np.array(
         [
             bus_factor(kind_names[k], m) if int(kinds[k]) != P2P else 1.0
@@ -266,9 +282,13 @@ def collective_rows(
     names = np.array(kind_names, dtype=object)[kind_of].tolist()
     gnames = np.array([*cw.group_names, ""], dtype=object)
     group = gnames[np.where(g >= 0, g, len(cw.group_names))].tolist()
-    for k in np.flatnonzero(g < 0).tolist():
-        i = iid_l[k]
-        group[k] = f"p2p {ins.src[i]}->{ins.dst[i]}"
+    p2p = np.flatnonzero(g < 0)
+    ends: dict[tuple[int, int], str] = {}  # a pair's name made once: pairs repeat
+    for k, s, d in zip(
+        p2p.tolist(), ins.src[iids[p2p]].tolist(), ins.dst[iids[p2p]].tolist(), strict=True
+    ):
+        name = ends.get((s, d))
+        group[k] = name if name is not None else ends.setdefault((s, d), f"p2p {s}->{d}")
     none = [None] * len(iid_l)
     alone = none if standalone is None else list(map(standalone.get, iid_l))
     last = [-1] * len(iid_l) if symmetric else raw.inst_last_rank[iids].astype(np.int64).tolist()
@@ -339,13 +359,36 @@ def collective_rows_reference(
     return rows
 
 
+def _replayed_instance_keys(cw: CompiledWorkload, raw: RawResult) -> dict[int, tuple[str, str]]:
+    """``genie.sim.attribution.instance_keys(cw)`` for the instances the replayed ranks take
+    part in (all that ``rank_exposure`` reads): a symmetric replay of thousands of ranks has a
+    few, of the hundreds of thousands ``instance_keys`` would name. It is asked of the same
+    instance table cut to those instances (its comm types and groups, what it reads)."""
+    from genie.sim.attribution import instance_keys
+
+    iids = [cw.ranks[r].instance for r in raw.sim_ranks]
+    need = np.unique(np.concatenate(iids)) if iids else np.zeros(0, np.int64)
+    need = need[need >= 0]
+    ins = cw.instances
+    if len(need) == len(ins):
+        return instance_keys(cw)
+    cut = SimpleNamespace(
+        instances=SimpleNamespace(comm_type=ins.comm_type[need], group=ins.group[need]),
+        group_names=cw.group_names,
+        group_ranks=cw.group_ranks,
+        n_ranks=cw.n_ranks,
+    )
+    keys = instance_keys(cast(CompiledWorkload, cut))
+    return dict(zip(need.tolist(), keys.values(), strict=True))
+
+
 def _exposure(cw: CompiledWorkload, raw: RawResult) -> tuple[dict, dict]:
     """Exposed communication per dimension and per collective, as per-rank means (s)."""
-    from genie.sim.attribution import instance_keys, rank_exposure
+    from genie.sim.attribution import rank_exposure
 
     if not raw.sim_ranks:
         return {}, {}
-    keys = instance_keys(cw)
+    keys = _replayed_instance_keys(cw, raw)
     dim: dict[str, float] = {}
     coll: dict[str, float] = {}
     # replayed ranks stand for the identical others (an orbit replay: each for its orbit)
