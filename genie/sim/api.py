@@ -20,6 +20,7 @@ def replay(
 
 
 def makespan(cw: CompiledWorkload, backend: NetworkBackend, symmetry: bool = True) -> float:
-    """The iteration time ``replay`` would report (its makespan), without building the report."""
+    """The iteration time ``replay`` would report (its makespan), without building the report
+    (nor the copies' standalone times an orbit replay fills in for it)."""
     reps = representatives(cw) if symmetry and not backend.per_member else None
-    return simulate(cw, backend, ranks=reps).makespan
+    return simulate(cw, backend, ranks=reps, copy_standalone=False).makespan

@@ -105,11 +105,15 @@ def simulate(
     backend: NetworkBackend,
     ranks: list[int] | None = None,
     merge_chains: bool = True,
+    *,
+    copy_standalone: bool = True,
 ) -> RawResult:
     """Replay ``cw`` (or only ``ranks`` of it) over ``backend``; see the module docstring.
 
     ``merge_chains`` replays runs of compute nodes as one node where that is exact
-    (``genie.sim.chains``); the times of every node are the same either way.
+    (``genie.sim.chains``); the times of every node are the same either way. An orbit replay
+    gives every copy its replayed instance's standalone time (``backend.standalone``, which
+    the reports read) unless ``copy_standalone`` is off (``api.makespan`` reads no report).
     """
     t0 = time.perf_counter()
     orbit: RankOrbits | None = None
@@ -444,14 +448,8 @@ def simulate(
         moved = inst_rank[rep]
         inst_rank = np.where(moved >= 0, orbit.rank_power(moved, orbit.inst_power), -1)
         alone = backend.standalone
-        if isinstance(alone, dict):  # each copy's the replayed one's, in ascending copy order
-            copies = np.flatnonzero(rep != np.arange(len(rep)))
-            iids, reps = copies.tolist(), rep[copies].tolist()
-            # a copy's replayed instance is its own representative (orbits: W3), never a copy:
-            # what the copies read is not what they write
-            known = list(map(alone.__contains__, reps))
-            to = list(compress(iids, known))
-            alone.update(zip(to, map(alone.__getitem__, compress(reps, known)), strict=True))
+        if copy_standalone and isinstance(alone, dict):  # each copy's the replayed one's
+            _copy_standalone(alone, rep)
     return RawResult(
         sim_ranks=sim_ranks,
         offsets=offsets,
@@ -470,6 +468,35 @@ def simulate(
         notes=list(backend.notes),
         rank_rep=None if orbit is None else orbit.rank_rep,
     )
+
+
+def _copy_standalone(alone: dict[int, float], rep: np.ndarray) -> None:
+    """Give every copy ``i`` (``rep[i] != i``) whose replayed instance ``rep[i]`` has a
+    standalone time that time (the same object), in ascending copy order; as arrays over the
+    instances. A copy's replayed instance is its own representative (orbits: W3), never a
+    copy: what the copies read is not what they write."""
+    n = len(rep)
+    held = np.fromiter(alone.keys(), np.int64, len(alone))
+    if len(held) and (int(held.min()) < 0 or int(held.max()) >= n):  # not instance ids
+        _copy_standalone_reference(alone, rep)
+        return
+    has = np.zeros(n, bool)
+    has[held] = True
+    value = np.empty(n, object)
+    value[held] = np.fromiter(alone.values(), object, len(alone))
+    copies = np.flatnonzero(rep != np.arange(n))
+    src = rep[copies]
+    keep = has[src]
+    alone.update(zip(copies[keep].tolist(), value[src[keep]].tolist(), strict=True))
+
+
+def _copy_standalone_reference(alone: dict[int, float], rep: np.ndarray) -> None:
+    """``_copy_standalone`` one copy at a time: the reference it is tested against."""
+    copies = np.flatnonzero(rep != np.arange(len(rep)))
+    iids, reps = copies.tolist(), rep[copies].tolist()
+    known = list(map(alone.__contains__, reps))
+    to = list(compress(iids, known))
+    alone.update(zip(to, map(alone.__getitem__, compress(reps, known)), strict=True))
 
 
 def _listed(_code: str, a: np.ndarray) -> list:
