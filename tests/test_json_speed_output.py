@@ -225,3 +225,15 @@ def test_exposure_reads_the_keys_of_the_replayed_instances_alike(kind, symmetry,
     want = report._exposure(cw, raw)
     assert got == want and [list(d) for d in got] == [list(d) for d in want]
     assert sum(got[0].values()) > 0
+
+
+def test_a_frame_unlike_the_probe_formats_the_whole_or_stops(monkeypatch):
+    from genie.commands import _json_text
+
+    doc = {"rows": ROWS, "x": 1}
+    monkeypatch.setattr(_json_text, "_framed", lambda depth: False)
+    assert list(indented(doc, long=2)) == [_whole(doc)]  # told before the first piece
+    monkeypatch.setattr(_json_text, "_framed", lambda depth: True)
+    monkeypatch.setattr(_json_text, "_frame", lambda depth: (b"[[", b"]]"))
+    with pytest.raises(_json_text.JsonTextError):
+        list(indented(doc, long=2))

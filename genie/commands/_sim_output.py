@@ -44,7 +44,8 @@ def dump_json(doc: Any) -> None:
 
     msgspec's encoder (NaN and infinities become null there too) is ~15x faster than json's
     with an indent, which a report of thousands of collectives notices; its long lists are
-    formatted a chunk at a time (``genie.commands._json_text``), the same bytes.
+    formatted and written a chunk at a time (``genie.commands._json_text``): the same bytes,
+    without the whole text in memory.
     """
     pieces = indented(doc, enc_hook=_plain)
     out = sys.stdout
