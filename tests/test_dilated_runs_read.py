@@ -11,7 +11,7 @@ from test_runs_cli import _inst, _run
 
 from genie.calibration.dilation import reported_s, run_dilation
 from genie.collectives.program import ProgramSpec
-from genie.report import data
+from genie.report import data, size_figures
 from genie.store import RunStore
 
 TESTBED = (
@@ -58,9 +58,9 @@ def test_report_reads_a_dilated_run_as_the_cli_printed_it(tmp_path):
         # the model of a dilated run is the lab's / K, as bench and emulate price it
         assert ra["modeled_s"] and rb["modeled_s"] == pytest.approx(ra["modeled_s"] / 4)
     assert gb["model"][0]["time_s"] == pytest.approx(ga["model"][0]["time_s"] / 4)
-    titles = [f["title"] for f in data.bench_figures([gb])]
+    titles = [f["title"] for f in size_figures.bench_figures([gb])]
     assert titles and all("dilated x4 (times / 4)" in t for t in titles)
-    assert not any("dilated" in f["title"] for f in data.bench_figures([ga]))
+    assert not any("dilated" in f["title"] for f in size_figures.bench_figures([ga]))
 
 
 def test_runs_show_reads_a_dilated_run_as_the_cli_printed_it(tmp_path, capsys):
@@ -82,7 +82,7 @@ def test_a_flat_bus_bandwidth_curve_has_headroom_above_it(tmp_path):
     rid = _store(path, 4.0)
     with RunStore(path) as st:
         groups = data.bench_groups(st, rid)
-    (fig,) = [f for f in data.bench_figures(groups) if f["id"].startswith("busbw")]
+    (fig,) = [f for f in size_figures.bench_figures(groups) if f["id"].startswith("busbw")]
     draw(fig, tmp_path / "busbw.png")
     top = max(v for s in fig["series"] for v in s["y"])  # bytes/s, as the axes record says
     (ax,) = fig["axes"]

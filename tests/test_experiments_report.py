@@ -125,12 +125,12 @@ def _write_json(path: Path, doc: dict) -> Path:
 
 
 def test_intra_host_and_inter_host_points_are_separate_curves() -> None:
-    from genie.report.data import _group_key
+    from genie.report.data import group_key
     from genie.report.size_figures import _label
 
     inst = {"collective": "all_reduce", "algorithm": "ring", "n_ranks": 2, "program": {}}
-    intra = _group_key(inst, ["h0", "h0", "h1"])
-    inter = _group_key({**inst, "program": {"ranks": [1, 2]}}, ["h0", "h0", "h1"])
+    intra = group_key(inst, ["h0", "h0", "h1"])
+    inter = group_key({**inst, "program": {"ranks": [1, 2]}}, ["h0", "h0", "h1"])
     assert intra[-1] == "intra-host" and inter[-1] == "inter-host" and intra != inter
     g = {"run_id": "r1", "algorithm": "ring", "n_ranks": 2, "span": "intra-host"}
     assert "intra-host" in _label(g, False, {"intra-host", "inter-host"})

@@ -228,8 +228,8 @@ class SweepResult:
                 d = r.to_dict()
                 w.writerow([*(r.point[k] for k in self.keys), *(d.get(c, "") for c in CSV_COLUMNS)])
         try:
-            from genie.report.data import sweep_figure
             from genie.report.plots import draw
+            from genie.report.sweeps import sweep_figure
 
             fig = sweep_figure(rows, self.keys, self.title, self.model)
             files += draw(fig, where / "sweep.png", all_formats=True)

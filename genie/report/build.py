@@ -11,7 +11,8 @@ from typing import Any
 
 from genie import progress
 from genie.errors import UsageError
-from genie.report import data, labels
+from genie.report import data, labels, size_figures, timelines
+from genie.report import simulation_figures as simfigs
 from genie.report.checks import report_problems
 from genie.report.counters import group_counters, group_lines, sources_line, table_rows
 from genie.report.faults import fault_figure
@@ -61,12 +62,12 @@ def _subject(groups: list[dict[str, Any]], docs: list[tuple[str, Any]]) -> str:
     """What the report is about, by name: testbeds and workloads, not run ids."""
     names: list[str] = []
     for g in groups:
-        t = data._testbeds([g])
+        t = size_figures.testbeds_label([g])
         if t not in names:
             names.append(t)
     for _, doc in docs:
         if isinstance(doc, dict) and doc.get("reports"):
-            lab = data.config_label(doc)
+            lab = simfigs.config_label(doc)
             if lab not in names:
                 names.append(lab)
     return "; ".join(names) or "traces"
@@ -113,19 +114,19 @@ def build_report(
                 fig = fault_figure(store, run, len(fault_figs))
                 if fig is not None:
                     fault_figs.append(fig)
-    data.distinct_run_labels(groups)
-    figures = data.bench_figures(groups) + fault_figs + data.error_figures(groups)
+    size_figures.distinct_run_labels(groups)
+    figures = size_figures.bench_figures(groups) + fault_figs + size_figures.error_figures(groups)
     sim_errors = []
     docs = [(str(s), _read_json(s)) for s in sims]
     if len(docs) > 1:  # several configurations: one figure side by side, not one per file
-        figures.append(data.compare_sims(docs))
-        where = data.compare_where(docs)
+        figures.append(simfigs.compare_sims(docs))
+        where = simfigs.compare_where(docs)
         if where:
             figures.append(where)
     names = _doc_labels(docs)
     said: dict[str, list[str]] = {}  # note -> the files (backends) that said it, in order
     for i, (s, doc) in enumerate(docs):
-        figures.extend(data.sim_figures(doc, str(s), i, bars=len(docs) == 1, label=names[i]))
+        figures.extend(simfigs.sim_figures(doc, str(s), i, bars=len(docs) == 1, label=names[i]))
         if isinstance(doc.get("model_error"), list) and doc["model_error"]:
             sim_errors.append((str(s), doc["model_error"]))
         if doc.get("network"):
@@ -135,7 +136,7 @@ def build_report(
                 said.setdefault(n, []).append(f"{s} ({r['backend']})")
     notes = [_said_by(n, who, len(docs)) for n, who in said.items()]
     for i, t in enumerate(traces):
-        figures.append(data.trace_timeline(_read_json(t), str(t), i))
+        figures.append(timelines.trace_timeline(_read_json(t), str(t), i))
     if not figures:
         raise UsageError(f"run {resolved[0]} has no measured instances to plot")
     outdir = Path(out)
@@ -149,7 +150,7 @@ def build_report(
             bar.describe(f"drew {f['id']}")
     title = "genie report: " + _subject(groups, docs)
     html = outdir / HTML_NAME
-    what = data.run_kind([d for _, d in docs]) if docs else "simulated"  # traces: simulate's
+    what = simfigs.run_kind([d for _, d in docs]) if docs else "simulated"  # traces: simulate's
     page = render_html(title, facts, groups, figures, files, notes, sim_errors, what)
     html.write_text(page)
     rep = Report(outdir, html, outdir / JSON_NAME, resolved, figures, files, groups)
@@ -162,7 +163,7 @@ def build_report(
 
 def _doc_labels(docs: Sequence[tuple[str, Any]]) -> list[str]:
     """Each document's configuration in full, told apart by file where two are the same."""
-    full = [data.config_label(d) for _, d in docs]
+    full = [simfigs.config_label(d) for _, d in docs]
     if len(set(full)) == len(full):
         return full
     facts = [labels.doc_facts(d) for _, d in docs]

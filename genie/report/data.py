@@ -9,8 +9,7 @@ the same numbers. Units: sizes in bytes, times in seconds, bandwidths in bytes/s
 This module gathers a measured run's data from the store: its instances grouped into curves with
 their statistics and the cost model per size (``bench_groups``), the run's facts and its label.
 The figures are made next to it: ``size_figures`` (bench curves and model error over message
-size), ``simulation_figures`` (simulate/emulate documents), ``timelines`` and ``sweeps``; the
-names ``genie.report.build`` and ``genie.api.sweep`` read from here are imported below.
+size), ``simulation_figures`` (simulate/emulate documents), ``timelines`` and ``sweeps``.
 """
 
 from __future__ import annotations
@@ -23,17 +22,6 @@ import numpy as np
 
 from genie.calibration.runs import program_hosts, run_calibration, run_topology, stored_program
 from genie.errors import GenieError
-from genie.report.simulation_figures import compare_sims as compare_sims
-from genie.report.simulation_figures import compare_where as compare_where
-from genie.report.simulation_figures import config_label as config_label
-from genie.report.simulation_figures import run_kind as run_kind
-from genie.report.simulation_figures import sim_figures as sim_figures
-from genie.report.size_figures import _testbeds as _testbeds
-from genie.report.size_figures import bench_figures as bench_figures
-from genie.report.size_figures import distinct_run_labels as distinct_run_labels
-from genie.report.size_figures import error_figures as error_figures
-from genie.report.sweeps import sweep_figure as sweep_figure
-from genie.report.timelines import trace_timeline as trace_timeline
 from genie.store import RunInfo, RunStore
 
 MODEL_POINTS_PER_OCTAVE = 2  # analytical curve: sizes between the measured ones, per doubling
@@ -43,7 +31,7 @@ def _pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q))
 
 
-def _group_key(inst: dict[str, Any], placement: Sequence[str] = ()) -> tuple[str, str, int, str]:
+def group_key(inst: dict[str, Any], placement: Sequence[str] = ()) -> tuple[str, str, int, str]:
     """(collective, algorithm, ranks, intra-host or inter-host): points of one curve."""
     return (inst["collective"], inst["algorithm"], int(inst["n_ranks"]), _span(inst, placement))
 
@@ -111,7 +99,7 @@ def bench_groups(store: RunStore, run_id: str) -> list[dict[str, Any]]:
     cal_topo = calibrate_topology(topo, cal) if cal and topo is not None else None
     groups: dict[tuple[str, str, int, str], dict[int, list[dict]]] = {}
     for x in insts:
-        groups.setdefault(_group_key(x, placement), {}).setdefault(int(x["size"]), []).append(x)
+        groups.setdefault(group_key(x, placement), {}).setdefault(int(x["size"]), []).append(x)
     out = []
     for (coll, algo, n, span), by_size in sorted(groups.items()):
         sizes = sorted(by_size)

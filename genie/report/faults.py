@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from genie.faults.effect import fault_windows
-from genie.report.data import _group_key, run_label
+from genie.report.data import group_key, run_label
 from genie.store import RunInfo, RunStore
 from genie.units import format_bytes, format_seconds
 
@@ -54,7 +54,7 @@ def _bench_series(insts: list[dict[str, Any]], origin: int, placement: list[str]
     for x in insts:
         if x.get("start_ns") is None:
             continue
-        key = (*_group_key(x, placement), int(x["size"]), bool(x["warmup"]))
+        key = (*group_key(x, placement), int(x["size"]), bool(x["warmup"]))
         s = keys.setdefault(key, {"key": key, "x": [], "y": []})
         s["x"].append((x["start_ns"] - origin) / 1e9)
         s["y"].append(float(x["time_s"]))

@@ -79,7 +79,7 @@ def bench_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                             "y": [m[key] for m in g["model"]],
                         }
                     )
-            on = _testbeds(gs) + _dilated(gs)
+            on = testbeds_label(gs) + _dilated(gs)
             if metric == "busbw":
                 y = {"label": "bus bandwidth", "unit": "bytes/s", "scale": "linear"}
                 title = f"{coll} on {on}: bus bandwidth vs message size"
@@ -106,7 +106,7 @@ def _dilated(gs: Sequence[dict[str, Any]]) -> str:
     return f", dilated x{k:g} (times / {k:g})" if k != 1 else ""
 
 
-def _testbeds(gs: Sequence[dict[str, Any]]) -> str:
+def testbeds_label(gs: Sequence[dict[str, Any]]) -> str:
     """The testbeds of some groups, by name."""
     names: list[str] = []
     for g in gs:
@@ -145,7 +145,7 @@ def error_figures(groups: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 {
                     "id": f"error_{coll}",
                     "kind": "model_error",
-                    "title": f"{coll} on {_testbeds(gs)}: model error vs message size, "
+                    "title": f"{coll} on {testbeds_label(gs)}: model error vs message size, "
                     "(model - measured) / measured",
                     "x": {"label": "message size (whole buffer)", "unit": "bytes", "scale": "log2"},
                     "y": {"label": "model error", "unit": "%", "scale": "linear"},

@@ -15,7 +15,7 @@ from genie.workload.pytorch_trace import HostOp, HostTrace, KinetoTrace
 _BACKEND_MARK = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|hccl):[a-z_]+$")
 
 
-class _Tree:
+class CallTree:
     """The call tree of a host trace: children in call order, depth-first order."""
 
     def __init__(self, host: HostTrace) -> None:
@@ -48,13 +48,13 @@ class _Tree:
         return out
 
 
-def _typed(op: HostOp, prefix: str) -> list[Any]:
+def typed(op: HostOp, prefix: str) -> list[Any]:
     """The input values of ``op`` whose recorded type starts with ``prefix``."""
     return [v for v, t in zip(op.in_values, op.in_types, strict=False) if t.startswith(prefix)]
 
 
-def _cpu_durations(
-    ops: list[HostOp], tree: _Tree, kineto: KinetoTrace | None
+def cpu_durations(
+    ops: list[HostOp], tree: CallTree, kineto: KinetoTrace | None
 ) -> tuple[dict[int, float], str]:
     """Each CPU operator's own time (us) and where the numbers came from."""
     incl: dict[int, float] = {}

@@ -3,7 +3,7 @@
 A collective's type, input bytes (ASTRA-sim's convention), group and peer come from the host
 trace's ``c10d::`` / ``_c10d_functional::`` / ``record_param_comms`` operators and from the
 Kineto args of NCCL kernels; the process groups from ``## process_group:init ##``. Once a
-rank's graph is built, ``_resolve_groups`` gives every collective a group and every send/recv
+rank's graph is built, ``resolve_pg_groups`` gives every collective a group and every send/recv
 a global peer. The rules are ``genie.workload.pytorch_import``'s docstring.
 """
 
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from genie.vocabulary import CollectiveType as C
 from genie.workload.model import Attr, NodeType, RankGraph
 from genie.workload.process_groups import WORLD_PG_NAME
-from genie.workload.pytorch_calls import _Tree, _typed
+from genie.workload.pytorch_calls import CallTree, typed
 from genie.workload.pytorch_trace import GpuEvent, HostOp, HostTrace, is_tensor, nbytes
 
-_PG_INIT = "## process_group:init ##"
-_PARAM_COMMS = "record_param_comms"
+PG_INIT = "## process_group:init ##"
+PARAM_COMMS = "record_param_comms"
 #: c10d operator (prefix and trailing ``_`` removed) -> (collective, index of its input argument)
 _C10D: dict[str, tuple[str, int | None]] = {
     "allreduce": ("allreduce", 0),
@@ -54,7 +54,7 @@ _FUNCTIONAL = {
     "broadcast": "broadcast",
 }
 #: normalized collective name -> Chakra type (None: a point-to-point operation)
-_TYPE: dict[str, C | None] = {
+COLL_TYPE: dict[str, C | None] = {
     "allreduce": C.ALL_REDUCE,
     "reducescatter": C.REDUCE_SCATTER,
     "allgather": C.ALL_GATHER,
@@ -79,7 +79,7 @@ _DTYPE_BYTES = {
 class Coll:
     """A collective as the host trace (and Kineto) describe it."""
 
-    kind: str  # a key of _TYPE
+    kind: str  # a key of COLL_TYPE
     size: int  # bytes, ASTRA-sim's convention
     pg: str | None  # pg_name, None when the trace does not say
     peer: int | None = None  # group rank of the other end of a send/recv
@@ -87,7 +87,7 @@ class Coll:
 
 
 def _norm(name: str) -> str | None:
-    """The _TYPE key of a collective name (``all_gather``, ``_allgather_base``, ...)."""
+    """The COLL_TYPE key of a collective name (``all_gather``, ``_allgather_base``, ...)."""
     n = name.lower().replace("_", "").replace("-", "")
     for key in ("reducescatter", "allreduce", "allgather", "alltoall", "broadcast", "barrier"):
         if key in n:
@@ -98,11 +98,11 @@ def _norm(name: str) -> str | None:
     return None
 
 
-def _collective(op: HostOp, tree: _Tree, backend_ids: dict[str, str]) -> Coll | None:
+def collective_of(op: HostOp, tree: CallTree, backend_ids: dict[str, str]) -> Coll | None:
     """The collective a ``c10d::`` / ``_c10d_functional::`` / record_param_comms op issues."""
     name = op.name
-    rpc = next((o for o in tree.subtree(op) if o.name == _PARAM_COMMS), None)
-    if name == _PARAM_COMMS:
+    rpc = next((o for o in tree.subtree(op) if o.name == PARAM_COMMS), None)
+    if name == PARAM_COMMS:
         rpc = op
     base: tuple[str, int | None] | None = None
     pg: str | None = None
@@ -112,7 +112,7 @@ def _collective(op: HostOp, tree: _Tree, backend_ids: dict[str, str]) -> Coll | 
         kind = _FUNCTIONAL.get(name.split("::", 1)[1])
         if kind:
             base = (kind, 0)
-            strs = _typed(op, "String")
+            strs = typed(op, "String")
             pg = strs[-1] if strs and isinstance(strs[-1], str) else None
     if base is None and rpc is None:
         return None
@@ -120,7 +120,7 @@ def _collective(op: HostOp, tree: _Tree, backend_ids: dict[str, str]) -> Coll | 
     size = nbytes(op.in_values[arg]) if arg is not None and arg < len(op.in_values) else 0
     peer = None
     if kind in ("send", "recv"):
-        ints = _typed(op, "Int")
+        ints = typed(op, "Int")
         peer = ints[0] if ints and isinstance(ints[0], int) else None
     out_list = None
     if kind == "allgather" and op.in_values and type(op.in_values[0]) is list:
@@ -136,7 +136,7 @@ def _collective(op: HostOp, tree: _Tree, backend_ids: dict[str, str]) -> Coll | 
             kind = rkind or kind
             size = rsize if rsize and not size else size
             pg = rpg if rpg is not None else pg
-    if kind is None or kind not in _TYPE:
+    if kind is None or kind not in COLL_TYPE:
         return None
     return Coll(kind, size, pg, peer, out_list)
 
@@ -146,26 +146,26 @@ def _param_comms(
 ) -> tuple[str | None, int, str | None] | None:
     """(collective, input bytes, pg_name) of a record_param_comms op, any PyTorch version's."""
     vals, types = op.in_values, op.in_types
-    coll = next((v for v in _typed(op, "String") if isinstance(v, str)), None)
+    coll = next((v for v in typed(op, "String") if isinstance(v, str)), None)
     if coll is None:
         return None
     kind = "wait" if coll.lower() == "wait" else _norm(coll)
     size = nbytes(vals[0]) if vals and types and "Tensor" in types[0] else 0
     pg = None
-    for v in _typed(op, "Tuple"):
+    for v in typed(op, "Tuple"):
         if type(v) is list and v and isinstance(v[0], str):
             pg = v[0]  # (pg_name, pg_desc), PyTorch >= 2.3
             break
-    ints = _typed(op, "Int")
+    ints = typed(op, "Int")
     if pg is None and len(ints) >= 2 and str(ints[1]) in backend_ids:
         pg = backend_ids[str(ints[1])]  # (seq, backend id, rank, ...), PyTorch 2.1-2.2
     return kind, size, pg
 
 
-def _host_pg(tree: _Tree, host: HostTrace) -> tuple[str, dict[str, str]]:
+def host_pg(tree: CallTree, host: HostTrace) -> tuple[str, dict[str, str]]:
     """The process_group:init text and a backend_id -> pg_name map (old record_param_comms)."""
     for op in host.ops:
-        if op.name == _PG_INIT and op.in_values and isinstance(op.in_values[0], str):
+        if op.name == PG_INIT and op.in_values and isinstance(op.in_values[0], str):
             text = op.in_values[0]
             ids: dict[str, str] = {}
             try:
@@ -179,7 +179,7 @@ def _host_pg(tree: _Tree, host: HostTrace) -> tuple[str, dict[str, str]]:
     return "", {}
 
 
-def _kernel_coll(g: GpuEvent) -> Coll | None:
+def kernel_coll(g: GpuEvent) -> Coll | None:
     """The collective an NCCL kernel's Kineto args describe, if they do."""
     a = g.args
     name = a.get("Collective name")
@@ -195,13 +195,13 @@ def _kernel_coll(g: GpuEvent) -> Coll | None:
     return Coll(kind, size, pg if isinstance(pg, str) else None)
 
 
-def _world_of(host: HostTrace) -> int | None:
+def world_of(host: HostTrace) -> int | None:
     """The job's size as the host trace's process groups give it."""
-    text, _ = _host_pg(_Tree(host), host)
-    return _group_sizes(text).get(WORLD_PG_NAME) if text else None
+    text, _ = host_pg(CallTree(host), host)
+    return group_sizes(text).get(WORLD_PG_NAME) if text else None
 
 
-def _group_sizes(text: str) -> dict[str, int]:
+def group_sizes(text: str) -> dict[str, int]:
     """pg_name -> group_size / pg_size of a process_group:init text."""
     try:
         rows = json.loads(text)
@@ -216,7 +216,7 @@ def _group_sizes(text: str) -> dict[str, int]:
     return out
 
 
-def _resolve_groups(
+def resolve_pg_groups(
     rg: RankGraph, groups: dict[str, tuple[int, ...]], rank: int, counts: Counter[str]
 ) -> None:
     """Give every collective a pg_name and every send/recv a global peer (placeholders out)."""

@@ -42,7 +42,7 @@ from typing import Any
 
 from genie.errors import WorkloadError
 from genie.workload.process_groups import WORLD_PG_NAME
-from genie.workload.pytorch_collectives import _world_of
+from genie.workload.pytorch_collectives import world_of
 from genie.workload.pytorch_nodes import build_rank
 from genie.workload.pytorch_trace import HostTrace, KinetoTrace
 
@@ -123,7 +123,7 @@ def import_pytorch(
         kin_by_rank[r] = kt
     if len(by_rank) == 1:
         ((r, h),) = by_rank.items()
-        world = _world_of(h)
+        world = world_of(h)
         if world is not None and r >= world:
             notes.append(f"{h.path}: the number in its name ({r}) is no rank of a job of {world}")
             by_rank = {0: h}

@@ -24,17 +24,17 @@ from genie.workload.model import (
     RankGraph,
 )
 from genie.workload.process_groups import WORLD_PG_NAME, parse_pg_init
-from genie.workload.pytorch_calls import _cpu_durations, _Tree, _typed
+from genie.workload.pytorch_calls import CallTree, cpu_durations, typed
 from genie.workload.pytorch_collectives import (
-    _PARAM_COMMS,
-    _PG_INIT,
-    _TYPE,
+    COLL_TYPE,
+    PARAM_COMMS,
+    PG_INIT,
     Coll,
-    _collective,
-    _group_sizes,
-    _host_pg,
-    _kernel_coll,
-    _resolve_groups,
+    collective_of,
+    group_sizes,
+    host_pg,
+    kernel_coll,
+    resolve_pg_groups,
 )
 from genie.workload.pytorch_trace import (
     GpuEvent,
@@ -125,7 +125,7 @@ def _gemm(op: HostOp) -> tuple[int, int, int, int] | None:
     return a[-2], b[-1], a[-1], batch
 
 
-def _kernel_op(op: HostOp, tree: _Tree, devices: tuple[str, ...]) -> bool:
+def _kernel_op(op: HostOp, tree: CallTree, devices: tuple[str, ...]) -> bool:
     """Whether an ``aten::`` operator runs a kernel on ``devices`` (it calls none that does)."""
     if not op.name.startswith("aten::") or op.name in _NO_KERNEL:
         return False
@@ -148,21 +148,21 @@ def build_rank(
     ``ids`` is a one-element counter shared by the caller: new GPU node ids start above the
     host trace's ids.
     """
-    tree = _Tree(host)
+    tree = CallTree(host)
     notes: list[str] = []
-    pg_text, backend_ids = _host_pg(tree, host)
+    pg_text, backend_ids = host_pg(tree, host)
     desc: dict[str, str] = {}
     groups: dict[str, tuple[int, ...]] = {}
     world = kineto.world_size if kineto else None
     if pg_text:
-        where = f"{host.path}: {_PG_INIT}"
+        where = f"{host.path}: {PG_INIT}"
         groups = parse_pg_init(pg_text, 0, where, desc)
-        sizes = _group_sizes(pg_text)
+        sizes = group_sizes(pg_text)
         world = world or sizes.get(WORLD_PG_NAME) or None
     if world is None and groups:
         world = max((max(v) + 1 for v in groups.values() if v), default=None)
     ops = [op for op in host.ops if not _LABELS.match(op.name)]
-    durations, cpu_source = _cpu_durations(ops, tree, kineto)
+    durations, cpu_source = cpu_durations(ops, tree, kineto)
     gpu_events = kineto.gpu if kineto else []
     has_cuda = any(
         str(t[5]).startswith(("cuda", "hip")) for op in ops for t in tensors(op.out_values)
@@ -175,7 +175,7 @@ def build_rank(
     colls: dict[int, Coll] = {}
     for op in ops:
         if op.name.startswith(("c10d::", "_c10d_functional::")):
-            c = _collective(op, tree, backend_ids)
+            c = collective_of(op, tree, backend_ids)
             if c is not None:
                 colls[op.id] = c
     if gpu_events:
@@ -208,7 +208,7 @@ def build_rank(
                 if not has_cuda:
                     durations[op.id] = 0  # the CPU ran the kernel: its time is the GPU node's
     for op in ops:
-        if op.name == _PG_INIT:
+        if op.name == PG_INIT:
             vals = json.dumps(op.in_values[:1])
             nodes.append(
                 Node(op.id, op.name, NodeType.METADATA_NODE, inputs=IOInfo(vals, "", "String"))
@@ -216,10 +216,10 @@ def build_rank(
             continue
         deps = [last_on_thread[op.tid]] if op.tid in last_on_thread else []
         name = op.name
-        if name == _PARAM_COMMS:
-            coll = next(iter(_typed(op, "String")), None)
+        if name == PARAM_COMMS:
+            coll = next(iter(typed(op, "String")), None)
             if isinstance(coll, str) and coll:
-                name = f"{_PARAM_COMMS}:{coll[:60]}"
+                name = f"{PARAM_COMMS}:{coll[:60]}"
         attrs = [Attr("is_cpu_op", "bool_val", True), Attr("tid", "int64_val", op.tid)]
         if op.rf_id is not None:
             attrs.append(Attr("rf_id", "int64_val", op.rf_id))
@@ -251,7 +251,7 @@ def build_rank(
         ],
     )
     rg = RankGraph(rank, nodes, meta, source=host.path)
-    _resolve_groups(rg, groups, rank, counts)
+    resolve_pg_groups(rg, groups, rank, counts)
     if counts["unlinked"]:
         notes.append(
             f"{counts['unlinked']} GPU event(s) of the Kineto trace have no operator of the host "
@@ -298,7 +298,7 @@ def _coll_node(
     dur_us: float = 0.0,
 ) -> Node:
     """A GPU communication node for collective ``c``."""
-    t = _TYPE[c.kind]
+    t = COLL_TYPE[c.kind]
     attrs = [Attr("is_cpu_op", "bool_val", False)]
     if t is None:
         ntype = NodeType.COMM_SEND_NODE if c.kind == "send" else NodeType.COMM_RECV_NODE
@@ -323,7 +323,7 @@ def _coll_node(
 def _gpu_node(
     g: GpuEvent,
     launcher: HostOp,
-    tree: _Tree,
+    tree: CallTree,
     colls: dict[int, Coll],
     backend_ids: dict[str, str],
     ids: list[int],
@@ -334,11 +334,11 @@ def _gpu_node(
         host = next(
             (colls[a.id] for a in [launcher, *tree.ancestors(launcher)] if a.id in colls), None
         )
-        kc = _kernel_coll(g)
+        kc = kernel_coll(g)
         c = host or kc
         if c is not None and kc is not None and host is not None:
             c = Coll(host.kind, kc.size or host.size, kc.pg or host.pg, host.peer, host.out_list)
-        if c is not None and not (_TYPE.get(c.kind) is None and c.peer is None):
+        if c is not None and not (COLL_TYPE.get(c.kind) is None and c.peer is None):
             if "sendrecv" in g.name.lower() and c.kind == "alltoall":
                 c = Coll("alltoall", c.size, c.pg)
             node = _coll_node(c, g.name, g.stream, backend_ids, ids, counts, g.dur)
