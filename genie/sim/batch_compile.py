@@ -140,14 +140,17 @@ class Probes:
             return (*base[:6], int(peer), *base[7:])
         return base
 
-    def finish(self, wl: Any, ranks: list[CompiledRank]) -> CompiledWorkload:
-        """The compiled workload of ``ranks`` (instances matched, groups labelled)."""
+    def finish(
+        self, wl: Any, made: tuple[list[CompiledRank], dict[str, np.ndarray]]
+    ) -> CompiledWorkload:
+        """The compiled workload of ``made`` (``make_ranks``'s ranks and the arrays they are
+        slices of), instances matched, groups labelled."""
         from genie.sim.compiled import finish
 
         name = getattr(wl, "name", "") or "workload"
         desc = getattr(wl, "group_desc", None) or {}
         labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in self.group_names]
-        return finish(ranks, labels, self.group_ranks, name)
+        return finish(made[0], labels, self.group_ranks, name, made[1])
 
 
 @dataclass
@@ -340,8 +343,11 @@ def split_row(row: Any) -> list[int]:
     return [int(x) for x in row]
 
 
-def make_ranks(probes: list[tuple], g: Gathered) -> list[CompiledRank]:
-    """Every rank's CompiledRank, its columns gathered from the probes over the workload."""
+def make_ranks(
+    probes: list[tuple], g: Gathered
+) -> tuple[list[CompiledRank], dict[str, np.ndarray]]:
+    """Every rank's CompiledRank, its columns gathered from the probes over the workload; and
+    the workload's columns, of which each rank's are slices (by CompiledRank field)."""
     pid, counts = g.pid, g.counts
     n_all = len(pid)
     cols = list(zip(*probes, strict=True)) if probes else [()] * 8
@@ -385,7 +391,9 @@ def make_ranks(probes: list[tuple], g: Gathered) -> list[CompiledRank]:
             splits={i: np.asarray(v, np.int64) for i, v in ranks_splits[r].items()},
         )
         out.append(cr)
-    return out
+    whole = {"kind": kind, "group": group, "comm_type": ctype, "comm_size": csize}
+    whole.update(peer=peer, tag=tag)
+    return out, whole
 
 
 def _lanes(

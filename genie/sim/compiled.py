@@ -188,9 +188,13 @@ def finish(
     group_names: list[str],
     group_ranks: list[tuple[int, ...]],
     name: str = "workload",
+    whole: Mapping[str, np.ndarray] | None = None,
 ) -> CompiledWorkload:
-    """Assign communication instances, check that collectives agree across ranks, and pack."""
-    fast = _finish_columns(ranks, group_names, group_ranks, name)
+    """Assign communication instances, check that collectives agree across ranks, and pack.
+
+    ``whole``: per CompiledRank field, the ranks' arrays end to end, where the caller made the
+    ranks' arrays as slices of one array each (not joined again here)."""
+    fast = _finish_columns(ranks, group_names, group_ranks, name, whole)
     if fast is not None:
         return fast
     return _finish_loop(ranks, group_names, group_ranks, name)
@@ -314,11 +318,22 @@ def _finish_loop(
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
 
 
+def _joined(
+    ranks: list[CompiledRank], field: str, whole: Mapping[str, np.ndarray] | None, at: Any
+) -> np.ndarray:
+    """The ranks' ``field`` arrays end to end (``whole[field]`` where given) at ``at``, as int64."""
+    got = whole.get(field) if whole is not None else None
+    if got is None:
+        got = np.concatenate([getattr(cr, field) for cr in ranks])
+    return got[at].astype(np.int64)
+
+
 def _finish_columns(
     ranks: list[CompiledRank],
     group_names: list[str],
     group_ranks: list[tuple[int, ...]],
     name: str,
+    whole: Mapping[str, np.ndarray] | None = None,
 ) -> CompiledWorkload | None:
     """``finish`` on columns for the common case (no all-to-all-v, no error, no send/recv
     mismatch); None to leave it to the node-by-node loop, which numbers instances alike
@@ -329,7 +344,7 @@ def _finish_columns(
         return None
     kinds = [cr.kind for cr in ranks]
     counts = np.array([len(k) for k in kinds], np.int64)
-    kind = np.concatenate(kinds).astype(np.int64)
+    kind = _joined(ranks, "kind", whole, slice(None))
     comm = np.flatnonzero((kind >= Kind.COLLECTIVE) & (kind <= Kind.RECV))
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -337,9 +352,9 @@ def _finish_columns(
     local = comm - offsets[rank]
     ck = kind[comm]
     coll = ck == Kind.COLLECTIVE
-    group = np.concatenate([cr.group for cr in ranks]).astype(np.int64)[comm]
-    ctype = np.concatenate([cr.comm_type for cr in ranks]).astype(np.int64)[comm]
-    size = np.concatenate([cr.comm_size for cr in ranks]).astype(np.int64)[comm]
+    group = _joined(ranks, "group", whole, comm)
+    ctype = _joined(ranks, "comm_type", whole, comm)
+    size = _joined(ranks, "comm_size", whole, comm)
     n_groups = len(group_ranks)
     cg, cr_, cl = group[coll], rank[coll], local[coll]
     if len(cg) and (cg.min() < 0 or cg.max() >= n_groups):
@@ -379,10 +394,10 @@ def _finish_columns(
     members = _member_lists(cr_[by_iid], cl[by_iid], np.diff(bounds))
     # send/recv: paired per channel in node order, as the loop does
     pidx = np.flatnonzero(~coll)
-    peer = np.concatenate([cr.peer for cr in ranks]).astype(np.int64)[comm[pidx]]
+    peer = _joined(ranks, "peer", whole, comm[pidx])
     if len(peer) and (peer.min() < 0 or peer.max() >= n):
         return None
-    tag = np.concatenate([cr.tag for cr in ranks]).astype(np.int64)[comm[pidx]]
+    tag = _joined(ranks, "tag", whole, comm[pidx])
     p2p = _p2p_columns(rank[pidx], local[pidx], ck[pidx] == Kind.SEND, peer, tag, size[pidx])
     if p2p is None:
         return None  # a send and its receive differ in size: the reference names them
