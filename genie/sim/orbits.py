@@ -146,7 +146,41 @@ class Orbits(list[int]):
         return list(self.each())
 
 
+#: ``_shapes`` keeps one copy of the bytes of each distinct rank; past this many it hashes
+_W1_BYTES = 64 << 20
+
+
 def _shapes(cw: CompiledWorkload) -> np.ndarray:
+    """An id per rank of what W1 compares (not groups, peers or instances), numbered in order
+    of first appearance: ranks have one id exactly when those arrays are byte for byte equal
+    and their lane names too (a dict of the bytes themselves: it compares them where their
+    hashes meet). Where the distinct ranks' bytes pass ``_W1_BYTES``, ``_shapes_reference``."""
+    ids: dict[tuple, int] = {}
+    out = [0] * cw.n_ranks
+    held = 0
+    for r, cr in enumerate(cw.ranks):
+        key = (
+            cr.kind.tobytes(),
+            cr.duration.tobytes(),
+            cr.dep_ptr.tobytes(),
+            cr.dep_idx.tobytes(),
+            cr.comm_type.tobytes(),
+            cr.comm_size.tobytes(),
+            cr.tag.tobytes(),
+            cr.lane.tobytes(),
+            tuple(cr.lane_names),
+        )
+        k = ids.get(key)
+        if k is None:
+            held += sum(map(len, key[:8]))
+            if held > _W1_BYTES:
+                return _shapes_reference(cw)
+            k = ids[key] = len(ids)
+        out[r] = k
+    return np.asarray(out, np.int64)
+
+
+def _shapes_reference(cw: CompiledWorkload) -> np.ndarray:
     """A digest per rank of what W1 compares (not groups, peers or instances): int row ids."""
     ids: dict[bytes, int] = {}
     out = np.empty(cw.n_ranks, np.int64)
