@@ -147,3 +147,31 @@ def test_price_many_leaves_a_renaming_it_cannot_look_up_to_price() -> None:
     for a, b in zip(many.price_many(ts), [one.price(t) for t in ts], strict=True):
         _same(a, b)
     assert list(many.priced.items()) == list(one.priced.items())
+
+
+def _first_by_loop(leaf_hosts, hosts):
+    """The k-th distinct host on a leaf -> that leaf's k-th host, host by host."""
+    first, used = {}, {}
+    for h in hosts:
+        if h not in first:
+            leaf, row = leaf_hosts[h]
+            first[h] = row[used.get(leaf, 0)]
+            used[leaf] = used.get(leaf, 0) + 1
+    return first
+
+
+def test_pairs_on_a_leaf_spine_are_numbered_as_groups_are() -> None:
+    """A pair's hosts numbered directly (same host, same leaf, two leaves) as the loop numbers
+    any group's, and priced as the pair itself is (``canonical=False``)."""
+    fast = _pricer("leaf_spine", False)
+    ref = ProgramPricer(fast.topology, fast.host_of.tolist(), 24, canonical=False)
+    assert fast._leaf_hosts is not None
+    for a in range(12):
+        for b in range(12):
+            got = fast._first([a, b])
+            assert list(got.items()) == list(_first_by_loop(fast._leaf_hosts, [a, b]).items())
+    for k, (a, b) in enumerate([(0, 1), (0, 2), (1, 7), (0, 9), (23, 22), (17, 4)]):
+        t = Transfer(k, P2P, 1 << 20, (a, b), -1)
+        x, y = fast.price(t), ref.price(t)
+        assert x.latency == pytest.approx(y.latency, rel=1e-12, abs=1e-18)
+        assert sorted(x.links.tolist()) == sorted(y.links.tolist())

@@ -171,7 +171,7 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         cap = self.capacity()
         if cap is not self._cap_of:  # the capacities as Python floats (read per transfer)
             self._cap_of, self._cap_list = cap, cap.tolist()
-            self._cap_positive = all(c > 0 for c in self._cap_list)
+            self._cap_positive = bool((cap > 0).all())
         links = sorted(link_bytes)
         nbytes = [float(link_bytes[lid]) for lid in links]
         if intra_bytes:
@@ -200,7 +200,7 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         cap = self.capacity()
         if cap is not self._cap_of:
             self._cap_of, self._cap_list = cap, cap.tolist()
-            self._cap_positive = all(c > 0 for c in self._cap_list)
+            self._cap_positive = bool((cap > 0).all())
         cls = type(self)
         if (
             not (self.canonical or self._leaf_hosts is not None)
@@ -347,6 +347,13 @@ class ProgramPricer(UnevenPricing, CachedPricer):
             seen = dict.fromkeys(hosts)
             return dict(zip(seen, range(len(seen)), strict=True))
         # the k-th distinct host on a leaf stands for that leaf's k-th host
+        if len(hosts) == 2:  # a pair, numbered directly
+            a, b = hosts
+            leaf, row = leaf_hosts[a]
+            if a == b:
+                return {a: row[0]}
+            other, row_b = leaf_hosts[b]
+            return {a: row[0], b: row[1] if other == leaf else row_b[0]}
         first: dict[int, int] = {}
         used: dict[int, int] = {}
         for h in hosts:
