@@ -164,6 +164,9 @@ def test_closed_forms_are_with_closeds(closed):
         _row("all_to_all", 8, 1 << 20),
         _row("send_recv", 2, 1 << 20),
         _row("all_gather", True, 1 << 20),  # a bool: its own memo entry, as with_closed's
+        _row("all_reduce", np.int64(8), 1 << 20),  # numpy's int: not an int, none
+        _row("all_reduce", 8, 1 << 20, 1.0),  # uneven after the even one of its shape
+        _row("all_reduce", 8, 1 << 20),  # even again after those: its first value
     ]
     want = with_closed({"collectives": _row_dicts(CollectiveRow, rows)}, closed)["collectives"]
     got = _row_dicts(CollectiveRow, rows, ("closed_form_s", closed_forms(rows, closed)))
@@ -171,6 +174,8 @@ def test_closed_forms_are_with_closeds(closed):
     if closed is not None:
         assert got[0]["closed_form_s"] is not None and got[2]["closed_form_s"] is None
         assert got[4]["closed_form_s"] is None and got[5]["closed_form_s"] is not None
+        assert got[8]["closed_form_s"] is None and got[9]["closed_form_s"] is None
+        assert got[10]["closed_form_s"] == got[0]["closed_form_s"]
 
 
 def test_row_values_must_match_the_rows():

@@ -111,20 +111,32 @@ def closed_forms(rows: list[CollectiveRow], closed: ClosedForm | None) -> list[f
     the types of ranks and size) are priced once; no closed form's network: None each."""
     if closed is None:  # closed_for's answer for every row
         return [None] * len(rows)
-    memo: dict[tuple[object, ...], float | None] = {}
+    # even rows of int ranks and size (most): by collective, ranks and size, no key tuple made
+    even: dict[str, dict[int, dict[int, float | None]]] = {}
+    memo: dict[tuple[object, ...], float | None] = {}  # the others, keyed as with_closed does
     out: list[float | None] = []
     append = out.append
     for row in rows:
         coll, n, size, uneven = row.collective, row.ranks, row.size, row.uneven
-        key = (coll, n, size, type(n), type(size), uneven is None)
-        if key in memo:
-            append(memo[key])
+        if uneven is None and type(n) is int and type(size) is int:
+            try:
+                append(even[coll][n][size])
+            except KeyError:
+                by_size = even.setdefault(coll, {}).setdefault(n, {})
+                append(by_size.setdefault(size, _closed_form(coll, n, size, None, closed)))
             continue
-        value = memo[key] = closed_for(
-            {"collective": coll, "ranks": n, "size": size, "uneven": uneven}, closed
-        )
-        append(value)
+        key = (coll, n, size, type(n), type(size), uneven is None)
+        if key not in memo:
+            memo[key] = _closed_form(coll, n, size, uneven, closed)
+        append(memo[key])
     return out
+
+
+def _closed_form(
+    coll: str, n: object, size: object, uneven: float | None, closed: ClosedForm
+) -> float | None:
+    """``closed_for`` of a row with these values."""
+    return closed_for({"collective": coll, "ranks": n, "size": size, "uneven": uneven}, closed)
 
 
 def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
