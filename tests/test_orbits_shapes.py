@@ -49,3 +49,49 @@ def test_rank_ids_are_the_digest_references(budget: int, monkeypatch) -> None:
         kinds.append(len(set(ids.tolist())))
     assert kinds[-1] == 32 and min(kinds) < 8  # all distinct, and some alike
     assert bool(hashed) == (budget < 10_000)  # past the budget: the digests
+
+
+def test_distinct_is_numpys_unique() -> None:
+    """W2's (group, image group) pairs: marked in a table where small, else np.unique."""
+    rng = np.random.default_rng(3)
+    for values, bound in (
+        (rng.integers(0, 50, 300), 50),
+        (np.zeros(0, np.int64), 10),
+        (np.array([-1, 3, 3, 0]), 10),  # a negative value: np.unique's answer
+        (rng.integers(0, 1 << 30, 100), 1 << 30),  # a bound past the table: np.unique
+    ):
+        got = orbits._distinct(np.asarray(values, np.int64), bound)
+        want = np.unique(np.asarray(values, np.int64))
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_w2_and_w3_loops_are_their_references() -> None:
+    """W2's group images and W3's closure, each against its member-by-member reference: the
+    same first failure (or None) on rotations that hold and on broken inputs."""
+    cw = compile_workload(llm(32, tp=2, pp=2, layers=4, micro_batches=2))
+    found = orbits.find_orbits(cw)
+    assert found is not None
+    rng = np.random.default_rng(5)
+    groups = cw.group_ranks
+    pairs = [(a, a) for a in range(len(groups))] + [(a, (a + 1) % len(groups)) for a in range(8)]
+    for orb in found.candidates:
+        for perm in (orb.perm, rng.permutation(cw.n_ranks)):
+            for ps in (pairs, pairs[: len(groups)]):
+                assert orbits._unmapped_group(groups, perm, ps) == (
+                    orbits._unmapped_group_reference(groups, perm, ps)
+                )
+        rep_of = [orb.reps[k] for k in orb.rank_rep.tolist()]
+        members = cw.instances.members
+        iids = [i for i, mem in enumerate(members) if any(rep_of[m] == m for m, _ in mem)]
+        assert orbits._not_closed(members, iids, rep_of) is None  # W3 holds on these
+        assert orbits._not_closed_reference(members, iids, rep_of) is None
+        every = list(range(len(members)))  # not on all instances: the same first one named
+        got = orbits._not_closed(members, every, rep_of)
+        assert got is not None and got == orbits._not_closed_reference(members, every, rep_of)
+        # drop a representative's member from a few instances: not closed, the same one first
+        broken = [list(m) for m in members]
+        for iid in rng.choice(iids, 5, replace=False).tolist():
+            broken[iid] = [(m, nd) for m, nd in broken[iid] if rep_of[m] != m] + [(-1, -1)]
+        got = orbits._not_closed(broken, iids, rep_of)
+        assert got is not None and got == orbits._not_closed_reference(broken, iids, rep_of)
+    assert orbits._not_closed([[]], [0], [0]) is None

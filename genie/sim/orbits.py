@@ -305,11 +305,10 @@ def _check(
                 return _no(block, shift, "a send/recv's image has other ends")
     g = ins.group.astype(np.int64)
     span = max(len(cw.group_ranks), 1)
-    pairs = np.unique(g[~p2p] * span + g[sig][~p2p])  # (group, image group), sorted
-    for a, b in (divmod(x, span) for x in pairs.tolist()):
-        ra, rb = cw.group_ranks[a], cw.group_ranks[b]
-        if len(ra) != len(rb) or set(perm[np.asarray(ra, np.int64)].tolist()) != set(rb):
-            return _no(block, shift, f"group {a}'s image is not group {b}")
+    pairs = _distinct(g[~p2p] * span + g[sig][~p2p], span * span)  # (group, image group)
+    bad = _unmapped_group(cw.group_ranks, perm, [divmod(x, span) for x in pairs.tolist()])
+    if bad is not None:
+        return _no(block, shift, f"group {bad[0]}'s image is not group {bad[1]}")
     # orbits of ranks: each orbit's smallest rank represents it
     n = cw.n_ranks
     r = np.arange(n, dtype=np.int64)
@@ -319,13 +318,9 @@ def _check(
     # W3: closure of the instances that have a representative member
     is_rep = rep_rank == r
     rep_inst = np.unique(flat.inst[flat.comm[is_rep[flat.comm_rank]]])
-    rep_of = rep_rank.tolist()
-    for iid in rep_inst.tolist():
-        mem = ins.members[iid]
-        have = set(mem)
-        for m, nd in mem:
-            if (rep_of[m], nd) not in have:
-                return _no(block, shift, f"instance {iid} is not closed under its orbits")
+    open_iid = _not_closed(ins.members, rep_inst.tolist(), rep_rank.tolist())
+    if open_iid is not None:
+        return _no(block, shift, f"instance {open_iid} is not closed under its orbits")
     # instance orbits: walk sigma_I from every representative instance
     inst_rep = np.full(n_inst, -1, np.int64)
     inst_power = np.zeros(n_inst, np.int64)
@@ -354,6 +349,69 @@ def _check(
         inst_power,
         inst_orbit,
     )
+
+
+def _unmapped_group(
+    group_ranks: list[tuple[int, ...]], perm: np.ndarray, pairs: list[tuple[int, int]]
+) -> tuple[int, int] | None:
+    """The first (group, image group) of ``pairs`` whose ranks moved by ``perm`` are not the
+    image's (as sets, of one size), or None (W2)."""
+    image = perm.tolist().__getitem__
+    for a, b in pairs:
+        ra, rb = group_ranks[a], group_ranks[b]
+        if len(ra) != len(rb) or set(map(image, map(int, ra))) != set(rb):
+            return a, b
+    return None
+
+
+def _unmapped_group_reference(
+    group_ranks: list[tuple[int, ...]], perm: np.ndarray, pairs: list[tuple[int, int]]
+) -> tuple[int, int] | None:
+    """``_unmapped_group`` through numpy per group: the reference it is tested against."""
+    for a, b in pairs:
+        ra, rb = group_ranks[a], group_ranks[b]
+        if len(ra) != len(rb) or set(perm[np.asarray(ra, np.int64)].tolist()) != set(rb):
+            return a, b
+    return None
+
+
+def _not_closed(
+    members: list[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
+) -> int | None:
+    """The first of ``iids`` with a member ``(m, node)`` whose ``(rep_of[m], node)`` is not a
+    member too, or None (W3); each instance's check one pass at C speed."""
+    rep = rep_of.__getitem__
+    for iid in iids:
+        mem = members[iid]
+        if not mem:
+            continue
+        ms, nds = zip(*mem, strict=True)
+        if not set(mem).issuperset(zip(map(rep, ms), nds, strict=True)):
+            return iid
+    return None
+
+
+def _not_closed_reference(
+    members: list[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
+) -> int | None:
+    """``_not_closed`` member by member: the reference it is tested against."""
+    for iid in iids:
+        mem = members[iid]
+        have = set(mem)
+        for m, nd in mem:
+            if (rep_of[m], nd) not in have:
+                return iid
+    return None
+
+
+def _distinct(values: np.ndarray, bound: int) -> np.ndarray:
+    """``np.unique(values)`` of non-negative ints below ``bound``: marked in a table where it
+    is small (no sort), else ``np.unique``."""
+    if bound > (1 << 24) or (len(values) and int(values.min()) < 0):
+        return np.unique(values)
+    seen = np.zeros(bound, bool)
+    seen[values] = True
+    return np.flatnonzero(seen)
 
 
 def _no(block: int, shift: int, why: str) -> RankOrbits | None:
