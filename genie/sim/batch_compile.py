@@ -190,23 +190,30 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         nodes = rg.nodes
         n = len(nodes)
         found = like.find(nodes)
-        if found is None:  # each node's key, then its probe by identity (None: not met so)
-            ikeys = [(x.type, id(x._d), x.duration_micros) for x in nodes]
-            got: list[Any] = list(map(by_id.get, ikeys))
-            redo = list(compress(range(n), map(is_, got, repeat(None))))
-        else:  # as an earlier rank of these types and durations, but where the tuple differs
-            got, redo = found
-        for i in redo:
-            nd = nodes[i]
-            ikey = (nd.type, id(nd._d), nd.duration_micros)
-            p = by_id.get(ikey)
-            if p is None:
-                key = (nd.type, nd._d, nd.duration_micros)
-                p = memo.get(key)
+        if found is not None:  # as an earlier rank of these types and durations: its probes
+            got, redo = found  # but where the tuple differs, found by identity or worked out
+            for i in redo:
+                nd = nodes[i]
+                ikey = (nd.type, id(nd._d), nd.duration_micros)
+                p = by_id.get(ikey)
                 if p is None:
-                    p = probes.new(nd, key, r)
-                by_id[ikey] = p
-            got[i] = p
+                    key = (nd.type, nd._d, nd.duration_micros)
+                    p = memo.get(key)
+                    if p is None:
+                        p = probes.new(nd, key, r)
+                    by_id[ikey] = p
+                got[i] = p
+        else:  # each node's key, then its probe by identity (None: not met so)
+            ikeys = [(x.type, id(x._d), x.duration_micros) for x in nodes]
+            got = list(map(by_id.get, ikeys))
+            if None in got:
+                for i in list(compress(range(n), map(is_, got, repeat(None)))):
+                    nd = nodes[i]
+                    key = (nd.type, nd._d, nd.duration_micros)
+                    p = memo.get(key)
+                    if p is None:
+                        p = probes.new(nd, key, r)
+                    got[i] = by_id[ikeys[i]] = p
         like.add(got)
         pids.extend(got)
         splits: dict[int, list[int]] = {}
@@ -276,7 +283,8 @@ class _LikeRanks:
     """The node types, durations, derived tuples and probes of the last few ranks of each node
     count: a rank with an earlier one's types and durations (pipeline stages alternate) takes
     that rank's probe wherever its node holds the very same derived tuple (readers share them
-    between equal nodes), and works out only the others. Stops looking once ``GIVE_UP`` ranks
+    between equal nodes), and works out only the others (none is taken where over half
+    differ: one lookup of them all costs less then). Stops looking once ``GIVE_UP`` ranks
     found none (ranks whose durations all differ, as traced ones do)."""
 
     GIVE_UP = 64
@@ -298,9 +306,12 @@ class _LikeRanks:
         ds = [x._d for x in nodes]
         for e in known:
             if e[0] == types and e[1] == durations:
+                redo = list(compress(range(len(nodes)), map(is_not, ds, e[2])))
+                if len(redo) > len(nodes) // 2:
+                    break  # mostly other tuples (not shared by a reader): all looked up at once
                 self.hits += 1
                 self._last = (known, e, ds)
-                return list(e[3]), list(compress(range(len(nodes)), map(is_not, ds, e[2])))
+                return list(e[3]), redo
         self.misses += 1
         self._last = (known, None, ds, types, durations)
         return None
