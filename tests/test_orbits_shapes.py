@@ -95,3 +95,21 @@ def test_w2_and_w3_loops_are_their_references() -> None:
         got = orbits._not_closed(broken, iids, rep_of)
         assert got is not None and got == orbits._not_closed_reference(broken, iids, rep_of)
     assert orbits._not_closed([[]], [0], [0]) is None
+
+
+def test_instance_orbits_refuse_two_representatives_in_one_orbit() -> None:
+    # sigma_I: 0 -> 1 -> 2 -> 3 -> 0 (one orbit of four instances)
+    sig = np.array([1, 2, 3, 0], np.int64)
+    one = orbits.instance_orbits(sig, np.array([0], np.int64), 4, 4)
+    assert not isinstance(one, str)
+    rep, power = one
+    assert rep.tolist() == [0, 0, 0, 0] and power.tolist() == [0, 1, 2, 3]
+    # instances 0 and 2 both representatives' own: they would stand for the orbit twice
+    two = orbits.instance_orbits(sig, np.array([0, 2], np.int64), 4, 4)
+    assert two == "an instance orbit holds two representatives' instances"
+    # two orbits (0 <-> 1, 2 <-> 3), one representative each: fine
+    pairs = orbits.instance_orbits(np.array([1, 0, 3, 2], np.int64), np.array([0, 2]), 4, 2)
+    assert not isinstance(pairs, str) and pairs[0].tolist() == [0, 0, 2, 2]
+    # an orbit no representative's walk reaches
+    lone = orbits.instance_orbits(np.array([1, 0, 2], np.int64), np.array([0], np.int64), 3, 2)
+    assert lone == "an instance orbit holds no representative's instance"

@@ -32,7 +32,7 @@ class Choice:
     size: int  # comm_size as in the trace
     prediction: N.Prediction
     note: str = ""  # why the forced algorithm/protocol was not used, when it was not
-    runner_up: N.Prediction | None = None  # the next fastest candidate, when there was one
+    runner_up: N.Prediction | None = None  # the candidate ranked next (NCCL's), if any
 
     def to_dict(self) -> dict[str, object]:
         """Plain data for ``--json``."""

@@ -313,31 +313,19 @@ def _check(
     n = cw.n_ranks
     r = np.arange(n, dtype=np.int64)
     rep_rank = (r // block) * block + (r % block) % shift
-    reps = np.unique(rep_rank)
+    reps = _distinct(rep_rank, n)
     rank_rep = np.searchsorted(reps, rep_rank)
     # W3: closure of the instances that have a representative member
     is_rep = rep_rank == r
-    rep_inst = np.unique(flat.inst[flat.comm[is_rep[flat.comm_rank]]])
+    rep_inst = _distinct(flat.inst[flat.comm[is_rep[flat.comm_rank]]], n_inst)
     open_iid = _not_closed(ins.members, rep_inst.tolist(), rep_rank.tolist())
     if open_iid is not None:
         return _no(block, shift, f"instance {open_iid} is not closed under its orbits")
-    # instance orbits: walk sigma_I from every representative instance
-    inst_rep = np.full(n_inst, -1, np.int64)
-    inst_power = np.zeros(n_inst, np.int64)
-    cur = rep_inst.copy()
-    for j in range(block // shift):
-        fresh = inst_rep[cur] < 0
-        if j and not fresh.any():
-            break
-        inst_rep[cur[fresh]] = rep_inst[fresh]
-        inst_power[cur[fresh]] = j
-        cur = sig[cur]
-    if np.any(inst_rep < 0):
-        return _no(block, shift, "an instance orbit holds no representative's instance")
+    walked = instance_orbits(sig, rep_inst, n_inst, block // shift)
+    if isinstance(walked, str):
+        return _no(block, shift, walked)
+    inst_rep, inst_power = walked
     inst_orbit = np.bincount(inst_rep, minlength=n_inst)[inst_rep]
-    # two representative instances in one orbit would stand for it twice (W3 excludes it)
-    if np.any(inst_rep[rep_inst] != rep_inst):
-        return _no(block, shift, "an instance orbit holds two representatives' instances")
     return RankOrbits(
         block,
         shift,
@@ -349,6 +337,30 @@ def _check(
         inst_power,
         inst_orbit,
     )
+
+
+def instance_orbits(
+    sig: np.ndarray, rep_inst: np.ndarray, n_inst: int, steps: int
+) -> tuple[np.ndarray, np.ndarray] | str:
+    """Each instance's representative instance and the power of sigma_I that maps it there,
+    walking sigma_I at most ``steps`` times from every representative instance; or why not:
+    an instance no walk reaches, or a walk that reaches another representative's instance (two
+    representatives would stand for one orbit: W3 excludes it, and this checks it)."""
+    inst_rep = np.full(n_inst, -1, np.int64)
+    inst_power = np.zeros(n_inst, np.int64)
+    cur = rep_inst.copy()
+    for j in range(steps):
+        fresh = inst_rep[cur] < 0
+        if j and np.any(inst_rep[cur[~fresh]] != rep_inst[~fresh]):
+            return "an instance orbit holds two representatives' instances"
+        if j and not fresh.any():
+            break
+        inst_rep[cur[fresh]] = rep_inst[fresh]
+        inst_power[cur[fresh]] = j
+        cur = sig[cur]
+    if np.any(inst_rep < 0):
+        return "an instance orbit holds no representative's instance"
+    return inst_rep, inst_power
 
 
 def _unmapped_group(
@@ -443,7 +455,7 @@ def link_permutation(pricer: Pricer, perm: np.ndarray) -> np.ndarray | str:
     hmap[host_of] = host_of[perm]
     if not np.array_equal(hmap[host_of], host_of[perm]):
         return "ranks of one host move to different hosts"
-    if len(np.unique(hmap)) != n_hosts:
+    if len(set(hmap.tolist())) != n_hosts:  # (np.unique imports numpy.ma: start-up)
         return "two hosts move onto one"
     names = {h: i for i, h in enumerate(topo.hosts)}
     node_map: dict[str, str] = {topo.hosts[h]: topo.hosts[int(hmap[h])] for h in range(n_hosts)}
@@ -469,7 +481,7 @@ def link_permutation(pricer: Pricer, perm: np.ndarray) -> np.ndarray | str:
             return f"link {lk.src}->{lk.dst} and its image differ"
         pi[i] = j
     pi[n_links:] = n_links + perm
-    if len(np.unique(pi)) != len(pi) or not np.array_equal(cap[pi], cap):
+    if len(set(pi.tolist())) != len(pi) or not np.array_equal(cap[pi], cap):
         return "the link map is not a capacity-preserving bijection"
     return pi
 
