@@ -195,8 +195,10 @@ def test_ranks_like_an_earlier_one_take_its_probes_only_where_the_tuple_is_the_s
         if first is rg.nodes:
             continue
         for a, b in zip(first, rg.nodes, strict=True):
-            if a._d == b._d and a.type == b.type and rg.rank % 4:
-                b._d = a._d  # shared as readers share them; every fourth rank keeps its own
+            if not rg.rank % 4:
+                b._d = tuple(list(b._d))  # every fourth rank: equal tuples, all its own
+            elif a._d == b._d and a.type == b.type:
+                b._d = a._d  # shared as readers share them
     comp = [nd for nd in wl.ranks[9].nodes if nd.type == NodeType.COMP_NODE]
     comp[0].set_attr("num_ops", "int64_val", 12345)  # another value at one place (roofline)
     wl.ranks[10].nodes[3].duration_micros += 1  # another duration: the rank is worked out
@@ -230,6 +232,26 @@ def test_ranks_of_all_different_durations_stop_the_lookups():
         assert like.find(rg.nodes) is None
         like.add([0] * len(rg.nodes))
     assert like.misses == like.GIVE_UP and not like.hits and like._last == ()
+    check(wl)
+
+
+def test_ranks_alike_but_sharing_no_tuples_stop_the_lookups():
+    """Ranks of one structure and durations whose derived tuples are each their own (a reader
+    that shares none) are looked up whole; after ``GIVE_UP_UNSHARED`` such ranks the lookups
+    stop, and the workload compiles as the reference does."""
+    from genie.sim import batch_compile
+
+    wl = data_parallel(12, layers=2)
+    for rg in wl.ranks:
+        for nd in rg.nodes:
+            nd._d = tuple(list(nd._d))  # equal to the other ranks' tuples, never the same
+    like = batch_compile._LikeRanks()
+    found = []
+    for rg in wl.ranks:
+        found.append(like.find(rg.nodes))
+        like.add([0] * len(rg.nodes))
+    assert found == [None] * len(wl.ranks) and not like.hits
+    assert like.unshared == like.GIVE_UP_UNSHARED  # then no longer asked
     check(wl)
 
 

@@ -283,22 +283,27 @@ class _LikeRanks:
     """The node types, durations, derived tuples and probes of the last few ranks of each node
     count: a rank with an earlier one's types and durations (pipeline stages alternate) takes
     that rank's probe wherever its node holds the very same derived tuple (readers share them
-    between equal nodes), and works out only the others (none is taken where over half
-    differ: one lookup of them all costs less then). Stops looking once ``GIVE_UP`` ranks
-    found none (ranks whose durations all differ, as traced ones do)."""
+    between equal nodes), and works out only the others (none is taken where over 3 in 4
+    differ: one lookup of them all costs less then). Stops looking while none was found once
+    ``GIVE_UP`` ranks found none (ranks whose durations all differ, as traced ones do) or
+    ``GIVE_UP_UNSHARED`` found one with mostly other tuples (a reader that shares none)."""
 
     GIVE_UP = 64
+    GIVE_UP_UNSHARED = 4
 
     def __init__(self) -> None:
         self.by_count: dict[int, list[tuple[list, list, list, list]]] = {}
         self.hits = 0
         self.misses = 0
+        self.unshared = 0  # ranks like an earlier one but for most of their tuples
         self._last: tuple = ()  # what ``find`` learnt of the rank ``add`` then records
 
     def find(self, nodes: list) -> tuple[list, list[int]] | None:
         """(probes as an earlier rank's, positions to work out again), or None."""
         self._last = ()
-        if self.misses >= self.GIVE_UP and not self.hits:
+        if not self.hits and (
+            self.misses >= self.GIVE_UP or self.unshared >= self.GIVE_UP_UNSHARED
+        ):
             return None
         known = self.by_count.setdefault(len(nodes), [])
         types = [x.type for x in nodes]
@@ -307,7 +312,8 @@ class _LikeRanks:
         for e in known:
             if e[0] == types and e[1] == durations:
                 redo = list(compress(range(len(nodes)), map(is_not, ds, e[2])))
-                if len(redo) > len(nodes) // 2:
+                if len(redo) > len(nodes) * 3 // 4:
+                    self.unshared += 1
                     break  # mostly other tuples (not shared by a reader): all looked up at once
                 self.hits += 1
                 self._last = (known, e, ds)
