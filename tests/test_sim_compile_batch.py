@@ -235,6 +235,25 @@ def test_ranks_of_all_different_durations_stop_the_lookups():
     check(wl)
 
 
+def test_like_ranks_keep_lists_for_a_bounded_number_of_node_counts(monkeypatch):
+    """Ranks of more node counts than ``MAX_COUNTS``: the counts past it are not kept (each
+    such rank looked up whole), and the workload compiles as the reference does."""
+    from genie.sim import batch_compile
+
+    monkeypatch.setattr(batch_compile._LikeRanks, "MAX_COUNTS", 2)
+    wl = data_parallel(8, layers=2)
+    for rg in wl.ranks[4:]:  # two more node counts: ranks 4-5 and 6-7 drop nodes at the end
+        del rg.nodes[len(rg.nodes) - 1 - rg.rank // 6 :]
+    like = batch_compile._LikeRanks()
+    found = []
+    for rg in wl.ranks:
+        found.append(like.find(rg.nodes) is not None)
+        like.add([0] * len(rg.nodes))
+    assert len(like.by_count) == 2 and len({len(rg.nodes) for rg in wl.ranks}) == 3
+    assert any(found[:4]) and not any(found[6:])
+    check(wl)
+
+
 def test_ranks_alike_but_sharing_no_tuples_stop_the_lookups():
     """Ranks of one structure and durations whose derived tuples are each their own (a reader
     that shares none) are looked up whole; after ``GIVE_UP_UNSHARED`` such ranks the lookups

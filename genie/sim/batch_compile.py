@@ -286,10 +286,12 @@ class _LikeRanks:
     between equal nodes), and works out only the others (none is taken where over 3 in 4
     differ: one lookup of them all costs less then). Stops looking while none was found once
     ``GIVE_UP`` ranks found none (ranks whose durations all differ, as traced ones do) or
-    ``GIVE_UP_UNSHARED`` found one with mostly other tuples (a reader that shares none)."""
+    ``GIVE_UP_UNSHARED`` found one with mostly other tuples (a reader that shares none). Keeps
+    ``_DEPS_KEPT`` ranks' lists for each of ``MAX_COUNTS`` node counts at most."""
 
     GIVE_UP = 64
     GIVE_UP_UNSHARED = 4
+    MAX_COUNTS = 64
 
     def __init__(self) -> None:
         self.by_count: dict[int, list[tuple[list, list, list, list]]] = {}
@@ -305,7 +307,11 @@ class _LikeRanks:
             self.misses >= self.GIVE_UP or self.unshared >= self.GIVE_UP_UNSHARED
         ):
             return None
-        known = self.by_count.setdefault(len(nodes), [])
+        known = self.by_count.get(len(nodes))
+        if known is None:
+            if len(self.by_count) >= self.MAX_COUNTS:
+                return None  # (bounded: the lists of ranks of this many node counts at most)
+            known = self.by_count[len(nodes)] = []
         types = [x.type for x in nodes]
         durations = [x.duration_micros for x in nodes]
         ds = [x._d for x in nodes]
