@@ -41,3 +41,28 @@ def test_a_missing_rank_file_is_named_by_the_loader(tmp_path) -> None:
     assert adapter._et_files(tmp_path / "w") == (None, -1)
     with pytest.raises(WorkloadError, match="rank files missing for ranks \\[3\\]"):
         adapter.load_workload(tmp_path / "w", columns=None)
+
+
+def test_files_a_caller_passes_must_be_the_paths_rank_files(tmp_path) -> None:
+    save_workload(llm(8, tp=2, pp=2, layers=2), tmp_path / "w")
+    save_workload(llm(8, tp=2, pp=2, layers=2), tmp_path / "other")
+    files = loader.all_rank_files(tmp_path / "w")
+    # as found: loads, named by the prefix or by one of its rank files
+    for path in (tmp_path / "w", tmp_path / "w.3.et"):
+        assert loader.load_workload(path, files=files).n_ranks == 8
+    prefix, found, n = files
+    # a rank missing from the list: one line, not a KeyError
+    gap = (prefix, {r: f for r, f in found.items() if r != 5}, n)
+    with pytest.raises(WorkloadError, match=r"not ranks 0\.\.7"):
+        loader.load_workload(tmp_path / "w", files=gap)
+    # a rank count below the files': refused, not read as a smaller workload
+    with pytest.raises(WorkloadError, match=r"not ranks 0\.\.2"):
+        loader.load_workload(tmp_path / "w", files=(prefix, found, 3))
+    # another workload's files under this path's name: refused
+    other = loader.all_rank_files(tmp_path / "other")
+    with pytest.raises(WorkloadError, match="rank files given are"):
+        loader.load_workload(tmp_path / "w", files=other)
+    # a file swapped for another rank's
+    swapped = (prefix, {**found, 2: found[3]}, n)
+    with pytest.raises(WorkloadError, match="is not its rank 2 file"):
+        loader.load_workload(tmp_path / "w", files=swapped)

@@ -303,8 +303,34 @@ def load_workload(
     """
     # the cyclic collector would walk every node of every rank read so far, once per rank
     # (nodes make no cycles): pause it for the whole load
+    if files is not None:
+        _check_files(Path(path_prefix_or_dir), files)
     with gc_paused():
         return _load_workload(files or all_rank_files(path_prefix_or_dir), validate, comm_groups)
+
+
+def _check_files(path: Path, files: RankFiles) -> None:
+    """Refuse ``files`` that are not ``all_rank_files(path)``'s shape: ranks 0..n-1, each file
+    named ``<prefix>.<rank>...`` beside the prefix, the prefix ``path``'s (a caller's list is
+    not trusted to name another workload, or to miss a rank)."""
+    prefix, found, n = files
+    if sorted(found) != list(range(n)):
+        raise WorkloadError(f"{prefix}: the rank files given are not ranks 0..{n - 1}")
+    for r, f in found.items():
+        m = _RANK_RE.match(f.name)
+        if (
+            f.parent != prefix.parent
+            or not m
+            or m.group("stem") != prefix.name
+            or int(m.group("rank")) != r
+        ):
+            raise WorkloadError(f"{prefix}: {f} is not its rank {r} file")
+    if (
+        prefix != path
+        and prefix.parent != path
+        and not ((m := _RANK_RE.match(path.name)) and path.with_name(m.group("stem")) == prefix)
+    ):
+        raise WorkloadError(f"{path}: the rank files given are {prefix}'s")
 
 
 def _load_workload(files: RankFiles, validate: bool, comm_groups: str | Path | None) -> Workload:
