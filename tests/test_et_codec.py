@@ -519,3 +519,35 @@ def test_chakra_json_keeps_the_sign_of_a_zero_read_after_a_plus_zero() -> None:
     _, (a, b), problems = decode_chakra_json(text.encode())
     assert problems == []
     assert math.copysign(1, a.attrs[0].value) == 1 and math.copysign(1, b.attrs[0].value) == -1
+
+
+@pytest.mark.parametrize(
+    ("field", "canonical", "padded"),
+    [
+        ("start time", b"\x30\x01", b"\x30\x81\x00"),
+        ("name length", b"\x12\x01x", b"\x12\x81\x00x"),
+        ("duration", b"\x38\x05", b"\x38\x85\x80\x00"),
+    ],
+)
+def test_a_padded_varint_reads_its_value_and_counts_as_not_canonical(
+    field: str, canonical: bytes, padded: bytes
+) -> None:
+    # protobuf reads a varint padded with continuation bytes as its value; genie's decoders
+    # read it too, but count the frame as not canonical (its round trip is not byte-exact)
+    from genie.workload import et_fast
+    from genie.workload.et_codec import encode_node, uvarint
+    from genie.workload.et_columns import decode_columns
+    from genie.workload.et_memo import DecodeMemo
+
+    n = Node(1, "x", NodeType.COMP_NODE, start_time_micros=1, duration_micros=5)
+    body = encode_node(n)
+    assert canonical in body, field
+    odd_body = body.replace(canonical, padded, 1)
+    for b, want_odd in ((body, 0), (odd_body, 1)):
+        data = uvarint(len(b)) + b
+        for memo in (None, DecodeMemo()):
+            nodes, odd, _zero = et_fast.decode_nodes(data, 0, "<t>", memo=memo)
+            got = nodes[0]
+            assert (got.name, got.start_time_micros, got.duration_micros) == ("x", 1, 5)
+            assert odd == want_odd, (field, memo)
+        assert decode_columns(data, 0, "<t>", "", None).odd == want_odd, field

@@ -61,6 +61,9 @@ class _Fallback(Exception):
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A varint at ``pos``: (value, offset after it); _Fallback where it is not protobuf's
+    shortest form (a multi-byte varint ending in a zero byte: padded) or passes 64 bits, so
+    protobuf's parser reads the frame and the caller counts it as not canonical."""
     v = 0
     shift = 0
     while True:
@@ -68,18 +71,12 @@ def _varint(data: bytes, pos: int) -> tuple[int, int]:
         pos += 1
         v |= (b & 0x7F) << shift
         if b < 0x80:
+            if not b and shift:
+                raise _Fallback
             return v, pos
         shift += 7
         if shift > 63:
             raise _Fallback
-
-
-def _varint_min(data: bytes, pos: int) -> tuple[int, int]:
-    """A varint in its shortest form (protobuf's canonical bytes); _Fallback otherwise."""
-    v, end = _varint(data, pos)
-    if end - pos > 1 and data[end - 1] == 0:
-        raise _Fallback
-    return v, end
 
 
 def _decode_attr(body: bytes) -> Attr:
@@ -97,14 +94,14 @@ def _decode_attr(body: bytes) -> Attr:
     value: int | float | str | bytes | None = None
     last = 0  # the last field number read: fields come once each, ascending
     while pos < end:
-        key, pos = _varint_min(body, pos)
+        key, pos = _varint(body, pos)
         number = key >> 3
         wire = key & 7
         if number <= last:
             raise _Fallback
         last = number
         if number in (1, 2) and wire == 2:
-            ln, pos = _varint_min(body, pos)
+            ln, pos = _varint(body, pos)
             if not ln or pos + ln > end:
                 raise _Fallback  # an empty string is not written; a long one is corrupt
             s = body[pos : pos + ln].decode("utf-8")
@@ -120,7 +117,7 @@ def _decode_attr(body: bytes) -> Attr:
         base = spec[0]
         kind = base + "_val"
         if wire == 0:
-            v, pos = _varint_min(body, pos)
+            v, pos = _varint(body, pos)
             if v >= _U64:
                 raise _Fallback
             if base in ("int32", "int64"):
@@ -140,7 +137,7 @@ def _decode_attr(body: bytes) -> Attr:
                 raise _Fallback
             value = v
         elif wire == 2:
-            ln, pos = _varint_min(body, pos)
+            ln, pos = _varint(body, pos)
             if pos + ln > end:
                 raise _Fallback
             raw = body[pos : pos + ln]
