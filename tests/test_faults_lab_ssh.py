@@ -82,11 +82,14 @@ def _scheduler(path, schedule: str) -> LabFaultScheduler:
     )
 
 
-def _watch(seconds: float, t0: int) -> list[tuple[float, bool, str]]:
+def _watch(seconds: float, t0: int) -> list[tuple[float, float, bool, str]]:
+    """(start, end, link up, root qdisc) samples, in seconds from ``t0``: each query saw the
+    state at some moment between its start and end (on a loaded machine that can be 0.1 s)."""
     out = []
     while (time.monotonic_ns() - t0) / 1e9 < seconds:
+        start = (time.monotonic_ns() - t0) / 1e9
         up, kind = _state()
-        out.append(((time.monotonic_ns() - t0) / 1e9, up, kind))
+        out.append((start, (time.monotonic_ns() - t0) / 1e9, up, kind))
         time.sleep(0.01)
     return out
 
@@ -102,13 +105,13 @@ def test_a_lab_link_goes_down_and_comes_back_with_the_ssh_session_killed(lab) ->
         sched._close_remotes()  # the SSH session ends and sshd goes: no one can restore it
         sshd.stop()
         seen = _watch(1.2, t0)
-    down = [t for t, up, _ in seen if not up]
+    down = [end for _, end, up, _ in seen if not up]
     assert down, "the link never went down"
     print(f"down from {down[0]:.3f} s to {down[-1]:.3f} s (planned 0.400 s to 0.700 s)")
     # the host's own sleeps time it once the command has landed; a loaded 2-core machine can
     # land it late, so: down about when due, for about the window
     assert 0.3 <= down[0] <= 0.65 and 0.2 <= down[-1] - down[0] <= 0.4
-    assert seen[-1][1], "the link did not come back up on its own"
+    assert seen[-1][2], "the link did not come back up on its own"
     rec = sched.records()  # the host could not be reached after the run: unconfirmed
     assert not rec["restored"]["ok"] and "unconfirmed" in rec["restored"]["errors"][0]
     assert all(a["applied_s"] is None and "unconfirmed" in a["error"] for a in rec["applied"])
@@ -116,19 +119,28 @@ def test_a_lab_link_goes_down_and_comes_back_with_the_ssh_session_killed(lab) ->
 
 def test_lab_faults_report_host_times_restore_and_cancel_what_is_pending(lab) -> None:
     path, _ = lab
-    sched = _scheduler(path, "at 200ms: a-d0 rate 50mbit for 300ms; at 10s: a-d0 down for 1s")
+    sched = _scheduler(path, "at 200ms: a-d0 rate 50mbit for 600ms; at 10s: a-d0 down for 1s")
     with sched:
         t0 = time.monotonic_ns() + 50_000_000
         sched.start(t0)
-        seen = _watch(0.8, t0)
-    kinds = {k for t, _, k in seen if 0.38 < t < 0.48}  # due 0.2-0.5 s; may land late
-    assert kinds == {"tbf"} and seen[-1][2] == "noqueue"  # cut, then the default back
+        seen = _watch(1.7, t0)  # past the latest restore allowed below
+    assert seen[-1][3] == "noqueue"  # the default is back
     rec = sched.records()
     assert rec["restored"]["ok"], rec["restored"]
     got = {(a["planned_s"], a["restore"]): a for a in rec["applied"]}
-    assert set(got) == {(0.2, False), (0.5, True)}
-    for a in got.values():  # from the host's log, placed at the estimated landing
-        assert a["ok"] and a["planned_s"] - 0.02 <= a["applied_s"] < a["planned_s"] + 0.1
+    assert set(got) == {(0.2, False), (0.8, True)}
+    # from the host's log, placed at the estimated landing: never early; late only by what a
+    # loaded machine costs to wake a sleep and start tc (0.12-0.19 s seen beside 3 busy loops
+    # on 2 cores); the window is timed on the host from the cut
+    for a in got.values():
+        assert a["ok"] and a["planned_s"] - 0.02 <= a["applied_s"] < a["planned_s"] + 0.4, a
+    cut, back = got[(0.2, False)]["applied_s"], got[(0.8, True)]["applied_s"]
+    assert 0.55 <= back - cut < 0.9
+    # what the kernel showed agrees with those times (0.1 s for the landing estimate's error)
+    inside = {k for s, e, _, k in seen if cut + 0.1 < s and e < back - 0.1}
+    before = {k for s, e, _, k in seen if e < cut - 0.1}
+    after = {k for s, e, _, k in seen if s > back + 0.1}
+    assert inside == {"tbf"} and before == {"noqueue"} and after == {"noqueue"}, (cut, back, seen)
     # the 10 s down was cancelled by the run's end: never applied, the link stays up
     assert [x["planned_s"] for x in rec["not_applied"]] == [10.0, 11.0]
     time.sleep(0.2)
