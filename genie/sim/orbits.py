@@ -527,6 +527,9 @@ class _PricingPlan:
     pair_a: np.ndarray  # int64 index into keys: key of i
     pair_b: np.ndarray  # int64 index into keys: key of sigma_I(i)
     first: np.ndarray  # int64: the smallest iid with each pair
+    # the keys in the order the check prices them, and their transfers (``_priced_order``)
+    order: list[int] | None = None
+    transfers: list[Transfer] | None = None
 
 
 def _row_ids(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -568,6 +571,18 @@ def _pricing_plan(cw: CompiledWorkload, orb: RankOrbits) -> _PricingPlan:
     return plan
 
 
+def _priced_order(cw: CompiledWorkload, plan: _PricingPlan) -> tuple[list[int], list[Transfer]]:
+    """The keys in the order the check prices them and their transfers, made once per plan
+    (the line-rate twin's check reads the same): the order the reference prices in (a pair's
+    instance, then its image), each key once, as a pricer may remember what it priced first
+    (NcclPricer.choices)."""
+    if plan.order is None or plan.transfers is None:
+        seq = list(dict.fromkeys(np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist()))
+        plan.transfers = _transfers(cw, plan.keys[seq] if seq else plan.keys[:0])
+        plan.order = seq
+    return plan.order, plan.transfers
+
+
 def check_pricing(
     pricer: Pricer, cw: CompiledWorkload, orb: RankOrbits, pi: np.ndarray
 ) -> str | None:
@@ -581,12 +596,9 @@ def check_pricing(
     rotation is checked on (the NCCL-like replay and the line-rate one beside it).
     """
     plan = _pricing_plan(cw, orb)
-    # price in the order the reference does (a pair's instance, then its image), each key once:
-    # a pricer may remember what it priced first (NcclPricer.choices)
     # (``price_many``, where the pricer has it, prices them as ``price`` one by one would)
     dems: list[Demand | None] = [None] * len(plan.keys)
-    seq = list(dict.fromkeys(np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist()))
-    transfers = _transfers(cw, plan.keys[seq] if seq else plan.keys[:0])
+    seq, transfers = _priced_order(cw, plan)
     many = getattr(pricer, "price_many", None)
     got = many(transfers) if many is not None else [pricer.price(t) for t in transfers]
     for k, d in zip(seq, got, strict=True):

@@ -69,6 +69,8 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         algorithms: Mapping[str, str] | None = None,
         chunks: int = 1,
         canonical: bool = True,
+        *,
+        like: ProgramPricer | None = None,
     ) -> None:
         from genie.collectives import build_program
         from genie.collectives.cost import estimate
@@ -84,12 +86,24 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self.fallbacks: dict[str, int] = {}
         self.priced: dict[tuple[str, str, int, int], float] = {}
         self.canonical = canonical and _relabels_hosts(topology)
+        # ``like``: a pricer on this very topology object whose tables read from the topology
+        # alone (leaf rows, link ids, link codes) are this one's too (``twin``)
+        src = like if like is not None and like.topology is topology else None
+        self._asked_canonical = canonical
         # a one-spine leaf-spine: each leaf's hosts in order (hosts relabel within their leaf)
-        self._leaf_hosts = _leaf_hosts(topology) if canonical and not self.canonical else None
+        self._leaf_hosts: list[tuple[int, list[int]]] | None
+        if src is not None and src._asked_canonical == canonical:
+            self._leaf_hosts = src._leaf_hosts
+        else:
+            self._leaf_hosts = _leaf_hosts(topology) if canonical and not self.canonical else None
         # (comm type, size, host pattern) -> (time s, algorithm, canonical link bytes, intra
         # bytes), or None where the cost model declined
         self._shapes: dict[tuple, tuple | None] = {}
-        self._lid = {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
+        self._lid: dict[tuple[str, str], int] = (
+            src._lid
+            if src is not None
+            else {(lk.src, lk.dst): i for i, lk in enumerate(topology.links)}
+        )
         # (comm type, size, ranks, hosts, splits) -> ``_cost``'s program cost (None: declined);
         # ``twin`` shares it with a pricer of the same topology, algorithms and chunks
         self._programs: dict[tuple, tuple | None] = {}
@@ -101,14 +115,21 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self._cap_list: list[float] = []
         self._cap_positive = False
         # ``_link_codes``: node ids, links' sorted (src, dst) codes and their link ids
-        self._codes: tuple[dict[str, int], np.ndarray, np.ndarray] | None = None
+        self._codes: tuple[dict[str, int], np.ndarray, np.ndarray] | None = (
+            src._codes if src is not None else None
+        )
 
     def twin(self, algorithms: Mapping[str, str] | None = None) -> ProgramPricer:
         """A line-rate ``ProgramPricer`` on this pricer's topology (the same object), placement
         and chunks; with the same algorithms it shares the programs' costs (each step program
         both price is simulated once; the line-rate replay beside the NCCL-like one needs it)."""
         other = ProgramPricer(
-            self.topology, self.host_of.tolist(), self.fallback.n_ranks, algorithms, self.chunks
+            self.topology,
+            self.host_of.tolist(),
+            self.fallback.n_ranks,
+            algorithms,
+            self.chunks,
+            like=self,
         )
         if other.algorithms == self.algorithms and other.canonical == self.canonical:
             other._programs = self._programs
