@@ -179,6 +179,9 @@ def test_trace_facts_count_host_work_as_the_nodes_say():
     facts = trace_facts(wl, cw)
     brute = sum(n.kind is NodeKind.HOST for rg in wl.ranks for n in rg.nodes)
     assert facts["host_work_nodes"] == brute == changed
+    assert cw.host_work_nodes == brute  # counted by the batch compile, per distinct node
+    cw.host_work_nodes = None  # not counted: the nodes asked
+    assert trace_facts(wl, cw) == facts
     assert "cpu" in facts["lanes"]
 
 
@@ -198,6 +201,9 @@ def test_trace_facts_of_a_columnar_workload_are_the_object_workloads(tmp_path, k
     assert all(hasattr(c, "derived_table") for c in cols.ranks)  # the columns' path is taken
     objs = load_workload(tmp_path / "w")
     cw = compile_workload(objs)
+    counted = cw.host_work_nodes  # the batch compile's count
+    cw.host_work_nodes = None  # each workload's own count, not the compile's
     got, want = trace_facts(cols, cw), trace_facts(objs, cw)  # type: ignore[arg-type]
     assert got == want
     assert (want["host_work_nodes"] > 0) == (kind == "pytorch")
+    assert counted == want["host_work_nodes"]

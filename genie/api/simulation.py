@@ -140,7 +140,8 @@ def _closed_form(
 
 
 def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
-    """How the trace was read: dependencies dropped (by reason), host work, lanes used."""
+    """How the trace was read: dependencies dropped (by reason), host work, lanes used (the
+    host work as the compile counted it, where it did: ``CompiledWorkload.host_work_nodes``)."""
     from itertools import compress
     from operator import attrgetter, itemgetter
 
@@ -152,7 +153,9 @@ def trace_facts(wl: Workload, cw: CompiledWorkload) -> JsonDoc:
     is_comm, get_d = comm.__contains__, attrgetter("_d")
     cpu_op = itemgetter(DERIVED_INDEX["is_cpu_op"])
     ranks = list(wl.ranks)
-    if ranks and all(hasattr(c, "derived_table") for c in ranks):
+    if cw.host_work_nodes is not None:  # counted by the compile (a kind per distinct node)
+        host = cw.host_work_nodes
+    elif ranks and all(hasattr(c, "derived_table") for c in ranks):
         host = _host_work_of_columns(cast("list[NodeColumns]", ranks), comm)
     else:
         try:

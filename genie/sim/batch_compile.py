@@ -32,7 +32,7 @@ import numpy as np
 from genie.errors import ValidationError
 from genie.sim.compiled import CompiledRank, CompiledWorkload, Kind, positional_deps
 from genie.sim.uneven import SPLIT_ATTR
-from genie.workload.model import NodeType, RankGraph
+from genie.workload.model import NodeType, RankGraph, is_host_work
 from genie.workload.stream_rules import stream_edges
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class Probes:
         self.fields: list[tuple] = []
         self.split: set[int] = set()  # all-to-all collectives: per-peer sizes are per node
         self.cpu: set[int] = set()  # nodes marked is_cpu_op (stream rules may apply)
+        self.host: list[int] = []  # host work (``NodeKind.HOST``: a kind of type and derived)
         self._shapes: dict[tuple, tuple] = {}
 
     def add(self, nd: Any, key: tuple, r: int) -> int:
@@ -111,6 +112,8 @@ class Probes:
             self.split.add(p)
         if key[1][8]:
             self.cpu.add(p)
+            if is_host_work(key[0], key[1]):
+                self.host.append(p)
         return p
 
     def _work_out(self, nd: Any, key: tuple, r: int) -> tuple:
@@ -151,6 +154,12 @@ class Probes:
         desc = getattr(wl, "group_desc", None) or {}
         labels = [f"{g} ({desc[g]})" if g in desc else g or "world" for g in self.group_names]
         return finish(made[0], labels, self.group_ranks, name, made[1])
+
+    def host_work(self, pid: np.ndarray) -> int:
+        """How many of the nodes whose probes are ``pid`` are host work."""
+        if not self.host:
+            return 0
+        return int(np.isin(pid, np.asarray(self.host, np.int64)).sum())
 
 
 @dataclass
@@ -276,7 +285,9 @@ def _compile(wl: Any, edges: str, fields_of: Any, a2a: int) -> CompiledWorkload:
         names=ranks_names,
         splits=ranks_splits,
     )
-    return probes.finish(wl, make_ranks(probes.fields, got_all))
+    out = probes.finish(wl, make_ranks(probes.fields, got_all))
+    out.host_work_nodes = probes.host_work(got_all.pid)  # read by the trace facts
+    return out
 
 
 class _LikeRanks:

@@ -157,6 +157,9 @@ class CompiledWorkload:
     group_ranks: list[tuple[int, ...]]
     instances: Instances
     name: str = "workload"
+    # nodes compiled from host work (a COMM node's host-side launcher, ``NodeKind.HOST``),
+    # where the compile counted them (``genie.sim.batch_compile``); None: not counted
+    host_work_nodes: int | None = field(default=None, compare=False, repr=False)
 
     @property
     def n_ranks(self) -> int:
