@@ -413,12 +413,13 @@ def _intern(keys: list[bytes]) -> tuple[list[bytes], np.ndarray]:
 
 
 def _intern_spans(
-    data: bytes, buf: np.ndarray, s: np.ndarray, e: np.ndarray
+    data: bytes, base: int, buf: np.ndarray, s: np.ndarray, e: np.ndarray
 ) -> tuple[list[bytes], np.ndarray]:
-    """``_intern`` of the byte strings ``data[s:e]`` (non-empty, under 128 bytes): those equal
-    to the first one are found in numpy (a per-node attr name repeats on every node)."""
+    """``_intern`` of the byte strings ``buf[s:e]`` (``buf``: a padded copy of ``data`` from
+    ``base``; non-empty, under 128 bytes): those equal to the first one are found in numpy (a
+    per-node attr name repeats on every node)."""
     ln = e - s
-    first = data[s[0] : e[0]]
+    first = buf[s[0] : e[0]].tobytes()
     cand = np.flatnonzero(ln == len(first))
     got = buf[s[cand, None] + np.arange(len(first))]
     same = cand[(got == np.frombuffer(first, dtype=np.uint8)).all(1)]
@@ -427,7 +428,7 @@ def _intern_spans(
     rest = np.flatnonzero(idx < 0)
     if not rest.size:
         return [first], idx
-    keys = _slices(data, s[rest], e[rest])
+    keys = _slices(data, s[rest] + base, e[rest] + base)
     uniq, ridx = _intern(keys)
     idx[rest] = ridx + 1
     return [first, *uniq], idx
@@ -523,6 +524,25 @@ def _cat_offsets(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(out)
 
 
+class BlockBuffer:
+    """A padded copy of one block of frames, in one buffer kept for every block: a fresh
+    block-sized array each time costs a page fault per 4 KiB (as much as the decoding's
+    passes over it on a VM)."""
+
+    def __init__(self) -> None:
+        self._buf = np.zeros(0, dtype=np.uint8)
+
+    def fill(self, data: bytes, base: int, size: int) -> np.ndarray:
+        """``data[base : base + size]`` followed by ``_PAD`` zero bytes (a view of the buffer,
+        valid until the next ``fill``)."""
+        if len(self._buf) < size + _PAD:
+            self._buf = np.empty(size + _PAD + (size >> 3), dtype=np.uint8)
+        buf = self._buf[: size + _PAD]
+        buf[:size] = np.frombuffer(data, dtype=np.uint8, count=size, offset=base)
+        buf[size:] = 0
+        return buf
+
+
 class Interner:
     """What the blocks of a file (and the files of a workload) intern together: node names,
     derived tuples and attr bodies; the columns of every file given one index into its lists."""
@@ -538,6 +558,7 @@ class Interner:
         self.section_pairs: list[tuple] = []  # their derived (slot, value) pairs
         self.section_derived: list[int] = []  # their derived tuple's index in table, -1: hand on
         self._section_array: np.ndarray = np.zeros(0, dtype=np.int64)
+        self.block = BlockBuffer()  # one buffer for every block of the workload's files
 
     def name_indices(self, keys: list[bytes]) -> list[int]:
         """The index of each node name in ``names`` (-1: not UTF-8); ``keys`` may repeat."""
@@ -612,12 +633,10 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -
     (ids, types, names, starts, durations, ctrl offsets, ctrl deps, data offsets, data deps,
     inputs, outputs, attrs, derived, bad, zero-length frames)."""
     base = int(F[0])
-    data = data[base : int(E[-1])]
     F = F - base
     E = E - base
     n = len(F)
-    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
-    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    buf = shared.block.fill(data, base, int(E[-1]))  # offsets in buf: in data less ``base``
     S = F + 1  # body starts: after the length varint (up to 5 bytes; the splitter read it)
     cont = buf[F] >= 0x80
     for k in range(1, 5):
@@ -683,14 +702,11 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -
             t = tag()
     bad |= cur > E
     bad |= (cur < E) & (t != 0x52)
-    high = None
     for what in ("in", "out"):
         rows = np.flatnonzero((spans[what][:, 0] >= 0) & ~bad)
         if rows.size:
             _check_io(buf, spans[what][rows], rows, bad)
-            if high is None:
-                high = buf >= 0x80  # buf holds one block of frames
-            _utf8_io(data, high, spans[what], bad)
+            _utf8_io(data, base, buf, spans[what], bad)
     ctrl_off, ctrl_vals = _packed_rows(buf, spans["ctrl"], n, bad)
     data_off, data_vals = _packed_rows(buf, spans["data"], n, bad)
 
@@ -698,16 +714,16 @@ def _decode_block(data: bytes, F: np.ndarray, E: np.ndarray, shared: Interner) -
     rows = np.flatnonzero((name_span[:, 0] >= 0) & ~bad)
     name_idx = np.zeros(n, dtype=np.int32)
     if rows.size:
-        keys = _slices(data, name_span[rows, 0], name_span[rows, 1])
+        keys = _slices(data, name_span[rows, 0] + base, name_span[rows, 1] + base)
         gi = np.array(shared.name_indices(keys), dtype=np.int32)
         bad[rows[gi < 0]] = True
         name_idx[rows] = np.maximum(gi, 0)
 
     attr_span = np.stack([cur, E], 1)
-    derived = _attrs(data, buf, attr_span, bad, shared)
+    derived = _attrs(data, buf, base, attr_span, bad, shared)
 
     for sp in (spans["in"], spans["out"]):
-        sp[sp[:, 0] >= 0] += base
+        np.add(sp, base, out=sp, where=sp >= 0)
     attr_span += base
     return (
         ids,
@@ -737,10 +753,10 @@ def _packed_rows(
     return offsets, vals
 
 
-def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
-    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``high``: which bytes of
-    ``data`` (and its padding) are >= 0x80 (a body without one is ASCII: only the others are
-    decoded)."""
+def _utf8_io(data: bytes, base: int, buf: np.ndarray, spans: np.ndarray, bad: np.ndarray) -> None:
+    """Mark ``bad`` the rows whose IOInfo strings are not UTF-8; ``spans`` are offsets in
+    ``buf`` (a padded copy of ``data`` from ``base``). A body without a byte >= 0x80 is ASCII:
+    only the others are decoded."""
     rows = np.flatnonzero((spans[:, 0] < spans[:, 1]) & ~bad)  # set and not empty
     if not rows.size:
         return
@@ -748,7 +764,9 @@ def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) 
     at = np.empty(2 * len(rows), dtype=np.int64)
     at[0::2] = s
     at[1::2] = e  # each span [s, e) one reduction (s < e); the gaps between are not used
-    some = np.logical_or.reduceat(high, at)[0::2]
+    some = np.maximum.reduceat(buf, at)[0::2] >= 0x80
+    s = s + base
+    e = e + base
     for r, x, y in zip(rows[some].tolist(), s[some].tolist(), e[some].tolist(), strict=True):
         try:
             et_fast.decode_io(data[x:y])
@@ -757,10 +775,11 @@ def _utf8_io(data: bytes, high: np.ndarray, spans: np.ndarray, bad: np.ndarray) 
 
 
 def _attrs(
-    data: bytes, buf: np.ndarray, span: np.ndarray, bad: np.ndarray, shared: Interner
+    data: bytes, buf: np.ndarray, base: int, span: np.ndarray, bad: np.ndarray, shared: Interner
 ) -> np.ndarray:
     """Each row's derived tuple, as an index into a table of distinct ones; marks ``bad`` the
-    rows whose attr fields the per-frame decoder must read."""
+    rows whose attr fields the per-frame decoder must read. ``span``: offsets in ``buf`` (a
+    padded copy of ``data`` from ``base``)."""
     n = len(span)
     derived = np.zeros(n, dtype=np.int32)
     s, e = span[:, 0], span[:, 1]
@@ -790,7 +809,7 @@ def _attrs(
     # distinct first-attr names
     if fs.size:
         fp = p[simple]
-        nuniq, nidx = _intern_spans(data, buf, fp + 4, vp[simple])
+        nuniq, nidx = _intern_spans(data, base, buf, fp + 4, vp[simple])
         slots: list[int | None] = []
         good = np.ones(len(nuniq), dtype=bool)
         for i, k in enumerate(nuniq):
@@ -807,7 +826,7 @@ def _attrs(
         groups.append((whole, s[whole], None, None, None))
     shared.bound_sections()
     for grows, gstart, gnidx, gslots, gv in groups:
-        keys = _slices(data, gstart, e[grows])
+        keys = _slices(data, gstart + base, e[grows] + base)
         kidx = shared.section_indices(keys)  # each distinct run decoded once per workload
         di = shared.section_derived_array()[kidx]  # table index, -1: hand on
         bad[grows[di < 0]] = True
