@@ -1,8 +1,10 @@
 """What the scale work (issue 33) reuses gives what computing it afresh gives: the line-rate
-twin's tables read from the topology, the pricing check's order and transfers per rotation, and
-the host work the batch compile counts per distinct node."""
+twin's tables read from the topology, the pricing check's order and transfers per rotation, the
+host work the batch compile counts per distinct node, and instances' members held as columns."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -10,6 +12,9 @@ import pytest
 from genie.api.simulation import trace_facts
 from genie.collectives import topology as T
 from genie.sim.adapter import compile_reference, compile_workload
+from genie.sim.api import replay
+from genie.sim.compiled import MemberLists, _finish_loop
+from genie.sim.network import AnalyticalBackend
 from genie.sim.orbits import _transfers, check_pricing, find_orbits, link_permutation
 from genie.sim.program_pricer import ProgramPricer
 from genie.sim.streams import order_collectives
@@ -82,3 +87,41 @@ def test_the_batch_compile_counts_host_work_as_the_nodes_say(kind):
     assert ref.host_work_nodes is None
     assert trace_facts(wl, ref) == trace_facts(wl, cw)
     assert trace_facts(wl, cw)["host_work_nodes"] == brute
+
+
+def test_member_lists_read_as_the_lists_they_stand_for(monkeypatch):
+    """``MemberLists`` (members as columns): each read, a pass, slices, negative indices and
+    the switch to Python lists after ``LISTS_AFTER`` reads give the lists of the node-by-node
+    finish; out of range is an IndexError."""
+    cw = compile_workload(llm(8, tp=2, pp=2, layers=2, micro_batches=2))
+    members = cw.instances.members
+    assert isinstance(members, MemberLists)
+    want = _finish_loop(cw.ranks, cw.group_names, cw.group_ranks).instances.members
+    assert isinstance(want, list) and len(members) == len(want)
+    monkeypatch.setattr(MemberLists, "LISTS_AFTER", 3)
+    fresh = MemberLists(members.rank, members.node, members.bounds)
+    assert [fresh[i] for i in range(len(want))] == want  # past 3 reads: from Python lists
+    assert fresh._lists is not None
+    assert list(members) == want and members == want and want == members
+    assert members[-1] == want[-1] and members[2:5] == want[2:5]
+    with pytest.raises(IndexError):
+        members[len(want)]
+
+
+@pytest.mark.parametrize("symmetry", [True, False])
+def test_a_replay_reads_member_columns_as_member_lists(symmetry):
+    """The engine replays a workload whose members are columns exactly as one whose members
+    are plain lists (every instance read in a full replay, the touched ones in an orbit one)."""
+    cw = order_collectives(compile_workload(llm(16, tp=2, pp=2, layers=2, micro_batches=2)), 1)
+    assert isinstance(cw.instances.members, MemberLists)
+    plain = dataclasses.replace(
+        cw, instances=dataclasses.replace(cw.instances, members=list(cw.instances.members))
+    )
+    topo = T.switch(16, 50 * 2**30, 500e-9)
+    got = [
+        replay(w, AnalyticalBackend(ProgramPricer(topo, list(range(16)), 16)), symmetry)[1]
+        for w in (cw, plain)
+    ]
+    assert got[0].makespan == got[1].makespan
+    for col in ("inst_start", "inst_end", "inst_first_arrival", "inst_last_arrival"):
+        assert np.array_equal(getattr(got[0], col), getattr(got[1], col), equal_nan=True)

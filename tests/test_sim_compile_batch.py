@@ -29,7 +29,7 @@ from genie.sim.adapter import (
     load_workload,
 )
 from genie.sim.batch_compile import _RANK_FIELDS, compile_batch
-from genie.sim.compiled import GraphBuilder
+from genie.sim.compiled import GraphBuilder, MemberLists
 from genie.sim.streams import order_collectives, order_reference
 from genie.workload.generators.data_parallel import data_parallel
 from genie.workload.generators.llm import llm
@@ -53,6 +53,12 @@ def same(a, b, path: str = "cw") -> None:
         assert a.keys() == b.keys(), path
         for k in a:
             same(a[k], b[k], f"{path}[{k}]")
+    elif isinstance(a, MemberLists) or isinstance(b, MemberLists):
+        # members held as columns: the lists a pass makes, and each read of one alike
+        for m in (a, b):
+            if isinstance(m, MemberLists):
+                assert [m[i] for i in range(len(m))] == list(m), path
+        same(list(a), list(b), path)
     elif isinstance(a, list | tuple):
         assert type(a) is type(b) and len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b, strict=True)):

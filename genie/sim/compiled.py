@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import enum
 import itertools
+import operator
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -140,7 +141,8 @@ class Instances:
     src: np.ndarray  # int32 p2p sender or -1
     dst: np.ndarray  # int32 p2p receiver or -1
     tag: np.ndarray  # int64
-    members: list[list[tuple[int, int]]]  # (rank, node) of each participant
+    # (rank, node) of each participant: lists, or ``MemberLists`` (columns, lists made as read)
+    members: Sequence[list[tuple[int, int]]]
     # all-to-all-v instances: iid -> n x n int64 bytes, row i = what group rank i sends to each
     splits: dict[int, np.ndarray] = field(default_factory=dict)
 
@@ -394,7 +396,6 @@ def _finish_columns(
     # members of each collective instance in (rank, node) order
     by_iid = np.argsort(iid, kind="stable")
     bounds = np.searchsorted(iid[by_iid], np.arange(n_coll + 1))
-    members = _member_lists(cr_[by_iid], cl[by_iid], np.diff(bounds))
     # send/recv: paired per channel in node order, as the loop does
     pidx = np.flatnonzero(~coll)
     peer = _joined(ranks, "peer", whole, comm[pidx])
@@ -404,15 +405,20 @@ def _finish_columns(
     p2p = _p2p_columns(rank[pidx], local[pidx], ck[pidx] == Kind.SEND, peer, tag, size[pidx])
     if p2p is None:
         return None  # a send and its receive differ in size: the reference names them
-    (p_src, p_dst, p_tag, p_seq, p_size, p_members), (p_rank, p_local, p_iid) = p2p
-    members += p_members
+    (p_src, p_dst, p_tag, p_seq, p_size, p_bounds), (p_rank, p_local, p_iid) = p2p
+    # the collectives' members, then the pairs' (each pair's rows follow one another too)
+    members = MemberLists(
+        np.r_[cr_[by_iid], p_rank],
+        np.r_[cl[by_iid], p_local],
+        np.r_[bounds, p_bounds[1:] + bounds[-1]],
+    )
     # each node's instance
     inst_flat = np.full(int(offsets[-1]), -1, np.int64)
     inst_flat[offsets[cr_] + cl] = iid
     inst_flat[offsets[p_rank] + p_local] = p_iid + n_coll
     for r, cr in enumerate(ranks):
         cr.instance = inst_flat[offsets[r] : offsets[r + 1]]
-    n_p2p = len(p_members)
+    n_p2p = len(p_bounds) - 1
     instances = _instances(
         (np.r_[ct[lead], np.full(n_p2p, P2P, np.int64)], np.r_[sz[lead], p_size]),
         (np.r_[cg[lead], np.full(n_p2p, -1, np.int64)], np.r_[seq[lead], p_seq]),
@@ -422,6 +428,68 @@ def _finish_columns(
         {},
     )
     return CompiledWorkload(ranks, list(group_names), list(group_ranks), instances, name)
+
+
+class MemberLists(Sequence[list[tuple[int, int]]]):
+    """``Instances.members`` as columns: instance ``i``'s (rank, node) pairs are rows
+    ``bounds[i]:bounds[i + 1]`` of ``rank`` and ``node``, made into a new list when read.
+
+    Hundreds of thousands of small lists cost ~0.06 s and tens of MB at 4,096 ranks, where an
+    orbit replay reads the members of a few instances; a full replay reads them all (a pass
+    over them makes every list at once, as lists would have been made). Reads of single
+    instances turn the columns into Python lists once ``LISTS_AFTER`` have been made.
+    """
+
+    LISTS_AFTER = 1024
+
+    def __init__(self, rank: np.ndarray, node: np.ndarray, bounds: np.ndarray) -> None:
+        self.rank = np.asarray(rank, np.int64)
+        self.node = np.asarray(node, np.int64)
+        self.bounds = np.asarray(bounds, np.int64)
+        self._reads = 0
+        self._lists: tuple[list[int], list[int], list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    @overload
+    def __getitem__(self, i: int) -> list[tuple[int, int]]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[list[tuple[int, int]]]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        k = operator.index(i)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("instance index out of range")
+        cols = self._lists
+        if cols is None:
+            self._reads += 1
+            if self._reads <= self.LISTS_AFTER:
+                a, b = int(self.bounds[k]), int(self.bounds[k + 1])
+                return list(zip(self.rank[a:b].tolist(), self.node[a:b].tolist(), strict=True))
+            cols = self._lists = (self.rank.tolist(), self.node.tolist(), self.bounds.tolist())
+        rank, node, bounds = cols
+        a, b = bounds[k], bounds[k + 1]
+        return list(zip(rank[a:b], node[a:b], strict=True))
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        return iter(_member_lists(self.rank, self.node, np.diff(self.bounds)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str | bytes):
+            return NotImplemented
+        return len(self) == len(other) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"MemberLists({list(self)!r})"
 
 
 def _member_lists(
@@ -450,7 +518,7 @@ def _instances(
     group_seq: tuple[Sequence[int], Sequence[int]],
     src_dst: tuple[Sequence[int], Sequence[int]],
     tag: Sequence[int],
-    members: list[list[tuple[int, int]]],
+    members: Sequence[list[tuple[int, int]]],
     splits: dict[int, np.ndarray],
 ) -> Instances:
     """``Instances`` from its columns as lists or arrays (each cast to its dtype)."""
@@ -476,12 +544,12 @@ def _p2p_columns(
     size: np.ndarray,
 ) -> tuple[tuple, tuple] | None:
     """``_p2p_instances`` on columns (one entry per send/recv node, in rank then node order):
-    ``((src, dst, tag, seq, size, members), (rank, node, instance))`` with instances numbered
+    ``((src, dst, tag, seq, size, bounds), (rank, node, instance))`` with instances numbered
     as the loop numbers them (by channel, then k), or None where a send and its receive differ
     in size."""
     if not len(rank):
         empty = np.zeros(0, np.int64)
-        return (empty, empty, empty, empty, empty, []), (empty, empty, empty)
+        return (empty, empty, empty, empty, empty, np.zeros(1, np.int64)), (empty, empty, empty)
     src = np.where(is_send, rank, peer)
     dst = np.where(is_send, peer, rank)
     side = (~is_send).astype(np.int64)  # sends before receives
@@ -516,9 +584,8 @@ def _p2p_columns(
     if not np.array_equal(o_size[lead[pair]], o_size[last[pair]]):
         return None
     o_rank, o_local = rank[order], local[order]
-    pairs = list(zip(o_rank.tolist(), o_local.tolist(), strict=True))
-    members = [pairs[a : b + 1] for a, b in zip(lead.tolist(), last.tolist(), strict=True)]
-    cols = (o_src[lead], o_dst[lead], o_tag[lead], o_k[lead], o_size[last], members)
+    bounds = np.r_[lead, len(order)]  # instance j's members: rows bounds[j]:bounds[j + 1]
+    cols = (o_src[lead], o_dst[lead], o_tag[lead], o_k[lead], o_size[last], bounds)
     return cols, (o_rank, o_local, iid)
 
 

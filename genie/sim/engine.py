@@ -213,24 +213,27 @@ def simulate(
     if len(sim_ranks) < cw.n_ranks:
         ids = np.concatenate([cw.ranks[r].instance for r in sim_ranks] or [np.zeros(0, np.int64)])
         touched = sorted(set(ids[ids >= 0].tolist()))  # np.unique imports numpy.ma
-    all_members = ins.members
-    for iid in touched:
+    all_members = ins.members  # lists, or ``MemberLists`` (each read makes one: read once)
+    # every instance: one pass (a ``MemberLists`` makes its lists at once); else those touched
+    each = (
+        zip(touched, all_members, strict=True)
+        if isinstance(touched, range)
+        else ((iid, all_members[iid]) for iid in touched)
+    )
+    # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
+    group_sizes = [len(g) for g in cw.group_ranks]
+    inst_group = ins.group.tolist()
+    for iid, mem in each:
         gm = []
-        for r, nd in all_members[iid]:
+        for r, nd in mem:
             slot = pos.get(r)
             if slot is not None:
                 renum = new_of[slot]
                 gm.append(inv_l[off_l[slot] + (nd if renum is None else renum[nd])])
         members[iid] = gm
-        need[iid] = len(gm)
-    del inv_l
-    # an instance missing a participant (a rank that never calls it, an unpaired send) never starts
-    group_sizes = [len(g) for g in cw.group_ranks]
-    inst_group = ins.group.tolist()
-    for iid in touched:
         g = inst_group[iid]
-        if len(all_members[iid]) < (group_sizes[g] if g >= 0 else 2):
-            need[iid] = total + 1
+        need[iid] = len(gm) if len(mem) >= (group_sizes[g] if g >= 0 else 2) else total + 1
+    del inv_l
 
     inst_type = ins.comm_type.tolist()
     inst_size = ins.size.tolist()

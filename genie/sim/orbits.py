@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -388,7 +388,7 @@ def _unmapped_group_reference(
 
 
 def _not_closed(
-    members: list[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
+    members: Sequence[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
 ) -> int | None:
     """The first of ``iids`` with a member ``(m, node)`` whose ``(rep_of[m], node)`` is not a
     member too, or None (W3); each instance's check one pass at C speed."""
@@ -404,7 +404,7 @@ def _not_closed(
 
 
 def _not_closed_reference(
-    members: list[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
+    members: Sequence[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
 ) -> int | None:
     """``_not_closed`` member by member: the reference it is tested against."""
     for iid in iids:
