@@ -11,7 +11,7 @@ import pytest
 
 from genie.sim import orbits
 from genie.sim.adapter import compile_workload
-from genie.sim.compiled import CompiledWorkload
+from genie.sim.compiled import CompiledWorkload, MemberLists
 from genie.workload.generators import data_parallel, llm, moe
 
 
@@ -86,7 +86,7 @@ def test_w2_and_w3_loops_are_their_references() -> None:
         assert orbits._not_closed(members, iids, rep_of) is None  # W3 holds on these
         assert orbits._not_closed_reference(members, iids, rep_of) is None
         every = list(range(len(members)))  # not on all instances: the same first one named
-        got = orbits._not_closed(members, every, rep_of)
+        got = got0 = orbits._not_closed(members, every, rep_of)
         assert got is not None and got == orbits._not_closed_reference(members, every, rep_of)
         # drop a representative's member from a few instances: not closed, the same one first
         broken = [list(m) for m in members]
@@ -94,7 +94,27 @@ def test_w2_and_w3_loops_are_their_references() -> None:
             broken[iid] = [(m, nd) for m, nd in broken[iid] if rep_of[m] != m] + [(-1, -1)]
         got = orbits._not_closed(broken, iids, rep_of)
         assert got is not None and got == orbits._not_closed_reference(broken, iids, rep_of)
+        # members held as columns (``MemberLists``): the same verdicts
+        assert isinstance(members, MemberLists)
+        gone = [[(m, nd) for m, nd in b if m >= 0] for b in broken]  # no negative rank
+        for lists in (broken, gone):
+            assert orbits._not_closed(_columns(lists), iids, rep_of) == (
+                orbits._not_closed_reference(lists, iids, rep_of)
+            )
+        assert orbits._not_closed(_columns([list(m) for m in members]), every, rep_of) == got0
     assert orbits._not_closed([[]], [0], [0]) is None
+    assert orbits._not_closed(_columns([[]]), [0], [0]) is None
+
+
+def _columns(lists: list[list[tuple[int, int]]]) -> MemberLists:
+    """``lists`` as a ``MemberLists``."""
+    lens = [len(x) for x in lists]
+    flat = [p for x in lists for p in x]
+    return MemberLists(
+        np.array([p[0] for p in flat], np.int64),
+        np.array([p[1] for p in flat], np.int64),
+        np.r_[0, np.cumsum(lens)].astype(np.int64),
+    )
 
 
 def test_instance_orbits_refuse_two_representatives_in_one_orbit() -> None:

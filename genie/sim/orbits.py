@@ -69,7 +69,7 @@ try:  # as in genie.sim.compiled: the builtin blake2b, without OpenSSL
 except ImportError:  # pragma: no cover
     from hashlib import blake2b
 
-from genie.sim.compiled import CompiledWorkload
+from genie.sim.compiled import CompiledWorkload, MemberLists
 from genie.sim.network import Demand, Transfer
 
 if TYPE_CHECKING:
@@ -391,7 +391,10 @@ def _not_closed(
     members: Sequence[list[tuple[int, int]]], iids: list[int], rep_of: list[int]
 ) -> int | None:
     """The first of ``iids`` with a member ``(m, node)`` whose ``(rep_of[m], node)`` is not a
-    member too, or None (W3); each instance's check one pass at C speed."""
+    member too, or None (W3); each instance's check one pass at C speed (members held as
+    columns: every instance's at once, ``_not_closed_columns``)."""
+    if isinstance(members, MemberLists) and _codes_fit(members, len(iids), rep_of):
+        return _not_closed_columns(members, iids, rep_of)
     rep = rep_of.__getitem__
     for iid in iids:
         mem = members[iid]
@@ -401,6 +404,41 @@ def _not_closed(
         if not set(mem).issuperset(zip(map(rep, ms), nds, strict=True)):
             return iid
     return None
+
+
+def _codes_fit(members: MemberLists, n_iids: int, rep_of: list[int]) -> bool:
+    """Whether ``_not_closed_columns``'s codes (instance, rank, node) fit an int64 (ranks and
+    nodes not negative: such a member is the loop's to name, as the reference does)."""
+    if int(members.rank.min(initial=0)) < 0 or int(members.node.min(initial=0)) < 0:
+        return False
+    n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1)
+    n_n = int(members.node.max(initial=0)) + 1
+    return n_iids * n_r * n_n < 1 << 62
+
+
+def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]) -> int | None:
+    """``_not_closed`` on members held as columns: each pair ``(m, node)`` of the instances
+    and its ``(rep_of[m], node)`` coded as (instance, rank, node), the images looked up among
+    the pairs at once; the first instance of ``iids`` with an image missing, or None."""
+    ids = np.asarray(iids, np.int64)
+    if not len(ids):
+        return None
+    starts = members.bounds[ids]
+    lens = members.bounds[ids + 1] - starts
+    total = int(lens.sum())
+    if not total:
+        return None
+    owner = np.repeat(np.arange(len(ids), dtype=np.int64), lens)  # position in ``iids``
+    rows = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    rank, node = members.rank[rows], members.node[rows]
+    n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1)
+    n_n = int(members.node.max(initial=0)) + 1
+    rep = np.asarray(rep_of, np.int64)[rank]
+    have = (owner * n_r + rank) * n_n + node
+    ok = np.isin((owner * n_r + rep) * n_n + node, have)
+    if ok.all():
+        return None
+    return iids[int(owner[~ok].min())]
 
 
 def _not_closed_reference(
