@@ -266,16 +266,23 @@ def _split(data: bytes, pos: int) -> tuple[list[int], list[int]]:
     append = frames.append
     size = len(data)
     while pos < size:
-        append(pos)
-        b = data[pos]
-        if b < 0x80:
-            pos += b + 1
-            continue
-        if pos + 1 < size:
-            b1 = data[pos + 1]
-            if b1 < 0x80:
+        try:  # length prefixes of one or two bytes (frames under 16 KiB) until one is longer
+            while True:
+                b = data[pos]
+                if b < 0x80:
+                    append(pos)
+                    pos += b + 1
+                    continue
+                b1 = data[pos + 1]
+                if b1 >= 0x80:
+                    break
+                append(pos)
                 pos += 2 + ((b & 0x7F) | (b1 << 7))
-                continue
+        except IndexError:  # at or past the end, or a prefix cut by it
+            if pos < size:
+                raise _Unsplittable from None
+            break
+        append(pos)
         ln = b & 0x7F
         shift = 7
         pos += 1
@@ -566,16 +573,13 @@ class Interner:
         got = list(map(name_of.get, keys))
         if None in got:
             names = self.names
-            for j, key in enumerate(keys):
-                if got[j] is None:
-                    i = name_of.get(key)  # an earlier row of ``keys`` may have added it
-                    if i is None:
-                        try:
-                            names.append(key.decode("utf-8"))
-                            i = name_of[key] = len(names) - 1
-                        except UnicodeDecodeError:
-                            i = name_of[key] = -1
-                    got[j] = i
+            for key in dict.fromkeys([k for k, g in zip(keys, got, strict=True) if g is None]):
+                try:
+                    names.append(key.decode("utf-8"))
+                    name_of[key] = len(names) - 1
+                except UnicodeDecodeError:
+                    name_of[key] = -1
+            got = list(map(name_of.get, keys))
         return got  # type: ignore[return-value]
 
     def section_indices(self, keys: list[bytes]) -> np.ndarray:
@@ -584,12 +588,9 @@ class Interner:
         sections = self.sections
         got = list(map(sections.get, keys))
         if None in got:
-            for j, key in enumerate(keys):
-                if got[j] is None:
-                    i = sections.get(key)
-                    if i is None:
-                        i = sections[key] = self._add_section(key)
-                    got[j] = i
+            for key in dict.fromkeys([k for k, g in zip(keys, got, strict=True) if g is None]):
+                sections[key] = self._add_section(key)
+            got = list(map(sections.get, keys))
         return np.array(got, dtype=np.int64)
 
     def _add_section(self, key: bytes) -> int:
