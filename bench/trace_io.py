@@ -11,7 +11,7 @@ then compile (``genie.sim.adapter``) and replay over the built-in traffic model 
 50 GiB/s, 500 ns) with every rank replayed (the ranks differ, so no symmetry shortcut and,
 with several lanes, no merged compute runs). The machine is shared: the load average is printed.
 
-    .venv/bin/python bench/trace_io.py [--nodes 100000] [--ranks 8] [--repeat 2]
+    .venv/bin/python bench/trace_io.py [--nodes 100000] [--ranks 8] [--repeat 2] [--columns-only]
     .venv/bin/python bench/trace_io.py --nodes 1250000 --ranks 8 --memory   # 10 M nodes
     .venv/bin/python bench/trace_io.py --nodes 1250000 --ranks 8 --memory --columns
 
@@ -212,6 +212,24 @@ def measure(prefix: str) -> None:
     print(f"  {n:,d} nodes, iteration {raw.makespan * 1e3:.3f} ms simulated")
 
 
+def _time_columns(et: Path, n: int, repeat: int) -> None:
+    """Print the best of ``repeat`` reads of the rank files ``et`` into columns."""
+    from genie.workload.columnar import load_columns
+
+    kept = []
+
+    def load_cols() -> None:
+        kept[:] = [load_columns(et)]
+
+    t = best(load_cols, repeat)
+    cw = kept.pop()
+    assert cw.node_count() == n
+    print(
+        f"  load .et into columns    {rate(n, t)}   [{cw.nbytes() / n:,.0f} B/node of "
+        "columns, plus the file bytes]"
+    )
+
+
 def main() -> None:
     """Build, write and time; print the figures."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -220,6 +238,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--memory", action="store_true", help="peak RSS of load + compile + replay")
     ap.add_argument("--columns", action="store_true", help="--memory: load into columns")
+    ap.add_argument(
+        "--columns-only",
+        action="store_true",
+        help="time the .et read into columns alone (no object loads, JSON, compile or replay)",
+    )
     ap.add_argument("--measure", metavar="PREFIX", help=argparse.SUPPRESS)  # the child's part
     args = ap.parse_args()
     if args.measure:
@@ -254,6 +277,10 @@ def main() -> None:
         del wl
         print(f"  write .et                {rate(n, t)}")
         et = tmp / "et" / "t"
+        if args.columns_only:
+            _time_columns(et, n, args.repeat)
+            print(f"load average after: {os.getloadavg()[0]:.2f}")
+            return
         (tmp / "gz").mkdir()
         (tmp / "js").mkdir()
         (tmp / "jsgz").mkdir()
@@ -275,21 +302,7 @@ def main() -> None:
         def size(d: str) -> str:
             return f"{sum(f.stat().st_size for f in (tmp / d).iterdir()) / 1e6:,.0f} MB"
 
-        from genie.workload.columnar import load_columns
-
-        kept = []
-
-        def load_cols() -> None:
-            kept[:] = [load_columns(et)]
-
-        t = best(load_cols, args.repeat)
-        cw = kept.pop()
-        assert cw.node_count() == n
-        print(
-            f"  load .et into columns    {rate(n, t)}   [{cw.nbytes() / n:,.0f} B/node of "
-            "columns, plus the file bytes]"
-        )
-        del cw
+        _time_columns(et, n, args.repeat)
         wl = None
         for label, d in (
             (".et", "et"),
