@@ -125,3 +125,27 @@ def test_a_replay_reads_member_columns_as_member_lists(symmetry):
     assert got[0].makespan == got[1].makespan
     for col in ("inst_start", "inst_end", "inst_first_arrival", "inst_last_arrival"):
         assert np.array_equal(getattr(got[0], col), getattr(got[1], col), equal_nan=True)
+
+
+def test_the_twin_reads_the_transfers_layout_its_pricer_made():
+    """``price_many`` works out what a tuple of transfers names (cache keys, ranks, canonical
+    hosts and shapes) once; the twin pricing the same tuple reads it, and prices as a fresh
+    pricer does. A list (which may change) is worked out afresh each time."""
+    cw = order_collectives(compile_workload(llm(16, tp=2, pp=2, layers=2, micro_batches=2)), 1)
+    a = _leaf_spine_pricer(16)
+    listed = _transfers(cw, np.arange(len(cw.instances), dtype=np.int64))
+    transfers = tuple(listed)
+    a.price_many(listed)
+    assert a._layouts == []  # a list: not remembered
+    a.price_many(transfers)
+    assert len(a._layouts) == 1 and a._layouts[0][0] is transfers
+    lay = a._layouts[0][1]
+    twin = a.twin()
+    assert twin._layouts is a._layouts
+    got = twin.price_many(transfers)
+    assert len(twin._layouts) == 1 and twin._layouts[0][1] is lay  # read, not made again
+    fresh = ProgramPricer(a.topology, list(range(16)), 16)
+    for x, y in zip(got, fresh.price_many(listed), strict=True):
+        assert x.latency == y.latency
+        assert np.array_equal(x.links, y.links) and np.array_equal(x.nbytes, y.nbytes)
+    assert twin.priced == fresh.priced

@@ -567,7 +567,7 @@ class _PricingPlan:
     first: np.ndarray  # int64: the smallest iid with each pair
     # the keys in the order the check prices them, and their transfers (``_priced_order``)
     order: list[int] | None = None
-    transfers: list[Transfer] | None = None
+    transfers: tuple[Transfer, ...] | None = None
 
 
 def _row_ids(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -609,14 +609,16 @@ def _pricing_plan(cw: CompiledWorkload, orb: RankOrbits) -> _PricingPlan:
     return plan
 
 
-def _priced_order(cw: CompiledWorkload, plan: _PricingPlan) -> tuple[list[int], list[Transfer]]:
+def _priced_order(
+    cw: CompiledWorkload, plan: _PricingPlan
+) -> tuple[list[int], tuple[Transfer, ...]]:
     """The keys in the order the check prices them and their transfers, made once per plan
     (the line-rate twin's check reads the same): the order the reference prices in (a pair's
     instance, then its image), each key once, as a pricer may remember what it priced first
     (NcclPricer.choices)."""
     if plan.order is None or plan.transfers is None:
         seq = list(dict.fromkeys(np.stack([plan.pair_a, plan.pair_b], axis=1).ravel().tolist()))
-        plan.transfers = _transfers(cw, plan.keys[seq] if seq else plan.keys[:0])
+        plan.transfers = tuple(_transfers(cw, plan.keys[seq] if seq else plan.keys[:0]))
         plan.order = seq
     return plan.order, plan.transfers
 

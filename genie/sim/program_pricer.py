@@ -114,6 +114,9 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         self._cap_of: np.ndarray | None = None
         self._cap_list: list[float] = []
         self._cap_positive = False
+        # ``price_many``'s last few lists of transfers with what they name (``_layout``);
+        # ``twin`` shares it: the line-rate check prices the NCCL-like check's very list
+        self._layouts: list[tuple[tuple[Transfer, ...], list[tuple]]] = []
         # ``_link_codes``: node ids, links' sorted (src, dst) codes and their link ids
         self._codes: tuple[dict[str, int], np.ndarray, np.ndarray] | None = (
             src._codes if src is not None else None
@@ -133,6 +136,8 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         )
         if other.algorithms == self.algorithms and other.canonical == self.canonical:
             other._programs = self._programs
+        if other.canonical == self.canonical and other._leaf_hosts is self._leaf_hosts:
+            other._layouts = self._layouts  # the same hosts, groups and canonical shapes
         return other
 
     def use_splits(self, splits: Mapping[int, np.ndarray]) -> Self:
@@ -230,22 +235,17 @@ class ProgramPricer(UnevenPricing, CachedPricer):
             or cls._price is not ProgramPricer._price
         ):
             return [self.price(t) for t in transfers]
-        if self._host_list is None:
-            self._host_list = self.host_of.tolist()
-        host = self._host_list.__getitem__
+        lay = self._layout(transfers)
         cache, uneven, shapes = self._cache, self._uneven, self._shapes
         out: list[Demand | None] = [None] * len(transfers)
         # canonical shape -> (its cost, [(slot, transfer, cache key, ranks, distinct hosts)])
         rows: dict[tuple, tuple[tuple, list[tuple[int, Transfer, tuple, tuple, list[int]]]]] = {}
         owner: dict[tuple, int] = {}  # cache key -> its first slot in this batch
         later: list[tuple[int, int]] = []  # (slot, the slot of its key's first transfer)
-        for i, t in enumerate(transfers):
+        for i, (t, (ck, named)) in enumerate(zip(transfers, lay, strict=True)):
             if t.iid in uneven:
                 out[i] = self.price(t)
                 continue
-            ck: tuple = (t.comm_type, t.size, t.group)
-            if t.group < 0:
-                ck = (*ck, t.ranks)
             hit = cache.get(ck)
             if hit is not None:
                 out[i] = hit
@@ -254,24 +254,18 @@ class ProgramPricer(UnevenPricing, CachedPricer):
             if j is not None:
                 later.append((i, j))
                 continue
-            name = chakra_name(t.comm_type)
-            ranks = tuple(map(int, t.ranks))
-            n = len(ranks)
-            if n < 2 or (t.size == 0 and name != "send_recv"):
+            if named is None:  # too few ranks or nothing to move: as ``price`` prices it
                 out[i] = self.price(t)
                 continue
-            hosts = list(map(host, ranks))
-            first = self._first(hosts)
-            pattern = tuple(map(first.__getitem__, hosts))
-            key = (t.comm_type, int(t.size), pattern)
+            name, ranks, n, first, key = named
             if key not in shapes:
-                shapes[key] = self._cost(t.comm_type, t.size, (), pattern)
+                shapes[key] = self._cost(t.comm_type, t.size, (), key[2])
             shape = shapes[key]
             if shape is None:  # declined: the traffic model, counted as ``_price`` counts it
                 out[i] = self.price(t)
                 continue
             self.priced[(name, shape[1], n, int(t.size))] = shape[0]
-            rows.setdefault(key, (shape, []))[1].append((i, t, ck, ranks, list(first)))
+            rows.setdefault(key, (shape, []))[1].append((i, t, ck, ranks, first))
             owner[ck] = i
         for key, (shape, group) in rows.items():
             dems = self._rename_rows(key, shape, group)
@@ -280,6 +274,41 @@ class ProgramPricer(UnevenPricing, CachedPricer):
         for i, j in later:
             out[i] = out[j]
         return out  # type: ignore[return-value]
+
+    LAYOUTS_KEPT = 4
+
+    def _layout(self, transfers: Sequence[Transfer]) -> list[tuple]:
+        """Per transfer, what ``price_many`` reads of it besides this pricer's state: its cache
+        key, and (name, ranks, rank count, its distinct hosts' canonical hosts in order of first
+        appearance, canonical shape key), or None where ``price`` prices it alone (fewer than
+        two ranks, or no bytes and not a send/recv). Made once per tuple of transfers (a list
+        may change): the last ``LAYOUTS_KEPT`` tuples are remembered, by identity (each kept
+        alive with its own)."""
+        for seen, lay in self._layouts:
+            if seen is transfers:
+                return lay
+        if self._host_list is None:
+            self._host_list = self.host_of.tolist()
+        host = self._host_list.__getitem__
+        lay = []
+        for t in transfers:
+            ck: tuple = (t.comm_type, t.size, t.group)
+            if t.group < 0:
+                ck = (*ck, t.ranks)
+            name = chakra_name(t.comm_type)
+            ranks = tuple(map(int, t.ranks))
+            n = len(ranks)
+            if n < 2 or (t.size == 0 and name != "send_recv"):
+                lay.append((ck, None))
+                continue
+            hosts = list(map(host, ranks))
+            first = self._first(hosts)
+            pattern = tuple(map(first.__getitem__, hosts))
+            lay.append((ck, (name, ranks, n, list(first), (t.comm_type, int(t.size), pattern))))
+        if type(transfers) is tuple:
+            self._layouts.insert(0, (transfers, lay))
+            del self._layouts[self.LAYOUTS_KEPT :]
+        return lay
 
     def _rename_rows(self, key: tuple, shape: tuple, group: list[tuple]) -> list[Demand]:
         """The demands ``_price`` gives the groups of one canonical shape (``price_many``'s
