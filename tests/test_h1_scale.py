@@ -149,3 +149,31 @@ def test_the_twin_reads_the_transfers_layout_its_pricer_made():
         assert x.latency == y.latency
         assert np.array_equal(x.links, y.links) and np.array_equal(x.nbytes, y.nbytes)
     assert twin.priced == fresh.priced
+
+
+def test_an_orbit_replay_loads_no_numpy_ma(tmp_path):
+    """A workload replayed by orbits (an llm: its pipeline's sends and receives keep ranks
+    apart) runs the W3 check on member columns without ``np.isin`` (which loads numpy.ma,
+    ~9 ms of a small run's start-up: ``tests/test_simulate_startup.py``)."""
+    import subprocess
+    import sys
+
+    from genie.cli import main
+
+    prefix = tmp_path / "w"
+    gen = ["-q", "workload", "generate", "llm", "--ranks", "16", "--out", str(prefix)]
+    assert main(gen) == 0
+    probe = (
+        "import io, sys, contextlib\n"
+        "from genie.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    rc = main(sys.argv[1:])\n"
+        "print(rc, 'numpy.ma' in sys.modules, 'genie.sim.orbits' in sys.modules)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", probe, "-q", "simulate", str(prefix), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert r.stdout.split() == ["0", "False", "True"]

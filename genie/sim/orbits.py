@@ -434,8 +434,9 @@ def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]
     n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1)
     n_n = int(members.node.max(initial=0)) + 1
     rep = np.asarray(rep_of, np.int64)[rank]
-    have = (owner * n_r + rank) * n_n + node
-    ok = np.isin((owner * n_r + rep) * n_n + node, have)
+    have = np.sort((owner * n_r + rank) * n_n + node)  # (not np.isin: it imports numpy.ma)
+    want = (owner * n_r + rep) * n_n + node
+    ok = have[np.minimum(np.searchsorted(have, want), total - 1)] == want
     if ok.all():
         return None
     return iids[int(owner[~ok].min())]
