@@ -564,7 +564,9 @@ class Interner:
         self.sections: dict[bytes, int] = {}
         self.section_pairs: list[tuple] = []  # their derived (slot, value) pairs
         self.section_derived: list[int] = []  # their derived tuple's index in table, -1: hand on
+        # ``section_derived`` as int64, grown by doubling: the array a block indexes
         self._section_array: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._section_filled = 0
         self.block = BlockBuffer()  # one buffer for every block of the workload's files
 
     def name_indices(self, keys: list[bytes]) -> list[int]:
@@ -604,10 +606,16 @@ class Interner:
         return len(self.section_derived) - 1
 
     def section_derived_array(self) -> np.ndarray:
-        """``section_derived`` as an array."""
-        if len(self._section_array) != len(self.section_derived):
-            self._section_array = np.array(self.section_derived, dtype=np.int64)
-        return self._section_array
+        """``section_derived`` as an array (a view: read it before the next call)."""
+        n, have = len(self.section_derived), self._section_filled
+        if have != n:  # only what was added since: a whole copy per block was quadratic
+            if n > len(self._section_array):
+                grown = np.empty(max(n, 2 * len(self._section_array), 64), dtype=np.int64)
+                grown[:have] = self._section_array[:have]
+                self._section_array = grown
+            self._section_array[have:n] = self.section_derived[have:n]
+            self._section_filled = n
+        return self._section_array[:n]
 
     def bound_sections(self, limit: int = _SECTIONS_KEPT) -> None:
         """Forget the attr sections once there are ``limit`` (called between blocks, whose
@@ -616,7 +624,7 @@ class Interner:
             self.sections.clear()
             self.section_pairs.clear()
             self.section_derived.clear()
-            self._section_array = np.zeros(0, dtype=np.int64)
+            self._section_filled = 0
 
     def derived_index(self, d: Derived) -> int:
         """The index of derived tuple ``d`` in ``table`` (equal values of other types, such as
