@@ -104,6 +104,10 @@ def test_w2_and_w3_loops_are_their_references() -> None:
         assert orbits._not_closed(_columns([list(m) for m in members]), every, rep_of) == got0
     assert orbits._not_closed([[]], [0], [0]) is None
     assert orbits._not_closed(_columns([[]]), [0], [0]) is None
+    # an image past every member's rank must not alias the next instance's member (review)
+    two = [[(0, 0)], [(0, 0)]]
+    assert orbits._not_closed(_columns(two), [0, 1], [1]) == 0
+    assert orbits._not_closed_reference(two, [0, 1], [1]) == 0
 
 
 def _columns(lists: list[list[tuple[int, int]]]) -> MemberLists:

@@ -411,9 +411,16 @@ def _codes_fit(members: MemberLists, n_iids: int, rep_of: list[int]) -> bool:
     nodes not negative: such a member is the loop's to name, as the reference does)."""
     if int(members.rank.min(initial=0)) < 0 or int(members.node.min(initial=0)) < 0:
         return False
-    n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1)
+    if rep_of and min(rep_of) < 0:
+        return False
     n_n = int(members.node.max(initial=0)) + 1
-    return n_iids * n_r * n_n < 1 << 62
+    return n_iids * _rank_axis(members, rep_of) * n_n < 1 << 62
+
+
+def _rank_axis(members: MemberLists, rep_of: list[int]) -> int:
+    """How many ranks the codes of ``_not_closed_columns`` make room for: members' ranks and
+    their images (an image past the members' ranks must not alias the next instance's)."""
+    return max(len(rep_of), int(members.rank.max(initial=0)) + 1, max(rep_of, default=0) + 1)
 
 
 def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]) -> int | None:
@@ -431,7 +438,7 @@ def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]
     owner = np.repeat(np.arange(len(ids), dtype=np.int64), lens)  # position in ``iids``
     rows = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
     rank, node = members.rank[rows], members.node[rows]
-    n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1)
+    n_r = _rank_axis(members, rep_of)
     n_n = int(members.node.max(initial=0)) + 1
     rep = np.asarray(rep_of, np.int64)[rank]
     have = np.sort((owner * n_r + rank) * n_n + node)  # (not np.isin: it imports numpy.ma)
