@@ -159,7 +159,9 @@ class Probes:
         """How many of the nodes whose probes are ``pid`` are host work."""
         if not self.host:
             return 0
-        return int(np.isin(pid, np.asarray(self.host, np.int64)).sum())
+        is_host = np.zeros(len(self.fields), bool)  # by probe (np.isin may load numpy.ma)
+        is_host[self.host] = True
+        return int(is_host[pid].sum())
 
 
 @dataclass

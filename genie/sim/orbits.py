@@ -393,8 +393,10 @@ def _not_closed(
     """The first of ``iids`` with a member ``(m, node)`` whose ``(rep_of[m], node)`` is not a
     member too, or None (W3); each instance's check one pass at C speed (members held as
     columns: every instance's at once, ``_not_closed_columns``)."""
-    if isinstance(members, MemberLists) and _codes_fit(members, len(iids), rep_of):
-        return _not_closed_columns(members, iids, rep_of)
+    if isinstance(members, MemberLists):
+        axes = _code_axes(members, len(iids), rep_of)
+        if axes is not None:
+            return _not_closed_columns(members, iids, rep_of, axes)
     rep = rep_of.__getitem__
     for iid in iids:
         mem = members[iid]
@@ -406,24 +408,23 @@ def _not_closed(
     return None
 
 
-def _codes_fit(members: MemberLists, n_iids: int, rep_of: list[int]) -> bool:
-    """Whether ``_not_closed_columns``'s codes (instance, rank, node) fit an int64 (ranks and
-    nodes not negative: such a member is the loop's to name, as the reference does)."""
+def _code_axes(members: MemberLists, n_iids: int, rep_of: list[int]) -> tuple[int, int] | None:
+    """The (rank, node) axes of ``_not_closed_columns``'s codes (instance, rank, node), or None
+    where they do not fit an int64 or a rank, node or image is negative (such a member is the
+    loop's to name, as the reference does). The rank axis makes room for the images too: an
+    image past every member's rank must not alias the next instance's member."""
     if int(members.rank.min(initial=0)) < 0 or int(members.node.min(initial=0)) < 0:
-        return False
+        return None
     if rep_of and min(rep_of) < 0:
-        return False
+        return None
+    n_r = max(len(rep_of), int(members.rank.max(initial=0)) + 1, max(rep_of, default=0) + 1)
     n_n = int(members.node.max(initial=0)) + 1
-    return n_iids * _rank_axis(members, rep_of) * n_n < 1 << 62
+    return (n_r, n_n) if n_iids * n_r * n_n < 1 << 62 else None
 
 
-def _rank_axis(members: MemberLists, rep_of: list[int]) -> int:
-    """How many ranks the codes of ``_not_closed_columns`` make room for: members' ranks and
-    their images (an image past the members' ranks must not alias the next instance's)."""
-    return max(len(rep_of), int(members.rank.max(initial=0)) + 1, max(rep_of, default=0) + 1)
-
-
-def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]) -> int | None:
+def _not_closed_columns(
+    members: MemberLists, iids: list[int], rep_of: list[int], axes: tuple[int, int]
+) -> int | None:
     """``_not_closed`` on members held as columns: each pair ``(m, node)`` of the instances
     and its ``(rep_of[m], node)`` coded as (instance, rank, node), the images looked up among
     the pairs at once; the first instance of ``iids`` with an image missing, or None."""
@@ -438,8 +439,7 @@ def _not_closed_columns(members: MemberLists, iids: list[int], rep_of: list[int]
     owner = np.repeat(np.arange(len(ids), dtype=np.int64), lens)  # position in ``iids``
     rows = np.arange(total, dtype=np.int64) + np.repeat(starts - (np.cumsum(lens) - lens), lens)
     rank, node = members.rank[rows], members.node[rows]
-    n_r = _rank_axis(members, rep_of)
-    n_n = int(members.node.max(initial=0)) + 1
+    n_r, n_n = axes
     rep = np.asarray(rep_of, np.int64)[rank]
     have = np.sort((owner * n_r + rank) * n_n + node)  # (not np.isin: it imports numpy.ma)
     want = (owner * n_r + rep) * n_n + node
